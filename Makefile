@@ -1,0 +1,33 @@
+# Two entry points matter: `make run` (a local cluster) and `make test`.
+# Both bootstrap first, so they work on a fresh Debian machine.
+PY := .venv/bin/python
+PYTEST := $(PY) -m pytest
+
+.PHONY: bootstrap run test test-fast lint typecheck bench soak clean
+
+bootstrap:
+	@scripts/bootstrap.sh
+
+run: bootstrap
+	@$(PY) -m bookie.local_cluster $(ARGS)
+
+test: bootstrap
+	@$(PY) -m ruff check .
+	@$(PY) -m mypy
+	@$(PYTEST) -q -p no:cacheprovider $(ARGS)
+
+test-fast: bootstrap
+	@$(PYTEST) -q -m "not slow" $(ARGS)
+
+lint: bootstrap
+	@$(PY) -m ruff check .
+	@$(PY) -m ruff format --check .
+
+typecheck: bootstrap
+	@$(PY) -m mypy
+
+bench: bootstrap
+	@$(PY) bench/bookie_bench.py $(ARGS)
+
+clean:
+	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache build *.egg-info

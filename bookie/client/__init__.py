@@ -1,0 +1,1 @@
+"""The ledger client: async API over bookie connections and the metadata store."""

@@ -1,0 +1,1 @@
+"""Pure decision logic of bookies and ledger clients: no I/O, time or global randomness."""

@@ -1,0 +1,297 @@
+"""The one exception tree of the `bookie` package.
+
+Every operating error raised by the bookie server, the ledger client and the
+metadata layer is a subclass of `BookieError`.  Each class says whether the
+operation that raised it may be retried as it is (`retryable`): a retryable
+error means "the outcome is unknown or the cause is transient; trying again
+(possibly elsewhere) is safe", a non-retryable one means "trying the same thing
+again gives the same answer".
+
+Wire status codes map one-to-one onto classes through `STATUS_ERRORS`; the
+client turns a non-OK status into an exception with `error_for_status` and the
+server turns an exception into a status with `status_for_error`.  Programmer
+errors are `assert`s, never classes here.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+
+class Status(enum.IntEnum):
+    """Status codes carried by every bookie response (wire values, never renumber)."""
+
+    EOK = 0
+    ENOLEDGER = 1
+    ENOENTRY = 2
+    EBADREQ = 100
+    EIO = 101
+    EUA = 102
+    EBADVERSION = 103
+    EFENCED = 104
+    EREADONLY = 105
+    ETOOMANYREQUESTS = 106
+
+
+class BookieError(Exception):
+    """Root of every operating error in the bookie package."""
+
+    retryable: ClassVar[bool] = False
+
+
+# --- protocol errors: who broke the protocol -------------------------------------------------
+
+
+class ProtocolError(BookieError):
+    """A frame or message that does not follow docs/protocol.md."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We were asked to send something the protocol does not allow (a caller bug or bad input)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something the protocol does not allow; the connection is dropped."""
+
+
+# --- errors a bookie answers with a status ----------------------------------------------------
+
+
+class StatusError(BookieError):
+    """A bookie answered a request with a non-OK status."""
+
+    status: ClassVar[Status]
+
+
+class NoSuchLedger(StatusError):
+    """The bookie holds nothing of this ledger (ENOLEDGER); counts as an explicit 'absent'."""
+
+    status = Status.ENOLEDGER
+
+
+class NoSuchEntry(StatusError):
+    """The bookie holds the ledger but not this entry (ENOENTRY); an explicit 'absent'."""
+
+    status = Status.ENOENTRY
+
+
+class BadRequest(StatusError):
+    """The request was well-framed but not acceptable (EBADREQ): wrong field value or op."""
+
+    status = Status.EBADREQ
+
+
+class BookieIOError(StatusError):
+    """The bookie could not read or write its disks (EIO); try another replica."""
+
+    status = Status.EIO
+    retryable = True
+
+
+class Unauthorized(StatusError):
+    """The master key does not match the one stored for the ledger (EUA)."""
+
+    status = Status.EUA
+
+
+class BadVersion(StatusError):
+    """The bookie does not speak this protocol version (EBADVERSION)."""
+
+    status = Status.EBADVERSION
+
+
+class Fenced(StatusError):
+    """The ledger is fenced: a recovery has started, normal adds are refused (EFENCED).
+
+    To the writer this means "outcome unknown, and you are no longer the writer".
+    """
+
+    status = Status.EFENCED
+
+
+class ReadOnly(StatusError):
+    """The bookie is in read-only mode (disk full) and refuses normal adds (EREADONLY)."""
+
+    status = Status.EREADONLY
+    retryable = True
+
+
+class TooManyRequests(StatusError):
+    """The bookie's pending-request bounds are full (ETOOMANYREQUESTS); back off and retry."""
+
+    status = Status.ETOOMANYREQUESTS
+    retryable = True
+
+
+STATUS_ERRORS: dict[Status, type[StatusError]] = {
+    cls.status: cls
+    for cls in (
+        NoSuchLedger,
+        NoSuchEntry,
+        BadRequest,
+        BookieIOError,
+        Unauthorized,
+        BadVersion,
+        Fenced,
+        ReadOnly,
+        TooManyRequests,
+    )
+}
+
+
+def error_for_status(status: int, message: str = "") -> StatusError:
+    """The exception a client raises for a non-OK wire status (unknown codes are EBADREQ)."""
+    assert status != Status.EOK
+    try:
+        cls = STATUS_ERRORS[Status(status)]
+    except ValueError:
+        return BadRequest(f"unknown status {status}: {message}")
+    return cls(message or cls.status.name)
+
+
+def status_for_error(error: StatusError) -> Status:
+    """The wire status a server answers for an error it raised."""
+    return error.status
+
+
+# --- storage (bookie side) --------------------------------------------------------------------
+
+
+class StorageError(BookieError):
+    """The bookie's on-disk state is not usable as it is."""
+
+
+class JournalCorrupt(StorageError):
+    """A journal record before the tail failed its checksum: data would be skipped.
+
+    Raised instead of silently replaying around the hole; the message names the
+    file and offset.  A torn or junk *tail* is not this error: it is truncated.
+    """
+
+
+class EntryLogCorrupt(StorageError):
+    """An entry-log record failed its checksum when read back."""
+
+
+class CookieMismatch(StorageError):
+    """The bookie's identity (cookie) differs between ZooKeeper and its data directories."""
+
+
+class DiskFull(StorageError):
+    """A write failed because the disk is full (ENOSPC)."""
+
+    retryable = True
+
+
+# --- metadata store ---------------------------------------------------------------------------
+
+
+class MetadataError(BookieError):
+    """A metadata-store operation failed."""
+
+
+class NoNode(MetadataError):
+    """The path does not exist."""
+
+
+class NodeExists(MetadataError):
+    """The path already exists (create of an existing node)."""
+
+
+class NotEmpty(MetadataError):
+    """The node still has children (delete of a non-leaf)."""
+
+
+class MetadataVersionConflict(MetadataError):
+    """A compare-and-set lost: the node changed since it was read.  Re-read and retry."""
+
+    retryable = True
+
+
+class MetadataUnavailable(MetadataError):
+    """The metadata service could not be reached in time; the outcome may be unknown."""
+
+    retryable = True
+
+
+class SessionExpired(MetadataError):
+    """The metadata session expired: every ephemeral node of it is gone."""
+
+    retryable = True
+
+
+class BadMetadata(MetadataError):
+    """A metadata value could not be decoded (wrong format or version)."""
+
+
+# --- ledger client ----------------------------------------------------------------------------
+
+
+class ClientError(BookieError):
+    """An error raised by the ledger client to its caller."""
+
+
+class BookieUnavailable(ClientError):
+    """A bookie could not be reached, or did not answer in time."""
+
+    retryable = True
+
+
+class ClientTimeout(ClientError):
+    """The operation did not complete within its deadline; its outcome is unknown."""
+
+    retryable = True
+
+
+class NotEnoughBookies(ClientError):
+    """Placement could not find enough writable bookies for the ensemble or a replacement."""
+
+    retryable = True
+
+
+class LedgerClosed(ClientError):
+    """The ledger is closed (by its writer or a recovery); no more adds are possible."""
+
+
+class LedgerFenced(ClientError):
+    """This writer was fenced by a recovery; no acknowledgement is possible any more.
+
+    Adds that were pending when it happened have an unknown outcome: a reader
+    must look at the recovered ledger to learn whether they made it.
+    """
+
+
+class NoSuchLedgerError(ClientError):
+    """The ledger's metadata does not exist."""
+
+
+class UnauthorizedLedgerAccess(ClientError):
+    """The password does not match the ledger's."""
+
+
+class DigestMismatch(ClientError):
+    """An entry read back failed its digest check on every replica that answered."""
+
+    retryable = True
+
+
+class EntryNotAvailable(ClientError):
+    """No replica could serve the entry (all errors or timeouts, none said 'absent')."""
+
+    retryable = True
+
+
+class ReadBeyondLastAddConfirmed(ClientError):
+    """A read asked for entries past the last add confirmed without asking for unconfirmed."""
+
+
+class RecoveryFailed(ClientError):
+    """Recovery could not decide the ledger's end (too few bookies answered); it stays
+    IN_RECOVERY and may be retried."""
+
+    retryable = True
+
+
+class InvalidLedgerConfig(ClientError):
+    """Ensemble / write quorum / ack quorum or another create option is not acceptable."""

@@ -1,0 +1,176 @@
+"""Every bound and default of the bookie package, in one place.
+
+Nothing else in `bookie/` writes a size, depth, count or duration as a literal:
+it names a constant here.  Names carry their unit last (`*_ms`, `*_bytes`,
+`*_max`).  The relations between constants are asserted at import, so an edit
+that breaks one fails at once instead of in production.
+
+Defaults that an operator may change are the `*_default` names; the config
+loader (`bookie/server/config.py`) starts from them.  Hard bounds (`*_max`)
+protect memory and the protocol and are not configurable.
+"""
+
+from __future__ import annotations
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+# --- wire -------------------------------------------------------------------------------------
+
+protocol_version = 1
+"""The version every frame carries; a bookie answers EBADVERSION to any other."""
+
+frame_size_bytes_max = 5 * MiB
+"""Largest frame (length prefix excluded) either side accepts; larger closes the connection."""
+
+entry_payload_bytes_max = 4 * MiB
+"""Largest application payload of one entry; leaves room for header, digest and framing."""
+
+master_key_bytes_max = 64
+"""Longest master key accepted in a request (SHA-256 keys are 32 bytes)."""
+
+socket_receive_bytes = 256 * KiB
+"""How much a connection reads from its socket at once; frames are split from a buffer."""
+
+socket_send_coalesce_bytes_max = 1 * MiB
+"""Responses queued for one connection are sent in one `send` up to this many bytes."""
+
+# --- bookie server ----------------------------------------------------------------------------
+
+port_default = 3181
+
+pending_requests_per_connection_max = 10_000
+"""Requests read from one connection and not yet answered; over it: ETOOMANYREQUESTS."""
+
+pending_requests_total_max = 100_000
+"""Requests not yet answered across all connections of one bookie; over it: ETOOMANYREQUESTS."""
+
+pending_bytes_total_max = 512 * MiB
+"""Bytes of requests not yet answered across all connections; over it: ETOOMANYREQUESTS."""
+
+connections_max = 1_000
+"""Client connections one bookie accepts at once; later ones are closed at accept."""
+
+long_poll_timeout_ms_max = 60_000
+"""Longest a READ may park waiting for the LAC to pass `previous_lac`."""
+
+long_poll_waiters_max = 10_000
+"""Parked long-poll READs per bookie; over it: ETOOMANYREQUESTS."""
+
+fenced_deleted_ledgers_remembered_max = 100_000
+"""How many fenced-then-deleted ledgers a bookie remembers to refuse late adds for."""
+
+shutdown_drain_ms_max = 10_000
+"""On SIGTERM, how long the server waits for pending adds to be synced and answered."""
+
+# --- journal ----------------------------------------------------------------------------------
+
+journal_group_wait_ms_default = 2
+"""Group commit: flush when the oldest waiting add has waited this long."""
+
+journal_group_bytes_default = 512 * KiB
+"""Group commit: flush when this many bytes are buffered."""
+
+journal_flush_when_queue_empty_default = True
+"""Group commit: flush as soon as nothing more is queued (lowest latency under light load)."""
+
+journal_buffer_bytes_max = 64 * MiB
+"""Bytes appended to the journal and not yet written; appends over it wait (backpressure)."""
+
+journal_file_size_bytes_max_default = 256 * MiB
+"""A journal file is closed and a new one started past this size."""
+
+journal_files_kept_default = 2
+"""Journal files older than the checkpoint mark kept anyway, for inspection."""
+
+# --- ledger storage ---------------------------------------------------------------------------
+
+entry_log_size_bytes_max_default = 128 * MiB
+"""An entry log is closed and a new one started past this size."""
+
+entry_log_write_buffer_bytes = 1 * MiB
+"""Entry-log appends are buffered in memory and written in chunks of about this size."""
+
+checkpoint_interval_ms_default = 10_000
+"""How often ledger storage is flushed and the journal mark advanced."""
+
+checkpoint_pending_entries_max = 500_000
+"""Entries added since the last checkpoint that force an early checkpoint (bounds memory)."""
+
+gc_interval_ms_default = 60_000
+"""How often the bookie compares its ledgers with the metadata store (garbage collection)."""
+
+compaction_live_fraction_threshold_default = 0.5
+"""An entry log whose live bytes fall under this fraction is compacted."""
+
+# --- disks and read-only mode -----------------------------------------------------------------
+
+disk_usage_threshold_default = 0.95
+"""Usage fraction of any data disk at which the bookie turns read-only."""
+
+disk_usage_low_water_mark_default = 0.90
+"""Usage fraction under which a read-only bookie turns writable again."""
+
+disk_check_interval_ms_default = 1_000
+
+# --- metadata ---------------------------------------------------------------------------------
+
+metadata_root_default = "/ledgers"
+
+zk_session_timeout_ms_default = 10_000
+
+zk_operation_timeout_ms_default = 10_000
+"""Deadline of one metadata operation (get, create, compare-and-set, ...)."""
+
+metadata_cas_attempts_max = 100
+"""Re-read-and-retry rounds of one compare-and-set loop before giving up."""
+
+metadata_value_bytes_max = 1 * MiB
+"""ZooKeeper's default jute.maxbuffer: no znode value may be larger."""
+
+# --- ledger client ----------------------------------------------------------------------------
+
+ensemble_size_max = 32
+
+outstanding_adds_max_default = 5_000
+"""Adds sent and not yet acknowledged per write handle; `append` waits past it."""
+
+add_timeout_ms_default = 5_000
+"""A bookie that does not acknowledge an add within this is replaced (ensemble change)."""
+
+read_timeout_ms_default = 5_000
+"""A read that gets no answer within this counts as an error for that replica."""
+
+speculative_read_timeout_ms_default = 500
+"""A read tries the next replica as well after this long without an answer."""
+
+connect_timeout_ms_default = 2_000
+
+explicit_lac_interval_ms_default = 200
+"""An idle writer sends its LAC explicitly after this long, so tailers see the last entry."""
+
+ensemble_changes_max_default = 1_000
+"""Ensemble changes one write handle may make before it gives up."""
+
+recovery_read_batch_max = 64
+"""Entries a recovery reads (with fencing) ahead of its recovery adds."""
+
+read_batch_entries_max = 1_000
+"""Entries one `read(first, last)` requests at once from bookies."""
+
+bookie_connection_inflight_max = 20_000
+"""Requests in flight on one client-to-bookie connection."""
+
+# --- relations --------------------------------------------------------------------------------
+
+assert entry_payload_bytes_max + 64 * KiB <= frame_size_bytes_max
+assert socket_send_coalesce_bytes_max >= frame_size_bytes_max // 8
+assert pending_requests_per_connection_max <= pending_requests_total_max
+assert journal_group_bytes_default <= journal_buffer_bytes_max
+assert frame_size_bytes_max <= journal_buffer_bytes_max
+assert frame_size_bytes_max <= entry_log_size_bytes_max_default
+assert 0.0 < disk_usage_low_water_mark_default < disk_usage_threshold_default < 1.0
+assert speculative_read_timeout_ms_default < read_timeout_ms_default
+assert outstanding_adds_max_default <= bookie_connection_inflight_max
+assert long_poll_waiters_max <= pending_requests_total_max

@@ -1,0 +1,1 @@
+"""Metadata store (ZooKeeper and in-memory), znode layout and metadata formats."""

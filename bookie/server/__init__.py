@@ -1,0 +1,1 @@
+"""The bookie server: anyio network shell around the bookie core and storage."""

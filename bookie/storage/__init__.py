@@ -1,0 +1,1 @@
+"""Bookie storage: journal with group commit, entry logs, index, checkpoints."""

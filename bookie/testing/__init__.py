@@ -1,0 +1,1 @@
+"""Test and development helpers shipped with the package (real ZooKeeper launcher, simulation)."""

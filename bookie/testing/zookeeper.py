@@ -1,0 +1,200 @@
+"""Starts and stops a real, standalone ZooKeeper server from Debian's package.
+
+Used by the test suite (one server per test session, on a free loopback port,
+in a temporary directory) and by the local-cluster launchers.  Nothing here is
+a fake: it runs `org.apache.zookeeper.server.quorum.QuorumPeerMain` from
+`/usr/share/java/zookeeper.jar` with a generated `zoo.cfg`.
+
+The tick is short by default (100 ms) so tests can use session timeouts well
+under a second (ZooKeeper bounds them to 2..20 ticks unless told otherwise; we
+widen the upper bound so production-like timeouts also work).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+ZOOKEEPER_JARS = (
+    Path("/usr/share/java/zookeeper.jar"),
+    Path("/usr/share/zookeeper/lib/zookeeper.jar"),
+)
+ZOOKEEPER_CONF_DIR = Path("/etc/zookeeper/conf")
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 10.0
+
+
+class ZooKeeperUnavailable(RuntimeError):
+    """ZooKeeper (or Java) is not installed, or the server did not come up."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _zookeeper_classpath() -> str:
+    for jar in ZOOKEEPER_JARS:
+        if jar.exists():
+            parts = [str(ZOOKEEPER_CONF_DIR), str(jar)]
+            return os.pathsep.join(parts)
+    raise ZooKeeperUnavailable(
+        "ZooKeeper is not installed: run `make bootstrap` (installs Debian's zookeeper package)"
+    )
+
+
+def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) -> str:
+    """Send a ZooKeeper four-letter command (`srvr`, `ruok`, ...) and return the answer."""
+    with socket.create_connection((host, port), timeout=timeout_s) as conn:
+        conn.sendall(word.encode())
+        chunks = []
+        while chunk := conn.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+class LocalZooKeeper:
+    """One standalone ZooKeeper server process.  Use as a context manager or call start/stop."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        tick_time_ms: int = 100,
+        max_session_timeout_ms: int = 120_000,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port
+        self.tick_time_ms = tick_time_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect_string(self) -> str:
+        assert self.port is not None
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    def _write_config(self, port: int) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "data").mkdir(exist_ok=True)
+        config = self.data_dir / "zoo.cfg"
+        config.write_text(
+            "\n".join(
+                [
+                    f"tickTime={self.tick_time_ms}",
+                    f"dataDir={self.data_dir / 'data'}",
+                    f"clientPort={port}",
+                    f"clientPortAddress={self.host}",
+                    f"minSessionTimeout={2 * self.tick_time_ms}",
+                    f"maxSessionTimeout={self.max_session_timeout_ms}",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=srvr,ruok,mntr,cons,stat",
+                    "maxClientCnxns=0",
+                    "snapCount=100000",
+                    "autopurge.snapRetainCount=3",
+                    "autopurge.purgeInterval=1",
+                    # fsync per transaction is ZooKeeper's own durability; kept on.
+                    "forceSync=yes",
+                    "",
+                ]
+            )
+        )
+        return config
+
+    def start(self) -> LocalZooKeeper:
+        """Start the server and return once it serves requests."""
+        assert self._process is None, "already started"
+        java = shutil.which("java")
+        if java is None:
+            raise ZooKeeperUnavailable("no `java` on PATH: run `make bootstrap`")
+        classpath = _zookeeper_classpath()
+        attempts = 1 if self.port is not None else 5
+        last_error = ""
+        for _ in range(attempts):
+            port = self.port if self.port is not None else free_port(self.host)
+            config = self._write_config(port)
+            log_path = self.data_dir / "zookeeper.log"
+            with open(log_path, "ab") as log:
+                self._process = subprocess.Popen(
+                    [
+                        java,
+                        "-Xmx256m",
+                        "-XX:+UseSerialGC",
+                        "-XX:TieredStopAtLevel=1",
+                        f"-Dzookeeper.log.dir={self.data_dir}",
+                        "-Dzookeeper.root.logger=INFO,CONSOLE",
+                        "-cp",
+                        classpath,
+                        "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                        str(config),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            if self._wait_serving(port):
+                self.port = port
+                return self
+            last_error = log_path.read_text(errors="replace")[-2000:]
+            self._kill()
+        raise ZooKeeperUnavailable(f"ZooKeeper did not start; last log lines:\n{last_error}")
+
+    def _wait_serving(self, port: int) -> bool:
+        assert self._process is not None
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                return False
+            with contextlib.suppress(OSError):
+                if "Mode: standalone" in four_letter_word(self.host, port, "srvr"):
+                    return True
+            time.sleep(0.05)
+        return False
+
+    def _kill(self) -> None:
+        if self._process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait()
+        self._process = None
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after a grace period)."""
+        if self._process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signal.SIGTERM)
+        try:
+            self._process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._kill()
+        self._process = None
+
+    def __enter__(self) -> LocalZooKeeper:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

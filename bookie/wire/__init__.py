@@ -1,0 +1,1 @@
+"""Bookie wire protocol: messages, frames, entry packets (pure, no I/O)."""
