@@ -18,6 +18,14 @@ covers many tickets.
 
 Tickets are ordered: a durable ticket implies every smaller one is durable.
 
+Failure.  If a journal write or fsync fails (full disk, I/O error), what is
+durable can no longer be known, so the storage stops: `failure` is set to the
+error (a `StorageError`, `DiskFull` for ENOSPC), `synced_ticket` never
+advances again, sync listeners are called once more so waiters can notice,
+and every later mutation raises that error.  Tickets not synced before the
+failure were never acknowledged; the bookie answers them EIO.  Restarting the
+process replays the journal and resumes.
+
 After a crash, recovery yields exactly the mutations whose tickets were synced
 (plus, possibly, some that were not: an unsynced write may survive, it is just
 not promised).  Mutations are idempotent, so replaying one twice is harmless.
@@ -33,6 +41,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
+
+from bookie.errors import StorageError
 
 
 @dataclass(slots=True)
@@ -93,7 +103,13 @@ class LedgerStorage(Protocol):
         ...
 
     def add_sync_listener(self, listener: Callable[[int], None]) -> Callable[[], None]:
-        """Call `listener(synced_ticket)` whenever it advances; returns an unsubscribe."""
+        """Call `listener(synced_ticket)` whenever it advances (and once on failure);
+        returns an unsubscribe."""
+        ...
+
+    @property
+    def failure(self) -> StorageError | None:
+        """The error that stopped the storage, or None while it works."""
         ...
 
     # --- reads --------------------------------------------------------------------------------
