@@ -1,0 +1,225 @@
+"""The leader's adaptive group commit: which commands go into which log entry, and when.
+
+Pure.  The leader's shell `submit`s each command (already encoded as a log
+item, with a ticket it uses to answer the caller), calls `cut` whenever
+something changed, appends each batch `cut` returns to its ledger, and
+reports each completed append with `acknowledged`, in append order.
+
+When a batch is cut, and why:
+
+* Whenever fewer than `pipeline_batches_max` batches are in flight and
+  something is queued, a batch is cut at once with everything queued (up to
+  the batch bounds).  So a lone command is sent immediately: no timer, no
+  added latency at low load.
+* When the pipeline is full, commands queue and the next batch grows; the
+  next completion makes room and the whole queue goes out in one entry.
+  Batches therefore grow with the load by themselves, which is what keeps
+  the number of bookie round trips (and journal syncs) per command low.
+* A batch that is already full (`batch_commands_max` items or
+  `batch_bytes_max` bytes queued) is cut even with the pipeline full, up to
+  the hard bound `outstanding_batches_max`: waiting could not make it bigger.
+* An empty batch (a barrier) is cut only when asked for (a linearizable read
+  needs an entry sent after it arrived) and nothing is queued: a write batch
+  serves as the barrier when there is one.
+
+Invariants: indexes are dense and increasing across batches (a batch's first
+index is the previous batch's next index; barriers take none); every
+submitted command is in exactly one batch, in submission order; at most
+`outstanding_batches_max` batches are in flight; `timestamp_ms` never
+decreases from batch to batch; the queue never exceeds its bounds (`submit`
+raises `Overloaded` instead).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from rsm import limits
+from rsm.core.entry_format import encode_batch
+from rsm.errors import BadRequest, Overloaded
+
+T = TypeVar("T")
+
+_SEED_BITS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingBatch(Generic[T]):
+    """A log entry to append: command k of it has index `first_index + k`."""
+
+    sequence: int
+    """Number of the batch in this batcher (0, 1, ...), barriers included: reads attach to it."""
+    first_index: int
+    timestamp_ms: int
+    tickets: tuple[T, ...]
+    payload: bytes
+    """The encoded entry (entry_format layout)."""
+
+    @property
+    def next_index(self) -> int:
+        return self.first_index + len(self.tickets)
+
+    @property
+    def is_barrier(self) -> bool:
+        return not self.tickets
+
+
+class Batcher(Generic[T]):
+    """Group commit for one leader term (a new term starts a new batcher)."""
+
+    __slots__ = (
+        "_epoch",
+        "_next_index",
+        "_timestamp_ms",
+        "_next_sequence",
+        "_queue",
+        "_queued_bytes",
+        "_in_flight",
+        "_pipeline_batches_max",
+        "_outstanding_batches_max",
+        "_batch_commands_max",
+        "_batch_bytes_max",
+        "_pending_commands_max",
+        "_pending_bytes_max",
+    )
+
+    def __init__(
+        self,
+        *,
+        epoch: int,
+        next_index: int,
+        timestamp_ms: int = 0,
+        pipeline_batches_max: int = limits.pipeline_batches_max_default,
+        outstanding_batches_max: int = limits.outstanding_batches_max,
+        batch_commands_max: int = limits.batch_commands_max,
+        batch_bytes_max: int = limits.batch_bytes_max,
+        pending_commands_max: int = limits.pending_commands_max,
+        pending_bytes_max: int = limits.pending_command_bytes_max,
+    ) -> None:
+        """`next_index`: the index the first command will take; `timestamp_ms`: last logged time."""
+        assert epoch >= 1
+        assert next_index >= 1
+        assert 1 <= pipeline_batches_max <= outstanding_batches_max
+        assert 1 <= batch_commands_max <= pending_commands_max
+        assert 1 <= batch_bytes_max <= pending_bytes_max
+        self._epoch = epoch
+        self._next_index = next_index
+        self._timestamp_ms = timestamp_ms
+        self._next_sequence = 0
+        self._queue: deque[tuple[bytes, T]] = deque()
+        self._queued_bytes = 0
+        self._in_flight: deque[OutgoingBatch[T]] = deque()
+        self._pipeline_batches_max = pipeline_batches_max
+        self._outstanding_batches_max = outstanding_batches_max
+        self._batch_commands_max = batch_commands_max
+        self._batch_bytes_max = batch_bytes_max
+        self._pending_commands_max = pending_commands_max
+        self._pending_bytes_max = pending_bytes_max
+
+    @property
+    def next_index(self) -> int:
+        """The index the next command cut into a batch will take."""
+        return self._next_index
+
+    @property
+    def pending_count(self) -> int:
+        """Commands submitted and not yet cut into a batch."""
+        return len(self._queue)
+
+    @property
+    def outstanding_count(self) -> int:
+        """Batches cut and not yet acknowledged."""
+        return len(self._in_flight)
+
+    def submit(self, item: bytes, ticket: T) -> None:
+        """Queue one encoded command item; `Overloaded` when the queue is at its bounds."""
+        size_bytes = len(item)
+        if size_bytes > self._batch_bytes_max:
+            raise BadRequest(f"command of {size_bytes} bytes exceeds {self._batch_bytes_max}")
+        if (
+            len(self._queue) >= self._pending_commands_max
+            or self._queued_bytes + size_bytes > self._pending_bytes_max
+        ):
+            raise Overloaded(
+                f"{len(self._queue)} commands ({self._queued_bytes} bytes) wait for the log"
+            )
+        self._queue.append((item, ticket))
+        self._queued_bytes += size_bytes
+
+    def cut(
+        self, now_ms: int, rng: random.Random, *, barrier: bool = False
+    ) -> OutgoingBatch[T] | None:
+        """The next batch to append now, or None when nothing should be sent yet.
+
+        `barrier` asks for an empty entry when nothing is queued.  Call again
+        until it returns None: several full batches may be ready at once.
+        """
+        queue = self._queue
+        if not queue and not barrier:
+            return None
+        outstanding = len(self._in_flight)
+        if outstanding >= self._outstanding_batches_max:
+            return None
+        if outstanding >= self._pipeline_batches_max and not self._queue_fills_a_batch():
+            return None
+        items: list[bytes] = []
+        tickets: list[T] = []
+        size_bytes = 0
+        commands_max = self._batch_commands_max
+        bytes_max = self._batch_bytes_max
+        while queue and len(items) < commands_max:
+            item = queue[0][0]
+            if size_bytes + len(item) > bytes_max:
+                break
+            items.append(item)
+            tickets.append(queue.popleft()[1])
+            size_bytes += len(item)
+        assert items or not queue, "submit keeps every item within a batch"
+        self._queued_bytes -= size_bytes
+        self._timestamp_ms = max(self._timestamp_ms, now_ms)
+        first_index = self._next_index
+        payload = encode_batch(
+            epoch=self._epoch,
+            first_index=first_index,
+            timestamp_ms=self._timestamp_ms,
+            seed=rng.getrandbits(_SEED_BITS),
+            items=items,
+        )
+        batch = OutgoingBatch(
+            self._next_sequence, first_index, self._timestamp_ms, tuple(tickets), payload
+        )
+        self._next_sequence += 1
+        self._next_index = batch.next_index
+        self._in_flight.append(batch)
+        assert len(self._in_flight) <= self._outstanding_batches_max
+        assert self._queued_bytes >= 0
+        return batch
+
+    def _queue_fills_a_batch(self) -> bool:
+        return (
+            len(self._queue) >= self._batch_commands_max
+            or self._queued_bytes >= self._batch_bytes_max
+        )
+
+    def acknowledged(self, sequence: int) -> OutgoingBatch[T]:
+        """The batch whose append completed; appends complete in the order they were cut."""
+        assert self._in_flight, "an acknowledgement with no batch in flight"
+        batch = self._in_flight.popleft()
+        assert batch.sequence == sequence, (batch.sequence, sequence)
+        return batch
+
+    def abandon(self) -> tuple[list[T], list[T]]:
+        """On step-down: `(never sent, in flight)` tickets; the batcher is empty afterwards.
+
+        Commands never sent were not logged (answer NotLeader); those in
+        flight may or may not be in the log (answer OutcomeUnknown).
+        """
+        unsent = [ticket for _, ticket in self._queue]
+        in_flight = [ticket for batch in self._in_flight for ticket in batch.tickets]
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._in_flight.clear()
+        return unsent, in_flight

@@ -1,0 +1,169 @@
+"""The apply step: run a decoded batch against a state machine, deterministically.
+
+Pure.  Every replica (and every replay tool) calls `apply_batch` with the
+same batches in log order, and must end with equal state, equal session
+tables and equal outcomes.  What makes that hold:
+
+* Items apply in index order, each with a `Context` built only from logged
+  data (index, batch timestamp, epoch, batch seed).
+* Sessions idle past the TTL are dropped at the batch's logged timestamp
+  before any item applies; a command whose `(client_id, seq)` already has a
+  recorded outcome returns it and is not applied again (see sessions.py).
+* An exception raised by a command is a result, not a crash: it becomes a
+  `CommandFailed` outcome with the exception's type name and its message
+  (cut to `limits.error_message_chars_max`), recorded like any result.  The
+  exceptions are `MemoryError` and `RecursionError`, which depend on the
+  machine and the call stack rather than on the log: recording them could
+  make replicas disagree, so they propagate and stop the replica.
+* A result must be CBOR-encodable, since it is sent to the client and kept in
+  the session table (and so in snapshots).  Scalars are kept as they are;
+  containers are kept as their CBOR round trip, which is what a client would
+  receive anyway and which detaches the recorded result from state the
+  machine may mutate later.  A result that cannot be encoded becomes a
+  `CommandFailed` outcome, identically everywhere.
+* An unknown command key becomes an `UnknownCommand` outcome.  The leader
+  checks names and arguments before logging (`prepare_command`), so this only
+  happens when replicas run different code.
+
+Batches must be the decoded form of the log entries (also on the leader), so
+every replica sees exactly the arguments the log holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import cbor2
+
+from rsm import limits
+from rsm.core.entry_format import Batch, CommandItem, LeaderStart, encode_command
+from rsm.core.sessions import Outcome, SessionTable
+from rsm.errors import CommandFailed, RsmStatus, UnknownCommand
+from rsm.state_machine import (
+    Context,
+    Operation,
+    StateMachine,
+    command_for_key,
+    resolve_command,
+    resolve_query,
+)
+
+_SCALARS: Final = frozenset({type(None), bool, int, float, str, bytes})
+"""Result types that are immutable and always CBOR-encodable: kept without a round trip."""
+
+_MARKER_OUTCOME: Final = Outcome(RsmStatus.OK, None)
+
+
+def prepare_command(
+    machine_class: type[StateMachine],
+    name: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    client_id: bytes | None = None,
+    seq: int | None = None,
+    ack_seq: int | None = None,
+) -> bytes:
+    """Check a call against the newest version of command `name` and encode it as a log item.
+
+    Raises `UnknownCommand`, `BadArguments` or `BadRequest`; nothing that
+    fails here is ever logged.
+    """
+    operation = resolve_command(machine_class, name)
+    operation.check_arguments(args, kwargs or {})
+    return encode_command(
+        operation.key, args, kwargs, client_id=client_id, seq=seq, ack_seq=ack_seq
+    )
+
+
+def apply_batch(machine: StateMachine, batch: Batch, sessions: SessionTable) -> list[Outcome]:
+    """Apply every item of `batch` in index order; one outcome per item, in item order.
+
+    A leader-start marker changes nothing and has an OK outcome with no value.
+    """
+    time_ms = batch.timestamp_ms
+    sessions.expire(time_ms)
+    outcomes: list[Outcome] = []
+    index = batch.first_index
+    for item in batch.items:
+        if isinstance(item, LeaderStart):
+            outcome = _MARKER_OUTCOME
+        elif item.client_id is None:
+            context = Context(index, time_ms, batch.epoch, batch.seed)
+            outcome = _apply(machine, item, context)
+        else:
+            assert item.seq is not None
+            assert item.ack_seq is not None
+            early = sessions.begin(item.client_id, item.seq, item.ack_seq, time_ms)
+            if early is None:
+                context = Context(index, time_ms, batch.epoch, batch.seed)
+                outcome = _apply(machine, item, context)
+                sessions.record(item.client_id, item.seq, outcome)
+            else:
+                outcome = early
+        outcomes.append(outcome)
+        index += 1
+    assert len(outcomes) == len(batch.items)
+    return outcomes
+
+
+def answer_query(
+    machine: StateMachine,
+    name: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """Run query `name` on local state; errors become outcomes exactly as for commands.
+
+    Raises `UnknownCommand` / `BadArguments` for a query that does not exist or
+    does not take these arguments (the caller's mistake, not the query's).
+    """
+    operation = resolve_query(type(machine), name)
+    keywords = kwargs or {}
+    operation.check_arguments(args, keywords)
+    return _call(machine, operation, args, keywords)
+
+
+def _apply(machine: StateMachine, item: CommandItem, context: Context) -> Outcome:
+    machine_class = type(machine)
+    operation = command_for_key(machine_class, item.name)
+    if operation is None:
+        return Outcome.failure(
+            UnknownCommand(f"{machine_class.__qualname__} has no command {item.name!r}")
+        )
+    machine._rsm_context = context
+    try:
+        return _call(machine, operation, item.args, item.kwargs)
+    finally:
+        # Deleting (not setting None) leaves the instance's attributes exactly
+        # the application's state, and the class default (None) shows again.
+        del machine._rsm_context
+
+
+def _call(
+    machine: StateMachine, operation: Operation, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Outcome:
+    try:
+        result = operation.function(machine, *args, **kwargs)
+    except (MemoryError, RecursionError):
+        raise
+    except Exception as error:
+        return _failure(error)
+    if type(result) in _SCALARS:
+        return Outcome(RsmStatus.OK, result)
+    try:
+        encoded = cbor2.dumps(result)
+    except Exception as error:  # cbor2 raises several types for values it cannot encode
+        return _failure(error, f"result of {operation.kind} {operation.name!r} is not CBOR: ")
+    return Outcome(RsmStatus.OK, cbor2.loads(encoded))
+
+
+def _failure(error: Exception, prefix: str = "") -> Outcome:
+    """The deterministic outcome of an exception: its type name and (cut) message."""
+    try:
+        message = str(error)
+    except Exception:  # a broken __str__ must not take the replica down
+        message = "<message could not be formatted>"
+    message = (prefix + message)[: limits.error_message_chars_max]
+    return Outcome.failure(CommandFailed(message, type(error).__name__))

@@ -1,0 +1,508 @@
+"""Bytes <-> log entries (batches of commands) and the framework's znode values.
+
+Pure: no ledgers, no ZooKeeper.  The leader encodes, every replica and every
+tool decodes; decoding validates every framework field and raises
+`MalformedValue` (never another exception) on anything else, because a log
+entry or znode value that does not follow this layout must stop a replica
+loudly rather than be applied by guesswork.  Application data (command
+arguments) is checked only to be CBOR; its meaning is the state machine's.
+
+All values are one CBOR data item (RFC 8949), with nothing after it.
+Integers are major types 0/1, byte strings major type 2, text major type 3,
+arrays major type 4, maps major type 5, null is simple value 22 (0xf6).
+
+Log entry (one ledger entry's payload = one batch), a CBOR array of 7::
+
+    [1, epoch, first_index, timestamp_ms, seed, items, state_hash]
+
+    1             uint    format tag of a batch (version 1)
+    epoch         uint    epoch of the leader that wrote it, >= 1
+    first_index   uint    index of items[0], >= 1; for a barrier, the index the
+                          next command will take
+    timestamp_ms  uint    the leader's clock, never decreasing along the log
+    seed          uint    u64 drawn by the leader; commands' randomness derives from it
+    items         array   the commands, item k at index first_index + k
+                          (empty: a barrier, which takes no index)
+    state_hash    null or [index: uint, digest: bytes (1..64)]
+
+The leader builds the batch from items it encoded one by one when they
+arrived (`encode_command`), so `encode_batch` writes the head bytes itself and
+concatenates the items without re-encoding them::
+
+    0x87                            array(7)
+    0x01                            uint 1
+    uint(epoch) uint(first_index) uint(timestamp_ms) uint(seed)
+    head(4, n) item_1 ... item_n    array(n) of pre-encoded items
+    0xf6 | [index, digest]
+
+where `uint(v)` / `head(major, n)` are the shortest CBOR head: one byte
+`major << 5 | v` for v < 24, else `major << 5 | 24..27` followed by v in
+1, 2, 4 or 8 big-endian bytes.
+
+Items::
+
+    [0, name, args, kwargs, client_id, seq, ack_seq]    an application command
+        name      text   the state machine's command key ("name" or "name@version")
+        args      array  positional arguments
+        kwargs    map    text -> any: keyword arguments
+        client_id bytes (1..32) | null   session of the command
+        seq       uint >= 1 | null       command number within the session
+        ack_seq   uint < seq | null      the client has the answers of every seq <= ack_seq
+        (client_id, seq and ack_seq are all null or all set)
+    [1, replica_id]                                     the leader-start marker
+        replica_id text                  the replica that took over
+
+Znode values are CBOR maps with a version key "v" (always 1 here), encoded
+canonically (RFC 8949 §4.2.1: sorted keys, shortest forms) so equal values
+give equal bytes::
+
+    log         {"v": 1, "epoch": uint, "segments": [[ledger_id, epoch, first_index,
+                                                      state, last_index], ...]}
+                state 1 = OPEN, 3 = CLOSED; last_index is -1 while OPEN
+                (see log_state.py for the invariants checked on decode)
+    leader      {"v": 1, "replica_id": text, "address": text, "epoch": uint}
+    candidate   {"v": 1, "replica_id": text, "address": text}
+    handoff     {"v": 1, "target": text, "epoch": uint}
+
+Unknown keys, missing keys, wrong types and out-of-range values are all
+`MalformedValue`.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
+
+import cbor2
+
+from rsm import limits
+from rsm.core.log_state import Log, Segment, SegmentState, check_invariants, violation
+from rsm.errors import BadArguments, BadRequest, MalformedValue
+
+FORMAT_VERSION: Final = 1
+BATCH_TAG: Final = 1
+ITEM_COMMAND: Final = 0
+ITEM_LEADER_START: Final = 1
+
+_U63_END: Final = 1 << 63
+_U64_END: Final = 1 << 64
+_NULL: Final = b"\xf6"
+_BATCH_HEAD: Final = b"\x87\x01"
+_HEAD_1: Final = struct.Struct(">BB")
+_HEAD_2: Final = struct.Struct(">BH")
+_HEAD_4: Final = struct.Struct(">BI")
+_HEAD_8: Final = struct.Struct(">BQ")
+_MAJOR_UINT: Final = 0
+_MAJOR_ARRAY: Final = 4
+
+
+# --- values -----------------------------------------------------------------------------------
+
+
+# Items are NamedTuples rather than dataclasses on purpose: one is built per
+# command on every replica, and a tuple is built in one C call.
+
+
+class CommandItem(NamedTuple):
+    """One application command as logged."""
+
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    client_id: bytes | None = None
+    seq: int | None = None
+    ack_seq: int | None = None
+
+
+class LeaderStart(NamedTuple):
+    """The marker a new leader logs first: applying it means the takeover is complete."""
+
+    replica_id: str
+
+
+Item = CommandItem | LeaderStart
+
+
+@dataclass(frozen=True, slots=True)
+class StateHash:
+    """A replica's state hash after applying `index` (see snapshots.md)."""
+
+    index: int
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One decoded log entry."""
+
+    epoch: int
+    first_index: int
+    timestamp_ms: int
+    seed: int
+    items: tuple[Item, ...]
+    state_hash: StateHash | None = None
+
+    @property
+    def is_barrier(self) -> bool:
+        return not self.items
+
+    @property
+    def next_index(self) -> int:
+        """The index the first item of the following batch takes."""
+        return self.first_index + len(self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderInfo:
+    """The `leader` znode: how clients find the leader, and of which epoch."""
+
+    replica_id: str
+    address: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateInfo:
+    """The data of one `election/n-<seq>` candidacy."""
+
+    replica_id: str
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class Handoff:
+    """The `handoff` znode: the leader of `epoch` hands leadership to replica `target`."""
+
+    target: str
+    epoch: int
+
+
+# --- field checks -----------------------------------------------------------------------------
+#
+# `type(v) is int` on purpose: CBOR true/false decode to bool, an int subclass.
+
+
+def _u63(v: Any) -> bool:
+    return type(v) is int and 0 <= v < _U63_END
+
+
+def _u64(v: Any) -> bool:
+    return type(v) is int and 0 <= v < _U64_END
+
+
+def _positive(v: Any) -> bool:
+    return type(v) is int and 1 <= v < _U63_END
+
+
+def _text(v: Any, chars_max: int) -> bool:
+    return type(v) is str and 1 <= len(v) <= chars_max
+
+
+def _is_list(v: Any) -> bool:
+    return type(v) is list
+
+
+def _replica_id(v: Any) -> bool:
+    return _text(v, limits.replica_id_chars_max)
+
+
+def _address(v: Any) -> bool:
+    return _text(v, limits.address_chars_max)
+
+
+def _client_id(v: Any) -> bool:
+    return type(v) is bytes and 1 <= len(v) <= limits.client_id_bytes_max
+
+
+def _session_problem(client_id: Any, seq: Any, ack_seq: Any) -> str | None:
+    """Why the session fields are not acceptable, or None when they are."""
+    if client_id is None and seq is None and ack_seq is None:
+        return None
+    if not _client_id(client_id):
+        return f"client id {client_id!r:.80} is not 1..{limits.client_id_bytes_max} bytes"
+    if not _positive(seq):
+        return f"seq {seq!r:.40} is not a positive u63"
+    if not (_u63(ack_seq) and ack_seq < seq):
+        return f"ack_seq {ack_seq!r:.40} is not a u63 below seq {seq}"
+    return None
+
+
+# --- CBOR heads -------------------------------------------------------------------------------
+
+
+def _head(major: int, value: int) -> bytes:
+    """The shortest CBOR head of major type `major` with argument `value` (RFC 8949 §3)."""
+    assert 0 <= value < _U64_END
+    initial = major << 5
+    if value < 24:
+        return bytes((initial | value,))
+    if value < 0x100:
+        return _HEAD_1.pack(initial | 24, value)
+    if value < 0x10000:
+        return _HEAD_2.pack(initial | 25, value)
+    if value < 0x1_0000_0000:
+        return _HEAD_4.pack(initial | 26, value)
+    return _HEAD_8.pack(initial | 27, value)
+
+
+def _load(data: bytes | bytearray | memoryview, what: str) -> Any:
+    """The one CBOR item `data` holds; `MalformedValue` on junk or on bytes after it."""
+    size_bytes = len(data)
+    stream = io.BytesIO(data)
+    try:
+        value = cbor2.CBORDecoder(stream, allow_duplicate_keys=False).decode()
+    except Exception as error:  # cbor2 raises several unrelated types on junk
+        raise MalformedValue(f"{what} is not CBOR: {error}") from None
+    if stream.tell() != size_bytes:
+        raise MalformedValue(f"{what} has {size_bytes - stream.tell()} bytes after its value")
+    return value
+
+
+# --- log entries ------------------------------------------------------------------------------
+
+
+def encode_command(
+    name: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    client_id: bytes | None = None,
+    seq: int | None = None,
+    ack_seq: int | None = None,
+) -> bytes:
+    """One encoded command item, ready to be placed in a batch.
+
+    Raises `BadArguments` when the arguments cannot be encoded in CBOR and
+    `BadRequest` when a framework field is invalid or the item exceeds
+    `limits.request_bytes_max`: a command that would not decode is never logged.
+    """
+    if not _text(name, limits.command_name_chars_max):
+        raise BadRequest(
+            f"command name {name!r:.80} is not 1..{limits.command_name_chars_max} chars"
+        )
+    problem = _session_problem(client_id, seq, ack_seq)
+    if problem is not None:
+        raise BadRequest(problem)
+    keywords = dict(kwargs) if kwargs else {}
+    if any(type(key) is not str for key in keywords):
+        raise BadArguments("keyword argument names must be text")
+    try:
+        item = cbor2.dumps([ITEM_COMMAND, name, list(args), keywords, client_id, seq, ack_seq])
+    except Exception as error:  # cbor2 raises several types for values it cannot encode
+        raise BadArguments(f"arguments of {name!r} cannot be encoded in CBOR: {error}") from None
+    if len(item) > limits.request_bytes_max:
+        raise BadRequest(f"command of {len(item)} bytes exceeds {limits.request_bytes_max}")
+    return item
+
+
+def encode_leader_start(replica_id: str) -> bytes:
+    """The encoded leader-start marker item."""
+    assert _replica_id(replica_id), replica_id
+    return cbor2.dumps([ITEM_LEADER_START, replica_id])
+
+
+def encode_item(item: Item) -> bytes:
+    """The encoding of a decoded item (tools and tests; the leader encodes as items arrive)."""
+    if isinstance(item, LeaderStart):
+        return encode_leader_start(item.replica_id)
+    return encode_command(
+        item.name,
+        item.args,
+        item.kwargs,
+        client_id=item.client_id,
+        seq=item.seq,
+        ack_seq=item.ack_seq,
+    )
+
+
+def encode_batch(
+    *,
+    epoch: int,
+    first_index: int,
+    timestamp_ms: int,
+    seed: int,
+    items: Sequence[bytes],
+    state_hash: StateHash | None = None,
+) -> bytes:
+    """One log entry from items already encoded (layout in the module docstring)."""
+    assert _positive(epoch)
+    assert _positive(first_index)
+    assert first_index + len(items) < _U63_END
+    assert _u63(timestamp_ms)
+    assert _u64(seed)
+    if state_hash is None:
+        tail = _NULL
+    else:
+        assert _u63(state_hash.index)
+        assert 1 <= len(state_hash.digest) <= limits.state_hash_bytes_max
+        tail = cbor2.dumps([state_hash.index, state_hash.digest])
+    return b"".join(
+        (
+            _BATCH_HEAD,
+            _head(_MAJOR_UINT, epoch),
+            _head(_MAJOR_UINT, first_index),
+            _head(_MAJOR_UINT, timestamp_ms),
+            _head(_MAJOR_UINT, seed),
+            _head(_MAJOR_ARRAY, len(items)),
+            *items,
+            tail,
+        )
+    )
+
+
+def decode_batch(data: bytes | bytearray | memoryview) -> Batch:
+    """The batch one log entry holds; `MalformedValue` for anything off the layout."""
+    value = _load(data, "log entry")
+    if type(value) is not list or len(value) != 7:
+        raise MalformedValue("log entry is not an array of 7")
+    tag, epoch, first_index, timestamp_ms, seed, raw_items, raw_hash = value
+    if type(tag) is not int or tag != BATCH_TAG:
+        raise MalformedValue(f"log entry has format tag {tag!r:.40}, not {BATCH_TAG}")
+    if not _positive(epoch):
+        raise MalformedValue(f"log entry epoch {epoch!r:.40} is not a positive u63")
+    if not _positive(first_index):
+        raise MalformedValue(f"log entry first index {first_index!r:.40} is not a positive u63")
+    if not _u63(timestamp_ms):
+        raise MalformedValue(f"log entry timestamp {timestamp_ms!r:.40} is not a u63")
+    if not _u64(seed):
+        raise MalformedValue(f"log entry seed {seed!r:.40} is not a u64")
+    if type(raw_items) is not list:
+        raise MalformedValue("log entry items are not an array")
+    if first_index + len(raw_items) >= _U63_END:
+        raise MalformedValue("log entry indexes overflow u63")
+    items = tuple(_decode_item(raw, first_index + k) for k, raw in enumerate(raw_items))
+    return Batch(epoch, first_index, timestamp_ms, seed, items, _decode_state_hash(raw_hash))
+
+
+def _decode_item(raw: Any, index: int) -> Item:
+    if type(raw) is not list or not raw or type(raw[0]) is not int:
+        raise MalformedValue(f"item at index {index} is not a tagged array")
+    kind = raw[0]
+    if kind == ITEM_COMMAND and len(raw) == 7:
+        _, name, args, kwargs, client_id, seq, ack_seq = raw
+        if not _text(name, limits.command_name_chars_max):
+            raise MalformedValue(f"item at index {index}: command name {name!r:.80} is not valid")
+        if type(args) is not list:
+            raise MalformedValue(f"item at index {index}: args are not an array")
+        if type(kwargs) is not dict or any(type(key) is not str for key in kwargs):
+            raise MalformedValue(f"item at index {index}: kwargs are not a map with text keys")
+        if client_id is not None or seq is not None or ack_seq is not None:
+            problem = _session_problem(client_id, seq, ack_seq)
+            if problem is not None:
+                raise MalformedValue(f"item at index {index}: {problem}")
+        return CommandItem(name, args, kwargs, client_id, seq, ack_seq)
+    if kind == ITEM_LEADER_START and len(raw) == 2:
+        if not _replica_id(raw[1]):
+            raise MalformedValue(f"item at index {index}: replica id {raw[1]!r:.80} is not valid")
+        return LeaderStart(raw[1])
+    raise MalformedValue(f"item at index {index}: kind {kind} with {len(raw)} fields is unknown")
+
+
+def _decode_state_hash(raw: Any) -> StateHash | None:
+    if raw is None:
+        return None
+    if (
+        type(raw) is not list
+        or len(raw) != 2
+        or not _u63(raw[0])
+        or type(raw[1]) is not bytes
+        or not 1 <= len(raw[1]) <= limits.state_hash_bytes_max
+    ):
+        raise MalformedValue(f"state hash {raw!r:.80} is not [index, digest]")
+    return StateHash(raw[0], raw[1])
+
+
+# --- znode values -----------------------------------------------------------------------------
+
+
+def _dump_map(value: dict[str, Any]) -> bytes:
+    return cbor2.dumps({"v": FORMAT_VERSION, **value}, canonical=True)
+
+
+def _load_map(
+    data: bytes, what: str, checks: Mapping[str, Callable[[Any], bool]]
+) -> dict[str, Any]:
+    """The fields of a versioned znode map, each checked; the "v" key is removed."""
+    value = _load(data, what)
+    if type(value) is not dict:
+        raise MalformedValue(f"{what} is not a map")
+    version = value.pop("v", None)
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise MalformedValue(f"{what} has version {version!r:.40}, not {FORMAT_VERSION}")
+    if value.keys() != checks.keys():
+        raise MalformedValue(f"{what} has keys {sorted(map(str, value))}, not {sorted(checks)}")
+    for key, check in checks.items():
+        if not check(value[key]):
+            raise MalformedValue(f"{what} field {key} = {value[key]!r:.80} is not valid")
+    return value
+
+
+def encode_log(log: Log) -> bytes:
+    """The log znode value."""
+    check_invariants(log)
+    segments = [
+        [s.ledger_id, s.epoch, s.first_index, int(s.state), s.last_index] for s in log.segments
+    ]
+    return _dump_map({"epoch": log.epoch, "segments": segments})
+
+
+def decode_log(data: bytes) -> Log:
+    """The log a znode value holds, with every invariant of log_state checked."""
+    fields = _load_map(data, "log znode", {"epoch": _u63, "segments": _is_list})
+    segments: list[Segment] = []
+    for position, raw in enumerate(fields["segments"]):
+        if (
+            type(raw) is not list
+            or len(raw) != 5
+            or not all(type(v) is int for v in raw)
+            or raw[3] not in (SegmentState.OPEN, SegmentState.CLOSED)
+        ):
+            raise MalformedValue(f"log znode segment {position} = {raw!r:.80} is not valid")
+        ledger_id, epoch, first_index, state, last_index = raw
+        segments.append(Segment(ledger_id, epoch, first_index, SegmentState(state), last_index))
+    log = Log(fields["epoch"], tuple(segments))
+    problem = violation(log)
+    if problem is not None:
+        raise MalformedValue(f"log znode breaks an invariant: {problem}")
+    return log
+
+
+def encode_leader(leader: LeaderInfo) -> bytes:
+    assert _replica_id(leader.replica_id)
+    assert _address(leader.address)
+    assert _positive(leader.epoch)
+    return _dump_map(
+        {"replica_id": leader.replica_id, "address": leader.address, "epoch": leader.epoch}
+    )
+
+
+def decode_leader(data: bytes) -> LeaderInfo:
+    fields = _load_map(
+        data, "leader znode", {"replica_id": _replica_id, "address": _address, "epoch": _positive}
+    )
+    return LeaderInfo(fields["replica_id"], fields["address"], fields["epoch"])
+
+
+def encode_candidate(candidate: CandidateInfo) -> bytes:
+    assert _replica_id(candidate.replica_id)
+    assert _address(candidate.address)
+    return _dump_map({"replica_id": candidate.replica_id, "address": candidate.address})
+
+
+def decode_candidate(data: bytes) -> CandidateInfo:
+    fields = _load_map(data, "candidate znode", {"replica_id": _replica_id, "address": _address})
+    return CandidateInfo(fields["replica_id"], fields["address"])
+
+
+def encode_handoff(handoff: Handoff) -> bytes:
+    assert _replica_id(handoff.target)
+    assert _positive(handoff.epoch)
+    return _dump_map({"target": handoff.target, "epoch": handoff.epoch})
+
+
+def decode_handoff(data: bytes) -> Handoff:
+    fields = _load_map(data, "handoff znode", {"target": _replica_id, "epoch": _positive})
+    return Handoff(fields["target"], fields["epoch"])

@@ -1,0 +1,146 @@
+"""Every bound and default of the state-machine framework, in one place.
+
+Nothing else in `rsm/` writes a size, depth, count or duration as a literal:
+it names a constant here.  Names carry their unit and qualifier last (`*_ms`,
+`*_bytes_max`, `*_default`).  The relations between constants (and with the
+ledger layer's bounds in `bookie.limits`) are asserted at import, so an edit
+that breaks one fails at once instead of in production.
+
+`*_default` names are starting values an operator may change; `*_max` names
+without `_default` are hard bounds that protect memory and the formats.
+Settings that decide what a replica *applies* (session TTL, session bounds)
+must be equal on every replica of an application, or replicas diverge.
+"""
+
+from __future__ import annotations
+
+from bookie import limits as bookie_limits
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+# --- commands, requests and identifiers -------------------------------------------------------
+
+request_bytes_max = 1 * MiB
+"""Largest encoded command one client request may carry; larger is refused before logging."""
+
+command_name_chars_max = 128
+"""Longest command or query name (including an `@version` suffix)."""
+
+error_message_chars_max = 4096
+"""Longest error message recorded for a failed command; longer ones are cut deterministically."""
+
+client_id_bytes_max = 32
+"""Longest client id of a session (clients draw 16 random bytes)."""
+
+replica_id_chars_max = 128
+address_chars_max = 256
+"""Longest `host:port` a replica advertises."""
+
+state_hash_bytes_max = 64
+"""Longest state hash a log entry may carry (SHA-512 size)."""
+
+# --- leader batching (group commit) -----------------------------------------------------------
+
+batch_commands_max = 4096
+"""Commands (items) in one log entry."""
+
+batch_bytes_max = 2 * MiB
+"""Encoded items in one log entry; the batch header comes on top."""
+
+batch_header_bytes_max = 128
+"""Upper bound of a batch's fixed fields, array heads and state hash (see entry_format)."""
+
+pipeline_batches_max_default = 4
+"""Batches in flight below which the leader cuts a batch at once, however small.
+
+So a lone command is sent without waiting for a timer; once this many are in
+flight, commands queue and the next batch grows: batches adapt to the load."""
+
+outstanding_batches_max = 64
+"""Batches in flight, hard bound: full batches may pass the pipeline depth up to this."""
+
+pending_commands_max = 100_000
+"""Commands accepted by the leader and not yet cut into a batch; over it: Overloaded."""
+
+pending_command_bytes_max = 64 * MiB
+"""Bytes of commands accepted and not yet cut into a batch; over it: Overloaded."""
+
+# --- the log of segments ----------------------------------------------------------------------
+
+segment_entries_max_default = 100_000
+"""Rollover: a segment is closed and the next one started after this many entries."""
+
+segment_bytes_max_default = 1 * GiB
+"""Rollover: ... or after this many payload bytes."""
+
+segment_age_ms_max_default = 3_600_000
+"""Rollover: ... or when it has been open this long."""
+
+log_segments_max = 10_000
+"""Segments the log znode may list; truncation after snapshots keeps far fewer."""
+
+segment_encoded_bytes_max = 46
+"""Upper bound of one encoded segment: an array head and five CBOR uints of at most 9 bytes."""
+
+# --- sessions (exactly-once) ------------------------------------------------------------------
+
+session_ttl_ms_default = 600_000
+"""A session idle longer than this (by logged time) is dropped at apply."""
+
+sessions_max_default = 100_000
+"""Sessions kept; past it the least recently active one is evicted."""
+
+session_results_max_default = 1_024
+"""Results kept per session (those of seqs above its ack_seq); past it the oldest is dropped."""
+
+# --- reads ------------------------------------------------------------------------------------
+
+linearizable_read_waiters_max = 10_000
+"""Linearizable reads waiting for a barrier on one leader; over it: Overloaded."""
+
+index_waiters_max = 10_000
+"""read_your_writes reads waiting for an index to be applied on one replica; over it: Overloaded."""
+
+# --- election ---------------------------------------------------------------------------------
+
+candidate_lag_entries_max = 1_000
+"""A replica stands for election only when at most this many entries behind the log's end."""
+
+# --- client -----------------------------------------------------------------------------------
+
+client_outstanding_commands_max_default = 1_000
+"""Commands one client session has sent and not yet had answered; `call` waits past it."""
+
+client_attempt_timeout_ms_default = 5_000
+"""One attempt (one request to one replica) gives up after this long."""
+
+client_deadline_ms_default = 30_000
+"""A call (all its attempts together) gives up after this long with Timeout."""
+
+client_backoff_ms_initial = 10
+"""First pause between attempts; it doubles each retry up to `client_backoff_ms_max`."""
+
+client_backoff_ms_max = 1_000
+
+client_attempts_max_default = 100
+"""Attempts of one call before it gives up, whatever the deadline."""
+
+# --- relations --------------------------------------------------------------------------------
+
+assert request_bytes_max <= batch_bytes_max
+assert batch_bytes_max + batch_header_bytes_max <= bookie_limits.entry_payload_bytes_max
+assert batch_commands_max <= pending_commands_max
+assert batch_bytes_max <= pending_command_bytes_max
+assert 1 <= pipeline_batches_max_default <= outstanding_batches_max
+assert outstanding_batches_max <= bookie_limits.outstanding_adds_max_default
+assert log_segments_max * segment_encoded_bytes_max + 64 <= bookie_limits.metadata_value_bytes_max
+# Exactly-once holds only while the table keeps the result of every seq a
+# client may still retry, and while a client gives up on a call before its
+# session can expire.
+assert client_outstanding_commands_max_default <= session_results_max_default
+assert client_deadline_ms_default < session_ttl_ms_default
+assert client_attempt_timeout_ms_default <= client_deadline_ms_default
+assert 0 < client_backoff_ms_initial <= client_backoff_ms_max
+assert candidate_lag_entries_max > 0

@@ -1,0 +1,317 @@
+"""The application's side of the framework: `StateMachine`, `@command`, `@query`, `Context`.
+
+An application subclasses `StateMachine`, keeps its state in ordinary public
+attributes, and marks methods::
+
+    class Counter(StateMachine):
+        def __init__(self) -> None:
+            self.value = 0
+
+        @command
+        def add(self, amount: int = 1) -> int:
+            self.value += amount
+            return self.value
+
+        @query
+        def get(self) -> int:
+            return self.value
+
+`@command` methods change state.  Every replica runs each logged command, in
+log order, once; so a command must be deterministic: the same state and
+arguments give the same state change and result.  Whatever varies between
+machines comes from `self.context` instead: `index` (the command's position
+in the log), `time_ms` (the leader's clock when it logged the command, never
+decreasing) and `random` (a `random.Random` seeded from the logged seed and
+the index).  `self.context` exists only while a command is being applied.
+A command that raises is not an accident but a result: the error (type name
+and message) is recorded, identically on every replica, and returned to the
+caller; state changes made before the raise stay, so validate first.
+
+`@query` methods only read state, on one replica, outside the log; they must
+not change state (nothing enforces it, but a change would exist on one
+replica only) and have no context.
+
+`@command(name=..., version=...)` gives a command a stable logged name (so a
+method can be renamed) and a version: `version=2` logs as `"name@2"`, so old
+log entries keep replaying through the version-1 method while new calls go to
+the newest version.  Arguments are bound against the method's signature before
+a command is logged, so a bad call fails at once with `BadArguments` or
+`UnknownCommand` instead of being logged and failing on every replica.
+
+The registry is built once, when the subclass is created (`__init_subclass__`);
+declaring the same name twice, a command and a query of the same name, or an
+`async` method raises `BadStateMachine` right there.
+
+Invariants: a class's registry never changes after creation; every logged key
+maps to exactly one method; `self.context` is set only for the duration of one
+command's apply (by `rsm.core.commands`) and the instance's attributes are the
+application's state alone outside it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final, TypeVar, overload
+
+from rsm import limits
+from rsm.errors import BadArguments, BadStateMachine, ContextUnavailable, UnknownCommand
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_DECLARATION: Final = "__rsm_declaration__"
+"""Attribute the decorators set on a method; read once, at class creation."""
+
+COMMAND: Final = "command"
+QUERY: Final = "query"
+
+
+class Context:
+    """What a command may know about its own application: where and when it was logged.
+
+    The same on every replica for the same log entry, so using it keeps apply
+    deterministic.  `random` is created on first use (most commands never
+    need it) from `seed` and `index`, so two commands of one batch draw
+    different numbers.
+    """
+
+    __slots__ = ("_index", "_time_ms", "_epoch", "_seed", "_random")
+
+    def __init__(self, index: int, time_ms: int, epoch: int, seed: int) -> None:
+        assert index >= 1
+        self._index = index
+        self._time_ms = time_ms
+        self._epoch = epoch
+        self._seed = seed
+        self._random: random.Random | None = None
+
+    @property
+    def index(self) -> int:
+        """The command's position in the log (dense, 1-based)."""
+        return self._index
+
+    @property
+    def time_ms(self) -> int:
+        """The leader's clock (ms since the Unix epoch) when it logged the batch."""
+        return self._time_ms
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the leader that logged the command (a fencing token for side effects)."""
+        return self._epoch
+
+    @property
+    def random(self) -> random.Random:
+        """A generator seeded from the batch seed and the index: same draws on every replica."""
+        if self._random is None:
+            self._random = random.Random((self._seed << 64) | self._index)
+        return self._random
+
+
+@dataclass(frozen=True, slots=True)
+class _Declaration:
+    kind: str
+    name: str | None
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One registered command or query of a StateMachine class."""
+
+    kind: str
+    name: str
+    version: int
+    key: str
+    """What the log carries: `name` for version 1, else `name@version`."""
+    function: Callable[..., Any]
+    signature: inspect.Signature
+    """The method's signature without `self`."""
+    positional_min: int
+    positional_max: int | None
+    """None when the method takes `*args`."""
+    plain: bool
+    """No keyword-only parameter lacks a default: positional calls can skip `bind`."""
+
+    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Raise `BadArguments` unless `args`/`kwargs` bind to the method's parameters."""
+        count = len(args)
+        if (
+            not kwargs
+            and self.plain
+            and count >= self.positional_min
+            and (self.positional_max is None or count <= self.positional_max)
+        ):
+            return
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise BadArguments(f"{self.kind} {self.name!r}: {error}") from None
+
+
+@overload
+def command(function: F, /) -> F: ...
+
+
+@overload
+def command(*, name: str | None = None, version: int = 1) -> Callable[[F], F]: ...
+
+
+def command(
+    function: F | None = None, /, *, name: str | None = None, version: int = 1
+) -> F | Callable[[F], F]:
+    """Mark a method as a replicated command: `@command` or `@command(name=..., version=...)`."""
+    declaration = _declare(COMMAND, name, version)
+    if function is not None:
+        return _marked(function, declaration)
+    return lambda f: _marked(f, declaration)
+
+
+@overload
+def query(function: F, /) -> F: ...
+
+
+@overload
+def query(*, name: str | None = None) -> Callable[[F], F]: ...
+
+
+def query(function: F | None = None, /, *, name: str | None = None) -> F | Callable[[F], F]:
+    """Mark a method as a read-only query: `@query` or `@query(name=...)`."""
+    declaration = _declare(QUERY, name, 1)
+    if function is not None:
+        return _marked(function, declaration)
+    return lambda f: _marked(f, declaration)
+
+
+def _declare(kind: str, name: str | None, version: int) -> _Declaration:
+    if name is not None and (not isinstance(name, str) or not name or "@" in name):
+        raise BadStateMachine(f"{kind} name {name!r} must be non-empty text without '@'")
+    if type(version) is not int or version < 1:
+        raise BadStateMachine(f"{kind} version {version!r} must be an int >= 1")
+    return _Declaration(kind, name, version)
+
+
+def _marked(function: F, declaration: _Declaration) -> F:
+    if not inspect.isfunction(function):
+        raise BadStateMachine(f"@{declaration.kind} decorates plain methods, not {function!r}")
+    if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+        raise BadStateMachine(
+            f"@{declaration.kind} {function.__qualname__} is async: apply is synchronous"
+        )
+    setattr(function, _DECLARATION, declaration)
+    return function
+
+
+def _operation(
+    attribute: str, function: Callable[..., Any], declaration: _Declaration
+) -> Operation:
+    name = declaration.name or attribute
+    key = name if declaration.version == 1 else f"{name}@{declaration.version}"
+    if len(key) > limits.command_name_chars_max:
+        raise BadStateMachine(f"{key!r} is longer than {limits.command_name_chars_max} characters")
+    parameters = list(inspect.signature(function).parameters.values())
+    if not parameters or parameters[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise BadStateMachine(f"{function.__qualname__} must take `self` first")
+    parameters = parameters[1:]
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    variadic = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
+    return Operation(
+        kind=declaration.kind,
+        name=name,
+        version=declaration.version,
+        key=key,
+        function=function,
+        signature=inspect.Signature(parameters),
+        positional_min=sum(1 for p in positional if p.default is inspect.Parameter.empty),
+        positional_max=None if variadic else len(positional),
+        plain=not any(
+            p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty
+            for p in parameters
+        ),
+    )
+
+
+class StateMachine:
+    """Base class of every replicated state machine (see the module docstring).
+
+    State is the instance's public attributes.  Names starting with `_rsm_`
+    belong to the framework.
+    """
+
+    _rsm_commands: ClassVar[dict[str, Operation]] = {}
+    """Commands by logged key (`name` or `name@version`): what apply looks up."""
+    _rsm_newest_commands: ClassVar[dict[str, Operation]] = {}
+    """Commands by name, newest version only: what new calls are logged as."""
+    _rsm_queries: ClassVar[dict[str, Operation]] = {}
+    _rsm_context: Context | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        members: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            members.update(vars(klass))
+        commands: dict[str, Operation] = {}
+        newest: dict[str, Operation] = {}
+        queries: dict[str, Operation] = {}
+        for attribute, value in members.items():
+            declaration = getattr(value, _DECLARATION, None) if inspect.isfunction(value) else None
+            if not isinstance(declaration, _Declaration):
+                continue
+            operation = _operation(attribute, value, declaration)
+            table = commands if operation.kind == COMMAND else queries
+            if operation.key in table:
+                raise BadStateMachine(
+                    f"{cls.__qualname__} declares {operation.kind} {operation.key!r} twice"
+                )
+            table[operation.key] = operation
+            if operation.kind == COMMAND:
+                current = newest.get(operation.name)
+                if current is None or current.version < operation.version:
+                    newest[operation.name] = operation
+        clashes = newest.keys() & queries.keys()
+        if clashes:
+            raise BadStateMachine(
+                f"{cls.__qualname__} uses {sorted(clashes)} as both command and query names"
+            )
+        cls._rsm_commands = commands
+        cls._rsm_newest_commands = newest
+        cls._rsm_queries = queries
+
+    @property
+    def context(self) -> Context:
+        """Where and when the command being applied was logged; only inside a command."""
+        context = self._rsm_context
+        if context is None:
+            raise ContextUnavailable(
+                "context exists only while a command is applied (not in queries or __init__)"
+            )
+        return context
+
+
+def resolve_command(machine_class: type[StateMachine], name: str) -> Operation:
+    """The newest version of command `name` (what a new call is logged as)."""
+    operation = machine_class._rsm_newest_commands.get(name)
+    if operation is None:
+        raise UnknownCommand(f"{machine_class.__qualname__} has no command {name!r}")
+    return operation
+
+
+def command_for_key(machine_class: type[StateMachine], key: str) -> Operation | None:
+    """The command a logged key names (any version), or None."""
+    return machine_class._rsm_commands.get(key)
+
+
+def resolve_query(machine_class: type[StateMachine], name: str) -> Operation:
+    operation = machine_class._rsm_queries.get(name)
+    if operation is None:
+        raise UnknownCommand(f"{machine_class.__qualname__} has no query {name!r}")
+    return operation

@@ -1,0 +1,196 @@
+"""Adaptive group commit: lone commands go at once, batches grow under load, nothing lost."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rsm.core.batching import Batcher, OutgoingBatch
+from rsm.core.entry_format import CommandItem, decode_batch, encode_command
+from rsm.errors import BadRequest, Overloaded
+
+
+def item(number: int, size_bytes: int = 0) -> bytes:
+    return encode_command("op", [number, b"x" * size_bytes])
+
+
+def drain(
+    batcher: Batcher[int], now_ms: int = 0, barrier: bool = False
+) -> list[OutgoingBatch[int]]:
+    rng = random.Random(0)
+    cut: list[OutgoingBatch[int]] = []
+    while (batch := batcher.cut(now_ms, rng, barrier=barrier and not cut)) is not None:
+        cut.append(batch)
+    return cut
+
+
+def test_a_lone_command_is_cut_at_once() -> None:
+    batcher: Batcher[int] = Batcher(epoch=4, next_index=17)
+    assert drain(batcher) == []
+    batcher.submit(item(1), 1)
+    [batch] = drain(batcher, now_ms=1234)
+    assert batch.tickets == (1,)
+    assert batch.first_index == 17
+    decoded = decode_batch(batch.payload)
+    assert (decoded.epoch, decoded.first_index, decoded.timestamp_ms) == (4, 17, 1234)
+    assert decoded.items == (CommandItem("op", [1, b""], {}),)
+    assert batcher.next_index == 18
+
+
+def test_batches_grow_while_the_pipeline_is_full() -> None:
+    batcher: Batcher[int] = Batcher(epoch=1, next_index=1, pipeline_batches_max=2)
+    for number in range(2):
+        batcher.submit(item(number), number)
+        assert len(drain(batcher)) == 1
+    for number in range(2, 52):
+        batcher.submit(item(number), number)
+    assert drain(batcher) == []
+    assert batcher.pending_count == 50
+    first = batcher.acknowledged(0)
+    assert first.tickets == (0,)
+    [grown] = drain(batcher)
+    assert grown.tickets == tuple(range(2, 52))
+    assert grown.first_index == 3
+
+
+def test_full_batches_pass_the_pipeline_depth_up_to_the_hard_bound() -> None:
+    batcher: Batcher[int] = Batcher(
+        epoch=1,
+        next_index=1,
+        pipeline_batches_max=1,
+        outstanding_batches_max=3,
+        batch_commands_max=10,
+    )
+    batcher.submit(item(0), 0)
+    assert len(drain(batcher)) == 1
+    for number in range(1, 26):
+        batcher.submit(item(number), number)
+    cut = drain(batcher)
+    assert [len(batch.tickets) for batch in cut] == [10, 10]
+    assert batcher.outstanding_count == 3
+    assert batcher.pending_count == 5
+
+
+def test_batches_respect_the_byte_bound() -> None:
+    size = len(item(0, 30))
+    batcher: Batcher[int] = Batcher(
+        epoch=1, next_index=1, pipeline_batches_max=8, outstanding_batches_max=8,
+        batch_bytes_max=2 * size + 1,
+    )  # fmt: skip
+    for number in range(5):
+        batcher.submit(item(number, 30), number)
+    assert [len(batch.tickets) for batch in drain(batcher)] == [2, 2, 1]
+
+
+def test_bounds_refuse_rather_than_grow() -> None:
+    batcher: Batcher[int] = Batcher(
+        epoch=1, next_index=1, batch_commands_max=2, batch_bytes_max=100,
+        pending_commands_max=2, pending_bytes_max=1000,
+    )  # fmt: skip
+    with pytest.raises(BadRequest):
+        batcher.submit(b"x" * 101, 0)
+    batcher.submit(item(1), 1)
+    batcher.submit(item(2), 2)
+    with pytest.raises(Overloaded):
+        batcher.submit(item(3), 3)
+    assert batcher.pending_count == 2
+
+
+def test_a_barrier_is_cut_only_when_nothing_is_queued() -> None:
+    batcher: Batcher[int] = Batcher(epoch=1, next_index=9)
+    [barrier] = drain(batcher, barrier=True)
+    assert barrier.is_barrier
+    assert barrier.first_index == barrier.next_index == 9
+    assert decode_batch(barrier.payload).is_barrier
+    batcher.submit(item(1), 1)
+    [write] = drain(batcher, barrier=True)
+    assert write.tickets == (1,)
+    assert write.sequence == barrier.sequence + 1
+
+
+def test_timestamps_never_decrease() -> None:
+    batcher: Batcher[int] = Batcher(epoch=1, next_index=1, timestamp_ms=500)
+    stamps = []
+    for number, now_ms in enumerate([100, 700, 600, 900]):
+        batcher.submit(item(number), number)
+        [batch] = drain(batcher, now_ms=now_ms)
+        batcher.acknowledged(batch.sequence)
+        stamps.append(decode_batch(batch.payload).timestamp_ms)
+    assert stamps == [500, 700, 700, 900]
+
+
+def test_abandon_separates_unsent_from_in_flight() -> None:
+    batcher: Batcher[int] = Batcher(epoch=1, next_index=1, pipeline_batches_max=1)
+    batcher.submit(item(1), 1)
+    drain(batcher)
+    batcher.submit(item(2), 2)
+    assert batcher.abandon() == ([2], [1])
+    assert (batcher.pending_count, batcher.outstanding_count) == (0, 0)
+
+
+@settings(max_examples=120)
+@given(st.data())
+def test_every_command_is_sent_once_in_order_with_dense_indexes(data: Any) -> None:
+    pipeline_max = data.draw(st.integers(1, 4))
+    batcher: Batcher[int] = Batcher(
+        epoch=2,
+        next_index=data.draw(st.integers(1, 1000)),
+        pipeline_batches_max=pipeline_max,
+        outstanding_batches_max=pipeline_max + data.draw(st.integers(0, 3)),
+        batch_commands_max=data.draw(st.integers(1, 8)),
+        batch_bytes_max=data.draw(st.integers(200, 400)),
+    )
+    rng = random.Random(data.draw(st.integers(0, 2**32)))
+    submitted: list[int] = []
+    sent: list[OutgoingBatch[int]] = []
+    acked = 0
+    now_ms = 0
+    expected_index = batcher.next_index
+    for _ in range(data.draw(st.integers(1, 40))):
+        action = data.draw(st.sampled_from(["submit", "cut", "ack"]))
+        now_ms += data.draw(st.integers(-5, 10))
+        if action == "submit":
+            for _ in range(data.draw(st.integers(1, 5))):
+                number = len(submitted)
+                batcher.submit(item(number, data.draw(st.integers(0, 40))), number)
+                submitted.append(number)
+        elif action == "cut":
+            barrier = data.draw(st.booleans())
+            had_room = batcher.outstanding_count < pipeline_max
+            had_work = batcher.pending_count > 0 or barrier
+            batch = batcher.cut(now_ms, rng, barrier=barrier)
+            # Nothing ever waits for a timer: room and work mean a batch now.
+            if had_room and had_work:
+                assert batch is not None
+            if not had_work:
+                assert batch is None
+            if batch is not None:
+                assert batch.first_index == expected_index
+                expected_index = batch.next_index
+                decoded = decode_batch(batch.payload)
+                assert [i.args[0] for i in decoded.items] == list(batch.tickets)  # type: ignore[union-attr]
+                assert decoded.first_index == batch.first_index
+                if sent:
+                    assert decoded.timestamp_ms >= decode_batch(sent[-1].payload).timestamp_ms
+                sent.append(batch)
+        elif batcher.outstanding_count:
+            batch = batcher.acknowledged(sent[acked].sequence)
+            assert batch is sent[acked]
+            acked += 1
+        assert batcher.outstanding_count == len(sent) - acked
+    while batcher.outstanding_count or batcher.pending_count:
+        if batcher.outstanding_count:
+            batcher.acknowledged(sent[acked].sequence)
+            acked += 1
+        batch = batcher.cut(now_ms, rng)
+        if batch is not None:
+            assert batch.first_index == expected_index
+            expected_index = batch.next_index
+            sent.append(batch)
+    delivered = [ticket for batch in sent for ticket in batch.tickets]
+    assert delivered == submitted
+    assert [batch.sequence for batch in sent] == list(range(len(sent)))
