@@ -184,6 +184,18 @@ class DiskFull(StorageError):
     retryable = True
 
 
+class StorageIOError(StorageError):
+    """A write or fsync of the bookie's files failed for another reason than a full disk (EIO)."""
+
+
+class StorageBusy(TooManyRequests):
+    """The journal holds too many bytes not yet on disk; the mutation was refused, not applied.
+
+    Back-pressure rather than failure: the server answers ETOOMANYREQUESTS and
+    the client retries once the disk has caught up.
+    """
+
+
 # --- metadata store ---------------------------------------------------------------------------
 
 
@@ -223,6 +235,10 @@ class SessionExpired(MetadataError):
 
 class BadMetadata(MetadataError):
     """A metadata value could not be decoded (wrong format or version)."""
+
+
+class MetadataValueTooLarge(MetadataError):
+    """A value is larger than `limits.metadata_value_bytes_max`; nothing was written."""
 
 
 # --- ledger client ----------------------------------------------------------------------------
@@ -295,3 +311,14 @@ class RecoveryFailed(ClientError):
 
 class InvalidLedgerConfig(ClientError):
     """Ensemble / write quorum / ack quorum or another create option is not acceptable."""
+
+
+class UnexpectedMetadataChange(ClientError):
+    """The ledger's metadata changed under an operation in a way it cannot reconcile
+    (another client changed the ensembles); the operation must start over from a fresh read."""
+
+    retryable = True
+
+
+class TooManyEnsembleChanges(ClientError):
+    """A write handle replaced bookies `ensemble_changes_max` times; it gives up writing."""

@@ -36,6 +36,10 @@ socket_receive_bytes = 256 * KiB
 socket_send_coalesce_bytes_max = 1 * MiB
 """Responses queued for one connection are sent in one `send` up to this many bytes."""
 
+socket_send_timeout_ms = 30_000
+"""A `send` that cannot hand its bytes to the kernel within this fails the connection
+(the peer stopped reading)."""
+
 # --- bookie server ----------------------------------------------------------------------------
 
 port_default = 3181
@@ -92,6 +96,12 @@ entry_log_size_bytes_max_default = 128 * MiB
 entry_log_write_buffer_bytes = 1 * MiB
 """Entry-log appends are buffered in memory and written in chunks of about this size."""
 
+entry_log_unwritten_bytes_max = 64 * MiB
+"""Entry-log bytes appended and not yet written to their file; over it mutations get StorageBusy."""
+
+entry_log_open_files_max = 64
+"""Entry-log files a bookie keeps open for reading at once (least recently used are closed)."""
+
 checkpoint_interval_ms_default = 10_000
 """How often ledger storage is flushed and the journal mark advanced."""
 
@@ -129,6 +139,25 @@ metadata_cas_attempts_max = 100
 metadata_value_bytes_max = 1 * MiB
 """ZooKeeper's default jute.maxbuffer: no znode value may be larger."""
 
+ledger_id_max = (1 << 63) - 1
+"""Largest ledger id: ids are signed 64-bit on the wire and in entry packets."""
+
+metadata_session_events_buffered_max = 16
+"""Session transitions buffered per `session_events()` reader; past it they are coalesced."""
+
+metadata_operations_inflight_max = 1_000
+"""ZooKeeper requests one store has sent and not yet seen answered; more wait for a slot."""
+
+zk_reconnect_delay_ms_min = 50
+"""First pause before kazoo tries to reconnect to ZooKeeper; doubles per failed attempt."""
+
+zk_reconnect_delay_ms_max = 1_000
+"""Longest pause between reconnect attempts, so a ZooKeeper outage ends without a long wait."""
+
+bookie_registration_stale_wait_ms_default = 2 * zk_session_timeout_ms_default
+"""How long a starting bookie waits for the registration znode of its previous, dead
+session to expire before giving up."""
+
 # --- ledger client ----------------------------------------------------------------------------
 
 ensemble_size_max = 32
@@ -156,11 +185,21 @@ ensemble_changes_max_default = 1_000
 recovery_read_batch_max = 64
 """Entries a recovery reads (with fencing) ahead of its recovery adds."""
 
+long_poll_timeout_ms_default = 10_000
+"""How long a tailing reader asks a bookie to park its long-poll READ for the next entry."""
+
+tail_retry_delay_ms_default = 200
+"""A tailing reader that got no usable answer from a whole write set waits this long
+before it polls again, so a ledger no bookie knows yet is not polled in a busy loop."""
+
 read_batch_entries_max = 1_000
 """Entries one `read(first, last)` requests at once from bookies."""
 
 bookie_connection_inflight_max = 20_000
 """Requests in flight on one client-to-bookie connection."""
+
+request_timeout_sweep_interval_ms = 50
+"""How often a client connection looks for requests past their deadline."""
 
 # --- relations --------------------------------------------------------------------------------
 
@@ -170,7 +209,10 @@ assert pending_requests_per_connection_max <= pending_requests_total_max
 assert journal_group_bytes_default <= journal_buffer_bytes_max
 assert frame_size_bytes_max <= journal_buffer_bytes_max
 assert frame_size_bytes_max <= entry_log_size_bytes_max_default
+assert entry_log_write_buffer_bytes + frame_size_bytes_max <= entry_log_unwritten_bytes_max
 assert 0.0 < disk_usage_low_water_mark_default < disk_usage_threshold_default < 1.0
 assert speculative_read_timeout_ms_default < read_timeout_ms_default
+assert 0 < zk_reconnect_delay_ms_min <= zk_reconnect_delay_ms_max < zk_session_timeout_ms_default
 assert outstanding_adds_max_default <= bookie_connection_inflight_max
 assert long_poll_waiters_max <= pending_requests_total_max
+assert long_poll_timeout_ms_default <= long_poll_timeout_ms_max

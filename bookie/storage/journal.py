@@ -1,0 +1,456 @@
+"""The journal: the bookie's write-ahead log and its durability point.
+
+Every mutation is appended, encoded (bookie/storage/format.py), to an
+in-memory buffer on the event loop and gets a *ticket*.  One background task,
+`Journal.run`, owns all journal I/O: it takes the whole buffer as one *group*,
+writes it with one `os.write` and makes it durable with one `os.fdatasync`,
+both in a worker thread so the loop keeps serving while the disk works, and
+then, back on the loop, advances `synced_ticket` to the group's last ticket
+and calls the sync listeners.  While one group is being synced the next one
+fills, so groups grow with the load by themselves.
+
+Group rules (BookKeeper's): a group is written as soon as the task finds the
+buffer non-empty when `flush_when_queue_empty` is on (the default); otherwise
+when `group_bytes` are buffered or the group has been filling for
+`group_wait_ms`, whichever comes first.  "Filling since" is the later of the
+previous group's write and the task waking up for the group's first record,
+which is within one loop iteration of that record's arrival.
+
+Invariants:
+
+* Tickets are issued in journal order, so when a group is durable every
+  smaller ticket is too; `synced_ticket` only grows.
+* Only the `run` task writes journal files, and one group at a time.
+* A failed write or fsync stops the journal for good (`fail`): `failure` is
+  set, listeners are called once, later appends raise the failure.  What a
+  failed group left on disk is a torn tail for the next start to truncate.
+* The buffer is bounded: past `buffer_bytes_max` an append raises
+  `StorageBusy` and changes nothing; the in-flight group is at most as large,
+  so the journal holds at most twice the bound in memory.
+* A new file is started on every open and when the current one reaches its
+  size limit; a file's header is durable (file and directory fsynced) before
+  any record is written to it.  Hence every file except the newest ends on a
+  record boundary, and only the newest may have a torn tail.
+
+Replay (`scan_journal`, `truncate_junk_tails`, `replay_journal`) reads the files
+after the checkpoint mark.  A record that is not valid ends the file's valid
+part; if a valid record can still be found after it in the same file, the
+damage is *before* the tail and `JournalCorrupt` is raised, naming the file
+and offset; otherwise it is a torn or junk tail of the newest file, which is
+truncated with a warning.  Scanning happens in full before anything is
+changed, so an open that fails on corruption leaves the files as they were.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from bookie import limits
+from bookie.errors import JournalCorrupt, StorageBusy, StorageError
+from bookie.storage.failures import storage_error
+from bookie.storage.format import (
+    FILE_HEADER_BYTES,
+    JOURNAL_MAGIC,
+    JournalKind,
+    append_journal_record,
+    decode_file_header,
+    encode_file_header,
+    find_journal_record,
+    iter_journal_records,
+)
+
+logger = logging.getLogger(__name__)
+
+_FILE_NAME = re.compile(r"^([0-9a-f]{16})\.journal$")
+_NEVER = math.inf
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class JournalMark:
+    """A position in the journal: replay starts at `offset` of file `file_id`."""
+
+    file_id: int
+    offset: int
+
+
+def journal_file_path(journal_dir: Path, file_id: int) -> Path:
+    return journal_dir / f"{file_id:016x}.journal"
+
+
+def journal_files(journal_dir: Path) -> list[tuple[int, Path]]:
+    """Every journal file of the directory as (file id, path), ascending."""
+    files = []
+    for path in journal_dir.iterdir():
+        match = _FILE_NAME.match(path.name)
+        if match is not None:
+            files.append((int(match.group(1), 16), path))
+    return sorted(files)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a file creation, rename or removal in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- replay -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JournalFileScan:
+    """What replay found in one journal file at or after the mark."""
+
+    path: Path
+    file_id: int
+    start: int
+    """Offset where replay begins (the mark's offset in the mark's file)."""
+    valid_end: int
+    """End of the last valid record; 0 when the file has no valid header."""
+    size_bytes: int
+
+
+def scan_journal(journal_dir: Path, mark: JournalMark) -> list[JournalFileScan]:
+    """Check every file from the mark on, changing nothing; raise `JournalCorrupt`
+    on damage before a tail (see the module docstring for the rules)."""
+    files = [
+        (file_id, path) for file_id, path in journal_files(journal_dir) if file_id >= mark.file_id
+    ]
+    scans = []
+    for position, (file_id, path) in enumerate(files):
+        newest = position == len(files) - 1
+        data = memoryview(path.read_bytes())
+        header_file_id = decode_file_header(JOURNAL_MAGIC, data)
+        if header_file_id is None and newest and find_journal_record(data, 0) is None:
+            # Created but its header never reached the disk: nothing was written to it.
+            scans.append(JournalFileScan(path, file_id, 0, 0, len(data)))
+            continue
+        if header_file_id != file_id:
+            raise JournalCorrupt(f"{path}: bad journal header at offset 0")
+        start = FILE_HEADER_BYTES
+        if file_id == mark.file_id:
+            start = min(max(start, mark.offset), len(data))
+        valid_end = start
+        for record in iter_journal_records(data, start):
+            valid_end = record.end
+        if valid_end < len(data):
+            later = find_journal_record(data, valid_end + 1)
+            if later is not None:
+                raise JournalCorrupt(
+                    f"{path}: damaged record at offset {valid_end} before valid data"
+                    f" at offset {later}"
+                )
+            if not newest:
+                raise JournalCorrupt(
+                    f"{path}: damaged record at offset {valid_end} in a journal file"
+                    " that a newer file follows (only the newest file may end torn)"
+                )
+        scans.append(JournalFileScan(path, file_id, start, valid_end, len(data)))
+    return scans
+
+
+def truncate_junk_tails(journal_dir: Path, scans: list[JournalFileScan]) -> None:
+    """Cut the torn or junk tail found by `scan_journal` (only the newest file has one)."""
+    for scan in scans:
+        if scan.valid_end == scan.size_bytes:
+            continue
+        if scan.valid_end == 0:
+            logger.warning("removing journal file %s: its header never reached the disk", scan.path)
+            scan.path.unlink()
+            fsync_directory(journal_dir)
+            continue
+        logger.warning(
+            "truncating journal file %s from %d to %d bytes: torn or junk tail",
+            scan.path,
+            scan.size_bytes,
+            scan.valid_end,
+        )
+        fd = os.open(scan.path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, scan.valid_end)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def replay_journal(
+    scans: list[JournalFileScan], apply: Callable[[JournalKind, int, int, bytes], None]
+) -> int:
+    """Call `apply(kind, ledger_id, argument, payload)` for every valid record after
+    the mark, in journal order; returns how many records were applied."""
+    applied = 0
+    for scan in scans:
+        if scan.valid_end <= scan.start:
+            continue
+        data = memoryview(scan.path.read_bytes())[: scan.valid_end]
+        for record in iter_journal_records(data, scan.start):
+            apply(record.kind, record.ledger_id, record.argument, bytes(record.payload))
+            applied += 1
+    return applied
+
+
+def delete_journal_files_before(journal_dir: Path, file_id: int, kept: int) -> list[Path]:
+    """Remove journal files wholly before file `file_id`, except the newest `kept` of them."""
+    assert kept >= 0
+    older = [path for other_id, path in journal_files(journal_dir) if other_id < file_id]
+    doomed = older[: max(0, len(older) - kept)]
+    for path in doomed:
+        path.unlink()
+    if doomed:
+        fsync_directory(journal_dir)
+    return doomed
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+class JournalWriter:
+    """Blocking writes of journal files; used by one worker thread at a time."""
+
+    def __init__(self, journal_dir: Path, file_id: int, file_size_bytes_max: int) -> None:
+        assert file_size_bytes_max > FILE_HEADER_BYTES
+        self._journal_dir = journal_dir
+        self._file_size_bytes_max = file_size_bytes_max
+        self._fd = -1
+        self.file_id = file_id
+        self.end = 0
+
+    def create(self) -> JournalMark:
+        """Start file `file_id`: header written and durable, file and directory fsynced."""
+        assert self._fd < 0
+        path = journal_file_path(self._journal_dir, self.file_id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            _write_all(fd, encode_file_header(JOURNAL_MAGIC, self.file_id))
+            os.fdatasync(fd)
+            fsync_directory(self._journal_dir)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self.end = FILE_HEADER_BYTES
+        return JournalMark(self.file_id, self.end)
+
+    def write_group(self, group: bytearray) -> JournalMark:
+        """Append one group and make it durable; returns the position after it."""
+        assert self._fd >= 0
+        assert group
+        if self.end >= self._file_size_bytes_max:
+            os.close(self._fd)
+            self._fd = -1
+            self.file_id += 1
+            self.create()
+        _write_all(self._fd, group)
+        os.fdatasync(self._fd)
+        self.end += len(group)
+        return JournalMark(self.file_id, self.end)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _write_all(fd: int, data: bytes | bytearray) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+# --- group commit -----------------------------------------------------------------------------
+
+
+class Journal:
+    """Tickets, the group-commit buffer and task, sync listeners and the failure state."""
+
+    def __init__(
+        self,
+        writer: JournalWriter,
+        *,
+        group_wait_ms: int,
+        group_bytes: int,
+        flush_when_queue_empty: bool,
+        buffer_bytes_max: int,
+    ) -> None:
+        assert group_wait_ms >= 0
+        assert 0 < group_bytes <= buffer_bytes_max
+        self._writer = writer
+        self._group_wait_s = group_wait_ms / 1000
+        self._group_bytes = group_bytes
+        self._flush_when_queue_empty = flush_when_queue_empty
+        self._buffer_bytes_max = buffer_bytes_max
+        self._buffer = bytearray()
+        self._inflight_bytes = 0
+        self._position = JournalMark(writer.file_id, writer.end)
+        self._ticket = 0
+        self._synced_ticket = 0
+        self._listeners: list[Callable[[int], None]] = []
+        self._failure: StorageError | None = None
+        self._wakeup = anyio.Event()
+        self._wake_bytes: float = _NEVER
+        """`append` wakes the task once the buffer holds this many bytes."""
+        self._group_started_s = 0.0
+        self._closing = False
+        self._running = False
+        self._stopped = anyio.Event()
+
+    # --- loop side ----------------------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Raise what `append` would raise now; lets callers refuse before changing state."""
+        if self._failure is not None:
+            raise self._failure
+        if len(self._buffer) > self._buffer_bytes_max:
+            raise StorageBusy(
+                f"journal holds {len(self._buffer)} bytes not yet written"
+                f" (bound {self._buffer_bytes_max})"
+            )
+
+    def append(self, kind: JournalKind, ledger_id: int, argument: int, payload: bytes) -> int:
+        """Buffer one record; returns its ticket.  Call `check_writable` first."""
+        assert self._failure is None
+        assert not self._closing, "the storage is closed"
+        # Replay treats a longer record as junk: the wire layer bounds every payload.
+        assert len(payload) <= limits.frame_size_bytes_max
+        buffer = self._buffer
+        append_journal_record(buffer, kind, ledger_id, argument, payload)
+        self._ticket += 1
+        if len(buffer) >= self._wake_bytes:
+            self._wake_bytes = _NEVER
+            self._wakeup.set()
+        return self._ticket
+
+    @property
+    def ticket(self) -> int:
+        """The last ticket issued."""
+        return self._ticket
+
+    @property
+    def synced_ticket(self) -> int:
+        return self._synced_ticket
+
+    @property
+    def failure(self) -> StorageError | None:
+        return self._failure
+
+    def add_sync_listener(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def mark(self) -> JournalMark:
+        """The position after every record appended so far.
+
+        Conservative while a group is in flight: if that group starts a new
+        file, the mark points past the end of the old file, and replay then
+        simply reads the whole new file (replay is idempotent).
+        """
+        return JournalMark(
+            self._position.file_id,
+            self._position.offset + self._inflight_bytes + len(self._buffer),
+        )
+
+    def fail(self, failure: StorageError) -> None:
+        """Stop for good (see the module docstring); the first failure wins."""
+        if self._failure is not None:
+            return
+        logger.error("storage stopped: %s", failure)
+        self._failure = failure
+        self._wakeup.set()
+        self._notify()
+
+    def _notify(self) -> None:
+        for listener in tuple(self._listeners):
+            listener(self._synced_ticket)
+
+    # --- the group-commit task ----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Write and sync groups until `close` and everything appended is synced, or a failure."""
+        self._running = True
+        self._group_started_s = time.monotonic()
+        try:
+            while self._failure is None:
+                if not self._buffer:
+                    if self._closing:
+                        return
+                    await self._wait(1, None)
+                    self._group_started_s = time.monotonic()
+                    continue
+                if not self._flush_when_queue_empty:
+                    await self._wait_for_group()
+                await self._write_group()
+        finally:
+            self._stopped.set()
+
+    async def _wait(self, wake_bytes: float, timeout_s: float | None) -> None:
+        self._wakeup = anyio.Event()
+        self._wake_bytes = wake_bytes
+        with anyio.move_on_after(timeout_s):
+            await self._wakeup.wait()
+        self._wake_bytes = _NEVER
+
+    async def _wait_for_group(self) -> None:
+        deadline_s = self._group_started_s + self._group_wait_s
+        while len(self._buffer) < self._group_bytes and not self._closing:
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0 or self._failure is not None:
+                return
+            await self._wait(self._group_bytes, remaining_s)
+
+    async def _write_group(self) -> None:
+        group = self._buffer
+        last_ticket = self._ticket
+        self._buffer = bytearray()
+        self._inflight_bytes = len(group)
+        self._group_started_s = time.monotonic()
+        try:
+            # Shielded: a group handed to the disk is accounted for even when the
+            # task is being cancelled, or its tickets would never be synced.
+            with anyio.CancelScope(shield=True):
+                position = await anyio.to_thread.run_sync(self._writer.write_group, group)
+        except OSError as error:
+            self.fail(storage_error(error, f"journal write to file {self._writer.file_id:016x}"))
+            return
+        if self._failure is not None:
+            # Another part of the storage failed while this group was written:
+            # the tickets stay unsynced, as promised to the listeners already.
+            return
+        self._position = position
+        self._inflight_bytes = 0
+        assert last_ticket > self._synced_ticket
+        self._synced_ticket = last_ticket
+        self._notify()
+
+    async def close(self) -> None:
+        """Sync everything appended so far (unless failed) and stop `run`.
+
+        Call it shielded from cancellation: if `run` was cancelled with records
+        still buffered, they are written here, so pending tickets still get synced.
+        """
+        self._closing = True
+        self._wakeup.set()
+        if self._running:
+            # A task cancelled before its first step never ran, and never stops.
+            await self._stopped.wait()
+        while self._buffer and self._failure is None:
+            await self._write_group()
+        if self._failure is None:
+            assert self._synced_ticket == self._ticket

@@ -1,0 +1,126 @@
+"""Write and fsync failures of FileLedgerStorage: full disk, I/O errors.
+
+The failures are injected at the system-call functions the storage calls
+(`os.write`, `os.fdatasync`, `os.pwrite`), only for the files of the kind
+under test, so the rest of the process keeps working.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from bookie.errors import DiskFull, StorageError, StorageIOError
+from bookie.storage.file import FileLedgerStorage
+
+from .helpers import KEY, WAIT_S, make_config, make_packet, wait_synced
+
+pytestmark = pytest.mark.anyio
+
+
+def fd_path(fd: int) -> str:
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
+def failing_for(suffix: str, code: int, real: Callable[..., Any]) -> Callable[..., Any]:
+    """`real`, except that it raises OSError(code) on files whose name ends in `suffix`."""
+
+    def call(fd: int, *args: Any) -> Any:
+        if fd_path(fd).endswith(suffix):
+            raise OSError(code, os.strerror(code))
+        return real(fd, *args)
+
+    return call
+
+
+async def wait_failed(storage: FileLedgerStorage) -> StorageError:
+    failed = anyio.Event()
+    storage.add_sync_listener(lambda _: failed.set() if storage.failure is not None else None)
+    with anyio.fail_after(WAIT_S):
+        if storage.failure is None:
+            await failed.wait()
+    assert storage.failure is not None
+    return storage.failure
+
+
+@pytest.mark.parametrize(
+    ("function", "code", "error"),
+    [
+        ("write", errno.ENOSPC, DiskFull),
+        ("write", errno.EIO, StorageIOError),
+        ("fdatasync", errno.EIO, StorageIOError),
+        ("fdatasync", errno.ENOSPC, DiskFull),
+    ],
+)
+async def test_a_journal_failure_stops_the_storage(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    function: str,
+    code: int,
+    error: type[StorageError],
+) -> None:
+    config = make_config(tmp_path / "bookie")
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        storage.add_entry(1, 0, make_packet(1, 0))
+        await wait_synced(storage)
+        synced = storage.synced_ticket
+        real = getattr(os, function)
+        monkeypatch.setattr(os, function, failing_for(".journal", code, real))
+        storage.add_entry(1, 1, make_packet(1, 1))
+        failure = await wait_failed(storage)
+        assert isinstance(failure, error)
+        assert isinstance(failure.__cause__, OSError)
+        assert storage.synced_ticket == synced
+        with pytest.raises(error):
+            storage.add_entry(1, 2, make_packet(1, 2))
+        # Reads go on: the bookie keeps serving what it has.
+        assert storage.read_entry(1, 0) == make_packet(1, 0)
+        monkeypatch.undo()
+    async with FileLedgerStorage.open(config) as restarted:
+        assert restarted.failure is None
+        assert restarted.read_entry(1, 0) == make_packet(1, 0)
+        restarted.add_entry(1, 2, make_packet(1, 2))
+        await wait_synced(restarted)
+
+
+async def test_an_entry_log_write_failure_stops_the_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_config(tmp_path / "bookie", entry_log_write_buffer_bytes=4096)
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        monkeypatch.setattr(os, "pwrite", failing_for(".log", errno.ENOSPC, os.pwrite))
+        for entry_id in range(100):
+            storage.add_entry(1, entry_id, make_packet(1, entry_id))
+        failure = await wait_failed(storage)
+        assert isinstance(failure, DiskFull)
+        with pytest.raises(DiskFull):
+            storage.fence(1)
+        monkeypatch.undo()
+    async with FileLedgerStorage.open(config) as restarted:
+        # The journal held the entries synced before the failure; replay restores them.
+        for entry_id in range(restarted.last_entry_id(1) + 1):
+            assert restarted.read_entry(1, entry_id) == make_packet(1, entry_id)
+
+
+async def test_a_checkpoint_fsync_failure_stops_the_storage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_config(tmp_path / "bookie")
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        storage.add_entry(1, 0, make_packet(1, 0))
+        await wait_synced(storage)
+        monkeypatch.setattr(os, "fdatasync", failing_for(".log", errno.EIO, os.fdatasync))
+        await storage.checkpoint()
+        assert isinstance(storage.failure, StorageIOError)
+        monkeypatch.undo()
+    async with FileLedgerStorage.open(config) as restarted:
+        assert restarted.read_entry(1, 0) == make_packet(1, 0)

@@ -1,0 +1,103 @@
+"""Group commit of the journal: batching, the byte and wait rules, file rolling, close."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from bookie.storage.file import FileLedgerStorage
+from bookie.storage.inspect import JournalRecordInfo, journal_records
+from bookie.storage.journal import journal_files
+
+from .helpers import KEY, make_config, make_packet, wait_synced
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_mutations_made_together_are_synced_in_one_group(tmp_path: Path) -> None:
+    async with FileLedgerStorage.open(make_config(tmp_path / "bookie")) as storage:
+        calls: list[int] = []
+        storage.add_sync_listener(calls.append)
+        storage.set_master_key(1, KEY)
+        for entry_id in range(1000):
+            storage.add_entry(1, entry_id, make_packet(1, entry_id))
+        await wait_synced(storage)
+        assert calls == [1001]
+
+
+async def test_a_group_is_written_once_it_reaches_group_bytes(tmp_path: Path) -> None:
+    config = make_config(
+        tmp_path / "bookie",
+        flush_when_queue_empty=False,
+        group_wait_ms=3_600_000,
+        group_bytes=4096,
+    )
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        for entry_id in range(40):
+            storage.add_entry(1, entry_id, make_packet(1, entry_id))
+        await wait_synced(storage)  # long before the hour of group wait
+
+
+async def test_a_group_waits_group_wait_ms_for_more(tmp_path: Path) -> None:
+    wait_ms = 100
+    config = make_config(
+        tmp_path / "bookie",
+        flush_when_queue_empty=False,
+        group_wait_ms=wait_ms,
+        group_bytes=1 << 20,
+    )
+    async with FileLedgerStorage.open(config) as storage:
+        started = time.monotonic()
+        storage.set_master_key(1, KEY)
+        await wait_synced(storage)
+        assert time.monotonic() - started >= wait_ms / 1000 * 0.9
+
+
+async def test_close_syncs_what_is_pending(tmp_path: Path) -> None:
+    config = make_config(tmp_path / "bookie", flush_when_queue_empty=False, group_wait_ms=3_600_000)
+    synced: list[int] = []
+    async with FileLedgerStorage.open(config) as storage:
+        storage.add_sync_listener(synced.append)
+        storage.set_master_key(1, KEY)
+        ticket = storage.add_entry(1, 0, make_packet(1, 0))
+    assert synced == [ticket]
+    async with FileLedgerStorage.open(config) as reopened:
+        assert reopened.read_entry(1, 0) == make_packet(1, 0)
+
+
+async def test_journal_files_roll_at_their_size_limit(tmp_path: Path) -> None:
+    config = make_config(tmp_path / "bookie", journal_file_size_bytes_max=2048)
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        for entry_id in range(60):
+            storage.add_entry(1, entry_id, make_packet(1, entry_id))
+            await wait_synced(storage)
+        files = journal_files(config.journal_dir)
+        assert len(files) > 3
+        entries = [
+            item.argument
+            for item in journal_records(config.journal_dir)
+            if isinstance(item, JournalRecordInfo) and item.ledger_id == 1 and item.kind == 1
+        ]
+        assert entries == list(range(60))
+
+
+async def test_cancelling_the_owner_still_syncs_what_is_pending(tmp_path: Path) -> None:
+    config = make_config(tmp_path / "bookie")
+    synced: list[int] = []
+    with anyio.CancelScope() as scope:
+        async with FileLedgerStorage.open(config) as storage:
+            storage.add_sync_listener(synced.append)
+            storage.set_master_key(1, KEY)
+            ticket = storage.add_entry(1, 0, make_packet(1, 0))
+            scope.cancel()
+            await anyio.lowlevel.checkpoint()
+    assert scope.cancelled_caught
+    assert synced[-1] == ticket
+    async with FileLedgerStorage.open(config) as reopened:
+        assert reopened.read_entry(1, 0) == make_packet(1, 0)

@@ -1,0 +1,194 @@
+"""Journal replay over real files: torn and junk tails are truncated, damage before
+the tail raises `JournalCorrupt` and changes nothing."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from bookie.errors import JournalCorrupt
+from bookie.storage.file import FileLedgerStorage
+from bookie.storage.format import FILE_HEADER_BYTES, JournalKind, append_journal_record
+from bookie.storage.journal import (
+    JournalMark,
+    JournalWriter,
+    journal_file_path,
+    replay_journal,
+    scan_journal,
+    truncate_junk_tails,
+)
+
+from .helpers import KEY, crash_image, make_config, make_packet, snapshot_tree, wait_synced
+
+Record = tuple[JournalKind, int, int, bytes]
+RECORDS: list[Record] = [
+    (JournalKind.MASTER_KEY, 1, 0, KEY),
+    *((JournalKind.ENTRY, 1, entry_id, make_packet(1, entry_id)) for entry_id in range(5)),
+    (JournalKind.FENCE, 1, 0, b""),
+]
+
+
+def write_journal(directory: Path, file_id: int, records: list[Record]) -> list[int]:
+    """A journal file holding `records`; returns the offset of each."""
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = JournalWriter(directory, file_id, 1 << 30)
+    writer.create()
+    group = bytearray()
+    offsets = []
+    for record in records:
+        offsets.append(FILE_HEADER_BYTES + len(group))
+        append_journal_record(group, *record)
+    if group:
+        writer.write_group(group)
+    writer.close()
+    return offsets
+
+
+START = JournalMark(0, 0)
+
+
+def replay(directory: Path, mark: JournalMark = START) -> list[Record]:
+    scans = scan_journal(directory, mark)
+    truncate_junk_tails(directory, scans)
+    applied: list[Record] = []
+    replay_journal(scans, lambda *record: applied.append(record))
+    return applied
+
+
+def append_bytes(path: Path, data: bytes) -> None:
+    with path.open("ab") as file:
+        file.write(data)
+
+
+def test_a_clean_journal_replays_every_record(tmp_path: Path) -> None:
+    write_journal(tmp_path, 1, RECORDS[:3])
+    write_journal(tmp_path, 2, RECORDS[3:])
+    assert replay(tmp_path) == RECORDS
+
+
+def test_replay_starts_at_the_mark(tmp_path: Path) -> None:
+    write_journal(tmp_path, 1, RECORDS[:3])
+    offsets = write_journal(tmp_path, 2, RECORDS[3:])
+    assert replay(tmp_path, JournalMark(2, offsets[1])) == RECORDS[4:]
+    assert replay(tmp_path, JournalMark(1, 1 << 20)) == RECORDS[3:]
+    assert replay(tmp_path, JournalMark(3, FILE_HEADER_BYTES)) == []
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param(b"\x00" * 4096, id="zeros"),
+        pytest.param(b"\xde\xad\xbe\xef" * 50, id="junk"),
+        pytest.param(b"\x00\x00\x01\x00\x12\x34\x56\x78" + b"x" * 30, id="length-past-eof"),
+        pytest.param(b"\x00\x00", id="partial-length"),
+    ],
+)
+def test_a_junk_tail_is_truncated_with_a_warning(
+    tmp_path: Path, tail: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_journal(tmp_path, 1, RECORDS)
+    path = journal_file_path(tmp_path, 1)
+    size = path.stat().st_size
+    append_bytes(path, tail)
+    with caplog.at_level(logging.WARNING):
+        assert replay(tmp_path) == RECORDS
+    assert path.stat().st_size == size
+    assert "torn or junk tail" in caplog.text
+
+
+def test_a_partial_final_record_is_truncated(tmp_path: Path) -> None:
+    offsets = write_journal(tmp_path, 1, RECORDS)
+    path = journal_file_path(tmp_path, 1)
+    with path.open("r+b") as file:
+        file.truncate(offsets[-1] + 10)
+    assert replay(tmp_path) == RECORDS[:-1]
+    assert path.stat().st_size == offsets[-1]
+
+
+def test_an_all_junk_journal_is_truncated_to_its_header(tmp_path: Path) -> None:
+    write_journal(tmp_path, 1, [])
+    path = journal_file_path(tmp_path, 1)
+    append_bytes(path, b"\x07" * 1000)
+    assert replay(tmp_path) == []
+    assert path.stat().st_size == FILE_HEADER_BYTES
+
+
+def test_a_newest_file_without_its_header_is_removed(tmp_path: Path) -> None:
+    write_journal(tmp_path, 1, RECORDS)
+    torn = journal_file_path(tmp_path, 2)
+    torn.write_bytes(b"BKJ")
+    assert replay(tmp_path) == RECORDS
+    assert not torn.exists()
+
+
+def test_damage_before_the_tail_raises_and_changes_nothing(tmp_path: Path) -> None:
+    offsets = write_journal(tmp_path, 1, RECORDS)
+    path = journal_file_path(tmp_path, 1)
+    data = bytearray(path.read_bytes())
+    data[offsets[2] + 30] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(JournalCorrupt, match=f"{path.name}: damaged record at offset {offsets[2]}"):
+        replay(tmp_path)
+    assert path.read_bytes() == bytes(data)
+
+
+def test_a_damaged_tail_in_an_older_file_is_corruption(tmp_path: Path) -> None:
+    write_journal(tmp_path, 1, RECORDS[:3])
+    write_journal(tmp_path, 2, RECORDS[3:])
+    append_bytes(journal_file_path(tmp_path, 1), b"\x01junk")
+    with pytest.raises(JournalCorrupt, match="a newer file follows"):
+        replay(tmp_path)
+
+
+def test_a_bad_header_in_an_older_file_is_corruption(tmp_path: Path) -> None:
+    write_journal(tmp_path, 1, RECORDS[:3])
+    write_journal(tmp_path, 2, RECORDS[3:])
+    path = journal_file_path(tmp_path, 1)
+    path.write_bytes(b"XXXX" + path.read_bytes()[4:])
+    with pytest.raises(JournalCorrupt, match="bad journal header"):
+        replay(tmp_path)
+
+
+# --- through FileLedgerStorage ----------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_storage_recovers_synced_entries_over_a_torn_tail(tmp_path: Path) -> None:
+    config = make_config(tmp_path / "bookie")
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        for entry_id in range(20):
+            storage.add_entry(1, entry_id, make_packet(1, entry_id))
+        await wait_synced(storage)
+        image = crash_image(tmp_path / "bookie", tmp_path / "image")
+    image_config = make_config(image)
+    newest = max((image_config.journal_dir).iterdir())
+    append_bytes(newest, b"\x00\x00\x00\x40" + b"\x99" * 20)
+    async with FileLedgerStorage.open(image_config) as restarted:
+        assert [restarted.read_entry(1, e) for e in range(20)] == [
+            make_packet(1, e) for e in range(20)
+        ]
+
+
+@pytest.mark.anyio
+async def test_storage_refuses_to_open_over_corruption_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    config = make_config(tmp_path / "bookie")
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        for entry_id in range(20):
+            storage.add_entry(1, entry_id, make_packet(1, entry_id))
+            await wait_synced(storage)
+        image = crash_image(tmp_path / "bookie", tmp_path / "image")
+    newest = max((image / "journal").iterdir())
+    data = bytearray(newest.read_bytes())
+    data[FILE_HEADER_BYTES + 200] ^= 0x01
+    newest.write_bytes(bytes(data))
+    before = snapshot_tree(image)
+    with pytest.raises(JournalCorrupt, match=newest.name):
+        async with FileLedgerStorage.open(make_config(image)):
+            pass
+    assert snapshot_tree(image) == before
