@@ -1,0 +1,423 @@
+"""A pipelined client connection to ONE bookie.
+
+The ledger client keeps one `BookieConnection` per bookie and sends every
+request of every ledger through it.  Requests are pipelined: many are in
+flight at once, each tagged with a request id the connection assigns, and
+responses are matched by that id in whatever order the bookie sends them (a
+read is answered while earlier adds still wait for their fsync).
+
+Two ways to use it:
+
+* The callback API, for the ledger client's hot path:
+  `submit(request, on_response, timeout_ms)`.  `on_response` is called
+  exactly once, later, never from inside `submit`: with the response (whatever
+  its status: a non-OK status is data here, not an exception), or with
+  `BookieUnavailable` when the connection is lost or closed, or with
+  `ClientTimeout` when no response came within `timeout_ms`.  No task, event,
+  future or cancel scope is created per request.
+* Awaitable conveniences (`add`, `read`, `read_lac`, `write_lac`,
+  `bookie_info`, `list_entries`) that return the response and raise the
+  `StatusError` of a non-OK status (`bookie.errors.error_for_status`).
+
+Invariants:
+
+* At most `inflight_max` requests are in flight; `submit` past it raises
+  `TooManyRequests` and sends nothing.
+* Every request submitted is answered exactly once: a response, a timeout or
+  the connection loss, whichever comes first; a response that arrives after
+  its request timed out is dropped.
+* Timeouts are found by one periodic sweep (every
+  `limits.request_timeout_sweep_interval_ms`), so a request times out between
+  `timeout_ms` and `timeout_ms` plus one sweep interval after it was submitted.
+  Requests are kept in one insertion-ordered dict per distinct `timeout_ms`, in
+  which deadlines therefore ascend: the sweep stops at the first request of
+  each dict that is not due, so its cost is the number of timeouts, not the
+  number of requests in flight.
+* Everything queued in one turn of the event loop goes out in one `send`
+  (up to `limits.socket_send_coalesce_bytes_max` bytes).
+* On any connection failure (peer closed, socket error, a send stalled past
+  `limits.socket_send_timeout_ms`, undecodable bytes from the bookie) every
+  request in flight fails with `BookieUnavailable` once, and `submit` raises
+  `BookieUnavailable` from then on.  A failed connection is not reconnected:
+  the owner opens a new one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Final, TypeVar
+
+import anyio
+import anyio.abc
+
+from bookie import limits
+from bookie.errors import (
+    BookieError,
+    BookieUnavailable,
+    ClientTimeout,
+    RemoteProtocolError,
+    Status,
+    TooManyRequests,
+    error_for_status,
+)
+from bookie.wire.codec import FrameDecoder, decode_response, encode_request
+from bookie.wire.messages import (
+    ADD_FLAG_RECOVERY,
+    READ_FLAG_FENCE,
+    AddRequest,
+    AddResponse,
+    GetBookieInfoRequest,
+    GetBookieInfoResponse,
+    ListEntriesRequest,
+    ListEntriesResponse,
+    ReadLacRequest,
+    ReadLacResponse,
+    ReadRequest,
+    ReadResponse,
+    Request,
+    Response,
+    WriteLacRequest,
+    WriteLacResponse,
+)
+
+OnResponse = Callable[[Response | BookieError], None]
+"""Receives the response, or `BookieUnavailable` / `ClientTimeout`; must not raise."""
+
+_ResponseT = TypeVar("_ResponseT", bound=Response)
+
+_EOK: Final = int(Status.EOK)
+
+# What a broken or closed socket raises through anyio.
+_CONNECTION_ERRORS: Final = (
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    OSError,
+    TimeoutError,
+)
+
+
+def _now_ms() -> int:
+    # The asyncio event loop's own clock: monotonic, and cheap enough to read
+    # once per request.
+    return int(time.monotonic() * 1000)
+
+
+class BookieConnection:
+    """One TCP connection to one bookie.  Open it with `BookieConnection.connect`."""
+
+    def __init__(self, stream: anyio.abc.ByteStream, address: str, *, inflight_max: int) -> None:
+        assert inflight_max > 0
+        self.address = address
+        """host:port of the bookie, for messages."""
+        self._stream = stream
+        self._inflight_max = inflight_max
+        self._next_request_id = 1
+        # request id -> (on_response, timeout_ms); the timeout names the bucket
+        # of `_deadlines` that holds the request's deadline.
+        self._inflight: dict[int, tuple[OnResponse, int]] = {}
+        self._deadlines: dict[int, dict[int, int]] = {}
+        self._output: list[bytes] = []
+        self._writer_wakeup: anyio.Event | None = None
+        self._failure: str | None = None
+        """Why the connection failed; each caller gets its own exception saying so."""
+        # The loops run under their own scope, so that stopping them on a
+        # failure leaves the owner's code in the `async with` block running.
+        self._loops_scope = anyio.CancelScope()
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(
+        cls,
+        host: str,
+        port: int,
+        *,
+        connect_timeout_ms: int = limits.connect_timeout_ms_default,
+        inflight_max: int = limits.bookie_connection_inflight_max,
+    ) -> AsyncIterator[BookieConnection]:
+        """Connect; raises `BookieUnavailable` if the bookie cannot be reached in time.
+
+        Leaving the block closes the connection; requests still in flight then
+        fail with `BookieUnavailable`.
+        """
+        address = f"{host}:{port}"
+        try:
+            with anyio.fail_after(connect_timeout_ms / 1000):
+                stream = await anyio.connect_tcp(host, port)
+        except (OSError, TimeoutError) as error:
+            raise BookieUnavailable(f"cannot connect to bookie {address}: {error}") from error
+        async with cls.over(stream, address, inflight_max=inflight_max) as connection:
+            yield connection
+
+    @classmethod
+    @asynccontextmanager
+    async def over(
+        cls,
+        stream: anyio.abc.ByteStream,
+        address: str,
+        *,
+        inflight_max: int = limits.bookie_connection_inflight_max,
+    ) -> AsyncIterator[BookieConnection]:
+        """Run the protocol over an already connected stream (closed on exit).
+
+        `connect` uses it for TCP; it also serves streams wrapped by something
+        else (TLS, a recorder in tests).
+        """
+        connection = cls(stream, address, inflight_max=inflight_max)
+        try:
+            async with stream, anyio.create_task_group() as task_group:
+                task_group.start_soon(connection._run_loops)
+                try:
+                    yield connection
+                finally:
+                    connection._fail(f"connection to {address} closed")
+        except BaseExceptionGroup as group:
+            # The loops never raise, so a group holds the caller's own error:
+            # hand it back as it was raised, not wrapped.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
+    # --- state --------------------------------------------------------------------------------
+
+    @property
+    def inflight(self) -> int:
+        """Requests submitted and not yet answered."""
+        return len(self._inflight)
+
+    @property
+    def is_usable(self) -> bool:
+        """False once the connection failed or was closed."""
+        return self._failure is None
+
+    # --- callback API -------------------------------------------------------------------------
+
+    def submit(self, request: Request, on_response: OnResponse, timeout_ms: int) -> int:
+        """Send `request` under a fresh request id (its own `request_id` is ignored).
+
+        Returns the request id.  Raises `BookieUnavailable` if the connection
+        has failed, `TooManyRequests` if `inflight_max` requests are in flight,
+        and `LocalProtocolError` if a field is out of range; in those cases
+        nothing is sent and `on_response` is never called.
+        """
+        assert timeout_ms > 0
+        if self._failure is not None:
+            raise BookieUnavailable(self._failure)
+        inflight = self._inflight
+        if len(inflight) >= self._inflight_max:
+            raise TooManyRequests(f"{len(inflight)} requests in flight to {self.address}")
+        request_id = self._next_request_id
+        # The same record with the new id; `tuple.__new__` skips the `_replace`
+        # machinery, which costs more than encoding the request.
+        frame = encode_request(tuple.__new__(type(request), (request_id, *request[1:])))
+        self._next_request_id = request_id + 1
+        inflight[request_id] = (on_response, timeout_ms)
+        bucket = self._deadlines.get(timeout_ms)
+        if bucket is None:
+            bucket = self._deadlines[timeout_ms] = {}
+        bucket[request_id] = _now_ms() + timeout_ms
+        self._output.append(frame)
+        wakeup = self._writer_wakeup
+        if wakeup is not None:
+            self._writer_wakeup = None
+            wakeup.set()
+        return request_id
+
+    # --- awaitable API ------------------------------------------------------------------------
+
+    async def add(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        packet: bytes,
+        *,
+        recovery: bool = False,
+        timeout_ms: int = limits.add_timeout_ms_default,
+    ) -> AddResponse:
+        flags = ADD_FLAG_RECOVERY if recovery else 0
+        request = AddRequest(0, ledger_id, entry_id, master_key, flags, packet)
+        return await self._call(request, AddResponse, timeout_ms)
+
+    async def read(
+        self,
+        ledger_id: int,
+        entry_id: int,
+        *,
+        fence: bool = False,
+        master_key: bytes | None = None,
+        previous_lac: int | None = None,
+        long_poll_timeout_ms: int | None = None,
+        timeout_ms: int = limits.read_timeout_ms_default,
+    ) -> ReadResponse:
+        """Read one entry; with `previous_lac`, a long poll (see docs/protocol.md).
+
+        A long poll's `timeout_ms` counts from the moment the request is sent,
+        so it is extended by `long_poll_timeout_ms` here.
+        """
+        flags = READ_FLAG_FENCE if fence else 0
+        request = ReadRequest(
+            0, ledger_id, entry_id, flags, master_key, previous_lac, long_poll_timeout_ms
+        )
+        total_timeout_ms = timeout_ms + (long_poll_timeout_ms or 0)
+        return await self._call(request, ReadResponse, total_timeout_ms)
+
+    async def read_lac(
+        self, ledger_id: int, *, timeout_ms: int = limits.read_timeout_ms_default
+    ) -> ReadLacResponse:
+        return await self._call(ReadLacRequest(0, ledger_id), ReadLacResponse, timeout_ms)
+
+    async def write_lac(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        lac: int,
+        packet: bytes,
+        *,
+        timeout_ms: int = limits.add_timeout_ms_default,
+    ) -> WriteLacResponse:
+        request = WriteLacRequest(0, ledger_id, master_key, lac, packet)
+        return await self._call(request, WriteLacResponse, timeout_ms)
+
+    async def bookie_info(
+        self, *, timeout_ms: int = limits.read_timeout_ms_default
+    ) -> GetBookieInfoResponse:
+        return await self._call(GetBookieInfoRequest(0), GetBookieInfoResponse, timeout_ms)
+
+    async def list_entries(
+        self, ledger_id: int, *, timeout_ms: int = limits.read_timeout_ms_default
+    ) -> ListEntriesResponse:
+        return await self._call(ListEntriesRequest(0, ledger_id), ListEntriesResponse, timeout_ms)
+
+    async def _call(
+        self, request: Request, response_type: type[_ResponseT], timeout_ms: int
+    ) -> _ResponseT:
+        # No fail_after here: the sweep answers the request with ClientTimeout
+        # and a lost connection answers it with BookieUnavailable, so the wait
+        # below is bounded by `timeout_ms` plus one sweep interval.
+        answered = anyio.Event()
+        outcome: list[Response | BookieError] = []
+
+        def on_response(result: Response | BookieError) -> None:
+            outcome.append(result)
+            answered.set()
+
+        self.submit(request, on_response, timeout_ms)
+        await answered.wait()
+        result = outcome[0]
+        if isinstance(result, BookieError):
+            raise result
+        if not isinstance(result, response_type):
+            raise RemoteProtocolError(
+                f"bookie {self.address} answered a {type(request).__name__} "
+                f"with a {type(result).__name__}"
+            )
+        if result.status != _EOK:
+            raise error_for_status(result.status, result.message or "")
+        return result
+
+    # --- loops --------------------------------------------------------------------------------
+
+    async def _run_loops(self) -> None:
+        with self._loops_scope:
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(self._read_loop)
+                task_group.start_soon(self._write_loop)
+                task_group.start_soon(self._sweep_loop)
+
+    async def _read_loop(self) -> None:
+        decoder = FrameDecoder()
+        inflight = self._inflight
+        deadlines = self._deadlines
+        try:
+            while True:
+                # No timeout: an idle connection with nothing in flight is
+                # healthy; requests in flight have their own deadlines.
+                data = await self._stream.receive(limits.socket_receive_bytes)
+                for body in decoder.feed(data):
+                    response = decode_response(body)
+                    request_id = response[0]
+                    entry = inflight.pop(request_id, None)
+                    if entry is None:
+                        continue  # it timed out already and was answered then
+                    on_response, timeout_ms = entry
+                    bucket = deadlines[timeout_ms]
+                    del bucket[request_id]
+                    if not bucket:
+                        del deadlines[timeout_ms]
+                    on_response(response)
+        except _CONNECTION_ERRORS as error:
+            self._fail(f"connection to bookie {self.address} lost: {error!r}")
+        except RemoteProtocolError as error:
+            self._fail(f"bookie {self.address} broke the protocol: {error}")
+
+    async def _write_loop(self) -> None:
+        stream = self._stream
+        timeout_s = limits.socket_send_timeout_ms / 1000
+        try:
+            while True:
+                if not self._output:
+                    wakeup = self._writer_wakeup = anyio.Event()
+                    await wakeup.wait()
+                    continue
+                data = self._take_output()
+                with anyio.fail_after(timeout_s):
+                    await stream.send(data)
+        except _CONNECTION_ERRORS as error:
+            self._fail(f"cannot send to bookie {self.address}: {error!r}")
+
+    def _take_output(self) -> bytes:
+        """Up to `socket_send_coalesce_bytes_max` bytes of queued frames, joined."""
+        output = self._output
+        size = 0
+        count = 0
+        for frame in output:
+            if count and size + len(frame) > limits.socket_send_coalesce_bytes_max:
+                break
+            size += len(frame)
+            count += 1
+        data = b"".join(output[:count]) if count > 1 else output[0]
+        del output[:count]
+        return data
+
+    async def _sweep_loop(self) -> None:
+        interval_s = limits.request_timeout_sweep_interval_ms / 1000
+        while True:
+            await anyio.sleep(interval_s)
+            self._sweep(_now_ms())
+
+    def _sweep(self, now_ms: int) -> None:
+        """Answer every request whose deadline passed with `ClientTimeout`."""
+        expired: list[tuple[int, int]] = []
+        for timeout_ms, bucket in self._deadlines.items():
+            for request_id, deadline_ms in bucket.items():
+                if deadline_ms > now_ms:
+                    break
+                expired.append((timeout_ms, request_id))
+        for timeout_ms, request_id in expired:
+            bucket = self._deadlines[timeout_ms]
+            del bucket[request_id]
+            if not bucket:
+                del self._deadlines[timeout_ms]
+            on_response, _ = self._inflight.pop(request_id)
+            on_response(
+                ClientTimeout(
+                    f"no answer from bookie {self.address} to request {request_id} "
+                    f"within {timeout_ms} ms"
+                )
+            )
+
+    def _fail(self, reason: str) -> None:
+        """Fail every request in flight and stop the loops; only the first call acts."""
+        if self._failure is not None:
+            return
+        self._failure = reason
+        inflight = list(self._inflight.values())
+        self._inflight.clear()
+        self._deadlines.clear()
+        self._output.clear()
+        self._loops_scope.cancel()
+        for on_response, _ in inflight:
+            on_response(BookieUnavailable(reason))

@@ -1,0 +1,257 @@
+"""`BookieServer`: the bookie's TCP server, with an `async with` lifetime.
+
+It listens on a host and port, accepts up to `connections_max` client
+connections (later ones are closed at once), serves each with a
+`ServerConnection`, and runs one timer task that answers long-poll READs whose
+deadline passed.  Requests flow connection -> `RequestProcessor` ->
+`BookieHandler` (protocol decisions) -> storage; this module only wires them
+together and owns the tasks.
+
+What it does not do: ZooKeeper registration, cookies, configuration files or
+the command line.  Those wrap a `BookieServer` from outside; the constructor
+takes everything it needs explicitly (a storage that is already open, a
+`disk_space` callable, the address).
+
+Graceful shutdown (leaving the `async with` block normally):
+
+1. stop accepting connections and stop reading requests on every connection;
+2. answer every parked long poll as timed out (EOK, no packet, current LAC);
+3. wait, up to `shutdown_drain_ms`, for storage to sync every pending answer,
+   which then goes out as usual; whatever is still not synced then is answered
+   EIO (outcome unknown): every pending add gets exactly one answer, never none;
+4. wait, within the same `shutdown_drain_ms`, for the answers to be sent, and
+   close every connection.
+
+Leaving the block with an exception skips the drain: connections are closed
+at once and their clients see the connection drop.
+"""
+
+from __future__ import annotations
+
+import itertools
+from types import TracebackType
+
+import anyio
+import anyio.abc
+from anyio.abc import SocketAttribute
+
+from bookie import limits
+from bookie.core.bookie_handler import BookieHandler
+from bookie.errors import Status
+from bookie.server.connection import ServerConnection
+from bookie.server.processor import DiskSpace, RequestProcessor, now_ms
+from bookie.storage.api import LedgerStorage
+
+
+class BookieServer:
+    """A bookie serving one `LedgerStorage` over TCP.  Use as `async with BookieServer(...)`."""
+
+    def __init__(
+        self,
+        storage: LedgerStorage,
+        disk_space: DiskSpace,
+        *,
+        host: str = "127.0.0.1",
+        port: int = limits.port_default,
+        read_only: bool = False,
+        connections_max: int = limits.connections_max,
+        shutdown_drain_ms: int = limits.shutdown_drain_ms_max,
+        long_poll_waiters_max: int = limits.long_poll_waiters_max,
+        pending_requests_per_connection_max: int = limits.pending_requests_per_connection_max,
+        pending_requests_total_max: int = limits.pending_requests_total_max,
+        pending_bytes_total_max: int = limits.pending_bytes_total_max,
+    ) -> None:
+        assert 0 <= port <= 0xFFFF
+        assert connections_max > 0
+        assert 0 <= shutdown_drain_ms <= limits.shutdown_drain_ms_max
+        self._storage = storage
+        self._host = host
+        self._requested_port = port
+        self._connections_max = connections_max
+        self._shutdown_drain_ms = shutdown_drain_ms
+        self._handler = BookieHandler(
+            storage.recovered_ledgers(),
+            storage.fenced_tombstones(),
+            read_only=read_only,
+            long_poll_waiters_max=long_poll_waiters_max,
+        )
+        self._processor = RequestProcessor(
+            self._handler,
+            storage,
+            disk_space,
+            on_parked=self._on_parked,
+            pending_requests_per_connection_max=pending_requests_per_connection_max,
+            pending_requests_total_max=pending_requests_total_max,
+            pending_bytes_total_max=pending_bytes_total_max,
+        )
+        self._connections: dict[int, ServerConnection] = {}
+        self._connection_ids = itertools.count(1)
+        self._listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
+        self._port = 0
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._accept_scope = anyio.CancelScope()
+        self._timer_scope = anyio.CancelScope()
+        self._timer_wakeup: anyio.Event | None = None
+        self._timer_deadline_ms: int | None = None
+        self._draining = False
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> BookieServer:
+        listener = await anyio.create_tcp_listener(
+            local_host=self._host, local_port=self._requested_port
+        )
+        self._processor.start()
+        self._listener = listener
+        self._port = listener.extra(SocketAttribute.local_port)
+        task_group = self._task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        task_group.start_soon(self._accept_loop, listener, task_group)
+        task_group.start_soon(self._timer_loop)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        task_group = self._task_group
+        assert task_group is not None
+        drain_error: BaseException | None = None
+        if exc is None:
+            try:
+                await self._drain()
+            except BaseException as error:  # cancelled from outside: still close everything
+                drain_error = error
+                exc_type, exc, traceback = type(error), error, error.__traceback__
+        self._accept_scope.cancel()
+        self._timer_scope.cancel()
+        for connection in list(self._connections.values()):
+            connection.close()
+        self._processor.close()
+        try:
+            suppressed = await task_group.__aexit__(exc_type, exc, traceback)
+        except BaseExceptionGroup as group:
+            # The server's own tasks do not raise, so the group holds the error
+            # of the `async with` body (or of the drain): hand it back unwrapped.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+        if drain_error is not None and not suppressed:
+            raise drain_error
+        return suppressed
+
+    async def _drain(self) -> None:
+        """Steps 1-4 of the graceful shutdown in the module docstring."""
+        deadline_s = anyio.current_time() + self._shutdown_drain_ms / 1000
+        self._draining = True
+        self._accept_scope.cancel()
+        self._timer_scope.cancel()
+        for connection in self._connections.values():
+            connection.stop_reading()
+        # Every parked poll's deadline is at most the longest poll from now.
+        self._processor.expire(now_ms() + limits.long_poll_timeout_ms_max)
+        with anyio.move_on_after(deadline_s - anyio.current_time()):
+            await self._processor.wait_idle()
+        if self._processor.pending_total:
+            self._processor.fail_pending(
+                Status.EIO, "bookie shut down before the request was made durable"
+            )
+        with anyio.move_on_after(max(0.0, deadline_s - anyio.current_time())):
+            for connection in list(self._connections.values()):
+                await connection.flushed()
+
+    # --- state --------------------------------------------------------------------------------
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (useful when constructed with port 0)."""
+        assert self._listener is not None, "the server is not started"
+        return self._port
+
+    @property
+    def read_only(self) -> bool:
+        return self._handler.read_only
+
+    @read_only.setter
+    def read_only(self, value: bool) -> None:
+        """Read-only (disk full): normal adds get EREADONLY; recovery adds and reads go on."""
+        self._handler.read_only = value
+
+    @property
+    def draining(self) -> bool:
+        """True once a graceful shutdown has begun: no new requests are taken."""
+        return self._draining
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    @property
+    def pending_requests(self) -> int:
+        """Requests whose answer waits for a storage sync."""
+        return self._processor.pending_total
+
+    @property
+    def parked_reads(self) -> int:
+        return self._handler.parked_reads
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Garbage collection: drop a ledger from storage and from the request logic together.
+
+        Raises what `LedgerStorage.delete_ledger` raises (then nothing changed).
+        """
+        self._processor.delete_ledger(ledger_id)
+
+    # --- tasks --------------------------------------------------------------------------------
+
+    async def _accept_loop(
+        self,
+        listener: anyio.abc.Listener[anyio.abc.SocketStream],
+        task_group: anyio.abc.TaskGroup,
+    ) -> None:
+        with self._accept_scope:
+            async with listener:
+                await listener.serve(self._serve, task_group)
+
+    async def _serve(self, stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            if len(self._connections) >= self._connections_max or self._accept_scope.cancel_called:
+                return
+            connection = ServerConnection(next(self._connection_ids), stream, self._processor)
+            self._connections[connection.connection_id] = connection
+            self._processor.connection_opened(connection)
+            try:
+                await connection.run()
+            finally:
+                del self._connections[connection.connection_id]
+                self._processor.connection_closed(connection)
+
+    async def _timer_loop(self) -> None:
+        """Answer long polls at their deadline; `_on_parked` wakes it for an earlier one."""
+        with self._timer_scope:
+            while True:
+                deadline_ms = self._handler.next_deadline_ms()
+                self._timer_deadline_ms = deadline_ms
+                wakeup = self._timer_wakeup = anyio.Event()
+                if deadline_ms is None:
+                    await wakeup.wait()
+                    continue
+                delay_ms = deadline_ms - now_ms()
+                if delay_ms > 0:
+                    with anyio.move_on_after(delay_ms / 1000):
+                        await wakeup.wait()
+                    continue
+                self._processor.expire(now_ms())
+
+    def _on_parked(self, deadline_ms: int) -> None:
+        current = self._timer_deadline_ms
+        wakeup = self._timer_wakeup
+        if wakeup is not None and (current is None or deadline_ms < current):
+            self._timer_wakeup = None
+            wakeup.set()
