@@ -44,7 +44,6 @@ Invariants:
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Final, TypeVar
@@ -100,9 +99,9 @@ _CONNECTION_ERRORS: Final = (
 
 
 def _now_ms() -> int:
-    # The asyncio event loop's own clock: monotonic, and cheap enough to read
-    # once per request.
-    return int(time.monotonic() * 1000)
+    # The event loop's clock through anyio (never the wall clock): monotonic,
+    # cheap enough to read once per request, and virtual under simulation.
+    return int(anyio.current_time() * 1000)
 
 
 class BookieConnection:

@@ -36,7 +36,6 @@ Invariants:
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Final, Protocol
@@ -97,7 +96,7 @@ class Connection(Protocol):
 
 def now_ms() -> int:
     """The shell's clock for the handler: monotonic milliseconds (the event loop's clock)."""
-    return int(time.monotonic() * 1000)
+    return int(anyio.current_time() * 1000)
 
 
 class RequestProcessor:

@@ -60,7 +60,11 @@ class BookieServer:
         pending_requests_per_connection_max: int = limits.pending_requests_per_connection_max,
         pending_requests_total_max: int = limits.pending_requests_total_max,
         pending_bytes_total_max: int = limits.pending_bytes_total_max,
+        listener: anyio.abc.Listener[anyio.abc.ByteStream] | None = None,
     ) -> None:
+        """`listener`, when given, replaces the TCP listener on host:port (the simulation
+        passes a `bookie.testing.simnet.SimListener`); `port` then reports 0 unless the
+        listener says otherwise."""
         assert 0 <= port <= 0xFFFF
         assert connections_max > 0
         assert 0 <= shutdown_drain_ms <= limits.shutdown_drain_ms_max
@@ -86,7 +90,8 @@ class BookieServer:
         )
         self._connections: dict[int, ServerConnection] = {}
         self._connection_ids = itertools.count(1)
-        self._listener: anyio.abc.Listener[anyio.abc.SocketStream] | None = None
+        self._injected_listener = listener
+        self._listener: anyio.abc.Listener[anyio.abc.ByteStream] | None = None
         self._port = 0
         self._task_group: anyio.abc.TaskGroup | None = None
         self._accept_scope = anyio.CancelScope()
@@ -98,12 +103,18 @@ class BookieServer:
     # --- lifetime -----------------------------------------------------------------------------
 
     async def __aenter__(self) -> BookieServer:
-        listener = await anyio.create_tcp_listener(
-            local_host=self._host, local_port=self._requested_port
-        )
+        listener: anyio.abc.Listener[anyio.abc.ByteStream]
+        if self._injected_listener is not None:
+            listener = self._injected_listener
+            self._port = self._requested_port
+        else:
+            tcp_listener = await anyio.create_tcp_listener(
+                local_host=self._host, local_port=self._requested_port
+            )
+            self._port = tcp_listener.extra(SocketAttribute.local_port)
+            listener = tcp_listener
         self._processor.start()
         self._listener = listener
-        self._port = listener.extra(SocketAttribute.local_port)
         task_group = self._task_group = anyio.create_task_group()
         await task_group.__aenter__()
         task_group.start_soon(self._accept_loop, listener, task_group)
@@ -212,14 +223,14 @@ class BookieServer:
 
     async def _accept_loop(
         self,
-        listener: anyio.abc.Listener[anyio.abc.SocketStream],
+        listener: anyio.abc.Listener[anyio.abc.ByteStream],
         task_group: anyio.abc.TaskGroup,
     ) -> None:
         with self._accept_scope:
             async with listener:
                 await listener.serve(self._serve, task_group)
 
-    async def _serve(self, stream: anyio.abc.SocketStream) -> None:
+    async def _serve(self, stream: anyio.abc.ByteStream) -> None:
         async with stream:
             if len(self._connections) >= self._connections_max or self._accept_scope.cancel_called:
                 return
