@@ -1,0 +1,1 @@
+"""A replicated key-value store that speaks the Redis protocol, built on rsm."""
