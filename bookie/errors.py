@@ -196,6 +196,13 @@ class StorageBusy(TooManyRequests):
     """
 
 
+class InvalidConfig(BookieError):
+    """The bookie's configuration (file or command-line flags) is not acceptable.
+
+    The message names the offending key and says what would be accepted.
+    """
+
+
 # --- metadata store ---------------------------------------------------------------------------
 
 
@@ -322,3 +329,21 @@ class UnexpectedMetadataChange(ClientError):
 
 class TooManyEnsembleChanges(ClientError):
     """A write handle replaced bookies `ensemble_changes_max` times; it gives up writing."""
+
+
+class AppendWindowFull(ClientError):
+    """`append_nowait` found `outstanding_adds_max` adds pending; nothing was appended.
+
+    Wait for capacity (`WriteHandle.wait_for_capacity`) and append again.
+    """
+
+    retryable = True
+
+
+class InvalidEntryRange(ClientError):
+    """A read asked for a negative entry id or a range whose last entry precedes its first."""
+
+
+class ClientClosed(ClientError):
+    """The ledger client was closed: its handles can do nothing more, and what was pending
+    has an unknown outcome."""

@@ -124,6 +124,32 @@ disk_usage_low_water_mark_default = 0.90
 
 disk_check_interval_ms_default = 1_000
 
+# --- bookie process: bounds on operator configuration -------------------------------------------
+
+journal_group_wait_ms_max = 1_000
+"""Longest group-commit wait an operator may configure (every add may wait this long)."""
+
+configurable_interval_ms_min = 10
+"""Shortest checkpoint or disk-check interval an operator may configure."""
+
+configurable_interval_ms_max = 3_600_000
+"""Longest checkpoint or disk-check interval an operator may configure."""
+
+configurable_file_size_bytes_min = 64 * KiB
+"""Smallest journal-file or entry-log size an operator may configure."""
+
+configurable_file_size_bytes_max = 64 * GiB
+"""Largest journal-file or entry-log size an operator may configure."""
+
+zk_session_timeout_ms_min = 200
+zk_session_timeout_ms_max = 600_000
+
+process_start_timeout_ms = 60_000
+"""How long a launcher waits for a bookie process to listen (or a cluster to come up)."""
+
+process_stop_timeout_ms = shutdown_drain_ms_max + 10_000
+"""How long a launcher waits for a bookie to exit after SIGTERM before it sends SIGKILL."""
+
 # --- metadata ---------------------------------------------------------------------------------
 
 metadata_root_default = "/ledgers"
@@ -201,6 +227,17 @@ bookie_connection_inflight_max = 20_000
 request_timeout_sweep_interval_ms = 50
 """How often a client connection looks for requests past their deadline."""
 
+bookie_reconnect_delay_ms_min = 50
+"""After a connection to a bookie failed, requests to it fail at once for this long before
+the client connects again; the pause doubles per failure in a row."""
+
+bookie_reconnect_delay_ms_max = 2_000
+"""Longest pause before reconnecting to a bookie that keeps failing."""
+
+metadata_watch_retry_delay_ms = 500
+"""A client's watch on the bookie list or a ledger's metadata that failed (metadata service
+unavailable) is re-armed after this long."""
+
 # --- relations --------------------------------------------------------------------------------
 
 assert entry_payload_bytes_max + 64 * KiB <= frame_size_bytes_max
@@ -216,3 +253,12 @@ assert 0 < zk_reconnect_delay_ms_min <= zk_reconnect_delay_ms_max < zk_session_t
 assert outstanding_adds_max_default <= bookie_connection_inflight_max
 assert long_poll_waiters_max <= pending_requests_total_max
 assert long_poll_timeout_ms_default <= long_poll_timeout_ms_max
+assert journal_group_wait_ms_default <= journal_group_wait_ms_max
+assert (
+    configurable_interval_ms_min <= checkpoint_interval_ms_default <= configurable_interval_ms_max
+)
+assert configurable_interval_ms_min <= disk_check_interval_ms_default
+assert configurable_file_size_bytes_min <= journal_file_size_bytes_max_default
+assert configurable_file_size_bytes_min <= entry_log_size_bytes_max_default
+assert zk_session_timeout_ms_min <= zk_session_timeout_ms_default <= zk_session_timeout_ms_max
+assert 0 < bookie_reconnect_delay_ms_min <= bookie_reconnect_delay_ms_max

@@ -14,10 +14,17 @@ Two ways to use it:
   its status: a non-OK status is data here, not an exception), or with
   `BookieUnavailable` when the connection is lost or closed, or with
   `ClientTimeout` when no response came within `timeout_ms`.  No task, event,
-  future or cancel scope is created per request.
+  future or cancel scope is created per request.  `submit_frame` is the same
+  for a request the caller encoded itself, so that one encoded ADD can go to
+  every bookie of a write set.
 * Awaitable conveniences (`add`, `read`, `read_lac`, `write_lac`,
   `bookie_info`, `list_entries`) that return the response and raise the
   `StatusError` of a non-OK status (`bookie.errors.error_for_status`).
+
+Request ids come from an iterator given at construction, which several
+connections may share (the ledger client shares one between all of its
+connections: an ADD encoded once under one id is valid on each of them).
+Either way an id is never in flight twice on one connection.
 
 Invariants:
 
@@ -27,8 +34,11 @@ Invariants:
   the connection loss, whichever comes first; a response that arrives after
   its request timed out is dropped.
 * Timeouts are found by one periodic sweep (every
-  `limits.request_timeout_sweep_interval_ms`), so a request times out between
-  `timeout_ms` and `timeout_ms` plus one sweep interval after it was submitted.
+  `limits.request_timeout_sweep_interval_ms`).  A submit reads no clock: its
+  deadline counts from the time the last sweep or the last data received
+  noted (at most one interval old while the loop keeps up), plus one interval
+  to make up for that, so a request times out between `timeout_ms` and
+  `timeout_ms` plus two sweep intervals after it was submitted.
   Requests are kept in one insertion-ordered dict per distinct `timeout_ms`, in
   which deadlines therefore ascend: the sweep stops at the first request of
   each dict that is not due, so its cost is the number of timeouts, not the
@@ -44,7 +54,8 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import itertools
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Final, TypeVar
 
@@ -87,6 +98,7 @@ OnResponse = Callable[[Response | BookieError], None]
 _ResponseT = TypeVar("_ResponseT", bound=Response)
 
 _EOK: Final = int(Status.EOK)
+_SWEEP_INTERVAL_MS: Final = limits.request_timeout_sweep_interval_ms
 
 # What a broken or closed socket raises through anyio.
 _CONNECTION_ERRORS: Final = (
@@ -107,13 +119,20 @@ def _now_ms() -> int:
 class BookieConnection:
     """One TCP connection to one bookie.  Open it with `BookieConnection.connect`."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, address: str, *, inflight_max: int) -> None:
+    def __init__(
+        self,
+        stream: anyio.abc.ByteStream,
+        address: str,
+        *,
+        inflight_max: int,
+        request_ids: Iterator[int] | None = None,
+    ) -> None:
         assert inflight_max > 0
         self.address = address
         """host:port of the bookie, for messages."""
         self._stream = stream
         self._inflight_max = inflight_max
-        self._next_request_id = 1
+        self._request_ids = itertools.count(1) if request_ids is None else request_ids
         # request id -> (on_response, timeout_ms); the timeout names the bucket
         # of `_deadlines` that holds the request's deadline.
         self._inflight: dict[int, tuple[OnResponse, int]] = {}
@@ -122,6 +141,9 @@ class BookieConnection:
         self._writer_wakeup: anyio.Event | None = None
         self._failure: str | None = None
         """Why the connection failed; each caller gets its own exception saying so."""
+        self._failed = anyio.Event()
+        self._clock_ms = _now_ms()
+        """The loop's clock as last read by the sweep or the read loop; never decreases."""
         # The loops run under their own scope, so that stopping them on a
         # failure leaves the owner's code in the `async with` block running.
         self._loops_scope = anyio.CancelScope()
@@ -135,6 +157,7 @@ class BookieConnection:
         *,
         connect_timeout_ms: int = limits.connect_timeout_ms_default,
         inflight_max: int = limits.bookie_connection_inflight_max,
+        request_ids: Iterator[int] | None = None,
     ) -> AsyncIterator[BookieConnection]:
         """Connect; raises `BookieUnavailable` if the bookie cannot be reached in time.
 
@@ -147,7 +170,9 @@ class BookieConnection:
                 stream = await anyio.connect_tcp(host, port)
         except (OSError, TimeoutError) as error:
             raise BookieUnavailable(f"cannot connect to bookie {address}: {error}") from error
-        async with cls.over(stream, address, inflight_max=inflight_max) as connection:
+        async with cls.over(
+            stream, address, inflight_max=inflight_max, request_ids=request_ids
+        ) as connection:
             yield connection
 
     @classmethod
@@ -158,13 +183,14 @@ class BookieConnection:
         address: str,
         *,
         inflight_max: int = limits.bookie_connection_inflight_max,
+        request_ids: Iterator[int] | None = None,
     ) -> AsyncIterator[BookieConnection]:
         """Run the protocol over an already connected stream (closed on exit).
 
         `connect` uses it for TCP; it also serves streams wrapped by something
-        else (TLS, a recorder in tests).
+        else (TLS, a recorder in tests, the ledger client's injected connector).
         """
-        connection = cls(stream, address, inflight_max=inflight_max)
+        connection = cls(stream, address, inflight_max=inflight_max, request_ids=request_ids)
         try:
             async with stream, anyio.create_task_group() as task_group:
                 task_group.start_soon(connection._run_loops)
@@ -191,6 +217,15 @@ class BookieConnection:
         """False once the connection failed or was closed."""
         return self._failure is None
 
+    @property
+    def failure(self) -> str | None:
+        """Why the connection failed or was closed; None while it is usable."""
+        return self._failure
+
+    async def wait_failed(self) -> None:
+        """Return once the connection has failed or been closed."""
+        await self._failed.wait()
+
     # --- callback API -------------------------------------------------------------------------
 
     def submit(self, request: Request, on_response: OnResponse, timeout_ms: int) -> int:
@@ -204,25 +239,40 @@ class BookieConnection:
         assert timeout_ms > 0
         if self._failure is not None:
             raise BookieUnavailable(self._failure)
-        inflight = self._inflight
-        if len(inflight) >= self._inflight_max:
-            raise TooManyRequests(f"{len(inflight)} requests in flight to {self.address}")
-        request_id = self._next_request_id
+        if len(self._inflight) >= self._inflight_max:
+            raise TooManyRequests(f"{len(self._inflight)} requests in flight to {self.address}")
+        request_id = next(self._request_ids)
         # The same record with the new id; `tuple.__new__` skips the `_replace`
         # machinery, which costs more than encoding the request.
         frame = encode_request(tuple.__new__(type(request), (request_id, *request[1:])))
-        self._next_request_id = request_id + 1
+        self.submit_frame(request_id, frame, on_response, timeout_ms)
+        return request_id
+
+    def submit_frame(
+        self, request_id: int, frame: bytes, on_response: OnResponse, timeout_ms: int
+    ) -> None:
+        """Send a request the caller encoded (`codec.encode_request`) under `request_id`.
+
+        `request_id` must come from the `request_ids` this connection was given
+        (so it is not in flight here already).  Raises and answers like `submit`.
+        """
+        assert timeout_ms > 0
+        if self._failure is not None:
+            raise BookieUnavailable(self._failure)
+        inflight = self._inflight
+        if len(inflight) >= self._inflight_max:
+            raise TooManyRequests(f"{len(inflight)} requests in flight to {self.address}")
+        assert request_id not in inflight, "request ids are unique per connection"
         inflight[request_id] = (on_response, timeout_ms)
         bucket = self._deadlines.get(timeout_ms)
         if bucket is None:
             bucket = self._deadlines[timeout_ms] = {}
-        bucket[request_id] = _now_ms() + timeout_ms
+        bucket[request_id] = self._clock_ms + timeout_ms + _SWEEP_INTERVAL_MS
         self._output.append(frame)
         wakeup = self._writer_wakeup
         if wakeup is not None:
             self._writer_wakeup = None
             wakeup.set()
-        return request_id
 
     # --- awaitable API ------------------------------------------------------------------------
 
@@ -295,7 +345,7 @@ class BookieConnection:
     ) -> _ResponseT:
         # No fail_after here: the sweep answers the request with ClientTimeout
         # and a lost connection answers it with BookieUnavailable, so the wait
-        # below is bounded by `timeout_ms` plus one sweep interval.
+        # below is bounded by `timeout_ms` plus two sweep intervals.
         answered = anyio.Event()
         outcome: list[Response | BookieError] = []
 
@@ -335,6 +385,7 @@ class BookieConnection:
                 # No timeout: an idle connection with nothing in flight is
                 # healthy; requests in flight have their own deadlines.
                 data = await self._stream.receive(limits.socket_receive_bytes)
+                self._clock_ms = _now_ms()
                 for body in decoder.feed(data):
                     response = decode_response(body)
                     request_id = response[0]
@@ -385,7 +436,8 @@ class BookieConnection:
         interval_s = limits.request_timeout_sweep_interval_ms / 1000
         while True:
             await anyio.sleep(interval_s)
-            self._sweep(_now_ms())
+            now_ms = self._clock_ms = _now_ms()
+            self._sweep(now_ms)
 
     def _sweep(self, now_ms: int) -> None:
         """Answer every request whose deadline passed with `ClientTimeout`."""
@@ -413,6 +465,7 @@ class BookieConnection:
         if self._failure is not None:
             return
         self._failure = reason
+        self._failed.set()
         inflight = list(self._inflight.values())
         self._inflight.clear()
         self._deadlines.clear()

@@ -1,0 +1,373 @@
+"""One pipelined connection per bookie, opened on first use and reopened after a loss.
+
+The ledger client sends every request of every ledger through a
+`ConnectionPool`: `submit(bookie_id, request, on_response, timeout_ms)`, or
+`submit_frame` for a request encoded once and sent to several bookies (an ADD
+to its write set).  The pool finds or opens the `BookieConnection` of that
+bookie; callers never hold a connection themselves.
+
+How a bookie is reached: its address comes from its registration
+(`set_address`, fed by the client's bookie watch); the byte stream comes from
+the injected `connector`, `async (address) -> ByteStream`, which is TCP by
+default and the simulated network under simulation.  Nothing here opens a
+socket or reads a clock other than through anyio.
+
+Each bookie's link is in one of four states:
+
+* IDLE: no connection.  A request starts a connection attempt and waits in the
+  link's queue.
+* CONNECTING: requests queue (at most `connection_inflight_max`; past it they
+  fail with `TooManyRequests`).  On success the queue is sent in order; on
+  failure (or after `connect_timeout_ms`) every queued request fails with
+  `BookieUnavailable`.
+* CONNECTED: requests go straight to the connection.
+* BACKOFF: the last attempt failed or the connection was lost.  Until the
+  backoff ends, requests fail at once with `BookieUnavailable`, so a writer
+  replaces a dead bookie without waiting for it; the first request after the
+  backoff connects again.  The backoff starts at `reconnect_delay_ms_min`,
+  doubles with every failure in a row up to `reconnect_delay_ms_max`, and
+  resets when a connection succeeds or the bookie registers a new address.
+
+Invariants:
+
+* Every request submitted is answered exactly once, never from inside
+  `submit`: by the connection (response, timeout, loss), or by the pool
+  (failure while not connected), through one dispatcher task.
+* Request ids come from one counter shared by every connection of the pool,
+  so a frame encoded under one id is valid on any of them.
+* All tasks (one per connection attempt or connection, one dispatcher) live in
+  the task group given at construction, owned by the `LedgerClient`.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import anyio
+import anyio.abc
+
+from bookie.client.bookie_conn import BookieConnection, OnResponse
+from bookie.client.config import ClientConfig
+from bookie.errors import BookieError, BookieUnavailable, ClientClosed, TooManyRequests
+from bookie.wire.codec import encode_request
+from bookie.wire.messages import Request
+
+Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
+"""Opens a byte stream to a bookie's address ("host:port")."""
+
+_CONNECT_ERRORS: Final = (OSError, TimeoutError, anyio.BrokenResourceError, BookieError)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """("host", port) of "host:port" or "[v6 address]:port"; `BookieUnavailable` otherwise."""
+    host, _, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host or not port.isdigit() or not 0 < int(port) <= 0xFFFF:
+        raise BookieUnavailable(f"bookie address {address!r} is not host:port")
+    return host, int(port)
+
+
+async def tcp_connector(address: str) -> anyio.abc.ByteStream:
+    """The default connector: a TCP connection (with TCP_NODELAY, anyio's default)."""
+    host, port = split_address(address)
+    return await anyio.connect_tcp(host, port)
+
+
+def _now_ms() -> int:
+    return int(anyio.current_time() * 1000)
+
+
+class _LinkState(enum.Enum):
+    IDLE = "idle"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    BACKOFF = "backoff"
+
+
+_Queued = tuple[int, bytes, OnResponse, int]
+"""A request waiting for its connection: (request id, frame, on_response, timeout_ms)."""
+
+
+class _Link:
+    """What the pool knows about one bookie."""
+
+    __slots__ = (
+        "bookie_id",
+        "address",
+        "state",
+        "connection",
+        "queued",
+        "generation",
+        "scope",
+        "retry_at_ms",
+        "delay_ms",
+        "last_failure",
+    )
+
+    def __init__(self, bookie_id: str, address: str, delay_ms: int) -> None:
+        self.bookie_id = bookie_id
+        self.address = address
+        self.state = _LinkState.IDLE
+        self.connection: BookieConnection | None = None
+        self.queued: list[_Queued] = []
+        self.generation = 0
+        """Grows when the address changes: an attempt of an older generation no longer counts."""
+        self.scope: anyio.CancelScope | None = None
+        self.retry_at_ms = 0
+        self.delay_ms = delay_ms
+        self.last_failure = ""
+
+
+class Wakeup:
+    """A re-armable signal from answer callbacks to the task that drives a core.
+
+    Callbacks and the driving task share one event loop, so a `set` can only
+    happen while the task is parked in `wait`, or before it re-checks its
+    condition (which it does before every `wait`): no wake-up is lost.  Made by
+    `ConnectionPool.wakeup`, so that closing the pool wakes every waiter.
+    """
+
+    __slots__ = ("_event", "__weakref__")
+
+    def __init__(self) -> None:
+        self._event: anyio.Event | None = None
+
+    def set(self) -> None:
+        event = self._event
+        if event is not None:
+            self._event = None
+            event.set()
+
+    async def wait(self, timeout_ms: int | None) -> None:
+        """Return on the next `set`, or after `timeout_ms` (None: no timeout)."""
+        event = self._event = anyio.Event()
+        if timeout_ms is None:
+            await event.wait()
+            return
+        with anyio.move_on_after(timeout_ms / 1000):
+            await event.wait()
+
+
+class ConnectionPool:
+    """The client's connections, one per bookie; see the module docstring."""
+
+    def __init__(
+        self,
+        connector: Connector,
+        config: ClientConfig,
+        task_group: anyio.abc.TaskGroup,
+    ) -> None:
+        self._connector = connector
+        self._config = config
+        self._task_group = task_group
+        self._links: dict[str, _Link] = {}
+        self._request_ids = itertools.count(1)
+        self._deferred: list[tuple[OnResponse, BookieError]] = []
+        self._deferred_wakeup: anyio.Event | None = None
+        self._closed = False
+        self._wakeups: weakref.WeakSet[Wakeup] = weakref.WeakSet()
+        task_group.start_soon(self._dispatch_deferred)
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_open(self) -> None:
+        """Raise `ClientClosed` once the pool is closed."""
+        if self._closed:
+            raise ClientClosed("the ledger client is closed")
+
+    def wakeup(self) -> Wakeup:
+        """A new `Wakeup`, which `close` sets too (its waiter then sees `closed`)."""
+        wakeup = Wakeup()
+        self._wakeups.add(wakeup)
+        return wakeup
+
+    # --- bookies ------------------------------------------------------------------------------
+
+    def set_address(self, bookie_id: str, address: str) -> None:
+        """Where `bookie_id` listens (from its registration).  A new address drops the old
+        connection (requests in flight on it fail) and ends any backoff."""
+        link = self._links.get(bookie_id)
+        if link is None:
+            self._links[bookie_id] = _Link(bookie_id, address, self._config.reconnect_delay_ms_min)
+            return
+        if link.address == address:
+            return
+        link.address = address
+        link.generation += 1
+        link.delay_ms = self._config.reconnect_delay_ms_min
+        if link.scope is not None:
+            link.scope.cancel()
+            link.scope = None
+        link.connection = None
+        link.state = _LinkState.IDLE
+        if link.queued:
+            self._start_connecting(link)
+
+    def address(self, bookie_id: str) -> str | None:
+        link = self._links.get(bookie_id)
+        return None if link is None else link.address
+
+    def is_connected(self, bookie_id: str) -> bool:
+        link = self._links.get(bookie_id)
+        return link is not None and link.state is _LinkState.CONNECTED
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def next_request_id(self) -> int:
+        """An id for `submit_frame`, unique across every connection of the pool."""
+        return next(self._request_ids)
+
+    def submit(
+        self, bookie_id: str, request: Request, on_response: OnResponse, timeout_ms: int
+    ) -> None:
+        """Send `request` (its own request id is replaced) to `bookie_id`."""
+        request_id = next(self._request_ids)
+        frame = encode_request(tuple.__new__(type(request), (request_id, *request[1:])))
+        self.submit_frame(bookie_id, request_id, frame, on_response, timeout_ms)
+
+    def submit_frame(
+        self,
+        bookie_id: str,
+        request_id: int,
+        frame: bytes,
+        on_response: OnResponse,
+        timeout_ms: int,
+    ) -> None:
+        """Send a request encoded under `request_id` (from `next_request_id`) to `bookie_id`.
+
+        `on_response` gets exactly one answer, later (see `BookieConnection.submit`).
+        """
+        link = self._links.get(bookie_id)
+        if link is not None and link.connection is not None:
+            try:
+                link.connection.submit_frame(request_id, frame, on_response, timeout_ms)
+            except BookieError as error:
+                # Lost just now (its task has not seen it yet), or full.
+                self._defer(on_response, error)
+            return
+        if self._closed:
+            self._defer(on_response, ClientClosed("the ledger client is closed"))
+            return
+        if link is None:
+            self._defer(on_response, BookieUnavailable(f"bookie {bookie_id} is not registered"))
+            return
+        if link.state is _LinkState.BACKOFF:
+            wait_ms = link.retry_at_ms - _now_ms()
+            if wait_ms > 0:
+                self._defer(
+                    on_response,
+                    BookieUnavailable(
+                        f"bookie {bookie_id} at {link.address} is unavailable "
+                        f"({link.last_failure}); next attempt in {wait_ms} ms"
+                    ),
+                )
+                return
+            link.state = _LinkState.IDLE
+        if len(link.queued) >= self._config.connection_inflight_max:
+            self._defer(
+                on_response, TooManyRequests(f"{len(link.queued)} requests wait for {bookie_id}")
+            )
+            return
+        link.queued.append((request_id, frame, on_response, timeout_ms))
+        if link.state is _LinkState.IDLE:
+            self._start_connecting(link)
+
+    def close(self) -> None:
+        """Refuse new requests and wake every `Wakeup` waiter, which then raises
+        `ClientClosed`; the owner then cancels the task group, which closes every
+        connection.  Requests not answered by then never will be: whoever waits
+        for them waits on a `Wakeup` or was released by its handle."""
+        self._closed = True
+        for link in self._links.values():
+            link.queued.clear()
+        for wakeup in list(self._wakeups):
+            wakeup.set()
+
+    # --- links --------------------------------------------------------------------------------
+
+    def _start_connecting(self, link: _Link) -> None:
+        assert link.state is _LinkState.IDLE
+        link.state = _LinkState.CONNECTING
+        scope = link.scope = anyio.CancelScope()
+        self._task_group.start_soon(self._run_link, link, link.generation, scope)
+
+    async def _run_link(self, link: _Link, generation: int, scope: anyio.CancelScope) -> None:
+        """Connect, serve the link until the connection fails, then back off."""
+        failure = "connection closed"
+        with scope:
+            try:
+                with anyio.fail_after(self._config.connect_timeout_ms / 1000):
+                    stream = await self._connector(link.address)
+            except _CONNECT_ERRORS as error:
+                failure = f"cannot connect: {error!r}"
+            else:
+                try:
+                    failure = await self._serve(link, generation, stream)
+                except _CONNECT_ERRORS as error:
+                    # Closing a stream that broke may raise too; it is the same loss.
+                    failure = f"connection lost: {error!r}"
+        if link.generation == generation:
+            self._back_off(link, failure)
+
+    async def _serve(self, link: _Link, generation: int, stream: anyio.abc.ByteStream) -> str:
+        async with BookieConnection.over(
+            stream,
+            link.address,
+            inflight_max=self._config.connection_inflight_max,
+            request_ids=self._request_ids,
+        ) as connection:
+            if link.generation != generation:
+                return "superseded"
+            link.connection = connection
+            link.state = _LinkState.CONNECTED
+            link.delay_ms = self._config.reconnect_delay_ms_min
+            queued, link.queued = link.queued, []
+            for request_id, frame, on_response, timeout_ms in queued:
+                try:
+                    connection.submit_frame(request_id, frame, on_response, timeout_ms)
+                except BookieError as error:
+                    self._defer(on_response, error)
+            await connection.wait_failed()
+            return connection.failure or "connection closed"
+
+    def _back_off(self, link: _Link, failure: str) -> None:
+        link.connection = None
+        link.scope = None
+        link.state = _LinkState.BACKOFF
+        link.last_failure = failure
+        link.retry_at_ms = _now_ms() + link.delay_ms
+        link.delay_ms = min(2 * link.delay_ms, self._config.reconnect_delay_ms_max)
+        queued, link.queued = link.queued, []
+        for _, _, on_response, _ in queued:
+            self._defer(
+                on_response,
+                BookieUnavailable(f"bookie {link.bookie_id} at {link.address}: {failure}"),
+            )
+
+    # --- answers the pool gives itself --------------------------------------------------------
+
+    def _defer(self, on_response: OnResponse, error: BookieError) -> None:
+        self._deferred.append((on_response, error))
+        wakeup = self._deferred_wakeup
+        if wakeup is not None:
+            self._deferred_wakeup = None
+            wakeup.set()
+
+    async def _dispatch_deferred(self) -> None:
+        while True:
+            if not self._deferred:
+                wakeup = self._deferred_wakeup = anyio.Event()
+                await wakeup.wait()
+                continue
+            batch, self._deferred = self._deferred, []
+            for on_response, error in batch:
+                on_response(error)

@@ -1,0 +1,76 @@
+"""The bookies a ledger client knows: who is writable (for placement) and where each listens.
+
+The registrations live in the metadata store (`bookie.meta.bookies`); a
+`BookieRegistry` lists them once when the client opens, then keeps its view
+current with a watch in the client's task group.  Writable bookies, with their
+racks, feed placement (new ensembles, replacements); every registered bookie,
+writable or read-only, gets its address passed to the `ConnectionPool`, since
+read-only bookies still serve reads and fencing.
+
+A bookie that disappears from the registrations is no longer offered to
+placement, but the pool keeps its last address: a ledger's readers may still
+need it (a registration also vanishes for a moment when its ZooKeeper session
+is re-established), and if it is really gone its connection fails and its
+requests with it.
+
+A failed listing (metadata service unavailable) keeps the last view and is
+retried after `metadata_retry_delay_ms`; the view is never emptied by an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import anyio
+
+from bookie.client.connections import ConnectionPool
+from bookie.errors import MetadataError
+from bookie.meta.api import MetadataStore
+from bookie.meta.bookies import Bookies, list_bookies, watch_bookies
+
+logger = logging.getLogger(__name__)
+
+
+class BookieRegistry:
+    """The client's view of the registered bookies; see the module docstring."""
+
+    def __init__(
+        self, store: MetadataStore, root: str, pool: ConnectionPool, *, retry_delay_ms: int
+    ) -> None:
+        self._store = store
+        self._root = root
+        self._pool = pool
+        self._retry_delay_ms = retry_delay_ms
+        self._bookies = Bookies()
+        self._writable: dict[str, str | None] = {}
+
+    @property
+    def writable(self) -> Mapping[str, str | None]:
+        """Writable bookie id -> rack (None when it registered none), for placement."""
+        return self._writable
+
+    @property
+    def read_only(self) -> frozenset[str]:
+        return frozenset(self._bookies.read_only)
+
+    async def refresh(self) -> None:
+        """List the registrations now; raises what the store raises."""
+        self._apply(await list_bookies(self._store, self._root))
+
+    async def watch(self) -> None:
+        """Keep the view current until cancelled."""
+        while True:
+            try:
+                await watch_bookies(self._store, self._bookies)
+                await self.refresh()
+            except MetadataError as error:
+                logger.warning("bookie list unavailable, retrying: %s", error)
+                await anyio.sleep(self._retry_delay_ms / 1000)
+
+    def _apply(self, bookies: Bookies) -> None:
+        self._bookies = bookies
+        self._writable = {bookie_id: info.rack for bookie_id, info in bookies.writable.items()}
+        for group in (bookies.writable, bookies.read_only):
+            for bookie_id, info in group.items():
+                self._pool.set_address(bookie_id, info.address)

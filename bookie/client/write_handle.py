@@ -1,0 +1,408 @@
+"""`WriteHandle`: the async shell around `bookie.core.writer.Writer` for one ledger.
+
+The core decides everything (which bookies get an entry, when an entry is
+confirmed, when a bookie is replaced, when the ledger may close); this shell
+carries out its effects and feeds back what happened:
+
+* `SendAdd`: one ADD frame, encoded once, to every bookie named, with
+  `add_timeout_ms`; each answer (or timeout, or connection loss) goes back to
+  the core as `on_add_response` / `on_add_timeout`.
+* `ChangeEnsemble`: replacements from placement, excluding every bookie that
+  failed this handle before, then the metadata CAS loop with
+  `writer_ensemble_change_transform`; the outcome goes back as
+  `on_ensemble_changed` / `on_ensemble_change_failed`.
+* `SendExplicitLac`: WRITE_LAC to the ensemble (best effort: answers are not
+  needed); a timer task calls `tick` when the core says it is due.
+* `CloseLedger`: the CAS loop with `writer_close_transform`, then `on_closed` /
+  `on_close_failed`.
+* `AddsConfirmed` / `AddsFailed` / `CloseFailed`: wake whoever waits.
+
+Two ways to append.  `await append(payload)` returns the entry id once it is
+confirmed (Qa acks and every earlier entry confirmed).  For throughput,
+`append_nowait(payload)` returns the entry id at once and
+`await wait_confirmed(entry_id)` waits for a whole run of entries in one go
+(confirmations come in ranges): a leader keeps thousands of adds in flight
+with no task, future or event per append.  `capacity` / `wait_for_capacity`
+bound the window (`outstanding_adds_max`); `append_nowait` past it raises
+`AppendWindowFull`.
+
+Invariants:
+
+* Effects are carried out in the order the core produced them; a callback
+  arriving while effects are being carried out only queues more (the loop in
+  `_process` picks them up), so the order holds across re-entry.
+* `last_add_confirmed` only grows; a waiter for entry e returns only once it
+  is >= e, and raises the handle's error once e can no longer be confirmed.
+* EFENCED or EUA from any bookie, or metadata that is no longer OPEN, makes the
+  handle dead: pending appends raise `LedgerFenced`, so do later calls.
+* The explicit-LAC timer task lives in the client's task group and ends when
+  the handle stops being writable or the client closes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+from types import TracebackType
+
+import anyio
+
+from bookie.client.context import ClientContext
+from bookie.client.dispatch import now_ms, send_adds
+from bookie.core.metadata import (
+    LedgerMetadata,
+    writer_close_transform,
+    writer_ensemble_change_transform,
+)
+from bookie.core.placement import choose_replacements
+from bookie.core.writer import (
+    AddsConfirmed,
+    AddsFailed,
+    ChangeEnsemble,
+    CloseFailed,
+    CloseLedger,
+    SendAdd,
+    SendExplicitLac,
+    Writer,
+    WriterState,
+)
+from bookie.errors import (
+    AppendWindowFull,
+    BookieError,
+    ClientClosed,
+    InvalidEntryRange,
+)
+from bookie.wire.messages import AddResponse, Response, WriteLacRequest
+from bookie.wire.packet import Digest, master_key
+
+
+def _ignore_answer(_outcome: Response | BookieError) -> None:
+    """Explicit LACs are best effort: a lost one is made good by the next add or tick."""
+
+
+class WriteHandle:
+    """Appends to one ledger this client created; see the module docstring."""
+
+    def __init__(self, context: ClientContext, metadata: LedgerMetadata, password: bytes) -> None:
+        config = context.config
+        self._context = context
+        self._metadata = metadata
+        self._ledger_id = metadata.ledger_id
+        self._master_key = master_key(password)
+        self._writer = Writer(
+            metadata,
+            Digest(metadata.digest_type, password),
+            outstanding_adds_max=config.outstanding_adds_max,
+            explicit_lac_interval_ms=config.explicit_lac_interval_ms,
+            ensemble_changes_max=config.ensemble_changes_max,
+        )
+        self._excluded: set[str] = set()
+        """Bookies that failed this handle: never chosen again as its replacements."""
+        self._error: BookieError | None = None
+        """Why pending adds failed (the first reason); set once, never cleared."""
+        self._client_closed: ClientClosed | None = None
+        """Set when the client closes: from then on the handle does nothing at all."""
+        self._waiters: list[tuple[int, int, anyio.Event]] = []
+        """Heap of (entry id, tie-breaker, event) of `wait_confirmed` calls."""
+        self._waiter_ids = itertools.count()
+        self._capacity_wakeup: anyio.Event | None = None
+        self._close_done: anyio.Event | None = None
+        self._close_error: BookieError | None = None
+        self._processing = False
+        self._timer_scope = anyio.CancelScope()
+        context.task_group.start_soon(self._tick_explicit_lac)
+
+    # --- state --------------------------------------------------------------------------------
+
+    @property
+    def ledger_id(self) -> int:
+        return self._ledger_id
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        """The ledger's metadata as this handle last wrote or read it."""
+        return self._metadata
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """Highest entry confirmed with every earlier one (-1: none yet)."""
+        return self._writer.last_add_confirmed
+
+    @property
+    def last_add_pushed(self) -> int:
+        """Highest entry id handed out by `append`/`append_nowait` (-1: none yet)."""
+        return self._writer.last_add_pushed
+
+    @property
+    def length(self) -> int:
+        """Ledger length in bytes up to and including the last add confirmed."""
+        return self._writer.length
+
+    @property
+    def capacity(self) -> int:
+        """How many `append_nowait` calls succeed now (0 also when no longer writable)."""
+        return self._writer.capacity
+
+    @property
+    def is_closed(self) -> bool:
+        return self._writer.state is WriterState.CLOSED
+
+    # --- appending ----------------------------------------------------------------------------
+
+    def append_nowait(self, payload: bytes) -> int:
+        """Send `payload` as the next entry; return its entry id at once.
+
+        Raises `AppendWindowFull` when `outstanding_adds_max` adds are pending,
+        `LedgerFenced` once fenced, `LedgerClosed` once closed or closing,
+        `ClientClosed` after the client closed, or the error that broke the
+        handle; nothing is appended then.
+        """
+        if self._client_closed is not None:
+            raise self._client_closed
+        writer = self._writer
+        if writer.state is WriterState.WRITABLE and writer.capacity == 0:
+            raise AppendWindowFull(
+                f"ledger {self._ledger_id}: {self._context.config.outstanding_adds_max} "
+                "adds pending"
+            )
+        entry_id = writer.append(payload)
+        self._process()
+        return entry_id
+
+    async def wait_for_capacity(self) -> None:
+        """Return once `append_nowait` would not raise `AppendWindowFull` (it may still
+        raise because the handle is no longer writable)."""
+        writer = self._writer
+        while writer.state is WriterState.WRITABLE and writer.capacity == 0 and self._error is None:
+            wakeup = self._capacity_wakeup
+            if wakeup is None:
+                wakeup = self._capacity_wakeup = anyio.Event()
+            await wakeup.wait()
+
+    async def wait_confirmed(self, entry_id: int) -> None:
+        """Return once entry `entry_id` (and so every earlier one) is confirmed.
+
+        Raises the error that failed it (`LedgerFenced`, ...) when it can no
+        longer be confirmed; its outcome is then unknown.  `InvalidEntryRange`
+        if no such entry was appended.
+        """
+        writer = self._writer
+        if not 0 <= entry_id <= writer.last_add_pushed:
+            raise InvalidEntryRange(
+                f"entry {entry_id} of ledger {self._ledger_id} was never appended "
+                f"(last is {writer.last_add_pushed})"
+            )
+        while entry_id > writer.last_add_confirmed:
+            if self._error is not None:
+                raise self._error
+            event = anyio.Event()
+            heapq.heappush(self._waiters, (entry_id, next(self._waiter_ids), event))
+            await event.wait()
+
+    async def append(self, payload: bytes) -> int:
+        """Append `payload`; return its entry id once it is confirmed.
+
+        Waits while the window is full.  Raises like `append_nowait` and
+        `wait_confirmed`.
+        """
+        await self.wait_for_capacity()
+        entry_id = self.append_nowait(payload)
+        await self.wait_confirmed(entry_id)
+        return entry_id
+
+    # --- closing ------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Wait for pending adds, then close the ledger at its last add confirmed.
+
+        Idempotent once it succeeded.  Raises `LedgerFenced` when a recovery
+        took the ledger (the recovery decides its end), `LedgerClosed` when
+        another client closed it elsewhere, and metadata errors of the CAS.
+        """
+        if self._client_closed is not None:
+            raise self._client_closed
+        if self._close_done is None:
+            self._close_done = anyio.Event()
+            self._timer_scope.cancel()
+            try:
+                self._writer.close()
+            except BookieError as error:
+                self._close_error = error
+                self._close_done.set()
+                raise
+            self._process()
+        await self._close_done.wait()
+        if self._writer.state is not WriterState.CLOSED:
+            failure = self._close_error or self._error
+            assert failure is not None, "a close ends closed or with an error"
+            raise failure
+
+    async def __aenter__(self) -> WriteHandle:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            await self.close()
+        elif isinstance(exc, Exception):
+            # The block's own error is the one to report; a close that fails
+            # too (the handle was fenced, say) must not hide it.
+            with contextlib.suppress(BookieError):
+                await self.close()
+
+    def shut_down(self, error: ClientClosed) -> None:
+        """The client is closing: release every waiter with `error` (outcomes unknown);
+        answers that still arrive (connections failing as they close) are ignored."""
+        self._client_closed = error
+        if self._error is None:
+            self._error = error
+        self._timer_scope.cancel()
+        self._wake_all()
+        if self._close_done is not None and not self._close_done.is_set():
+            self._close_error = error
+            self._close_done.set()
+
+    # --- carrying out effects -----------------------------------------------------------------
+
+    def _process(self) -> None:
+        """Carry out every effect the core has produced, in order (see the invariants)."""
+        if self._processing or self._client_closed is not None:
+            return
+        writer = self._writer
+        effects = writer.take_effects()
+        if not effects:
+            # Most answers (every ack past the Qa-th) change nothing to carry out.
+            return
+        self._processing = True
+        try:
+            while effects:
+                for effect in effects:
+                    if type(effect) is SendAdd:
+                        send_adds(
+                            self._context.pool,
+                            effect,
+                            ledger_id=self._ledger_id,
+                            master_key=self._master_key,
+                            on_answer=self._on_add_answer,
+                            timeout_ms=self._context.config.add_timeout_ms,
+                        )
+                    elif type(effect) is AddsConfirmed:
+                        self._on_confirmed(effect.last_entry_id)
+                    else:
+                        self._carry_out(effect)
+                effects = writer.take_effects()
+        finally:
+            self._processing = False
+
+    def _carry_out(self, effect: object) -> None:
+        """The effects off the hot path."""
+        context = self._context
+        if isinstance(effect, AddsFailed):
+            if self._error is None:
+                self._error = effect.error
+            self._wake_all()
+        elif isinstance(effect, ChangeEnsemble):
+            context.task_group.start_soon(self._change_ensemble, effect)
+        elif isinstance(effect, SendExplicitLac):
+            request = WriteLacRequest(
+                0, self._ledger_id, self._master_key, effect.lac, effect.packet
+            )
+            for bookie_id in effect.bookie_ids:
+                context.pool.submit(
+                    bookie_id, request, _ignore_answer, context.config.add_timeout_ms
+                )
+        elif isinstance(effect, CloseLedger):
+            context.task_group.start_soon(self._close_metadata, effect)
+        elif isinstance(effect, CloseFailed):
+            self._close_error = effect.error
+            self._wake_all()
+            if self._close_done is not None:
+                self._close_done.set()
+        else:
+            raise AssertionError(f"unknown writer effect {effect!r}")
+
+    def _on_add_answer(
+        self, bookie_id: str, entry_id: int, outcome: Response | BookieError
+    ) -> None:
+        if type(outcome) is AddResponse:
+            self._writer.on_add_response(bookie_id, entry_id, outcome.status)
+        else:
+            self._writer.on_add_timeout(bookie_id, entry_id)
+        self._process()
+
+    def _on_confirmed(self, last_add_confirmed: int) -> None:
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= last_add_confirmed:
+            heapq.heappop(waiters)[2].set()
+        wakeup = self._capacity_wakeup
+        if wakeup is not None:
+            self._capacity_wakeup = None
+            wakeup.set()
+
+    def _wake_all(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _, _, event in waiters:
+            event.set()
+        wakeup = self._capacity_wakeup
+        if wakeup is not None:
+            self._capacity_wakeup = None
+            wakeup.set()
+
+    async def _change_ensemble(self, effect: ChangeEnsemble) -> None:
+        context = self._context
+        self._excluded.update(effect.failed.values())
+        try:
+            replacements = choose_replacements(
+                context.registry.writable,
+                effect.ensemble,
+                list(effect.failed),
+                write_quorum=self._metadata.write_quorum,
+                rng=context.rng,
+                excluded=self._excluded,
+            )
+            metadata, _version = await context.ledgers.update(
+                self._ledger_id,
+                lambda current: writer_ensemble_change_transform(
+                    current, effect.ensemble, effect.first_entry_id, replacements
+                ),
+            )
+        except BookieError as error:
+            self._writer.on_ensemble_change_failed(error)
+        else:
+            self._metadata = metadata
+            self._writer.on_ensemble_changed(metadata)
+        self._process()
+
+    async def _close_metadata(self, effect: CloseLedger) -> None:
+        try:
+            metadata, _version = await self._context.ledgers.update(
+                self._ledger_id,
+                lambda current: writer_close_transform(
+                    current, effect.last_entry_id, effect.length
+                ),
+            )
+        except BookieError as error:
+            self._writer.on_close_failed(error)
+            self._close_error = error
+            self._wake_all()
+        else:
+            self._metadata = metadata
+            self._writer.on_closed(metadata)
+        done = self._close_done
+        assert done is not None, "the core closes only after close()"
+        done.set()
+
+    async def _tick_explicit_lac(self) -> None:
+        writer = self._writer
+        with self._timer_scope:
+            while (due_ms := writer.next_tick_ms) is not None:
+                delay_ms = due_ms - now_ms()
+                if delay_ms > 0:
+                    await anyio.sleep(delay_ms / 1000)
+                writer.tick(now_ms())
+                self._process()

@@ -1,0 +1,77 @@
+"""A bookie that stops while a writer streams: the writer replaces it and goes on, and
+nothing it had acknowledged is lost."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from bookie.errors import NotEnoughBookies
+from tests.unit.ledger_client.cluster import WAIT_S, memory_cluster
+from tests.unit.server.support import wait_for
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_writer_replaces_a_bookie_stopped_mid_stream() -> None:
+    count = 600
+    payloads = [f"entry {index}".encode() * 10 for index in range(count)]
+    async with memory_cluster(4) as cluster, cluster.client() as client:
+        writer = await client.create_ledger(3, 3, 2, password=b"pw")
+        ensemble = writer.metadata.current_ensemble
+        spare = next(b for b in cluster.bookie_ids if b not in ensemble)
+        with anyio.fail_after(WAIT_S):
+            for payload in payloads[:300]:
+                await writer.wait_for_capacity()
+                writer.append_nowait(payload)
+            await writer.wait_confirmed(100)
+            # Adds are in flight to it as it stops.
+            await cluster.stop_bookie(ensemble[1])
+            for payload in payloads[300:]:
+                await writer.wait_for_capacity()
+                writer.append_nowait(payload)
+            await writer.wait_confirmed(count - 1)
+        await writer.close()
+
+        metadata = await client.ledger_metadata(writer.ledger_id)
+        assert metadata.last_entry_id == count - 1
+        assert len(metadata.ensembles) == 2
+        first_entry_id, new_ensemble = metadata.ensembles[1]
+        assert 100 < first_entry_id <= 300 + 1
+        assert new_ensemble == (ensemble[0], spare, ensemble[2])
+        # Every entry of the new segment reaches the spare (the pending ones were
+        # re-sent to it), though its copy may land after Qa others confirmed it.
+        spare_storage = cluster.storage(spare)
+        await wait_for(
+            lambda: all(
+                spare_storage.read_entry(writer.ledger_id, entry_id) is not None
+                for entry_id in range(first_entry_id, count)
+            ),
+            WAIT_S,
+        )
+        reader = await client.open_ledger(writer.ledger_id, b"pw")
+        assert await reader.read(0, count - 1) == payloads
+
+
+async def test_without_a_replacement_pending_appends_fail() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        writer = await client.create_ledger(3, 3, 3)
+        await writer.append(b"first")
+        await cluster.stop_bookie(writer.metadata.current_ensemble[0])
+        await wait_for(lambda: len(client.writable_bookies) == 2, WAIT_S)
+        with anyio.fail_after(WAIT_S), pytest.raises(NotEnoughBookies):
+            await writer.append(b"second")
+        with pytest.raises(NotEnoughBookies):
+            await writer.append(b"third")
+        # A broken handle still closes, at what was confirmed.
+        await writer.close()
+        assert (await client.ledger_metadata(writer.ledger_id)).last_entry_id == 0
+
+
+async def test_rack_aware_placement_spreads_write_sets() -> None:
+    racks: list[str | None] = ["r1", "r1", "r2", "r2", "r3", "r3"]
+    async with memory_cluster(6, racks=racks) as cluster, cluster.client() as client:
+        writer = await client.create_ledger(3, 3, 2)
+        rack_of = dict(zip(cluster.bookie_ids, racks, strict=True))
+        assert {rack_of[b] for b in writer.metadata.current_ensemble} == {"r1", "r2", "r3"}
+        await writer.close()
