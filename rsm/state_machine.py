@@ -29,7 +29,14 @@ caller; state changes made before the raise stay, so validate first.
 
 `@query` methods only read state, on one replica, outside the log; they must
 not change state (nothing enforces it, but a change would exist on one
-replica only) and have no context.
+replica only).  A query sees a read-only `self.context` describing the last
+entry the replica applied (its `index`, `time_ms` and `epoch`) when the
+replica passes that position to `rsm.core.commands.answer_query`, so "now"
+in a query is logged time too, never a local clock: a key-value store can
+decide that a key has expired the same way a command would.  A linearizable
+read is answered once its barrier entry (or a later one) is applied, so it
+sees at least that entry's time.  `random` is not available in a query: its
+draws would exist on one replica only.
 
 `@command(name=..., version=...)` gives a command a stable logged name (so a
 method can be renamed) and a version: `version=2` logs as `"name@2"`, so old
@@ -44,8 +51,8 @@ declaring the same name twice, a command and a query of the same name, or an
 
 Invariants: a class's registry never changes after creation; every logged key
 maps to exactly one method; `self.context` is set only for the duration of one
-command's apply (by `rsm.core.commands`) and the instance's attributes are the
-application's state alone outside it.
+command's apply or one query's answer (by `rsm.core.commands`) and the
+instance's attributes are the application's state alone outside them.
 """
 
 from __future__ import annotations
@@ -75,26 +82,40 @@ class Context:
     deterministic.  `random` is created on first use (most commands never
     need it) from `seed` and `index`, so two commands of one batch draw
     different numbers.
+
+    A query's context (`seed` None, see `for_query`) describes the last
+    applied entry instead: index 0 and time 0 before anything was applied,
+    and no `random`.
     """
 
     __slots__ = ("_index", "_time_ms", "_epoch", "_seed", "_random")
 
-    def __init__(self, index: int, time_ms: int, epoch: int, seed: int) -> None:
-        assert index >= 1
+    def __init__(self, index: int, time_ms: int, epoch: int, seed: int | None) -> None:
+        assert index >= 1 or seed is None, "a command's index is >= 1"
+        assert index >= 0
+        assert time_ms >= 0
         self._index = index
         self._time_ms = time_ms
         self._epoch = epoch
         self._seed = seed
         self._random: random.Random | None = None
 
+    @classmethod
+    def for_query(cls, index: int, time_ms: int, epoch: int) -> Context:
+        """The read-only context of a query answered after applying up to `index`."""
+        return cls(index, time_ms, epoch, None)
+
     @property
     def index(self) -> int:
-        """The command's position in the log (dense, 1-based)."""
+        """The command's position in the log (dense, 1-based); in a query, the last applied one."""
         return self._index
 
     @property
     def time_ms(self) -> int:
-        """The leader's clock (ms since the Unix epoch) when it logged the batch."""
+        """The leader's clock (ms since the Unix epoch) when it logged the batch.
+
+        In a query: the timestamp of the last applied entry (barriers included).
+        """
         return self._time_ms
 
     @property
@@ -105,6 +126,8 @@ class Context:
     @property
     def random(self) -> random.Random:
         """A generator seeded from the batch seed and the index: same draws on every replica."""
+        if self._seed is None:
+            raise ContextUnavailable("a query has no randomness: its draws would differ by replica")
         if self._random is None:
             self._random = random.Random((self._seed << 64) | self._index)
         return self._random
@@ -288,11 +311,16 @@ class StateMachine:
 
     @property
     def context(self) -> Context:
-        """Where and when the command being applied was logged; only inside a command."""
+        """Where and when the command being applied was logged (in a query: the last applied entry).
+
+        Exists only inside a command, or inside a query the replica answers
+        with its applied position.
+        """
         context = self._rsm_context
         if context is None:
             raise ContextUnavailable(
-                "context exists only while a command is applied (not in queries or __init__)"
+                "context exists only while a command is applied or a query is answered "
+                "with the replica's applied position (not in __init__)"
             )
         return context
 

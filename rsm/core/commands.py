@@ -27,11 +27,19 @@ tables and equal outcomes.  What makes that hold:
 
 Batches must be the decoded form of the log entries (also on the leader), so
 every replica sees exactly the arguments the log holds.
+
+Queries (`answer_query`) run outside the log, on one replica.  The replica
+passes the `AppliedPosition` of the last batch it applied (barriers
+included, `AppliedPosition.after(batch)`), and the query sees it as a
+read-only context, so its notion of "now" is logged time like a command's.
+A linearizable read is answered once its barrier entry (or a later one) is
+applied, so it sees at least that entry's timestamp.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import cbor2
@@ -53,6 +61,33 @@ _SCALARS: Final = frozenset({type(None), bool, int, float, str, bytes})
 """Result types that are immutable and always CBOR-encodable: kept without a round trip."""
 
 _MARKER_OUTCOME: Final = Outcome(RsmStatus.OK, None)
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedPosition:
+    """How far a replica's state goes: the last applied index and the last applied entry's time.
+
+    `index` is 0 and `time_ms` 0 before anything was applied.  A barrier
+    moves `time_ms` (and `epoch`) but not `index`, since it takes none.
+    """
+
+    index: int
+    time_ms: int
+    epoch: int
+
+    def __post_init__(self) -> None:
+        assert self.index >= 0
+        assert self.time_ms >= 0
+        assert self.epoch >= 0
+
+    @classmethod
+    def after(cls, batch: Batch) -> AppliedPosition:
+        """The position once `batch` is applied."""
+        return cls(batch.next_index - 1, batch.timestamp_ms, batch.epoch)
+
+
+INITIAL_POSITION: Final = AppliedPosition(0, 0, 0)
+"""Where a replica stands before it applied anything."""
 
 
 def prepare_command(
@@ -113,16 +148,26 @@ def answer_query(
     name: str,
     args: Sequence[Any] = (),
     kwargs: Mapping[str, Any] | None = None,
+    *,
+    applied: AppliedPosition | None = None,
 ) -> Outcome:
     """Run query `name` on local state; errors become outcomes exactly as for commands.
 
+    With `applied` (the replica's position) the query sees it as a read-only
+    `self.context`; without it, `self.context` raises `ContextUnavailable`.
     Raises `UnknownCommand` / `BadArguments` for a query that does not exist or
     does not take these arguments (the caller's mistake, not the query's).
     """
     operation = resolve_query(type(machine), name)
     keywords = kwargs or {}
     operation.check_arguments(args, keywords)
-    return _call(machine, operation, args, keywords)
+    if applied is None:
+        return _call(machine, operation, args, keywords)
+    machine._rsm_context = Context.for_query(applied.index, applied.time_ms, applied.epoch)
+    try:
+        return _call(machine, operation, args, keywords)
+    finally:
+        del machine._rsm_context
 
 
 def _apply(machine: StateMachine, item: CommandItem, context: Context) -> Outcome:

@@ -1,0 +1,717 @@
+"""The key-value store's replicated state: `KVStore`, Redis's string commands as a StateMachine.
+
+This class is also the model for writing an application on `rsm`: state in
+plain attributes, `@command` for what changes it, `@query` for what reads
+it, and logged time (`self.context.time_ms`) wherever Redis would read its
+clock.
+
+Arguments are the raw bytes a Redis client sends after the command name;
+results are the Python values `kvstore.resp` encodes (str for a simple
+string like "OK", bytes for a bulk string, None for a null bulk, int,
+lists); errors are `RedisError`s carrying Redis's exact text.  The
+framework records a raised error (type name and message) like any result,
+identically on every replica, so every replica answers the same `-ERR ...`
+line.  The server checks command names and argument counts before a
+command is logged (`kvstore.commands`); the methods check everything else,
+before they change anything.
+
+State:
+
+* `values`: key -> value, a `SortedDict`, so KEYS and SCAN walk keys in
+  order and SCAN can resume after any key;
+* `expire_at_ms`: key -> the logged time (ms since the Unix epoch) at which
+  it expires, for keys with a TTL;
+* `expiry_queue`: the same pairs as `(expire_at_ms, key)`, sorted, so the
+  keys due first are found without a scan.
+
+Expiry is decided by logged time only, so it is the same on every replica:
+a key is expired once `expire_at_ms <= now`, where `now` is the time of the
+command being applied, or for a query the time of the last applied entry
+(the replica passes its applied position to the query; a linearizable read
+sees at least the time of its barrier entry).  Commands delete expired
+keys they touch (lazy expiry), and every command also deletes up to
+`limits.active_expiry_keys_max` due keys from the front of `expiry_queue`
+(active expiry), so unread keys do not stay forever.  Queries change
+nothing: they treat an expired key as absent.  Like Redis, DBSIZE counts
+keys not deleted yet, expired or not.
+
+Keys are at most `key_bytes_max` bytes and values `value_bytes_max` (every
+write checks); these settings decide results, so they must be equal on
+every replica.
+
+Invariants: `expire_at_ms` and `expiry_queue` hold the same pairs, and only
+keys present in `values`; every key is at most `key_bytes_max` bytes and
+every value at most `value_bytes_max`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from sortedcontainers import SortedDict, SortedList  # type: ignore[import-untyped]
+
+from kvstore import errors, limits, numbers
+from kvstore.errors import RedisError
+from kvstore.glob import GlobPattern, ScanRequest
+from rsm.state_machine import StateMachine, command, query
+
+_SECONDS: Final = 1000
+_MILLISECONDS: Final = 1
+_SECONDS_LIMIT: Final = numbers.INT64_MAX // 1000
+"""C's LLONG_MAX / 1000: seconds above it overflow when converted to ms."""
+_NEGATIVE_SECONDS_LIMIT: Final = -(-numbers.INT64_MIN // 1000)
+"""C's LLONG_MIN / 1000 (C division truncates toward zero)."""
+
+_EXPIRY_UNITS: Final = {
+    b"ex": _SECONDS,
+    b"px": _MILLISECONDS,
+    b"exat": _SECONDS,
+    b"pxat": _MILLISECONDS,
+}
+_RELATIVE_EXPIRY: Final = frozenset({b"ex", b"px"})
+
+
+class KVStore(StateMachine):
+    """Redis's string commands, replicated.  See the module docstring for state and expiry."""
+
+    def __init__(
+        self,
+        *,
+        key_bytes_max: int = limits.key_bytes_max_default,
+        value_bytes_max: int = limits.value_bytes_max_default,
+    ) -> None:
+        assert key_bytes_max >= 1
+        assert key_bytes_max <= limits.key_bytes_max, "SCAN cursors carry keys (see limits)"
+        assert value_bytes_max >= 1
+        self.values: SortedDict = SortedDict()
+        self.expire_at_ms: dict[bytes, int] = {}
+        self.expiry_queue: SortedList = SortedList()
+        self.key_bytes_max = key_bytes_max
+        self.value_bytes_max = value_bytes_max
+
+    # --- reading and writing strings ----------------------------------------------------------
+
+    @command
+    def set(self, key: bytes, value: bytes, *options: bytes) -> str | bytes | None:
+        """SET key value [NX|XX] [GET] [EX s|PX ms|EXAT unix-s|PXAT unix-ms|KEEPTTL].
+
+        "OK", or None when NX/XX stopped it; with GET the old value (or
+        None) instead.  The new value has no TTL unless one is given or
+        KEEPTTL keeps the old one.
+        """
+        now_ms = self._command_time_ms()
+        self._check_key(key)
+        self._check_value(value)
+        parsed = _StringOptions.parse(options, for_set=True)
+        expire_at_ms = parsed.expire_at_ms(now_ms, "set")
+        old = self._lookup(key, now_ms)
+        if (parsed.only_if_absent and old is not None) or (parsed.only_if_present and old is None):
+            return old if parsed.get else None
+        self._store(key, value, keep_ttl=parsed.keep_ttl)
+        if expire_at_ms is not None:
+            self._expire(key, expire_at_ms, now_ms)
+        return old if parsed.get else "OK"
+
+    @command
+    def setnx(self, key: bytes, value: bytes) -> int:
+        """SETNX key value: set only if absent; 1 if set, 0 if not."""
+        now_ms = self._command_time_ms()
+        self._check_key(key)
+        self._check_value(value)
+        if self._lookup(key, now_ms) is not None:
+            return 0
+        self._store(key, value, keep_ttl=False)
+        return 1
+
+    @command
+    def setex(self, key: bytes, seconds: bytes, value: bytes) -> str:
+        """SETEX key seconds value: SET with EX."""
+        return self._set_expiring(key, value, b"ex", seconds, "setex")
+
+    @command
+    def psetex(self, key: bytes, milliseconds: bytes, value: bytes) -> str:
+        """PSETEX key milliseconds value: SET with PX."""
+        return self._set_expiring(key, value, b"px", milliseconds, "psetex")
+
+    @command
+    def getset(self, key: bytes, value: bytes) -> bytes | None:
+        """GETSET key value: set (dropping any TTL) and return the old value or None."""
+        now_ms = self._command_time_ms()
+        self._check_key(key)
+        self._check_value(value)
+        old = self._lookup(key, now_ms)
+        self._store(key, value, keep_ttl=False)
+        return old
+
+    @command
+    def getdel(self, key: bytes) -> bytes | None:
+        """GETDEL key: delete and return the value, or None."""
+        old = self._lookup(key, self._command_time_ms())
+        if old is not None:
+            self._delete(key)
+        return old
+
+    @command
+    def getex(self, key: bytes, *options: bytes) -> bytes | None:
+        """GETEX key [EX s|PX ms|EXAT unix-s|PXAT unix-ms|PERSIST]: GET, then change the TTL."""
+        now_ms = self._command_time_ms()
+        parsed = _StringOptions.parse(options, for_set=False)
+        value = self._lookup(key, now_ms)
+        if value is None:
+            return None
+        expire_at_ms = parsed.expire_at_ms(now_ms, "getex")
+        if expire_at_ms is not None:
+            self._expire(key, expire_at_ms, now_ms)
+        elif parsed.persist:
+            self._persist(key)
+        return value
+
+    @command
+    def mset(self, *pairs: bytes) -> str:
+        """MSET key value [key value ...]: set every pair (dropping TTLs); "OK"."""
+        self._command_time_ms()
+        self._check_pairs(pairs, "mset")
+        for key, value in zip(pairs[::2], pairs[1::2], strict=True):
+            self._store(key, value, keep_ttl=False)
+        return "OK"
+
+    @command
+    def msetnx(self, *pairs: bytes) -> int:
+        """MSETNX key value [key value ...]: set every pair if no key exists (1), else none (0)."""
+        now_ms = self._command_time_ms()
+        self._check_pairs(pairs, "msetnx")
+        keys = pairs[::2]
+        if any(self._lookup(key, now_ms) is not None for key in keys):
+            return 0
+        for key, value in zip(keys, pairs[1::2], strict=True):
+            self._store(key, value, keep_ttl=False)
+        return 1
+
+    @command
+    def append(self, key: bytes, value: bytes) -> int:
+        """APPEND key value: append (creating the key if absent); the new length.  Keeps the TTL."""
+        now_ms = self._command_time_ms()
+        self._check_key(key)
+        old = self._lookup(key, now_ms)
+        new = value if old is None else old + value
+        self._check_value(new)
+        self._store(key, new, keep_ttl=True)
+        return len(new)
+
+    @command
+    def setrange(self, key: bytes, offset: bytes, value: bytes) -> int:
+        """SETRANGE key offset value: overwrite from offset, padding with zero bytes; the length.
+
+        Setting nothing (an empty value) creates no key.  Keeps the TTL.
+        """
+        now_ms = self._command_time_ms()
+        start = numbers.require_int(offset)
+        if start < 0:
+            raise RedisError("ERR offset is out of range")
+        old = self._lookup(key, now_ms)
+        if not value:
+            return 0 if old is None else len(old)
+        self._check_key(key)
+        if start + len(value) > self.value_bytes_max:
+            raise RedisError(errors.STRING_TOO_LONG)
+        new = bytearray(old or b"")
+        if len(new) < start:
+            new += bytes(start - len(new))
+        new[start : start + len(value)] = value
+        self._store(key, bytes(new), keep_ttl=True)
+        return len(new)
+
+    @query
+    def get(self, key: bytes) -> bytes | None:
+        """GET key: the value, or None."""
+        return self._peek(key, self._query_time_ms())
+
+    @query
+    def mget(self, *keys: bytes) -> list[bytes | None]:
+        """MGET key [key ...]: each value, or None."""
+        now_ms = self._query_time_ms()
+        return [self._peek(key, now_ms) for key in keys]
+
+    @query
+    def strlen(self, key: bytes) -> int:
+        """STRLEN key: the value's length; 0 for a missing key."""
+        value = self._peek(key, self._query_time_ms())
+        return 0 if value is None else len(value)
+
+    @query
+    def getrange(self, key: bytes, start: bytes, end: bytes) -> bytes:
+        """GETRANGE key start end: the bytes from start to end, both included.
+
+        Negative indexes count from the end (-1 is the last byte); the range
+        is clipped to the value; a missing key reads as empty.
+        """
+        first = numbers.require_int(start)
+        last = numbers.require_int(end)
+        value = self._peek(key, self._query_time_ms()) or b""
+        if first < 0 and last < 0 and first > last:
+            return b""
+        length = len(value)
+        if first < 0:
+            first = max(length + first, 0)
+        if last < 0:
+            last = max(length + last, 0)
+        last = min(last, length - 1)
+        if first > last or length == 0:
+            return b""
+        return value[first : last + 1]
+
+    # --- numbers ------------------------------------------------------------------------------
+
+    @command
+    def incr(self, key: bytes) -> int:
+        """INCR key: add 1 to the integer value (a missing key is 0); the new value."""
+        return self._increment(key, 1)
+
+    @command
+    def decr(self, key: bytes) -> int:
+        """DECR key: subtract 1."""
+        return self._increment(key, -1)
+
+    @command
+    def incrby(self, key: bytes, increment: bytes) -> int:
+        """INCRBY key increment: add a 64-bit integer."""
+        return self._increment(key, numbers.require_int(increment))
+
+    @command
+    def decrby(self, key: bytes, decrement: bytes) -> int:
+        """DECRBY key decrement: subtract a 64-bit integer."""
+        amount = numbers.require_int(decrement)
+        if amount == numbers.INT64_MIN:
+            raise RedisError("ERR decrement would overflow")
+        return self._increment(key, -amount)
+
+    @command
+    def incrbyfloat(self, key: bytes, increment: bytes) -> bytes:
+        """INCRBYFLOAT key increment: add in long double precision; the new value as text.
+
+        The arithmetic and formatting are Redis's (see `kvstore.numbers`).
+        Keeps the TTL.
+        """
+        now_ms = self._command_time_ms()
+        self._check_key(key)
+        new = numbers.add_float(self._lookup(key, now_ms), increment)
+        self._check_value(new)
+        self._store(key, new, keep_ttl=True)
+        return new
+
+    # --- compare-and-set (not a Redis command) ------------------------------------------------
+
+    @command
+    def cas(self, key: bytes, expected: bytes, new: bytes) -> int:
+        """CAS key expected new: set `new` if the key holds exactly `expected`; 1 if set, else 0.
+
+        A missing key holds nothing, so it never matches (use SET NX to
+        create).  Like SET, the new value has no TTL.
+        """
+        now_ms = self._command_time_ms()
+        self._check_value(new)
+        if self._lookup(key, now_ms) != expected:
+            return 0
+        self._store(key, new, keep_ttl=False)
+        return 1
+
+    # --- keys ---------------------------------------------------------------------------------
+
+    @command(name="del")
+    def delete(self, *keys: bytes) -> int:
+        """DEL key [key ...]: delete the keys; how many existed."""
+        return self._delete_keys(keys)
+
+    @command
+    def unlink(self, *keys: bytes) -> int:
+        """UNLINK key [key ...]: DEL (Redis frees memory later; here there is nothing to defer)."""
+        return self._delete_keys(keys)
+
+    @query
+    def exists(self, *keys: bytes) -> int:
+        """EXISTS key [key ...]: how many of the keys exist (a key named twice counts twice)."""
+        now_ms = self._query_time_ms()
+        return sum(1 for key in keys if self._peek(key, now_ms) is not None)
+
+    @query
+    def type(self, key: bytes) -> str:
+        """TYPE key: "string", or "none" for a missing key."""
+        return "none" if self._peek(key, self._query_time_ms()) is None else "string"
+
+    @query
+    def keys(self, pattern: bytes) -> list[bytes]:
+        """KEYS pattern: every key matching the glob pattern, in key order."""
+        now_ms = self._query_time_ms()
+        glob = GlobPattern(pattern)
+        if glob.matches_everything:
+            candidates = list(self.values.keys())
+        else:
+            candidates = [key for key in glob.candidates(self.values) if glob.matches(key)]
+        return [key for key in candidates if not self._expired(key, now_ms)]
+
+    @query
+    def scan(self, cursor: bytes, *options: bytes) -> list[bytes | list[bytes]]:
+        """SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: [next cursor, keys].
+
+        A full iteration starts and ends with cursor "0" (see `kvstore.glob`).
+        """
+        request = ScanRequest.parse(cursor, options)
+        now_ms = self._query_time_ms()
+        next_cursor, found = request.page(self.values)
+        return [next_cursor, [key for key in found if not self._expired(key, now_ms)]]
+
+    @query
+    def dbsize(self) -> int:
+        """DBSIZE: how many keys are stored (expired ones not deleted yet included, as Redis)."""
+        return len(self.values)
+
+    @query
+    def keyspace(self) -> list[int]:
+        """[keys, keys with a TTL]: for INFO's keyspace section."""
+        return [len(self.values), len(self.expire_at_ms)]
+
+    @command
+    def flushdb(self, *options: bytes) -> str:
+        """FLUSHDB [ASYNC|SYNC]: delete every key; "OK"."""
+        return self._flush(options)
+
+    @command
+    def flushall(self, *options: bytes) -> str:
+        """FLUSHALL [ASYNC|SYNC]: FLUSHDB (there is one database)."""
+        return self._flush(options)
+
+    # --- TTLs ---------------------------------------------------------------------------------
+
+    @command
+    def expire(self, key: bytes, seconds: bytes, *options: bytes) -> int:
+        """EXPIRE key seconds [NX|XX|GT|LT]: expire in `seconds`; 1 if set, 0 if not.
+
+        NX: only without a TTL; XX: only with one; GT/LT: only if the new
+        time is later/earlier (no TTL counts as infinitely late).  A time
+        in the past deletes the key (and answers 1).
+        """
+        return self._set_ttl(key, seconds, options, _SECONDS, relative=True, name="expire")
+
+    @command
+    def pexpire(self, key: bytes, milliseconds: bytes, *options: bytes) -> int:
+        """PEXPIRE key milliseconds [NX|XX|GT|LT]: EXPIRE in milliseconds."""
+        return self._set_ttl(
+            key, milliseconds, options, _MILLISECONDS, relative=True, name="pexpire"
+        )
+
+    @command
+    def expireat(self, key: bytes, unix_seconds: bytes, *options: bytes) -> int:
+        """EXPIREAT key unix-seconds [NX|XX|GT|LT]: EXPIRE at an absolute time."""
+        return self._set_ttl(key, unix_seconds, options, _SECONDS, relative=False, name="expireat")
+
+    @command
+    def pexpireat(self, key: bytes, unix_milliseconds: bytes, *options: bytes) -> int:
+        """PEXPIREAT key unix-milliseconds [NX|XX|GT|LT]: EXPIREAT in milliseconds."""
+        return self._set_ttl(
+            key, unix_milliseconds, options, _MILLISECONDS, relative=False, name="pexpireat"
+        )
+
+    @command
+    def persist(self, key: bytes) -> int:
+        """PERSIST key: remove the TTL; 1 if there was one, 0 if not (or no key)."""
+        if self._lookup(key, self._command_time_ms()) is None:
+            return 0
+        return 1 if self._persist(key) else 0
+
+    @query
+    def ttl(self, key: bytes) -> int:
+        """TTL key: seconds left (rounded), -1 without a TTL, -2 for a missing key."""
+        return self._time_left(key, milliseconds=False, absolute=False)
+
+    @query
+    def pttl(self, key: bytes) -> int:
+        """PTTL key: TTL in milliseconds."""
+        return self._time_left(key, milliseconds=True, absolute=False)
+
+    @query
+    def expiretime(self, key: bytes) -> int:
+        """EXPIRETIME key: the expiry as unix seconds (rounded); -1 without a TTL, -2 missing."""
+        return self._time_left(key, milliseconds=False, absolute=True)
+
+    @query
+    def pexpiretime(self, key: bytes) -> int:
+        """PEXPIRETIME key: EXPIRETIME in unix milliseconds."""
+        return self._time_left(key, milliseconds=True, absolute=True)
+
+    # --- helpers: time and expiry -------------------------------------------------------------
+
+    def _command_time_ms(self) -> int:
+        """The logged time of the command being applied, after active expiry of due keys."""
+        now_ms = self.context.time_ms
+        queue = self.expiry_queue
+        for _ in range(limits.active_expiry_keys_max):
+            if not queue or queue[0][0] > now_ms:
+                break
+            _, key = queue.pop(0)
+            del self.values[key]
+            del self.expire_at_ms[key]
+        return now_ms
+
+    def _query_time_ms(self) -> int:
+        """The time of the last applied entry (a query's "now")."""
+        return self.context.time_ms
+
+    def _expired(self, key: bytes, now_ms: int) -> bool:
+        expire_at_ms = self.expire_at_ms.get(key)
+        return expire_at_ms is not None and expire_at_ms <= now_ms
+
+    def _lookup(self, key: bytes, now_ms: int) -> bytes | None:
+        """The live value of `key` for a command; an expired key is deleted (lazy expiry)."""
+        if self._expired(key, now_ms):
+            self._delete(key)
+            return None
+        value: bytes | None = self.values.get(key)
+        return value
+
+    def _peek(self, key: bytes, now_ms: int) -> bytes | None:
+        """The live value of `key` for a query, which changes nothing."""
+        if self._expired(key, now_ms):
+            return None
+        value: bytes | None = self.values.get(key)
+        return value
+
+    def _store(self, key: bytes, value: bytes, *, keep_ttl: bool) -> None:
+        if not keep_ttl:
+            self._persist(key)
+        self.values[key] = value
+
+    def _delete(self, key: bytes) -> None:
+        self._persist(key)
+        del self.values[key]
+
+    def _delete_keys(self, keys: Sequence[bytes]) -> int:
+        """DEL: delete the live ones of `keys`; how many there were."""
+        now_ms = self._command_time_ms()
+        deleted = 0
+        for key in keys:
+            if self._lookup(key, now_ms) is not None:
+                self._delete(key)
+                deleted += 1
+        return deleted
+
+    def _flush(self, options: Sequence[bytes]) -> str:
+        """FLUSHDB / FLUSHALL: ASYNC and SYNC are accepted and mean the same here."""
+        self._command_time_ms()
+        if len(options) > 1 or (options and options[0].lower() not in (b"async", b"sync")):
+            raise RedisError(errors.SYNTAX)
+        self.values.clear()
+        self.expire_at_ms.clear()
+        self.expiry_queue.clear()
+        return "OK"
+
+    def _expire(self, key: bytes, expire_at_ms: int, now_ms: int) -> None:
+        """Give `key` (which exists) a TTL; a time already past deletes it."""
+        if expire_at_ms <= now_ms:
+            self._delete(key)
+            return
+        self._persist(key)
+        self.expire_at_ms[key] = expire_at_ms
+        self.expiry_queue.add((expire_at_ms, key))
+
+    def _persist(self, key: bytes) -> bool:
+        """Drop the TTL of `key`; whether it had one."""
+        expire_at_ms = self.expire_at_ms.pop(key, None)
+        if expire_at_ms is None:
+            return False
+        self.expiry_queue.remove((expire_at_ms, key))
+        return True
+
+    def _time_left(self, key: bytes, *, milliseconds: bool, absolute: bool) -> int:
+        now_ms = self._query_time_ms()
+        if self._peek(key, now_ms) is None:
+            return -2
+        expire_at_ms = self.expire_at_ms.get(key)
+        if expire_at_ms is None:
+            return -1
+        left_ms = max(expire_at_ms if absolute else expire_at_ms - now_ms, 0)
+        return left_ms if milliseconds else (left_ms + 500) // 1000
+
+    def _set_ttl(
+        self,
+        key: bytes,
+        raw_time: bytes,
+        options: Sequence[bytes],
+        unit_ms: int,
+        *,
+        relative: bool,
+        name: str,
+    ) -> int:
+        """The EXPIRE family, checked in Redis's order: options, time, then the key."""
+        now_ms = self._command_time_ms()
+        condition = _ExpireCondition.parse(options)
+        when = numbers.require_int(raw_time)
+        if unit_ms == _SECONDS:
+            if when > _SECONDS_LIMIT or when < _NEGATIVE_SECONDS_LIMIT:
+                raise RedisError(errors.invalid_expire_time(name))
+            when *= _SECONDS
+        base_ms = now_ms if relative else 0
+        if when > numbers.INT64_MAX - base_ms:
+            raise RedisError(errors.invalid_expire_time(name))
+        when += base_ms
+        if self._lookup(key, now_ms) is None:
+            return 0
+        if not condition.allows(when, self.expire_at_ms.get(key)):
+            return 0
+        self._expire(key, when, now_ms)
+        return 1
+
+    def _set_expiring(
+        self, key: bytes, value: bytes, unit: bytes, raw_time: bytes, name: str
+    ) -> str:
+        """SETEX/PSETEX: validate the time first, then set with it."""
+        now_ms = self._command_time_ms()
+        self._check_key(key)
+        self._check_value(value)
+        expire_at_ms = _expiry_time_ms(unit, raw_time, now_ms, name)
+        self._store(key, value, keep_ttl=False)
+        self._expire(key, expire_at_ms, now_ms)
+        return "OK"
+
+    # --- helpers: numbers and checks ----------------------------------------------------------
+
+    def _increment(self, key: bytes, amount: int) -> int:
+        now_ms = self._command_time_ms()
+        self._check_key(key)
+        old = self._lookup(key, now_ms)
+        current = 0 if old is None else numbers.require_int(old)
+        new = current + amount
+        if new < numbers.INT64_MIN or new > numbers.INT64_MAX:
+            raise RedisError(errors.INCREMENT_OVERFLOW)
+        self._store(key, b"%d" % new, keep_ttl=True)
+        return new
+
+    def _check_key(self, key: bytes) -> None:
+        if type(key) is not bytes:
+            raise TypeError(f"keys are bytes, not {type(key).__name__}")
+        if len(key) > self.key_bytes_max:
+            raise RedisError(errors.KEY_TOO_LONG)
+
+    def _check_value(self, value: bytes) -> None:
+        if type(value) is not bytes:
+            raise TypeError(f"values are bytes, not {type(value).__name__}")
+        if len(value) > self.value_bytes_max:
+            raise RedisError(errors.STRING_TOO_LONG)
+
+    def _check_pairs(self, pairs: Sequence[bytes], name: str) -> None:
+        if not pairs or len(pairs) % 2:
+            raise RedisError(errors.wrong_arity(name))
+        for key, value in zip(pairs[::2], pairs[1::2], strict=True):
+            self._check_key(key)
+            self._check_value(value)
+
+
+def _expiry_time_ms(unit: bytes, raw_time: bytes, now_ms: int, name: str) -> int:
+    """The absolute expiry an EX/PX/EXAT/PXAT argument asks for, checked as Redis does."""
+    amount = numbers.require_int(raw_time)
+    scale_ms = _EXPIRY_UNITS[unit]
+    if amount <= 0 or (scale_ms == _SECONDS and amount > _SECONDS_LIMIT):
+        raise RedisError(errors.invalid_expire_time(name))
+    amount *= scale_ms
+    if unit in _RELATIVE_EXPIRY:
+        amount += now_ms
+        if amount > numbers.INT64_MAX:
+            raise RedisError(errors.invalid_expire_time(name))
+    return amount
+
+
+@dataclass(frozen=True, slots=True)
+class _StringOptions:
+    """The options of SET (`for_set`) or GETEX, parsed and checked as Redis does."""
+
+    only_if_absent: bool = False
+    only_if_present: bool = False
+    get: bool = False
+    keep_ttl: bool = False
+    persist: bool = False
+    expiry_unit: bytes | None = None
+    """b"ex", b"px", b"exat" or b"pxat" when a time was given."""
+    expiry_time: bytes = b""
+
+    @classmethod
+    def parse(cls, options: Sequence[bytes], *, for_set: bool) -> _StringOptions:
+        """Redis's rules: an unknown option, or one clashing with an earlier one: syntax error."""
+        if not options:
+            return _NO_OPTIONS
+        nx = xx = get = keep_ttl = persist = False
+        unit: bytes | None = None
+        time = b""
+        position = 0
+        while position < len(options):
+            option = options[position].lower()
+            has_value = position + 1 < len(options)
+            if for_set and option == b"nx" and not xx:
+                nx = True
+            elif for_set and option == b"xx" and not nx:
+                xx = True
+            elif for_set and option == b"get":
+                get = True
+            elif for_set and option == b"keepttl" and unit is None:
+                keep_ttl = True
+            elif not for_set and option == b"persist" and unit is None:
+                persist = True
+            elif (
+                option in _EXPIRY_UNITS
+                and not keep_ttl
+                and not persist
+                and unit in (None, option)
+                and has_value
+            ):
+                unit = option
+                position += 1
+                time = options[position]
+            else:
+                raise RedisError(errors.SYNTAX)
+            position += 1
+        return cls(nx, xx, get, keep_ttl, persist, unit, time)
+
+    def expire_at_ms(self, now_ms: int, name: str) -> int | None:
+        """The absolute expiry asked for, or None; `RedisError` for an invalid time."""
+        if self.expiry_unit is None:
+            return None
+        return _expiry_time_ms(self.expiry_unit, self.expiry_time, now_ms, name)
+
+
+_NO_OPTIONS: Final = _StringOptions()
+"""What a plain SET or GETEX parses to (most calls: parsed once, here)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ExpireCondition:
+    """EXPIRE's NX / XX / GT / LT options."""
+
+    nx: bool = False
+    xx: bool = False
+    gt: bool = False
+    lt: bool = False
+
+    @classmethod
+    def parse(cls, options: Sequence[bytes]) -> _ExpireCondition:
+        flags = {b"nx": False, b"xx": False, b"gt": False, b"lt": False}
+        for option in options:
+            lowered = option.lower()
+            if lowered not in flags:
+                raise RedisError(f"ERR Unsupported option {errors.c_text(option)}")
+            flags[lowered] = True
+        condition = cls(flags[b"nx"], flags[b"xx"], flags[b"gt"], flags[b"lt"])
+        if condition.nx and (condition.xx or condition.gt or condition.lt):
+            raise RedisError("ERR NX and XX, GT or LT options at the same time are not compatible")
+        if condition.gt and condition.lt:
+            raise RedisError("ERR GT and LT options at the same time are not compatible")
+        return condition
+
+    def allows(self, when_ms: int, current_ms: int | None) -> bool:
+        """Whether a new expiry `when_ms` may replace `current_ms` (None: no TTL, "infinite")."""
+        if self.nx and current_ms is not None:
+            return False
+        if self.xx and current_ms is None:
+            return False
+        if self.gt and (current_ms is None or when_ms <= current_ms):
+            return False
+        return not (self.lt and current_ms is not None and when_ms >= current_ms)

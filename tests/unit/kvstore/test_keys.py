@@ -1,0 +1,181 @@
+"""Keyspace commands: DEL, UNLINK, EXISTS, TYPE, KEYS, SCAN, DBSIZE, FLUSHDB, FLUSHALL."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kvstore import limits
+
+from tests.unit.kvstore.replica import Replica
+
+
+@pytest.fixture
+def kv() -> Replica:
+    return Replica()
+
+
+def test_del_and_unlink_count_the_keys_that_existed(kv: Replica) -> None:
+    kv.run("MSET", "a", "1", "b", "2", "c", "3")
+    assert kv.run("DEL", "a", "a", "missing") == 1
+    assert kv.run("UNLINK", "b", "c") == 2
+    assert kv.run("DBSIZE") == 0
+
+
+def test_exists_counts_a_key_each_time_it_is_named(kv: Replica) -> None:
+    kv.run("SET", "a", "1")
+    assert kv.run("EXISTS", "a", "a", "b") == 2
+
+
+def test_type(kv: Replica) -> None:
+    assert kv.run("TYPE", "k") == "none"
+    kv.run("SET", "k", "v")
+    assert kv.run("TYPE", "k") == "string"
+
+
+def test_keys_lists_matches_in_key_order(kv: Replica) -> None:
+    kv.run("MSET", "user:2", "x", "user:10", "x", "session", "x", "user:1", "x", "", "x")
+    assert kv.run("KEYS", "*") == [b"", b"session", b"user:1", b"user:10", b"user:2"]
+    assert kv.run("KEYS", "user:*") == [b"user:1", b"user:10", b"user:2"]
+    assert kv.run("KEYS", "user:?") == [b"user:1", b"user:2"]
+    assert kv.run("KEYS", "*ss*") == [b"session"]
+    assert kv.run("KEYS", "nothing*") == []
+    # "**" is matched like any pattern, and the empty key matches only "".
+    assert kv.run("KEYS", "**") == [b"session", b"user:1", b"user:10", b"user:2"]
+    assert kv.run("KEYS", "") == [b""]
+
+
+def test_dbsize_and_flush(kv: Replica) -> None:
+    kv.run("MSET", "a", "1", "b", "2")
+    kv.run("EXPIRE", "a", "10")
+    assert kv.run("DBSIZE") == 2
+    assert kv.run("FLUSHDB", "ASYNC") == "OK"
+    assert kv.run("DBSIZE") == 0
+    kv.run("SET", "a", "1")
+    assert kv.run("FLUSHALL", "sync") == "OK"
+    assert kv.run("DBSIZE") == 0
+    assert kv.error("FLUSHDB", "now") == "ERR syntax error"
+    assert kv.error("FLUSHALL", "ASYNC", "SYNC") == "ERR syntax error"
+
+
+def scan_all(kv: Replica, *options: str) -> tuple[list[bytes], int]:
+    """Every key one full SCAN iteration returns, and how many calls it took."""
+    cursor = b"0"
+    keys: list[bytes] = []
+    calls = 0
+    while True:
+        cursor, page = kv.run("SCAN", cursor, *options)
+        keys += page
+        calls += 1
+        if cursor == b"0":
+            return keys, calls
+
+
+def test_scan_pages_by_count(kv: Replica) -> None:
+    kv.apply([[b"SET", b"key:%02d" % i, b"v"] for i in range(25)])
+    keys, calls = scan_all(kv)
+    assert keys == [b"key:%02d" % i for i in range(25)]
+    assert calls == 3
+    cursor, page = kv.run("SCAN", "0", "COUNT", "7")
+    assert page == [b"key:%02d" % i for i in range(7)]
+    assert cursor != b"0"
+    assert kv.run("SCAN", cursor, "COUNT", "100")[1] == [b"key:%02d" % i for i in range(7, 25)]
+
+
+def test_scan_match_and_type(kv: Replica) -> None:
+    kv.apply([[b"SET", b"%s:%d" % (kind, i), b"v"] for kind in (b"a", b"b") for i in range(5)])
+    assert scan_all(kv, "MATCH", "b:*")[0] == [b"b:%d" % i for i in range(5)]
+    assert scan_all(kv, "MATCH", "*:3", "COUNT", "2")[0] == [b"a:3", b"b:3"]
+    assert len(scan_all(kv, "TYPE", "STRING")[0]) == 10
+    assert kv.run("SCAN", "0", "TYPE", "hash") == [b"0", []]
+
+
+def test_scan_with_a_prefix_pattern_examines_only_that_prefix(kv: Replica) -> None:
+    kv.apply([[b"SET", b"a:%03d" % i, b"v"] for i in range(100)])
+    kv.apply([[b"SET", b"b:%03d" % i, b"v"] for i in range(3)])
+    # The pattern's literal prefix "b:" lets the scan start there: one call.
+    assert kv.run("SCAN", "0", "MATCH", "b:*", "COUNT", "5") == [
+        b"0",
+        [b"b:000", b"b:001", b"b:002"],
+    ]
+
+
+def test_scan_count_is_clamped(kv: Replica) -> None:
+    kv.apply([[b"SET", b"k%05d" % i, b"v"] for i in range(limits.scan_count_max + 1)])
+    cursor, page = kv.run("SCAN", "0", "COUNT", "9223372036854775807")
+    assert len(page) == limits.scan_count_max
+    assert cursor != b"0"
+
+
+def test_scan_skips_expired_keys(kv: Replica) -> None:
+    kv.run("SET", "a", "1", "PX", "5")
+    kv.run("SET", "b", "1")
+    kv.advance_ms(5)
+    kv.barrier()
+    assert scan_all(kv)[0] == [b"b"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (("abc",), "ERR invalid cursor"),
+        (("-1",), "ERR invalid cursor"),
+        (("2",), "ERR invalid cursor"),
+        (("1" * 5000,), "ERR invalid cursor"),
+        (("0", "COUNT", "0"), "ERR syntax error"),
+        (("0", "COUNT", "-1"), "ERR syntax error"),
+        (("0", "COUNT", "x"), "ERR value is not an integer or out of range"),
+        (("0", "MATCH"), "ERR syntax error"),
+        (("0", "FOO", "bar"), "ERR syntax error"),
+        (("abc", "FOO"), "ERR invalid cursor"),
+    ],
+)
+def test_scan_errors(kv: Replica, arguments: tuple[str, ...], message: str) -> None:
+    assert kv.error("SCAN", *arguments) == message
+
+
+key_sets = st.sets(st.binary(max_size=6), max_size=40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=key_sets, count=st.integers(1, 12))
+def test_a_full_scan_returns_every_key_exactly_once(keys: set[bytes], count: int) -> None:
+    kv = Replica()
+    if keys:
+        kv.apply([[b"SET", key, b"v"] for key in keys])
+    found, _ = scan_all(kv, "COUNT", str(count))
+    assert sorted(found) == sorted(keys)
+    assert len(found) == len(keys)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kept=key_sets,
+    churn=st.lists(st.tuples(st.booleans(), st.binary(max_size=6)), max_size=30),
+    count=st.integers(1, 5),
+)
+def test_keys_present_throughout_are_returned_once_despite_writes(
+    kept: set[bytes], churn: list[tuple[bool, bytes]], count: int
+) -> None:
+    kv = Replica()
+    if kept:
+        kv.apply([[b"SET", key, b"v"] for key in kept])
+    steps = iter(churn)
+    cursor = b"0"
+    found: list[bytes] = []
+    while True:
+        cursor, page = kv.run("SCAN", cursor, "COUNT", str(count))
+        found += page
+        if cursor == b"0":
+            break
+        # Between calls, other clients create and delete keys (never the kept ones).
+        for create, key in steps:
+            if key in kept:
+                continue
+            if create:
+                kv.run("SET", key, "x")
+            else:
+                kv.run("DEL", key)
+            break
+    for key in kept:
+        assert found.count(key) == 1

@@ -1,0 +1,31 @@
+"""The store's modules are pure: no I/O, no clock, no global randomness.
+
+The same rule `tests/test_layering.py` enforces for the framework's cores,
+applied to every module of the key-value store written so far (the server
+shell, which does I/O, will live in its own module).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import tests.test_layering as layering
+
+KVSTORE = Path(__file__).resolve().parents[3] / "examples" / "kvstore"
+PURE_MODULES = [
+    "commands.py",
+    "connection.py",
+    "errors.py",
+    "glob.py",
+    "limits.py",
+    "numbers.py",
+    "resp.py",
+    "state_machine.py",
+]
+
+
+@pytest.mark.parametrize("name", PURE_MODULES)
+def test_module_does_no_io(name: str) -> None:
+    layering.test_pure_module_does_no_io(KVSTORE / name)
