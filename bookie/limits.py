@@ -111,8 +111,23 @@ checkpoint_pending_entries_max = 500_000
 gc_interval_ms_default = 60_000
 """How often the bookie compares its ledgers with the metadata store (garbage collection)."""
 
+gc_metadata_timeout_ms = 600_000
+"""Bound on reading the ledger list in one garbage-collection round; past it the round stops."""
+
 compaction_live_fraction_threshold_default = 0.5
 """An entry log whose live bytes fall under this fraction is compacted."""
+
+compaction_rate_bytes_per_s_default = 32 * MiB
+"""Compaction reads source entry logs at most this fast, so adds keep the disk and the CPU."""
+
+compaction_read_bytes = 1 * MiB
+"""Compaction reads a source log in pieces of about this size, yielding to the loop in between."""
+
+compaction_free_bytes_reserve_default = 64 * MiB
+"""Compaction copies a log only if this much disk stays free once the copy is written."""
+
+compaction_moved_entries_max = 1_000_000
+"""Entries one compaction output log (one index transaction) moves; bounds memory (40 B each)."""
 
 # --- disks and read-only mode -----------------------------------------------------------------
 
@@ -260,5 +275,7 @@ assert (
 assert configurable_interval_ms_min <= disk_check_interval_ms_default
 assert configurable_file_size_bytes_min <= journal_file_size_bytes_max_default
 assert configurable_file_size_bytes_min <= entry_log_size_bytes_max_default
+assert 0.0 < compaction_live_fraction_threshold_default < 1.0
+assert compaction_rate_bytes_per_s_default >= compaction_read_bytes
 assert zk_session_timeout_ms_min <= zk_session_timeout_ms_default <= zk_session_timeout_ms_max
 assert 0 < bookie_reconnect_delay_ms_min <= bookie_reconnect_delay_ms_max

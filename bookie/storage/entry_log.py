@@ -18,7 +18,11 @@ Invariants:
   location, so an entry is readable the moment it is appended.
 * Each log's file is written by one thread at a time (the writer task's),
   strictly in offset order; a log that was rolled over gets no more bytes, so
-  once its chunks are written and synced its write descriptor is closed.
+  once its chunks are written and synced its write descriptor is closed.  A
+  log is *open* until then (`is_open`): a closed log's bytes are all in its
+  file and synced, which is what compaction needs of a source.
+* Log ids are never reused within a process: appends and compaction outputs
+  (`reserve_log_id`) take them from one counter.
 * Unwritten bytes (buffer plus chunks) are counted; the storage refuses
   mutations past `limits.entry_log_unwritten_bytes_max` (StorageBusy).
 * Logs are never appended to after the process that wrote them stops: every
@@ -137,6 +141,7 @@ class EntryLogs:
         self._write_buffer_bytes = write_buffer_bytes
         self._open_files_max = open_files_max
         self._current = _Log(first_log_id)
+        self._next_log_id = first_log_id + 1
         self._logs: dict[int, _Log] = {first_log_id: self._current}
         """Logs of this process not yet closed: the current one and rolled ones."""
         self._chunks: deque[Chunk] = deque()
@@ -154,13 +159,33 @@ class EntryLogs:
         size = append_entry_log_record(log.buffer, ledger_id, entry_id, packet)
         self.unwritten_bytes += size
         location = log.location_base | (offset << _SIZE_BITS) | size
-        if len(log.buffer) >= self._write_buffer_bytes:
+        # The size limit is checked against the whole log, not only when the
+        # buffer fills: checkpoints seal the buffer too, and under a light load
+        # they always get there first, so a log would otherwise never roll, and
+        # the current log is the one compaction can never reclaim.
+        if offset + size >= self._log_size_bytes_max:
             self.seal()
-            if log.buffer_start >= self._log_size_bytes_max:
-                self._current = _Log(log.log_id + 1)
-                self._logs[self._current.log_id] = self._current
-                self.unwritten_bytes += len(self._current.buffer)
+            self._current = _Log(self.reserve_log_id())
+            self._logs[self._current.log_id] = self._current
+            self.unwritten_bytes += len(self._current.buffer)
+        elif len(log.buffer) >= self._write_buffer_bytes:
+            self.seal()
         return location
+
+    def reserve_log_id(self) -> int:
+        """A log id nobody has used in this process (the next roll-over or a compaction output)."""
+        log_id = self._next_log_id
+        self._next_log_id += 1
+        return log_id
+
+    @property
+    def current_log_id(self) -> int:
+        """The log appends go to now; every later append goes to it or to a newer one."""
+        return self._current.log_id
+
+    def is_open(self, log_id: int) -> bool:
+        """True while the log may still get bytes or has bytes not yet written and synced."""
+        return log_id in self._logs
 
     def seal(self) -> None:
         """Move the current buffer into a chunk for the writer."""
@@ -202,12 +227,18 @@ class EntryLogs:
         )
 
     def open_logs(self) -> tuple[list[_Log], list[_Log]]:
-        """(every log of this process not yet closed, the rolled ones among them).
+        """(every log of this process not yet closed, the rolled ones whose every byte is
+        written among them).
 
-        A rolled log gets no more bytes: once the bytes sealed now are written,
-        a checkpoint may sync and close it."""
+        A rolled log gets no more bytes, so once it is written a checkpoint may
+        sync and close it.  One rolled while a checkpoint was writing may still
+        have chunks waiting: it stays open until a later checkpoint, because the
+        writer would otherwise reopen a closed file, its last bytes would never
+        be synced, and reads of its waiting chunks would miss them."""
         logs = list(self._logs.values())
-        return logs, [log for log in logs if log is not self._current]
+        return logs, [
+            log for log in logs if log is not self._current and log.written_end == log.buffer_start
+        ]
 
     def logs_closed(self, logs: list[_Log]) -> None:
         """Forget rolled logs whose file `sync_files` has closed."""
@@ -252,6 +283,13 @@ class EntryLogs:
             raise EntryLogCorrupt(
                 f"entry log {log_id:08x}: cannot read {size} bytes at offset {offset}: {error}"
             ) from error
+
+    def forget(self, log_id: int) -> None:
+        """Close the cached read descriptor of a closed log that is being deleted."""
+        assert not self.is_open(log_id)
+        fd = self._read_fds.pop(log_id, None)
+        if fd is not None:
+            os.close(fd)
 
     def close(self) -> None:
         """Close every descriptor (after the final checkpoint synced the logs)."""

@@ -20,6 +20,11 @@ transaction; (4) drop the batch from memory and delete journal files wholly
 before P.  A crash anywhere replays the journal from the old mark, and replay
 is idempotent, so nothing synced is lost.
 
+Compaction (`compact`, run by the bookie's garbage collector): a checkpoint,
+so that the index holds every deletion made so far, then one pass per ledger
+directory (bookie/storage/compaction.py).  Start-up first deletes what a
+compaction interrupted by a crash left behind.
+
 Tasks (one task group, owned by the `open` lifetime): the journal's group
 commit, the entry-log writer, the periodic checkpoint.  Blocking work
 (writes, fsyncs, sqlite commits, replay) runs in worker threads; the event
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
@@ -52,6 +58,12 @@ import anyio.to_thread
 from bookie import limits
 from bookie.errors import StorageBusy, StorageError
 from bookie.storage.api import LedgerRecord
+from bookie.storage.compaction import (
+    CompactionReport,
+    CompactionSettings,
+    DirectoryCompactor,
+    sweep_doomed_logs,
+)
 from bookie.storage.entry_log import Chunk, EntryLogs, entry_log_ids
 from bookie.storage.failures import storage_error
 from bookie.storage.format import JournalKind
@@ -97,6 +109,9 @@ class StorageConfig:
     checkpoint_interval_ms: int = limits.checkpoint_interval_ms_default
     checkpoint_pending_entries_max: int = limits.checkpoint_pending_entries_max
     tombstones_max: int = limits.fenced_deleted_ledgers_remembered_max
+    compaction_live_fraction_threshold: float = limits.compaction_live_fraction_threshold_default
+    compaction_rate_bytes_per_s: int = limits.compaction_rate_bytes_per_s_default
+    compaction_free_bytes_reserve: int = limits.compaction_free_bytes_reserve_default
 
     def __post_init__(self) -> None:
         assert self.ledger_dirs
@@ -106,17 +121,31 @@ class StorageConfig:
         assert self.checkpoint_interval_ms > 0
         assert self.checkpoint_pending_entries_max > 0
         assert self.tombstones_max > 0
+        assert 0.0 <= self.compaction_live_fraction_threshold <= 1.0
+        assert self.compaction_rate_bytes_per_s > 0
+        assert self.compaction_free_bytes_reserve >= 0
+
+    def compaction_settings(self) -> CompactionSettings:
+        return CompactionSettings(
+            live_fraction_threshold=self.compaction_live_fraction_threshold,
+            rate_bytes_per_s=self.compaction_rate_bytes_per_s,
+            free_bytes_reserve=self.compaction_free_bytes_reserve,
+            output_bytes_max=self.entry_log_size_bytes_max,
+        )
 
 
 class _Directory:
     """One ledger directory: its entry logs, its index, and changes not yet checkpointed."""
 
-    __slots__ = ("path", "logs", "index", "deleted", "tombstone_changes")
+    __slots__ = ("path", "logs", "index", "compactor", "deleted", "tombstone_changes")
 
-    def __init__(self, path: Path, logs: EntryLogs, index: LedgerIndex) -> None:
+    def __init__(
+        self, path: Path, logs: EntryLogs, index: LedgerIndex, compactor: DirectoryCompactor
+    ) -> None:
         self.path = path
         self.logs = logs
         self.index = index
+        self.compactor = compactor
         self.deleted: list[int] = []
         """Ledgers deleted since the last checkpoint began."""
         self.tombstone_changes: dict[int, int | None] = {}
@@ -179,6 +208,8 @@ class _CheckpointPlan:
     batches: list[tuple[_Directory, CheckpointBatch]]
     ledgers: list[_Ledger]
     written_targets: list[tuple[_Directory, dict[int, int]]]
+    current_log_ids: list[tuple[_Directory, int]]
+    """Each directory's current log at step (1): entries appended later are in it or newer."""
 
 
 class FileLedgerStorage:
@@ -200,6 +231,8 @@ class FileLedgerStorage:
         """Held while chunks are written: one writer at a time, in order."""
         self._checkpoint_wakeup: anyio.Event | None = None
         self._checkpoint_lock: anyio.Lock | None = None
+        """Held by a checkpoint from step (1) to (4), and by each compaction index write."""
+        self._compaction_lock: anyio.Lock | None = None
 
     # --- lifetime -----------------------------------------------------------------------------
 
@@ -225,6 +258,7 @@ class FileLedgerStorage:
             storage._logs_lock = anyio.Lock()
             storage._checkpoint_wakeup = anyio.Event()
             storage._checkpoint_lock = anyio.Lock()
+            storage._compaction_lock = anyio.Lock()
             for directory in storage._directories:
                 directory.logs.on_sealed = storage._wake_log_writer
             async with anyio.create_task_group() as tasks:
@@ -260,14 +294,7 @@ class FileLedgerStorage:
             tombstones: list[tuple[int, int]] = []
             for path in config.ledger_dirs:
                 index = LedgerIndex(path)
-                ids = entry_log_ids(path)
-                logs = EntryLogs(
-                    path,
-                    first_log_id=(ids[-1] + 1) if ids else 0,
-                    log_size_bytes_max=config.entry_log_size_bytes_max,
-                    write_buffer_bytes=config.entry_log_write_buffer_bytes,
-                )
-                self._directories.append(_Directory(path, logs, index))
+                self._directories.append(self._open_directory(path, index))
             for directory in self._directories:
                 contents = directory.index.load()
                 self._load_ledgers(directory, contents.ledgers)
@@ -291,6 +318,29 @@ class FileLedgerStorage:
         if replayed:
             logger.info("replayed %d journal records after %s", replayed, mark)
         return replayed
+
+    def _open_directory(self, path: Path, index: LedgerIndex) -> _Directory:
+        config = self.config
+        try:
+            # Before the first new log id is chosen below, so that no mark of an
+            # interrupted compaction can name a log of this process.
+            swept = sweep_doomed_logs(path, index)
+            ids = entry_log_ids(path)
+        except BaseException:
+            index.close()
+            raise
+        if swept:
+            logger.info(
+                "removed %d entry logs left by an interrupted compaction in %s", len(swept), path
+            )
+        logs = EntryLogs(
+            path,
+            first_log_id=(ids[-1] + 1) if ids else 0,
+            log_size_bytes_max=config.entry_log_size_bytes_max,
+            write_buffer_bytes=config.entry_log_write_buffer_bytes,
+        )
+        compactor = DirectoryCompactor(path, logs, index, config.compaction_settings())
+        return _Directory(path, logs, index, compactor)
 
     def _load_ledgers(self, directory: _Directory, rows: list[LedgerRow]) -> None:
         for row in rows:
@@ -515,6 +565,17 @@ class FileLedgerStorage:
         assert self._journal is not None
         return self._journal.ticket
 
+    def data_bytes(self) -> int:
+        """Bytes of the storage's own files (journal files, entry logs, indexes)."""
+        total = 0
+        for directory in (self.config.journal_dir, *self.config.ledger_dirs):
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    with contextlib.suppress(FileNotFoundError):
+                        if entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+        return total
+
     def disk_usage(self) -> dict[Path, tuple[int, int]]:
         """(used_bytes, total_bytes) of the file system of each data directory."""
         usage = {}
@@ -522,6 +583,27 @@ class FileLedgerStorage:
             total, used, _ = shutil.disk_usage(path)
             usage[path] = (used, total)
         return usage
+
+    # --- compaction ---------------------------------------------------------------------------
+
+    async def compact(self) -> CompactionReport:
+        """Reclaim the space of deleted and overwritten entries; one pass at a time.
+
+        Checkpoints first, so that the index holds every deletion made so far,
+        then runs one pass per ledger directory (bookie/storage/compaction.py).
+        Errors are reported, not raised; a failed index write stops the storage
+        (`failure`), and the pass ends there."""
+        assert self._compaction_lock is not None
+        assert self._checkpoint_lock is not None
+        assert self._journal is not None
+        report = CompactionReport()
+        async with self._compaction_lock:
+            await self.checkpoint()
+            for directory in self._directories:
+                if self._journal.failure is not None:
+                    break
+                report += await directory.compactor.run(self._checkpoint_lock, self._journal.fail)
+        return report
 
     # --- background tasks ---------------------------------------------------------------------
 
@@ -638,6 +720,7 @@ class FileLedgerStorage:
         self._pending_entries = 0
         batches = []
         written_targets = []
+        current_log_ids = []
         for directory in self._directories:
             rows, entries = per_directory[id(directory)]
             changes = directory.tombstone_changes
@@ -664,7 +747,8 @@ class FileLedgerStorage:
             directory.tombstone_changes = {}
             directory.logs.seal()
             written_targets.append((directory, directory.logs.written_upto()))
-        return _CheckpointPlan(mark, batches, taken, written_targets)
+            current_log_ids.append((directory, directory.logs.current_log_id))
+        return _CheckpointPlan(mark, batches, taken, written_targets, current_log_ids)
 
     async def _checkpoint_flush(self, plan: _CheckpointPlan) -> None:
         """Step (2): the sealed entry-log bytes written and fsynced."""
@@ -696,6 +780,10 @@ class FileLedgerStorage:
         for ledger in plan.ledgers:
             ledger.flushing = _NO_LOCATIONS
             ledger.indexed = True
+        # Every location in memory now was appended after step (1), so it lies in
+        # the log that was current then or a newer one: older logs may be compacted.
+        for directory, log_id in plan.current_log_ids:
+            directory.compactor.hot_log_id_min = log_id
 
     # --- reads --------------------------------------------------------------------------------
 

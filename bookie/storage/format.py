@@ -217,7 +217,7 @@ ENTRY_BODY_MAX_BYTES: Final = ENTRY_BODY_MIN_BYTES + limits.frame_size_bytes_max
 
 @dataclass(frozen=True, slots=True)
 class EntryLogRecord:
-    """One decoded entry-log record (for inspection and, later, compaction)."""
+    """One decoded entry-log record (for inspection and compaction)."""
 
     offset: int
     end: int
@@ -263,6 +263,22 @@ def decode_entry_log_record(
             f"entry {ledger_id}:{entry_id}: record holds entry {got_ledger}:{got_entry}"
         )
     return bytes(view[ENTRY_RECORD_HEAD_BYTES:])
+
+
+def entry_log_record_size_at(data: memoryview, offset: int) -> int | None:
+    """The size of the record at `offset` as its length field says, or None when there is
+    no length field there or it is out of bounds (junk).
+
+    Lets a reader that sees only part of a log tell a record cut by the end of
+    its buffer (read more) from junk (stop): compaction reads logs piece by piece.
+    """
+    assert offset >= 0
+    if offset + RECORD_PREFIX_BYTES > len(data):
+        return None
+    length = _RECORD_PREFIX.unpack_from(data, offset)[0]
+    if not ENTRY_BODY_MIN_BYTES <= length <= ENTRY_BODY_MAX_BYTES:
+        return None
+    return int(RECORD_PREFIX_BYTES + length)
 
 
 def decode_entry_log_record_at(data: memoryview, offset: int) -> EntryLogRecord | None:
