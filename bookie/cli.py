@@ -1,0 +1,231 @@
+"""The `bookie` command: `bookie serve` runs a bookie, `bookie shell ...` inspects one.
+
+`bookie serve [--config FILE] [--KEY VALUE ...]` takes every configuration key
+of bookie/server/config.py as a flag (`group_wait_ms` is `--group-wait-ms`,
+bool keys have `--key` / `--no-key`, `ledger_dirs` takes one or more paths and
+may be repeated); flags override the file.  An invalid configuration exits 2
+with one `bookie.invalid_config` log event naming the key.  The process then
+runs `BookieNode` (bookie/server/node.py), which documents signals, logs and
+exit statuses.
+
+`bookie shell COMMAND` runs one of the inspection commands of bookie/shell.py;
+`--json` prints one JSON object instead of human-readable lines.  A failure
+prints one line on stderr and exits 1.
+
+Also runnable as `python -m bookie.cli`, which is how launchers start bookies
+(the same interpreter and virtualenv as theirs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from bookie.errors import InvalidConfig
+from bookie.logs import configure, emit
+from bookie.server.config import (
+    KEYS,
+    REQUIRED,
+    Address,
+    BookieConfig,
+    load_config,
+    parse_address,
+)
+from bookie.server.node import EXIT_FAILED, EXIT_USAGE, BookieNode
+from bookie.shell import (
+    ShellError,
+    bookie_info,
+    last_mark,
+    list_entries,
+    read_entry,
+    read_journal,
+    render,
+)
+from bookie.wire.packet import DigestType
+
+logger = logging.getLogger("bookie.cli")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    arguments = parser.parse_args(argv)
+    if arguments.command == "serve":
+        return _serve(arguments)
+    if arguments.command == "shell":
+        return _shell(arguments)
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bookie", description="Run or inspect a bookie (a ledger storage server)."
+    )
+    commands = parser.add_subparsers(dest="command")
+    serve = commands.add_parser(
+        "serve",
+        help="run a bookie",
+        description="Run a bookie.  Flags override the config file; "
+        "see docs/operations.md for every key.",
+        argument_default=argparse.SUPPRESS,
+    )
+    serve.add_argument("--config", type=Path, help="TOML config file (flat key = value pairs)")
+    for name, key in KEYS.items():
+        flags = [f"--{name.replace('_', '-')}"]
+        if key.flag is not None:
+            flags.append(key.flag)
+        if key.default is REQUIRED:
+            help_text = f"{key.help} (required)"
+        elif key.default is None:
+            help_text = key.help
+        else:
+            help_text = f"{key.help} (default: {key.default})"
+        if key.kind == "bool":
+            serve.add_argument(
+                *flags, dest=name, action=argparse.BooleanOptionalAction, help=help_text
+            )
+        elif key.kind == "paths":
+            serve.add_argument(
+                *flags,
+                "--ledger-dir",
+                dest=name,
+                action="extend",
+                nargs="+",
+                metavar="DIR",
+                help=help_text,
+            )
+        else:
+            metavar = (
+                "{" + ",".join(key.choices) + "}"
+                if key.kind == "choice"
+                else key.kind.removeprefix("optional_").upper()
+            )
+            serve.add_argument(*flags, dest=name, metavar=metavar, help=help_text)
+    _shell_parser(commands)
+    return parser
+
+
+def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    shell = commands.add_parser("shell", help="inspect a bookie over the network or offline")
+    tools = shell.add_subparsers(dest="tool", required=True)
+
+    def tool(name: str, description: str) -> argparse.ArgumentParser:
+        parser = tools.add_parser(name, help=description, description=description)
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        return parser
+
+    info = tool("bookieinfo", "disk space and read-only flag of a running bookie")
+    info.add_argument("address", help="host:port of the bookie")
+    entry = tool("readentry", "one entry of a ledger, read from a running bookie")
+    entry.add_argument("address", help="host:port of the bookie")
+    entry.add_argument("ledger_id", type=int)
+    entry.add_argument("entry_id", type=int, help="entry id, or -1 for the last one")
+    entry.add_argument(
+        "--digest",
+        choices=[item.name.lower() for item in DigestType],
+        default=DigestType.CRC32C.name.lower(),
+        help="the ledger's digest type (to check the entry)",
+    )
+    entry.add_argument("--password", default="", help="the ledger's password (HMAC digests)")
+    entry.add_argument("--preview-bytes", type=int, default=64, help="payload bytes to show")
+    entries = tool("listentries", "which entries of a ledger a running bookie holds")
+    entries.add_argument("address", help="host:port of the bookie")
+    entries.add_argument("ledger_id", type=int)
+    mark = tool("lastmark", "checkpoint marks of a bookie's ledger directories (offline)")
+    mark_source = mark.add_mutually_exclusive_group(required=True)
+    mark_source.add_argument("--config", type=Path, help="the bookie's config file")
+    mark_source.add_argument("--ledger-dirs", type=Path, nargs="+", metavar="DIR")
+    journal = tool("readjournal", "records of a bookie's journal files (offline)")
+    journal_source = journal.add_mutually_exclusive_group(required=True)
+    journal_source.add_argument("--config", type=Path, help="the bookie's config file")
+    journal_source.add_argument("--journal-dir", type=Path, metavar="DIR")
+    journal_source.add_argument("--file", type=Path, help="one journal file")
+    journal.add_argument("--ledger", type=int, help="only records of this ledger")
+    journal.add_argument("--limit", type=int, default=1000, help="records to print at most")
+
+
+# --- serve ------------------------------------------------------------------------------------
+
+
+def _serve(arguments: argparse.Namespace) -> int:
+    values = vars(arguments)
+    config_file: Path | None = values.pop("config", None)
+    values.pop("command")
+    flags = {name: value for name, value in values.items() if name in KEYS}
+    try:
+        config = load_config(config_file, flags)
+    except InvalidConfig as error:
+        log_format = flags.get("log_format")
+        configure("info", log_format if log_format in ("json", "text") else "json")
+        emit(logger, logging.ERROR, "bookie.invalid_config", reason=str(error))
+        return EXIT_USAGE
+    configure(config.log_level, config.log_format)
+
+    def reload() -> BookieConfig:
+        return load_config(config_file, flags)
+
+    node = BookieNode(config, reload if config_file is not None else None)
+    use_uvloop = config.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is not None
+    code: int = anyio.run(node.run, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
+    return code
+
+
+# --- shell ------------------------------------------------------------------------------------
+
+
+def _shell(arguments: argparse.Namespace) -> int:
+    try:
+        result = _run_tool(arguments)
+    except (ShellError, InvalidConfig) as error:
+        print(f"bookie shell {arguments.tool}: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    print(render(arguments.tool, result, as_json=arguments.json))
+    return 0
+
+
+def _run_tool(arguments: argparse.Namespace) -> dict[str, object]:
+    tool = arguments.tool
+    if tool == "bookieinfo":
+        return bookie_info(_address(arguments.address))
+    if tool == "readentry":
+        return read_entry(
+            _address(arguments.address),
+            arguments.ledger_id,
+            arguments.entry_id,
+            digest_type=DigestType[arguments.digest.upper()],
+            password=arguments.password.encode(),
+            preview_bytes=arguments.preview_bytes,
+        )
+    if tool == "listentries":
+        return list_entries(_address(arguments.address), arguments.ledger_id)
+    if tool == "lastmark":
+        ledger_dirs = (
+            list(_offline_config(arguments.config).ledger_dirs)
+            if arguments.config is not None
+            else arguments.ledger_dirs
+        )
+        return last_mark(ledger_dirs)
+    assert tool == "readjournal", tool
+    if arguments.config is not None:
+        path = _offline_config(arguments.config).journal_dir
+    else:
+        path = arguments.journal_dir if arguments.journal_dir is not None else arguments.file
+    return read_journal(path, ledger_id=arguments.ledger, limit=arguments.limit)
+
+
+def _address(text: str) -> Address:
+    return parse_address(text, "address")
+
+
+def _offline_config(path: Path) -> BookieConfig:
+    return load_config(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,436 @@
+"""A ZooKeeper and N bookie processes on this machine, for `make run` and for launchers.
+
+    python -m bookie.local_cluster [--data-dir DIR] [--bookies 3] [--zk HOSTS]
+
+starts a standalone ZooKeeper (`bookie.testing.zookeeper.LocalZooKeeper`,
+unless `--zk` names one to use) and N `bookie serve` processes, waits until
+every bookie is registered, prints where everything is, and runs until Ctrl-C
+(SIGINT) or SIGTERM.  Then it stops the bookies first (SIGTERM: each drains
+and checkpoints; SIGKILL only past `limits.process_stop_timeout_ms`) and
+ZooKeeper last, so no bookie ever runs without its ZooKeeper.
+
+Everything persists under the data directory, so a second run resumes the
+same cluster: same ZooKeeper data and port, same bookie ports, cookies and
+ledgers::
+
+    DIR/cluster.toml           ZooKeeper port and the cluster root of this cluster
+    DIR/zookeeper/             ZooKeeper's own data and log
+    DIR/bookie-N/bookie.toml   bookie N's configuration (its port, its directories)
+    DIR/bookie-N/journal/      its journal;  DIR/bookie-N/ledgers/: entry logs and index
+    DIR/bookie-N/bookie.log    its log (JSON lines), appended to by every run
+    DIR/.lock                  held while a launcher runs on DIR (one at a time)
+
+`LocalCluster` is the same thing as an `async with` block, for other
+launchers (the key-value store's) and tools.  Bookie processes are the real
+`bookie serve` (`python -m bookie.cli serve`), with the launcher's interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import signal
+import socket
+import sys
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Final
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+
+from bookie import limits
+from bookie.meta.bookies import list_bookies, watch_bookies
+from bookie.meta.zk import ZkMetadataStore
+from bookie.server.config import render_toml
+from bookie.testing.zookeeper import LocalZooKeeper, ZooKeeperUnavailable, free_port
+
+HOST: Final = "127.0.0.1"
+ZK_PORT_PREFERRED: Final = 2181
+CLUSTER_FILE: Final = "cluster.toml"
+BOOKIE_CONFIG_FILE: Final = "bookie.toml"
+BOOKIE_LOG_FILE: Final = "bookie.log"
+_FAILURE_EVENTS: Final = ("bookie.refused", "bookie.failed", "bookie.invalid_config")
+
+
+class ClusterError(Exception):
+    """The local cluster could not start; the message says what to do."""
+
+
+def bookie_command(config_file: Path, *flags: str) -> list[str]:
+    """The command line of a `bookie serve` process with this launcher's interpreter."""
+    return [sys.executable, "-m", "bookie.cli", "serve", "--config", str(config_file), *flags]
+
+
+def last_failure(log_file: Path) -> str | None:
+    """The `reason` of the last refusal/failure event in a bookie's JSON log, if any."""
+    try:
+        lines = log_file.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if isinstance(event, dict) and event.get("event") in _FAILURE_EVENTS:
+                return str(event.get("reason"))
+    return None
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+@dataclass(slots=True)
+class LocalBookie:
+    """One bookie process of the cluster."""
+
+    name: str
+    directory: Path
+    port: int
+    process: anyio.abc.Process | None = None
+    log: IO[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def bookie_id(self) -> str:
+        """The id it registers with: its address (the default bookie id)."""
+        return self.address
+
+    @property
+    def config_file(self) -> Path:
+        return self.directory / BOOKIE_CONFIG_FILE
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / BOOKIE_LOG_FILE
+
+
+class LocalCluster:
+    """ZooKeeper plus bookie processes under one data directory (see the module docstring)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        bookies: int = 3,
+        zk_servers: str | None = None,
+        zk_root: str | None = None,
+    ) -> None:
+        """`zk_root` applies when the cluster is created (default /ledgers); a resumed
+        cluster keeps its own, and naming another one is an error."""
+        assert bookies >= 1
+        self.data_dir = data_dir.absolute()
+        self.bookie_count = bookies
+        self._external_zk = zk_servers
+        self._requested_root = zk_root
+        self.zk_servers = zk_servers or ""
+        self.zk_root = zk_root or limits.metadata_root_default
+        self.bookies: list[LocalBookie] = []
+        self._zookeeper: LocalZooKeeper | None = None
+        self._lock: IO[str] | None = None
+        self.resumed = False
+        """True when the data directory held a cluster already."""
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> LocalCluster:
+        try:
+            await self._start()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._stop()
+
+    async def _start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        settings = self._cluster_settings()
+        if self._external_zk is None:
+            self._zookeeper = await self._start_zookeeper(int(settings["zk_port"]))
+            self.zk_servers = self._zookeeper.connect_string
+        self.zk_root = str(settings["zk_root"])
+        taken: set[int] = set()
+        for number in range(1, self.bookie_count + 1):
+            bookie = self._prepare_bookie(number, taken)
+            taken.add(bookie.port)
+            self.bookies.append(bookie)
+        for bookie in self.bookies:
+            await self._spawn(bookie)
+        await self._wait_registered()
+
+    def _take_lock(self) -> None:
+        lock = (self.data_dir / ".lock").open("a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            lock.close()
+            raise ClusterError(
+                f"another local cluster is running from {self.data_dir}: stop it first "
+                "(Ctrl-C in its terminal), or pass another --data-dir"
+            ) from error
+        self._lock = lock
+
+    def _cluster_settings(self) -> dict[str, Any]:
+        path = self.data_dir / CLUSTER_FILE
+        if path.exists():
+            self.resumed = True
+            with path.open("rb") as handle:
+                settings = tomllib.load(handle)
+            requested = self._requested_root
+            if requested is not None and requested != settings["zk_root"]:
+                raise ClusterError(
+                    f"the cluster in {self.data_dir} uses ZooKeeper root "
+                    f"{settings['zk_root']}, not {requested}: drop --zk-root, or pass "
+                    "another --data-dir for another cluster"
+                )
+            return settings
+        port = ZK_PORT_PREFERRED if port_is_free(ZK_PORT_PREFERRED) else free_port(HOST)
+        settings = {"zk_port": port, "zk_root": self.zk_root}
+        # Plain TOML of two keys; bookie configs have their own writer.
+        path.write_text(f"zk_port = {port}\nzk_root = {json.dumps(settings['zk_root'])}\n")
+        return settings
+
+    async def _start_zookeeper(self, port: int) -> LocalZooKeeper:
+        if not port_is_free(port):
+            raise ClusterError(
+                f"port {port}, this cluster's ZooKeeper port, is in use: is another "
+                f"ZooKeeper running?  Stop it, or delete {self.data_dir / CLUSTER_FILE} to "
+                "pick another port (the bookies' cookies stay valid)"
+            )
+        zookeeper = LocalZooKeeper(self.data_dir / "zookeeper", host=HOST, port=port)
+        try:
+            await anyio.to_thread.run_sync(zookeeper.start)
+        except ZooKeeperUnavailable as error:
+            raise ClusterError(f"ZooKeeper did not start: {error}") from error
+        return zookeeper
+
+    def _prepare_bookie(self, number: int, taken: set[int]) -> LocalBookie:
+        directory = self.data_dir / f"bookie-{number}"
+        config_file = directory / BOOKIE_CONFIG_FILE
+        if config_file.exists():
+            with config_file.open("rb") as handle:
+                port = int(str(tomllib.load(handle)["listen_address"]).rpartition(":")[2])
+            if not port_is_free(port):
+                raise ClusterError(
+                    f"port {port} of bookie-{number} is in use: is another cluster or "
+                    f"bookie running?  Stop it (the port is in {config_file})"
+                )
+            return LocalBookie(f"bookie-{number}", directory, port)
+        preferred = limits.port_default + number - 1
+        port = preferred if preferred not in taken and port_is_free(preferred) else 0
+        while port == 0 or port in taken:
+            port = free_port(HOST)
+        directory.mkdir(parents=True, exist_ok=True)
+        config_file.write_text(
+            render_toml(
+                {
+                    "listen_address": f"{HOST}:{port}",
+                    "journal_dir": "journal",
+                    "ledger_dirs": ["ledgers"],
+                    "zk_root": self.zk_root,
+                }
+            )
+        )
+        return LocalBookie(f"bookie-{number}", directory, port)
+
+    async def _spawn(self, bookie: LocalBookie) -> None:
+        bookie.log = bookie.log_file.open("ab")
+        bookie.process = await anyio.open_process(
+            bookie_command(bookie.config_file, "--zk-servers", self.zk_servers),
+            stdin=None,
+            stdout=bookie.log,
+            stderr=bookie.log,
+            cwd=bookie.directory,
+            # Its own session: a Ctrl-C in the terminal reaches the launcher only,
+            # which then stops the bookies in order.
+            start_new_session=True,
+        )
+
+    async def _wait_registered(self) -> None:
+        """Return once every bookie is registered; `ClusterError` if one exits first."""
+        expected = {bookie.bookie_id for bookie in self.bookies}
+        failure: list[str] = []
+        async with (
+            ZkMetadataStore.connect(self.zk_servers) as store,
+            anyio.create_task_group() as tasks,
+        ):
+
+            async def exited(bookie: LocalBookie) -> None:
+                assert bookie.process is not None
+                status = await bookie.process.wait()
+                reason = last_failure(bookie.log_file) or f"see {bookie.log_file}"
+                failure.append(f"{bookie.name} exited with status {status}: {reason}")
+                tasks.cancel_scope.cancel()
+
+            for bookie in self.bookies:
+                tasks.start_soon(exited, bookie)
+            with anyio.move_on_after(limits.process_start_timeout_ms / 1000) as waiting:
+                while True:
+                    seen = await list_bookies(store, self.zk_root)
+                    if expected <= set(seen.writable) | set(seen.read_only):
+                        break
+                    await watch_bookies(store, seen)
+            tasks.cancel_scope.cancel()
+        if failure:
+            raise ClusterError(failure[0])
+        if waiting.cancelled_caught:
+            raise ClusterError(
+                f"the bookies did not register within {limits.process_start_timeout_ms} ms; "
+                f"see their logs under {self.data_dir}"
+            )
+
+    async def _stop(self) -> None:
+        for bookie in self.bookies:
+            process = bookie.process
+            if process is not None and process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.terminate()
+        for bookie in self.bookies:
+            await self._reap(bookie)
+        if self._zookeeper is not None:
+            await anyio.to_thread.run_sync(self._zookeeper.stop)
+            self._zookeeper = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    @staticmethod
+    async def _reap(bookie: LocalBookie) -> None:
+        process = bookie.process
+        if process is not None:
+            with anyio.move_on_after(limits.process_stop_timeout_ms / 1000):
+                await process.wait()
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+            await process.aclose()
+            bookie.process = None
+        if bookie.log is not None:
+            bookie.log.close()
+            bookie.log = None
+
+    async def watch_exits(self, on_exit: Callable[[LocalBookie, int], None]) -> None:
+        """Call `on_exit(bookie, status)` when a bookie process exits; runs until cancelled."""
+
+        async def watch(bookie: LocalBookie) -> None:
+            assert bookie.process is not None
+            on_exit(bookie, await bookie.process.wait())
+
+        async with anyio.create_task_group() as tasks:
+            for bookie in self.bookies:
+                tasks.start_soon(watch, bookie)
+
+    @property
+    def zk_is_local(self) -> bool:
+        """Whether this cluster started its own ZooKeeper (no --zk)."""
+        return self._external_zk is None
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def _banner(cluster: LocalCluster) -> str:
+    data_dir = _shown(cluster.data_dir)
+    state = "resumed" if cluster.resumed else "new"
+    zk_kind = "local" if cluster.zk_is_local else "external"
+    lines = [
+        f"Local cluster up ({state}, data in {data_dir})",
+        f"  ZooKeeper  {cluster.zk_servers:<21} {zk_kind}, cluster root {cluster.zk_root}",
+    ]
+    for bookie in cluster.bookies:
+        lines.append(f"  {bookie.name:<9}  {bookie.address:<21} log {_shown(bookie.log_file)}")
+    first = cluster.bookies[0].address
+    lines += [
+        f"Inspect:  {Path(sys.executable).parent / 'bookie'} shell bookieinfo {first}",
+        "Ctrl-C stops the bookies, then ZooKeeper; the data stays for the next run.",
+    ]
+    return "\n".join(lines)
+
+
+def _shown(path: Path) -> str:
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)
+
+
+async def _run(data_dir: Path, bookies: int, zk_servers: str | None, zk_root: str | None) -> int:
+    print(f"Starting ZooKeeper and {bookies} bookies (data in {_shown(data_dir)}) ...", flush=True)
+    async with LocalCluster(
+        data_dir, bookies=bookies, zk_servers=zk_servers, zk_root=zk_root
+    ) as cluster:
+        print(_banner(cluster), flush=True)
+
+        def report_exit(bookie: LocalBookie, status: int) -> None:
+            reason = last_failure(bookie.log_file) or "see " + _shown(bookie.log_file)
+            print(
+                f"{bookie.name} ({bookie.address}) exited with status {status}: {reason}; "
+                "the others keep running.  Restart the cluster to bring it back.",
+                file=sys.stderr,
+                flush=True,
+            )
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(cluster.watch_exits, report_exit)
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    break
+            tasks.cancel_scope.cancel()
+        print("Stopping the bookies, then ZooKeeper ...", flush=True)
+    print("Stopped.", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bookie.local_cluster",
+        description="Run ZooKeeper and N bookie processes locally until Ctrl-C.",
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path("data"), help="where everything is kept (./data)"
+    )
+    parser.add_argument("--bookies", type=int, default=3, help="number of bookies (3)")
+    parser.add_argument("--zk", help="use this ZooKeeper (host:port,...) instead of starting one")
+    parser.add_argument(
+        "--zk-root", help="the cluster's root znode, for a new cluster (default /ledgers)"
+    )
+    arguments = parser.parse_args(argv)
+    if arguments.bookies < 1:
+        parser.error("--bookies must be at least 1")
+    try:
+        code: int = anyio.run(
+            _run, arguments.data_dir, arguments.bookies, arguments.zk, arguments.zk_root
+        )
+    except ClusterError as error:
+        print(f"local cluster: {error}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

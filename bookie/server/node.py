@@ -1,0 +1,318 @@
+"""The bookie process: ZooKeeper, identity, storage, server, registration, read-only mode.
+
+`BookieNode.run()` is what `bookie serve` runs.  Start-up, in order (each step
+only after the previous one succeeded):
+
+1. connect to ZooKeeper and initialise the cluster's znodes if missing;
+2. check the cookies (bookie/server/identity.py): refuse to start on a mismatch;
+3. open storage (journal replay);
+4. listen (event `bookie.listening`): clients that know the address may use it;
+5. register under `available/` (or `available/readonly/`), waiting out the
+   registration of a previous process of this bookie whose session has not
+   expired yet (event `bookie.ready`);
+6. run the disk monitor until told to stop.
+
+Shutdown on SIGTERM or SIGINT (graceful): leave the registry first, so clients
+stop choosing this bookie; then the server drains (every pending add is
+answered after its fsync, or EIO when the drain bound passes: never left
+half-done); then storage syncs, checkpoints and closes; then the ZooKeeper
+session ends.  A second SIGTERM/SIGINT during the drain stops at once (what
+was not synced is answered by the connection closing).  SIGHUP re-reads the
+configuration file and applies what can change while running (read-only
+switch, disk thresholds, log level); other changed keys are logged as needing
+a restart.
+
+Exit status: 0 after a signal-initiated stop, `EXIT_REFUSED` when the
+identity check refuses, `EXIT_FAILED` for any other failure; each failure is
+one `bookie.refused` / `bookie.failed` event with a `reason` saying what to do.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import signal
+import socket
+from collections.abc import Callable
+from typing import Final
+
+import anyio
+import anyio.abc
+
+from bookie.errors import (
+    BookieError,
+    CookieMismatch,
+    InvalidConfig,
+    MetadataUnavailable,
+    NodeExists,
+    StorageError,
+)
+from bookie.logs import configure, emit
+from bookie.meta.bookies import BookieInfo, Cookie, init_cluster, register
+from bookie.meta.zk import ZkMetadataStore
+from bookie.server.config import Address, BookieConfig, restart_needed
+from bookie.server.disk_monitor import DiskMonitor, measure
+from bookie.server.identity import establish_identity
+from bookie.server.server import BookieServer
+from bookie.storage.file import FileLedgerStorage
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+"""Bad command line or configuration (argparse uses 2 as well)."""
+EXIT_REFUSED: Final = 3
+"""The identity (cookie) check refused to start."""
+
+Reload = Callable[[], BookieConfig]
+"""Re-reads the configuration (file and the same flags); raises `InvalidConfig`."""
+
+_STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+_LISTEN_ERRNOS: Final = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The one exception inside nested exception groups (task groups wrap errors)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+def _check_can_listen(address: Address) -> None:
+    """Raise the OSError binding `address` would raise now (the port is free again after)."""
+    infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
+    family, kind, protocol, _, target = infos[0]
+    with socket.socket(family, kind, protocol) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(target)
+
+
+class BookieNode:
+    """One bookie process's lifetime; see the module docstring."""
+
+    def __init__(self, config: BookieConfig, reload: Reload | None = None) -> None:
+        self._config = config
+        self._reload = reload
+        self._stop_scope: anyio.CancelScope | None = None
+        """What a stop signal cancels: everything until serving, then only the serving part."""
+        self._stopping = False
+        self._monitor: DiskMonitor | None = None
+
+    async def run(self) -> int:
+        """Run until a stop signal; return the exit status."""
+        config = self._config
+        emit(
+            logger,
+            logging.INFO,
+            "bookie.starting",
+            bookie_id=config.bookie_id,
+            listen_address=str(config.listen_address),
+            advertised_address=str(config.advertised_address),
+            journal_dir=str(config.journal_dir),
+            ledger_dirs=[str(path) for path in config.ledger_dirs],
+            zk_servers=config.zk_servers,
+            zk_root=config.zk_root,
+        )
+        try:
+            async with anyio.create_task_group() as signals:
+                with anyio.CancelScope() as everything:
+                    self._stop_scope = everything
+                    signals.start_soon(self._watch_signals, everything)
+                    await self._serve()
+                signals.cancel_scope.cancel()
+        except BaseException as error:
+            # Every failure becomes one event with advice, and an exit status.
+            return self._failed(_leaf(error))
+        emit(logger, logging.INFO, "bookie.stopped", bookie_id=config.bookie_id)
+        return EXIT_OK
+
+    def _failed(self, error: BaseException) -> int:
+        config = self._config
+        if isinstance(error, CookieMismatch):
+            emit(logger, logging.ERROR, "bookie.refused", reason=str(error))
+            return EXIT_REFUSED
+        if isinstance(error, MetadataUnavailable):
+            reason = (
+                f"cannot reach ZooKeeper at {config.zk_servers}: {error}.  Is it running, and "
+                "is zk_servers right?"
+            )
+        elif isinstance(error, NodeExists):
+            reason = str(error)
+        elif isinstance(error, socket.gaierror):
+            reason = f"cannot resolve the host of listen_address {config.listen_address}: {error}"
+        elif isinstance(error, OSError) and error.errno in _LISTEN_ERRNOS:
+            reason = (
+                f"cannot listen on {config.listen_address}: {error.strerror or error}.  Is "
+                "another bookie (or another program) using this port, and is the host "
+                "an address of this machine?"
+            )
+        elif isinstance(error, OSError):
+            reason = f"{error}.  Check that the bookie's directories exist and are writable."
+        elif isinstance(error, StorageError):
+            reason = (
+                f"storage cannot start: {error}.  See docs/operations.md (journal corruption) "
+                "and inspect the files with `bookie shell readjournal`."
+            )
+        elif isinstance(error, BookieError):
+            reason = f"{type(error).__name__}: {error}"
+        elif isinstance(error, Exception):
+            logger.exception("bookie.crashed", exc_info=error)
+            reason = f"unexpected {type(error).__name__}: {error}"
+        else:
+            raise error
+        emit(logger, logging.ERROR, "bookie.failed", reason=reason)
+        return EXIT_FAILED
+
+    # --- signals ------------------------------------------------------------------------------
+
+    async def _watch_signals(self, everything: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(*_STOP_SIGNALS, signal.SIGHUP) as received:
+            async for signum in received:
+                if signum == signal.SIGHUP:
+                    self._reload_config()
+                    continue
+                if self._stopping:
+                    emit(logger, logging.WARNING, "bookie.stop_now", signal=signum.name)
+                    everything.cancel()
+                    continue
+                self._stopping = True
+                emit(logger, logging.INFO, "bookie.stop_requested", signal=signum.name)
+                assert self._stop_scope is not None
+                self._stop_scope.cancel()
+
+    def _reload_config(self) -> None:
+        if self._reload is None:
+            emit(logger, logging.WARNING, "bookie.reload_ignored", reason="no config file")
+            return
+        try:
+            new = self._reload()
+        except InvalidConfig as error:
+            emit(logger, logging.ERROR, "bookie.reload_failed", reason=str(error))
+            return
+        old = self._config
+        ignored = restart_needed(old, new)
+        configure(new.log_level, old.log_format)
+        if self._monitor is not None:
+            self._monitor.reconfigure(
+                threshold=new.disk_usage_threshold,
+                low_water_mark=new.disk_usage_low_water_mark,
+                forced=new.read_only,
+            )
+        self._config = new
+        emit(
+            logger,
+            logging.INFO,
+            "bookie.reloaded",
+            read_only=new.read_only,
+            disk_usage_threshold=new.disk_usage_threshold,
+            disk_usage_low_water_mark=new.disk_usage_low_water_mark,
+            log_level=new.log_level,
+            restart_needed=ignored,
+        )
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        config = self._config
+        cluster = f"{config.zk_servers} {config.zk_root}"
+        async with ZkMetadataStore.connect(
+            config.zk_servers, session_timeout_ms=config.zk_session_timeout_ms
+        ) as store:
+            # Before any cookie is written: a first start that cannot listen must not
+            # leave an identity tied to an address the bookie never served on.
+            _check_can_listen(config.listen_address)
+            instance_id = await init_cluster(store, config.zk_root)
+            expected = Cookie(
+                instance_id=instance_id,
+                bookie_id=config.bookie_id,
+                advertised_address=str(config.advertised_address),
+                journal_dir=str(config.journal_dir),
+                ledger_dirs=tuple(str(path) for path in config.ledger_dirs),
+            )
+            note = await establish_identity(store, expected, root=config.zk_root, cluster=cluster)
+            if note is not None:
+                emit(logger, logging.INFO, "bookie.cookies_written", note=note)
+            async with FileLedgerStorage.open(config.storage_config()) as storage:
+                monitor = self._monitor = DiskMonitor(
+                    config.data_dirs,
+                    threshold=config.disk_usage_threshold,
+                    low_water_mark=config.disk_usage_low_water_mark,
+                    interval_ms=config.disk_check_interval_ms,
+                    forced=config.read_only,
+                    storage_failure=lambda: storage.failure,
+                )
+                initial = monitor.initial_state()
+                data_dirs = config.data_dirs
+
+                def disk_space() -> tuple[int, int]:
+                    usage = measure(data_dirs)
+                    return usage.free_bytes, usage.total_bytes
+
+                server = BookieServer(
+                    storage,
+                    disk_space,
+                    host=config.listen_address.host,
+                    port=config.listen_address.port,
+                    read_only=initial.read_only,
+                    shutdown_drain_ms=config.shutdown_drain_ms,
+                )
+                async with server:
+                    emit(
+                        logger,
+                        logging.INFO,
+                        "bookie.listening",
+                        address=str(config.listen_address),
+                        port=server.port,
+                        read_only=initial.read_only,
+                        reasons=initial.reasons,
+                    )
+                    await self._registered(store, server, monitor, initial.read_only)
+                    emit(
+                        logger,
+                        logging.INFO,
+                        "bookie.stopping",
+                        pending_requests=server.pending_requests,
+                        connections=server.connection_count,
+                    )
+                emit(logger, logging.INFO, "bookie.drained")
+
+    async def _registered(
+        self,
+        store: ZkMetadataStore,
+        server: BookieServer,
+        monitor: DiskMonitor,
+        read_only: bool,
+    ) -> None:
+        """Register and serve until a stop signal cancels this part only."""
+        config = self._config
+        info = BookieInfo(address=str(config.advertised_address), rack=config.rack)
+        with anyio.CancelScope() as serving:
+            self._stop_scope = serving
+            if self._stopping:
+                serving.cancel()
+            async with register(
+                store,
+                config.bookie_id,
+                info,
+                read_only=read_only,
+                root=config.zk_root,
+                stale_wait_ms=2 * config.zk_session_timeout_ms,
+            ) as registration:
+                emit(
+                    logger,
+                    logging.INFO,
+                    "bookie.ready",
+                    bookie_id=config.bookie_id,
+                    address=str(config.advertised_address),
+                    registration=registration.path,
+                )
+
+                async def apply(value: bool) -> None:
+                    # The server switch goes first both ways: turning read-only, adds
+                    # stop at once (a disk is filling up); turning writable, a bookie
+                    # listed as writable always takes adds.
+                    server.read_only = value
+                    await registration.set_read_only(value)
+
+                await monitor.run(apply)
