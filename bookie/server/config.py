@@ -162,6 +162,23 @@ KEYS: Final[Mapping[str, Key]] = {
         "how often ledger storage is flushed and the journal mark advanced",
         bounds=(limits.configurable_interval_ms_min, limits.configurable_interval_ms_max),
     ),
+    "gc_interval_ms": Key(
+        "int",
+        limits.gc_interval_ms_default,
+        "how often ledgers gone from metadata are deleted and sparse entry logs compacted",
+        bounds=(limits.configurable_interval_ms_min, limits.configurable_interval_ms_max),
+    ),
+    "compaction_live_fraction_threshold": Key(
+        "fraction",
+        limits.compaction_live_fraction_threshold_default,
+        "an entry log whose live bytes fall under this fraction is compacted (0-1)",
+    ),
+    "compaction_rate_bytes_per_s": Key(
+        "int",
+        limits.compaction_rate_bytes_per_s_default,
+        "compaction copies at most this many bytes per second, so adds are not starved",
+        bounds=(1, limits.configurable_file_size_bytes_max),
+    ),
     "disk_usage_threshold": Key(
         "fraction",
         limits.disk_usage_threshold_default,
@@ -222,6 +239,9 @@ class BookieConfig:
     journal_files_kept: int
     entry_log_size_bytes_max: int
     checkpoint_interval_ms: int
+    gc_interval_ms: int
+    compaction_live_fraction_threshold: float
+    compaction_rate_bytes_per_s: int
     disk_usage_threshold: float
     disk_usage_low_water_mark: float
     disk_check_interval_ms: int
@@ -254,6 +274,8 @@ class BookieConfig:
             journal_files_kept=self.journal_files_kept,
             entry_log_size_bytes_max=self.entry_log_size_bytes_max,
             checkpoint_interval_ms=self.checkpoint_interval_ms,
+            compaction_live_fraction_threshold=self.compaction_live_fraction_threshold,
+            compaction_rate_bytes_per_s=self.compaction_rate_bytes_per_s,
         )
 
 

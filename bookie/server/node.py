@@ -52,6 +52,7 @@ from bookie.meta.bookies import BookieInfo, Cookie, init_cluster, register
 from bookie.meta.zk import ZkMetadataStore
 from bookie.server.config import Address, BookieConfig, restart_needed
 from bookie.server.disk_monitor import DiskMonitor, measure
+from bookie.server.gc import GarbageCollector
 from bookie.server.identity import establish_identity
 from bookie.server.server import BookieServer
 from bookie.storage.file import FileLedgerStorage
@@ -257,7 +258,15 @@ class BookieNode:
                     read_only=initial.read_only,
                     shutdown_drain_ms=config.shutdown_drain_ms,
                 )
-                async with server:
+                collector = GarbageCollector(
+                    server,
+                    storage,
+                    store,
+                    root=config.zk_root,
+                    interval_ms=config.gc_interval_ms,
+                    compactor=storage,
+                )
+                async with server, collector:
                     emit(
                         logger,
                         logging.INFO,
