@@ -235,3 +235,28 @@ class ContextUnavailable(RsmError):
 
 class BadStateMachine(RsmError):
     """A StateMachine subclass declares commands or queries wrongly (raised at class creation)."""
+
+
+class InvalidConfig(RsmError):
+    """A replica's or client's setting is not acceptable (app name, replica id, quorums, ...).
+
+    The message names the setting and what would be acceptable.
+    """
+
+
+class ProtocolViolation(RsmError):
+    """The peer sent bytes that are not a message of the client protocol (rsm/protocol.py).
+
+    Nothing can be answered (no request id, or an unframeable stream), so the
+    connection is closed.
+    """
+
+
+class HistoryError(RsmError):
+    """A test history cannot be recorded, decoded or checked as given.
+
+    A malformed JSON line, a completion before its invocation, two events at
+    the same (time, sequence number), an operation the model does not know, or
+    more operations than `limits.history_operations_max`.  The message names
+    the operation (or line) and what is wrong with it.
+    """

@@ -127,6 +127,69 @@ client_backoff_ms_max = 1_000
 client_attempts_max_default = 100
 """Attempts of one call before it gives up, whatever the deadline."""
 
+# --- replica runtime --------------------------------------------------------------------------
+
+replica_retry_delay_ms_default = 200
+"""Pause before a replica retries after a transient error (bookies or ZooKeeper unreachable)."""
+
+takeover_attempts_max = 20
+"""Takeover attempts (lost CAS, failed recovery) in a row before the replica stands aside."""
+
+leader_publish_attempts_max = 10
+"""Tries to write the `leader` znode before a new leader gives up and steps down."""
+
+election_snapshot_attempts_max = 10
+"""Tries to read the handoff and the log as one snapshot before an evaluation gives up."""
+
+transfer_wait_ms_max_default = 10_000
+"""How long a leadership transfer waits to see its successor publish itself."""
+
+stop_drain_ms_max_default = 5_000
+"""How long a leader's graceful stop waits for in-flight batches before giving up on them."""
+
+close_abandoned_ms_max = 5_000
+"""How long a replica that stepped down tries to close the ledger it was writing."""
+
+# --- client <-> replica protocol --------------------------------------------------------------
+
+protocol_version = 1
+"""Version of the client<->replica protocol carried by every message (rsm/protocol.py)."""
+
+frame_bytes_max = 4 * MiB
+"""Largest client<->replica frame body, both ways; a larger request closes the connection."""
+
+server_connections_max = 1_000
+"""Client connections one replica serves at once; later ones are closed at once."""
+
+connection_pending_requests_max = 10_000
+"""Requests of one connection being worked on; past it: Overloaded."""
+
+socket_receive_bytes = 256 * KiB
+"""Bytes asked of the socket per receive: many small frames per system call."""
+
+socket_send_coalesce_bytes_max = 1 * MiB
+"""Queued answers sent in one system call; past it a connection's reader waits."""
+
+socket_send_timeout_ms = 30_000
+"""A peer that takes no bytes for this long has its connection closed."""
+
+client_connect_timeout_ms_default = 2_000
+"""A client gives up connecting to one replica after this long."""
+
+client_replica_connections_max = 64
+"""Replica connections one client keeps open (several apps' replicas, old leaders)."""
+
+# --- history checking (rsm.testing) ----------------------------------------------------------
+
+history_operations_max = 1_000_000
+"""Operations one `HistoryRecorder` keeps; a test that records more is refused, not slowed."""
+
+check_nodes_max_default = 2_000_000
+"""Model steps one linearizability check may try before it answers "unknown" instead of hanging."""
+
+explanation_operations_max = 12
+"""Operations of the linearizable prefix a failure explanation shows (the most recent ones)."""
+
 # --- relations --------------------------------------------------------------------------------
 
 assert request_bytes_max <= batch_bytes_max
@@ -144,3 +207,8 @@ assert client_deadline_ms_default < session_ttl_ms_default
 assert client_attempt_timeout_ms_default <= client_deadline_ms_default
 assert 0 < client_backoff_ms_initial <= client_backoff_ms_max
 assert candidate_lag_entries_max > 0
+# A request carries one command (at most request_bytes_max encoded) plus its
+# framing fields; it must fit in a frame.
+assert request_bytes_max + 64 * KiB <= frame_bytes_max
+assert client_connect_timeout_ms_default <= client_attempt_timeout_ms_default
+assert 0 < socket_receive_bytes <= socket_send_coalesce_bytes_max

@@ -7,10 +7,12 @@ children list and gets the same answer; no vote is exchanged.
 
 The rule: the candidate named by a *fresh* handoff, if it is among the
 candidates, else the candidacy with the lowest sequence number.  A handoff is
-fresh when its epoch is the log's current epoch: the leader of that epoch
-wrote it after closing its segment, and it goes stale by itself as soon as
-anyone (the target or not) takes over, because takeover raises the log's
-epoch.  No clock is involved.
+fresh when its epoch is the log's current epoch.  It is written by a graceful
+handover (the leader of that epoch names its successor after closing its
+segment) and by every takeover, in the same multi-operation as the log's CAS
+(the new leader names itself under the new epoch, so it stays leader-elect
+while it is a candidate: the "pin" of docs/architecture.md); any other
+takeover makes it stale by raising the log's epoch.  No clock is involved.
 
 Election need only be usually unique: two replicas that briefly both believe
 they are leader-elect are kept apart by ledger fencing and the CAS on the log

@@ -287,7 +287,7 @@ def encode_command(
     if problem is not None:
         raise BadRequest(problem)
     keywords = dict(kwargs) if kwargs else {}
-    if any(type(key) is not str for key in keywords):
+    if keywords and any(type(key) is not str for key in keywords):
         raise BadArguments("keyword argument names must be text")
     try:
         item = cbor2.dumps([ITEM_COMMAND, name, list(args), keywords, client_id, seq, ack_seq])
@@ -387,13 +387,15 @@ def _decode_item(raw: Any, index: int) -> Item:
             raise MalformedValue(f"item at index {index}: command name {name!r:.80} is not valid")
         if type(args) is not list:
             raise MalformedValue(f"item at index {index}: args are not an array")
-        if type(kwargs) is not dict or any(type(key) is not str for key in kwargs):
+        if type(kwargs) is not dict or (kwargs and any(type(key) is not str for key in kwargs)):
             raise MalformedValue(f"item at index {index}: kwargs are not a map with text keys")
         if client_id is not None or seq is not None or ack_seq is not None:
             problem = _session_problem(client_id, seq, ack_seq)
             if problem is not None:
                 raise MalformedValue(f"item at index {index}: {problem}")
-        return CommandItem(name, args, kwargs, client_id, seq, ack_seq)
+        # One C call instead of the NamedTuple's Python-level __new__: this runs
+        # for every command on every replica.
+        return tuple.__new__(CommandItem, raw[1:])
     if kind == ITEM_LEADER_START and len(raw) == 2:
         if not _replica_id(raw[1]):
             raise MalformedValue(f"item at index {index}: replica id {raw[1]!r:.80} is not valid")

@@ -41,6 +41,7 @@ than the bounds.  The same inputs give the same table, byte for byte.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
@@ -123,24 +124,37 @@ _ERROR_STATUSES = frozenset(int(status) for status in RsmStatus if status is not
 
 
 class _Session:
-    """One client's entry; mutable, owned by the table."""
+    """One client's entry; mutable, owned by the table.
 
-    __slots__ = ("last_active_ms", "floor_seq", "results")
+    `results` maps seq -> outcome; `seqs` is a min-heap of the same seqs, so
+    raising the floor drops the lowest outcomes in O(dropped * log kept)
+    instead of looking at every kept one (seqs may be applied out of order,
+    so the dict's order is not the seqs' order).
+    """
+
+    __slots__ = ("last_active_ms", "floor_seq", "results", "seqs")
 
     def __init__(self, last_active_ms: int, floor_seq: int) -> None:
         self.last_active_ms = last_active_ms
         self.floor_seq = floor_seq
         self.results: dict[int, Outcome] = {}
+        self.seqs: list[int] = []
+
+    def keep(self, seq: int, outcome: Outcome) -> None:
+        """Record the outcome of `seq` (above the floor, not yet kept)."""
+        self.results[seq] = outcome
+        heapq.heappush(self.seqs, seq)
 
     def raise_floor(self, floor_seq: int) -> None:
         """Forget every outcome at or below `floor_seq`."""
         if floor_seq <= self.floor_seq:
             return
         self.floor_seq = floor_seq
-        # Usually only the few oldest outcomes go, but seqs may have been applied
-        # out of order, so every kept one is looked at (at most results_max).
-        for seq in [seq for seq in self.results if seq <= floor_seq]:
-            del self.results[seq]
+        seqs = self.seqs
+        results = self.results
+        while seqs and seqs[0] <= floor_seq:
+            del results[heapq.heappop(seqs)]
+        assert len(seqs) == len(results)
 
 
 class SessionTable:
@@ -242,11 +256,10 @@ class SessionTable:
         session = self._sessions[client_id]
         assert seq > session.floor_seq
         assert seq not in session.results
-        results = session.results
-        results[seq] = outcome
-        if len(results) > self.results_max:
-            session.raise_floor(min(results))
-        assert len(results) <= self.results_max
+        session.keep(seq, outcome)
+        if len(session.results) > self.results_max:
+            session.raise_floor(session.seqs[0])
+        assert len(session.results) <= self.results_max
 
     def recorded(self, client_id: bytes, seq: int) -> Outcome | None:
         """The outcome kept for `(client_id, seq)`, if any; changes nothing.
@@ -335,7 +348,7 @@ def _session_from_plain(raw: Any, clock_ms: int, results_max: int) -> tuple[byte
         seq = entry[0]
         if seq <= floor_seq or seq in session.results:
             raise MalformedValue(f"session result seq {seq} is at or below the floor, or repeated")
-        session.results[seq] = Outcome.from_plain(entry[1])
+        session.keep(seq, Outcome.from_plain(entry[1]))
     if len(session.results) > results_max:
         raise MalformedValue(f"session keeps more than {results_max} results")
     return client_id, session

@@ -1,0 +1,138 @@
+"""The replica's state and the one place where log entries are applied to it.
+
+A replica's state is its `StateMachine` instance, its session table and how
+far it has applied the log: the `AppliedPosition` (index, logged time, epoch)
+and the cursor `(ledger_id, entry_id)` of the last entry applied.  Followers
+(entries read from bookies), a leader (its own entries, once acknowledged and
+decoded from the bytes it sent) and a takeover (replay) all call `apply`, and
+nothing else changes the state: this is what makes I3 ("every replica applies
+exactly the commands of the log, in index order, each once") a property of
+one function.
+
+`apply` refuses an entry that does not continue the log exactly (its first
+index must be the next index) with `MalformedValue`: a gap or an overlap means
+a corrupt log or a bug, and applying it anyway would silently diverge.  An
+entry at or before the cursor in the same ledger was applied already and is
+skipped: a reader that re-reads after a reconnection must not apply twice.
+
+Queries are answered here too, from the applied state: at once (`stale`,
+linearizable reads once their barrier is applied) or once a given index is
+applied (`read_your_writes`, through `IndexWaiters`).
+
+Invariants: the position's index never decreases and moves by exactly the
+items of each applied entry; queries see the state between two entries,
+never in the middle of one (apply has no await).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+from rsm.config import ReplicaConfig
+from rsm.core.commands import INITIAL_POSITION, AppliedPosition, answer_query, apply_batch
+from rsm.core.entry_format import Batch
+from rsm.core.reads import IndexWaiters
+from rsm.core.sessions import Outcome, SessionTable
+from rsm.errors import MalformedValue, StatusError
+from rsm.protocol import Op
+from rsm.state_machine import StateMachine
+
+
+class Answerer(Protocol):
+    """Whoever sent a request and waits for its answer (a connection, or an in-process call)."""
+
+    def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
+        """Deliver the answer to request `request_id`; never raises, never blocks."""
+        ...
+
+
+class Read(NamedTuple):
+    """A query waiting to be answered."""
+
+    answerer: Answerer
+    request_id: int
+    name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+class Cursor(NamedTuple):
+    """The last entry applied: ledger id and entry id."""
+
+    ledger_id: int
+    entry_id: int
+
+
+class Applier:
+    """State, position and the apply step of one replica (see the module docstring)."""
+
+    __slots__ = ("machine", "sessions", "position", "cursor", "_waiters")
+
+    def __init__(self, machine: StateMachine, config: ReplicaConfig) -> None:
+        self.machine = machine
+        self.sessions = SessionTable(
+            ttl_ms=config.session_ttl_ms,
+            sessions_max=config.sessions_max,
+            results_max=config.session_results_max,
+        )
+        self.position: AppliedPosition = INITIAL_POSITION
+        self.cursor: Cursor | None = None
+        self._waiters: IndexWaiters[Read] = IndexWaiters(0)
+
+    @property
+    def applied_index(self) -> int:
+        return self.position.index
+
+    def apply(self, batch: Batch, ledger_id: int, entry_id: int) -> list[Outcome] | None:
+        """Apply the entry `entry_id` of ledger `ledger_id`; its outcomes, one per item.
+
+        None when that entry was applied already.  Raises `MalformedValue` when
+        it does not continue the log (see the module docstring).
+        """
+        cursor = self.cursor
+        if cursor is not None and cursor.ledger_id == ledger_id and entry_id <= cursor.entry_id:
+            return None
+        expected = self.position.index + 1
+        if batch.first_index != expected:
+            raise MalformedValue(
+                f"entry {entry_id} of ledger {ledger_id} starts at index {batch.first_index}, "
+                f"but the replica applied up to {expected - 1}: the log has a gap or an overlap"
+            )
+        outcomes = apply_batch(self.machine, batch, self.sessions)
+        self.position = AppliedPosition.after(batch)
+        self.cursor = Cursor(ledger_id, entry_id)
+        if batch.items:
+            index = self.position.index
+            assert index == batch.next_index - 1
+            for read in self._waiters.applied(index):
+                self.answer_read(read)
+        return outcomes
+
+    # --- queries ------------------------------------------------------------------------------
+
+    def query(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Outcome:
+        """Answer a query from the state as it is now; errors become outcomes."""
+        try:
+            return answer_query(self.machine, name, args, kwargs, applied=self.position)
+        except StatusError as error:
+            return Outcome.failure(error)
+
+    def answer_read(self, read: Read) -> None:
+        outcome = self.query(read.name, read.args, read.kwargs)
+        read.answerer.answer(Op.QUERY, read.request_id, outcome, self.position.index)
+
+    def read_at(self, min_index: int, read: Read) -> int | None:
+        """Answer `read` once `min_index` is applied (now if it is); a ticket to cancel it, or
+        None when it was answered at once.  Raises `Overloaded` at the waiter bound."""
+        if min_index <= self.position.index:
+            self.answer_read(read)
+            return None
+        return self._waiters.add(min_index, read)
+
+    def cancel_read(self, ticket: int) -> None:
+        """Forget a waiting read whose asker went away."""
+        self._waiters.cancel(ticket)
+
+    @property
+    def waiting_reads(self) -> int:
+        return len(self._waiters)

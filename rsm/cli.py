@@ -1,0 +1,421 @@
+"""The `rsm` command: run a replica, look at an application, call it, move its leader.
+
+    rsm run MODULE:CLASS --app NAME --zk HOSTS --listen HOST:PORT [--advertise HOST:PORT]
+            [--replica-id ID] [--ledger-root /ledgers] [--ensemble 3] [--write-quorum 3]
+            [--ack-quorum 2] [--segment-entries-max N] [--session-timeout-ms 10000]
+            [--app-dir .] [--log-level info] [--log-format json]
+    rsm status --app NAME --zk HOSTS [--json]
+    rsm call --app NAME --zk HOSTS COMMAND [ARG ...] [--json]
+    rsm query --app NAME --zk HOSTS QUERY [ARG ...] [--consistency linearizable] [--json]
+    rsm transfer-leadership --app NAME --zk HOSTS [--to REPLICA_ID] [--json]
+
+`--zk` is a ZooKeeper connect string, optionally with a chroot:
+`127.0.0.1:2181` or `zk1:2181,zk2:2181/my/root`.  Arguments of `call` and
+`query` are parsed as JSON where they parse (`5`, `"x"`, `[1, 2]`, `null`) and
+taken as text otherwise (`hello`); `key=value` arguments are keyword
+arguments, the value parsed the same way.
+
+`rsm run` imports CLASS from MODULE (a `StateMachine` subclass; `--app-dir`,
+the current directory by default, comes first on the import path), runs one
+replica until SIGTERM or SIGINT, then stops gracefully (a leader hands over
+or closes its segment, so the successor needs no fencing).  It logs one JSON
+object per line on stderr (`bookie.logs`): `rsm.ready` once it serves
+clients, `rsm.leader` when it becomes leader, `rsm.step_down`, ...
+
+Output: a human-readable table or line by default, one JSON object with
+`--json`.  Exit status: 0 on success, 1 when the operation failed (the error
+on stderr as `error: <Type>: <message>`), 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any, Final
+
+import anyio
+
+from bookie import limits as bookie_limits
+from bookie.client.ledger_client import LedgerClient
+from bookie.errors import BookieError, NoNode
+from bookie.logs import FORMATS, LEVELS, configure, emit
+from bookie.meta.api import MetadataStore
+from bookie.meta.zk import ZkMetadataStore
+from rsm import limits
+from rsm.client import Client, connect
+from rsm.config import ReplicaConfig
+from rsm.core.entry_format import decode_leader
+from rsm.errors import InvalidConfig, MalformedValue, RsmError
+from rsm.layout import AppLayout
+from rsm.log import LogStore
+from rsm.protocol import Consistency
+from rsm.replica import Replica
+from rsm.state_machine import StateMachine
+
+logger = logging.getLogger("rsm.cli")
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+_STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+_STATUS_TIMEOUT_S: Final = 2.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    arguments = parser.parse_args(argv)
+    command = arguments.command
+    if command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        if command == "run":
+            return _run(arguments)
+        return _backend_run(_COMMANDS[command], arguments)
+    except (RsmError, BookieError) as error:
+        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rsm", description="Replicated state machines on ledgers: run, inspect, call."
+    )
+    commands = parser.add_subparsers(dest="command")
+
+    run = commands.add_parser("run", help="run one replica of an application")
+    run.add_argument("target", help="MODULE:CLASS of the StateMachine subclass")
+    _common(run, output=False)
+    run.add_argument("--listen", required=True, help="HOST:PORT to serve clients on")
+    run.add_argument("--advertise", help="HOST:PORT to tell others (default: --listen)")
+    run.add_argument("--replica-id", help="this replica's id (default: the advertised address)")
+    run.add_argument("--ledger-root", default=bookie_limits.metadata_root_default)
+    run.add_argument("--ensemble", type=int, default=3, help="ensemble size E")
+    run.add_argument("--write-quorum", type=int, default=3, help="write quorum Qw")
+    run.add_argument("--ack-quorum", type=int, default=2, help="ack quorum Qa")
+    run.add_argument("--segment-entries-max", type=int, default=limits.segment_entries_max_default)
+    run.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=bookie_limits.zk_session_timeout_ms_default,
+        help="ZooKeeper session timeout: how long a dead leader holds its znodes",
+    )
+    run.add_argument(
+        "--app-dir",
+        default=".",
+        help="directory put first on the import path to find MODULE (default: here)",
+    )
+    run.add_argument("--log-level", choices=LEVELS, default="info")
+    run.add_argument("--log-format", choices=FORMATS, default="json")
+
+    status = commands.add_parser("status", help="the log, the leader and every replica")
+    _common(status)
+
+    call = commands.add_parser("call", help="run a command through the log")
+    _common(call)
+    call.add_argument("name", help="the command")
+    call.add_argument("arguments", nargs="*", help="JSON values, text, or key=value")
+
+    query = commands.add_parser("query", help="answer a query")
+    _common(query)
+    query.add_argument("name", help="the query")
+    query.add_argument("arguments", nargs="*", help="JSON values, text, or key=value")
+    query.add_argument(
+        "--consistency",
+        choices=[level.name.lower() for level in Consistency],
+        default="linearizable",
+    )
+
+    transfer = commands.add_parser(
+        "transfer-leadership", help="hand leadership to a caught-up replica"
+    )
+    _common(transfer)
+    transfer.add_argument("--to", help="the target replica id (default: any caught-up one)")
+    return parser
+
+
+def _common(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
+    parser.add_argument("--app", required=True, help="the application's name")
+    parser.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,...][/chroot]")
+    if output:
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def split_zk(connect_string: str) -> tuple[str, str | None]:
+    """("hosts", chroot or None) of a ZooKeeper connect string."""
+    hosts, slash, chroot = connect_string.partition("/")
+    if not hosts:
+        raise InvalidConfig(f"--zk {connect_string!r} names no host")
+    return hosts, ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else None
+
+
+def parse_arguments(words: Sequence[str]) -> tuple[list[Any], dict[str, Any]]:
+    """Positional and keyword arguments of `call` / `query` (see the module docstring)."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for word in words:
+        key, equals, value = word.partition("=")
+        if equals and key.isidentifier():
+            kwargs[key] = _value(value)
+        else:
+            args.append(_value(word))
+    return args, kwargs
+
+
+def _value(word: str) -> Any:
+    try:
+        return json.loads(word)
+    except ValueError:
+        return word
+
+
+def _backend_run(command: Any, arguments: argparse.Namespace) -> int:
+    result: int = anyio.run(command, arguments)
+    return result
+
+
+# --- rsm run ----------------------------------------------------------------------------------
+
+
+def load_machine(target: str) -> type[StateMachine]:
+    """The StateMachine subclass `target` ("package.module:Class") names."""
+    module_name, colon, class_name = target.partition(":")
+    if not colon or not module_name or not class_name:
+        raise InvalidConfig(f"{target!r} is not MODULE:CLASS")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise InvalidConfig(f"cannot import {module_name}: {error}") from None
+    machine = getattr(module, class_name, None)
+    if not isinstance(machine, type) or not issubclass(machine, StateMachine):
+        raise InvalidConfig(f"{target} is not a StateMachine subclass")
+    return machine
+
+
+def _run(arguments: argparse.Namespace) -> int:
+    configure(arguments.log_level, arguments.log_format)
+    app_dir = os.path.abspath(arguments.app_dir)
+    if app_dir not in sys.path:
+        sys.path.insert(0, app_dir)
+    machine = load_machine(arguments.target)
+    config = ReplicaConfig(
+        ensemble_size=arguments.ensemble,
+        write_quorum=arguments.write_quorum,
+        ack_quorum=arguments.ack_quorum,
+        segment_entries_max=arguments.segment_entries_max,
+    )
+    # uvloop (the `fast` extra) when installed: a replica is bound by its event loop.
+    backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
+    try:
+        code: int = anyio.run(_serve, arguments, machine, config, backend_options=backend_options)
+    except (RsmError, BookieError) as error:
+        emit(logger, logging.ERROR, "rsm.failed", error=f"{type(error).__name__}: {error}")
+        return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
+    return code
+
+
+async def _serve(
+    arguments: argparse.Namespace, machine: type[StateMachine], config: ReplicaConfig
+) -> int:
+    hosts, chroot = split_zk(arguments.zk)
+    async with (
+        ZkMetadataStore.connect(
+            hosts, root=chroot, session_timeout_ms=arguments.session_timeout_ms
+        ) as store,
+        LedgerClient.open(store, root=arguments.ledger_root) as ledgers,
+        Replica(
+            machine,
+            app=arguments.app,
+            store=store,
+            ledgers=ledgers,
+            replica_id=arguments.replica_id,
+            listen=arguments.listen,
+            advertise=arguments.advertise,
+            config=config,
+        ) as replica,
+    ):
+        emit(
+            logger,
+            logging.INFO,
+            "rsm.ready",
+            app=replica.app,
+            replica_id=replica.replica_id,
+            address=replica.address,
+        )
+        with anyio.open_signal_receiver(*_STOP_SIGNALS) as received:
+            async for signum in received:
+                emit(logger, logging.INFO, "rsm.stop_requested", signal=signum.name)
+                break
+    return EXIT_OK
+
+
+# --- client commands --------------------------------------------------------------------------
+
+
+async def _call(arguments: argparse.Namespace) -> int:
+    args, kwargs = parse_arguments(arguments.arguments)
+    hosts, chroot = split_zk(arguments.zk)
+    async with connect(arguments.app, zk=hosts, zk_root=chroot) as client:
+        result = await client.call(arguments.name, *args, **kwargs)
+        _print_result(arguments, result, client.last_index)
+    return EXIT_OK
+
+
+async def _query(arguments: argparse.Namespace) -> int:
+    args, kwargs = parse_arguments(arguments.arguments)
+    hosts, chroot = split_zk(arguments.zk)
+    async with connect(arguments.app, zk=hosts, zk_root=chroot) as client:
+        result = await client.query(
+            arguments.name, *args, consistency=arguments.consistency, **kwargs
+        )
+        _print_result(arguments, result, client.last_index)
+    return EXIT_OK
+
+
+def _print_result(arguments: argparse.Namespace, result: Any, index: int) -> None:
+    if arguments.json:
+        print(_dumps({"result": result, "index": index}))
+    else:
+        print(_dumps(result))
+
+
+async def _transfer(arguments: argparse.Namespace) -> int:
+    hosts, chroot = split_zk(arguments.zk)
+    async with connect(arguments.app, zk=hosts, zk_root=chroot) as client:
+        result = await client.transfer_leadership(arguments.to)
+    if arguments.json:
+        print(_dumps(result))
+    else:
+        window = result.get("window_ms")
+        took = f"in {window} ms" if window is not None else "(the target was not seen serving)"
+        print(f"leadership handed to {result['target']}, epoch {result.get('epoch')}, {took}")
+    return EXIT_OK
+
+
+async def _status(arguments: argparse.Namespace) -> int:
+    hosts, chroot = split_zk(arguments.zk)
+    async with (
+        ZkMetadataStore.connect(hosts, root=chroot) as store,
+        connect(arguments.app, store=store) as client,
+    ):
+        report = await application_status(store, client)
+    if arguments.json:
+        print(_dumps(report))
+    else:
+        print(render_status(report))
+    return EXIT_OK
+
+
+async def application_status(store: MetadataStore, client: Client) -> dict[str, Any]:
+    """The log, the leader znode and every registered replica's STATUS, as one report."""
+    layout = AppLayout.of(client.app)
+    try:
+        log, _version = await LogStore(store, layout).read()
+    except NoNode:
+        raise InvalidConfig(f"there is no application {client.app!r} in this ZooKeeper") from None
+    leader: dict[str, Any] | None = None
+    try:
+        info = decode_leader((await store.get(layout.leader)).value)
+        leader = {"replica_id": info.replica_id, "address": info.address, "epoch": info.epoch}
+    except (NoNode, MalformedValue):
+        pass
+    open_segment = log.open_segment
+    replicas: list[dict[str, Any]] = []
+    for replica_id, address in sorted((await client.replicas()).items()):
+        entry: dict[str, Any] = {"replica_id": replica_id, "address": address}
+        try:
+            with anyio.fail_after(_STATUS_TIMEOUT_S):
+                entry.update(await client.status(address))
+        except (TimeoutError, RsmError) as error:
+            entry["error"] = f"{type(error).__name__}: {error}"
+        replicas.append(entry)
+    leader_index = max(
+        (r["applied_index"] for r in replicas if r.get("serving")),
+        default=max((r.get("applied_index", 0) for r in replicas), default=0),
+    )
+    for entry in replicas:
+        if "applied_index" in entry:
+            entry["lag"] = max(0, leader_index - entry["applied_index"])
+    return {
+        "app": client.app,
+        "epoch": log.epoch,
+        "leader": leader,
+        "segments": len(log.segments),
+        "open_segment": None
+        if open_segment is None
+        else {"ledger_id": open_segment.ledger_id, "first_index": open_segment.first_index},
+        "end_index": log.end_index,
+        "replicas": replicas,
+    }
+
+
+def render_status(report: dict[str, Any]) -> str:
+    """The human-readable form of `application_status`."""
+    leader = report["leader"]
+    leader_text = f"{leader['replica_id']} ({leader['address']})" if leader else "none"
+    open_segment = report["open_segment"]
+    open_text = (
+        f"open: ledger {open_segment['ledger_id']} from index {open_segment['first_index']}"
+        if open_segment
+        else f"all closed, end index {report['end_index']}"
+    )
+    lines = [
+        f"app {report['app']}  epoch {report['epoch']}  leader {leader_text}",
+        f"log: {report['segments']} segment{'' if report['segments'] == 1 else 's'}, {open_text}",
+        "",
+    ]
+    header = ("REPLICA", "ADDRESS", "ROLE", "EPOCH", "APPLIED", "LAG", "CANDIDATE")
+    rows = [header]
+    for entry in report["replicas"]:
+        if "error" in entry:
+            rows.append((entry["replica_id"], entry["address"], entry["error"], "", "", "", ""))
+            continue
+        rows.append(
+            (
+                entry["replica_id"],
+                entry["address"],
+                entry["role"],
+                str(entry["epoch"]),
+                str(entry["applied_index"]),
+                str(entry["lag"]),
+                "yes" if entry["candidate"] else "no",
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=_jsonable, ensure_ascii=False, sort_keys=True)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode()
+        except UnicodeDecodeError:
+            return bytes(value).hex()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return repr(value)
+
+
+_COMMANDS: Final = {
+    "status": _status,
+    "call": _call,
+    "query": _query,
+    "transfer-leadership": _transfer,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

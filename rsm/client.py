@@ -1,0 +1,656 @@
+"""The client of a replicated application: `connect(app, zk=...)` and `connect_sync`.
+
+    async with rsm.connect("counter", zk="127.0.0.1:2181") as client:
+        await client.call("add", 5)                  # through the log, exactly once
+        await client.query("get")                    # linearizable, on the leader
+        await client.query("get", consistency="read_your_writes")   # any replica
+        await client.query("get", consistency="stale")              # any replica, at once
+
+Discovery.  The client watches the application's `leader` znode and sends
+commands (and linearizable queries) to the address it names; a replica that
+is not the leader answers NotLeader with the leader's address when it knows
+it, and the client goes there at once.  Other queries go to a replica picked
+at random from `replicas/`.
+
+Retries.  Every retryable error (NotLeader, OutcomeUnknown, Unavailable,
+Overloaded, an attempt's timeout, a lost connection) is retried with
+exponential backoff and jitter drawn from the client's `Random`, at most
+`attempts_max` times and within `deadline_ms` overall, after which the call
+raises `Timeout` (its outcome unknown).  An error that is not retryable
+(CommandFailed, UnknownCommand, BadArguments, ...) is raised at once.
+
+Exactly-once.  The client is one session: a random `client_id` and a `seq` per
+command, 1, 2, ...; every attempt of a call carries the same seq, and
+`ack_seq`, the highest seq below which the client holds every answer, so
+replicas may forget those results.  A retry after a leader failure therefore
+returns the first result and the command is applied once (see
+rsm/core/sessions.py).  At most `outstanding_commands_max` seqs are open,
+counted from the oldest unanswered one (`call` waits past it), fewer than a
+session keeps results for.  When the
+session has expired (idle past the application's session TTL) the call
+raises `SessionExpired` and the client starts a new session.
+
+Index tokens.  Every answer carries an index: a command's position in the log,
+or the index a replica had applied when it answered a query.  The client
+keeps the highest it saw (`last_index`) and sends it with `read_your_writes`
+queries, so a client reads its own writes (and never goes back in time) on
+any replica.
+
+Many calls may be in flight from one client at once; they share one
+pipelined connection per replica.  Everything is injected (store, connector,
+rng), so the client runs unchanged in the simulation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import heapq
+import itertools
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+import anyio.abc
+import anyio.from_thread
+
+from bookie.errors import MetadataError, NoNode, RemoteProtocolError
+from bookie.meta.api import NO_NODE_VERSION, MetadataStore
+from bookie.meta.zk import ZkMetadataStore
+from bookie.wire.codec import FrameDecoder
+from rsm import limits
+from rsm.core.entry_format import decode_candidate, decode_leader
+from rsm.errors import (
+    InvalidConfig,
+    MalformedValue,
+    NotLeader,
+    ProtocolViolation,
+    SessionExpired,
+    StatusError,
+    Timeout,
+    Unavailable,
+)
+from rsm.layout import RSM_ROOT, AppLayout
+from rsm.protocol import (
+    CallRequest,
+    Consistency,
+    QueryRequest,
+    Request,
+    Response,
+    StatusRequest,
+    TransferRequest,
+    decode_response,
+    encode_request,
+)
+
+Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
+"""Opens a byte stream to a replica's address ("host:port")."""
+
+_CONNECTION_ERRORS: Final = (
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    OSError,
+    RemoteProtocolError,
+    ProtocolViolation,
+)
+_CLIENT_ID_BYTES: Final = 16
+
+
+async def tcp_connector(address: str) -> anyio.abc.ByteStream:
+    """The default connector: a TCP connection to "host:port"."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise OSError(f"replica address {address!r} is not host:port")
+    return await anyio.connect_tcp(host.strip("[]"), int(port))
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """A client's knobs; defaults from `rsm.limits`."""
+
+    attempt_timeout_ms: int = limits.client_attempt_timeout_ms_default
+    deadline_ms: int = limits.client_deadline_ms_default
+    attempts_max: int = limits.client_attempts_max_default
+    backoff_ms_initial: int = limits.client_backoff_ms_initial
+    backoff_ms_max: int = limits.client_backoff_ms_max
+    outstanding_commands_max: int = limits.client_outstanding_commands_max_default
+    connect_timeout_ms: int = limits.client_connect_timeout_ms_default
+
+    def __post_init__(self) -> None:
+        for name in (
+            "attempt_timeout_ms",
+            "deadline_ms",
+            "attempts_max",
+            "backoff_ms_initial",
+            "backoff_ms_max",
+            "outstanding_commands_max",
+            "connect_timeout_ms",
+        ):
+            if getattr(self, name) <= 0:
+                raise InvalidConfig(f"{name} must be positive, not {getattr(self, name)}")
+        if self.backoff_ms_max < self.backoff_ms_initial:
+            raise InvalidConfig("backoff_ms_max is below backoff_ms_initial")
+        if self.outstanding_commands_max > limits.session_results_max_default:
+            raise InvalidConfig(
+                f"outstanding_commands_max may be at most {limits.session_results_max_default}: "
+                "a session keeps no more results, so a retry could apply a command twice"
+            )
+
+
+class _Pending:
+    """One request waiting for its answer on a link."""
+
+    __slots__ = ("event", "response", "error")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.response: Response | None = None
+        self.error: BaseException | None = None
+
+
+class _LinkLost(Exception):
+    """The connection to a replica failed; the request's outcome is unknown."""
+
+
+class _Link:
+    """One pipelined connection to one replica: answers are matched by request id."""
+
+    def __init__(self, address: str, stream: anyio.abc.ByteStream) -> None:
+        self.address = address
+        self._stream = stream
+        self._waiting: dict[int, _Pending] = {}
+        self._output: list[bytes] = []
+        self._wakeup: anyio.Event | None = None
+        self.lost: BaseException | None = None
+        self._scope = anyio.CancelScope()
+
+    def submit(self, request_id: int, frame: bytes) -> _Pending:
+        if self.lost is not None:
+            raise _LinkLost(str(self.lost))
+        pending = self._waiting[request_id] = _Pending()
+        self._output.append(frame)
+        wakeup = self._wakeup
+        if wakeup is not None:
+            self._wakeup = None
+            wakeup.set()
+        return pending
+
+    def forget(self, request_id: int) -> None:
+        self._waiting.pop(request_id, None)
+
+    def close(self) -> None:
+        self._scope.cancel()
+
+    async def run(self) -> None:
+        try:
+            with self._scope:
+                async with self._stream, anyio.create_task_group() as task_group:
+                    task_group.start_soon(self._guard, self._write_loop)
+                    await self._guard(self._read_loop)
+        finally:
+            if self.lost is None:
+                self.lost = _LinkLost(f"connection to {self.address} closed")
+            waiting, self._waiting = self._waiting, {}
+            for pending in waiting.values():
+                pending.error = self.lost
+                pending.event.set()
+
+    async def _guard(self, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run one of the link's loops; a connection error ends the whole link."""
+        try:
+            await loop()
+        except _CONNECTION_ERRORS as error:
+            if self.lost is None:
+                self.lost = error
+        self._scope.cancel()
+
+    async def _read_loop(self) -> None:
+        decoder = FrameDecoder(limits.frame_bytes_max)
+        while True:
+            data = await self._stream.receive(limits.socket_receive_bytes)
+            for body in decoder.feed(data):
+                response = decode_response(body)
+                pending = self._waiting.pop(response.request_id, None)
+                if pending is not None:
+                    pending.response = response
+                    pending.event.set()
+
+    async def _write_loop(self) -> None:
+        timeout_s = limits.socket_send_timeout_ms / 1000
+        while True:
+            if not self._output:
+                wakeup = self._wakeup = anyio.Event()
+                await wakeup.wait()
+                continue
+            output, self._output = self._output, []
+            with anyio.fail_after(timeout_s):
+                await self._stream.send(b"".join(output))
+
+
+class _Session:
+    """The client's exactly-once session: client id, seqs, and which answers it holds.
+
+    At most `window_max` seqs are open at once, counted from the oldest one not
+    yet answered (not merely how many are in flight): the session table keeps
+    the results of the seqs above the client's `ack_seq` only up to a bound, so
+    a slow command must hold back new ones or its own retry could be refused.
+    """
+
+    def __init__(self, rng: random.Random, window_max: int) -> None:
+        self._rng = rng
+        self._window_max = window_max
+        self.client_id = rng.randbytes(_CLIENT_ID_BYTES)
+        self._next_seq = 1
+        self._outstanding: list[int] = []
+        self._finished: set[int] = set()
+        self._moved: anyio.Event | None = None
+
+    async def begin(self) -> int:
+        """A new seq, once the window has room for it."""
+        while self._next_seq - self._oldest() >= self._window_max:
+            moved = self._moved
+            if moved is None:
+                moved = self._moved = anyio.Event()
+            await moved.wait()
+        seq = self._next_seq
+        self._next_seq += 1
+        heapq.heappush(self._outstanding, seq)
+        return seq
+
+    def end(self, client_id: bytes, seq: int) -> None:
+        """The answer of `seq` arrived, or the client gave up on it."""
+        if client_id != self.client_id:
+            return  # a seq of a session that expired meanwhile
+        self._finished.add(seq)
+        moved = self._moved
+        if moved is not None and self._outstanding and self._outstanding[0] == seq:
+            self._moved = None
+            moved.set()
+
+    def ack_seq(self) -> int:
+        """The highest seq such that the client holds (or gave up on) every answer up to it."""
+        return self._oldest() - 1
+
+    def _oldest(self) -> int:
+        outstanding = self._outstanding
+        finished = self._finished
+        while outstanding and outstanding[0] in finished:
+            finished.discard(heapq.heappop(outstanding))
+        return outstanding[0] if outstanding else self._next_seq
+
+    def renew(self) -> None:
+        """Start a new session (the old one expired); calls in flight keep their old seqs."""
+        self.client_id = self._rng.randbytes(_CLIENT_ID_BYTES)
+        self._next_seq = 1
+        self._outstanding = []
+        self._finished = set()
+        moved, self._moved = self._moved, None
+        if moved is not None:
+            moved.set()
+
+
+class Client:
+    """A connection to one application's replicas; create it with `connect`."""
+
+    def __init__(
+        self,
+        app: str,
+        store: MetadataStore,
+        *,
+        connector: Connector,
+        rng: random.Random,
+        config: ClientConfig,
+        task_group: anyio.abc.TaskGroup,
+        rsm_root: str,
+    ) -> None:
+        self.app = app
+        self._layout = AppLayout.of(app, rsm_root)
+        self._store = store
+        self._connector = connector
+        self._rng = rng
+        self._config = config
+        self._task_group = task_group
+        self._session = _Session(rng, config.outstanding_commands_max)
+        self._request_ids = itertools.count(1)
+        self._links: dict[str, _Link] = {}
+        self._connect_lock = anyio.Lock()
+        self._leader_address: str | None = None
+        self._hint: str | None = None
+        self._leader_changed = anyio.Event()
+        self._members: list[str] = []
+        self.last_index = 0
+        """The highest index token this client has seen (see the module docstring)."""
+
+    # --- the API ------------------------------------------------------------------------------
+
+    async def call(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """Run command `name` on the leader through the log; its result.
+
+        Raises `CommandFailed` (the command raised: same type name and message
+        on every replica), `UnknownCommand`, `BadArguments`, `SessionExpired`,
+        or `Timeout` when no attempt succeeded in time (outcome unknown).
+        """
+        session = self._session
+        seq = await session.begin()
+        client_id = session.client_id
+        try:
+            response = await self._request(
+                lambda request_id: CallRequest(
+                    request_id, name, list(args), kwargs, client_id, seq, session.ack_seq()
+                ),
+                to_leader=True,
+            )
+        finally:
+            session.end(client_id, seq)
+        return self._result(response)
+
+    async def query(
+        self,
+        name: str,
+        /,
+        *args: Any,
+        consistency: Consistency | str = Consistency.LINEARIZABLE,
+        min_index: int | None = None,
+        replica: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Answer query `name`; its result.
+
+        `consistency`: "linearizable" (default, on the leader), "read_your_writes"
+        (any replica, once it applied `min_index`, by default this client's
+        `last_index`) or "stale" (any replica, at once).  `replica` sends it to
+        that address instead of choosing.  The keywords `consistency`,
+        `min_index` and `replica` are the client's, not the query's.
+        """
+        level = Consistency.parse(consistency)
+        wanted = self.last_index if min_index is None else min_index
+        if level is not Consistency.READ_YOUR_WRITES:
+            wanted = 0
+        response = await self._request(
+            lambda request_id: QueryRequest(request_id, name, list(args), kwargs, level, wanted),
+            to_leader=level is Consistency.LINEARIZABLE,
+            target=replica,
+        )
+        return self._result(response)
+
+    async def status(self, replica: str | None = None) -> dict[str, Any]:
+        """The STATUS of replica `replica` (an address; default: the leader)."""
+        response = await self._request(StatusRequest, to_leader=True, target=replica)
+        value: dict[str, Any] = self._result(response)
+        return value
+
+    async def transfer_leadership(self, to: str | None = None) -> dict[str, Any]:
+        """Ask the leader to hand leadership to replica id `to` (None: any caught-up one).
+
+        Returns `{"target", "epoch", "window_ms"}` (see `Replica.transfer_leadership`).
+        Not retried once the leader has it: a transfer is not idempotent.
+        """
+        response = await self._request(
+            lambda request_id: TransferRequest(request_id, to),
+            to_leader=True,
+            idempotent=False,
+        )
+        value: dict[str, Any] = self._result(response)
+        return value
+
+    async def replicas(self) -> dict[str, str]:
+        """Replica id -> address of every replica registered now."""
+        members: dict[str, str] = {}
+        store = self._store
+        try:
+            names = await store.children(self._layout.replicas)
+        except NoNode:
+            return members
+        for name in names:
+            try:
+                info = decode_candidate((await store.get(self._layout.replica(name))).value)
+            except (NoNode, MalformedValue):
+                continue
+            members[info.replica_id] = info.address
+        return members
+
+    # --- requests -----------------------------------------------------------------------------
+
+    def _result(self, response: Response) -> Any:
+        self.last_index = max(self.last_index, response.log_index)
+        if response.ok:
+            return response.value
+        error = response.error()
+        if isinstance(error, SessionExpired):
+            self._session.renew()
+        raise error
+
+    async def _request(
+        self,
+        build: Callable[[int], Request],
+        *,
+        to_leader: bool,
+        target: str | None = None,
+        idempotent: bool = True,
+    ) -> Response:
+        """Send until an answer that is OK or not retryable; raise `Timeout` past the bounds."""
+        config = self._config
+        deadline_s = anyio.current_time() + config.deadline_ms / 1000
+        attempt_s = config.attempt_timeout_ms / 1000 if idempotent else config.deadline_ms / 1000
+        backoff_ms = float(config.backoff_ms_initial)
+        last_error: StatusError = Unavailable(f"no replica of {self.app} was tried")
+        for _attempt in range(config.attempts_max):
+            remaining_s = deadline_s - anyio.current_time()
+            if remaining_s <= 0:
+                break
+            address = target or await self._choose(to_leader)
+            if address is not None:
+                try:
+                    with anyio.fail_after(min(attempt_s, remaining_s)):
+                        response = await self._exchange(address, build)
+                except TimeoutError:
+                    last_error = Timeout(f"{address} did not answer in time")
+                    if not idempotent:
+                        raise last_error from None
+                except _LinkLost as lost:
+                    last_error = Unavailable(f"connection to {address} failed: {lost}")
+                    self._forget(address)
+                    if not idempotent:
+                        raise last_error from None
+                else:
+                    if response.ok:
+                        return response
+                    refusal = response.error()
+                    if not refusal.retryable or target is not None:
+                        return response
+                    last_error = refusal
+                    if isinstance(refusal, NotLeader):
+                        redirect = refusal.leader_address
+                        self._hint = redirect if redirect != address else None
+                        if self._hint is not None:
+                            continue
+                    elif not idempotent:
+                        return response
+            else:
+                last_error = Unavailable(f"no leader of {self.app} is known")
+            await self._pause(backoff_ms, deadline_s)
+            backoff_ms = min(backoff_ms * 2, config.backoff_ms_max)
+        raise Timeout(f"gave up on {self.app}: {last_error.message}") from last_error
+
+    async def _pause(self, backoff_ms: float, deadline_s: float) -> None:
+        """Wait a jittered backoff, or less if the leader znode changes first."""
+        delay_s = backoff_ms * (0.5 + self._rng.random() / 2) / 1000
+        delay_s = min(delay_s, max(0.0, deadline_s - anyio.current_time()))
+        with anyio.move_on_after(delay_s):
+            await self._leader_changed.wait()
+
+    async def _choose(self, to_leader: bool) -> str | None:
+        if to_leader:
+            return self._hint or self._leader_address
+        if not self._members:
+            self._members = sorted((await self.replicas()).values())
+        if not self._members:
+            return self._leader_address
+        return self._rng.choice(self._members)
+
+    def _forget(self, address: str) -> None:
+        """A replica could not be reached: stop preferring it."""
+        if self._hint == address:
+            self._hint = None
+        if address in self._members:
+            self._members.remove(address)
+
+    async def _exchange(self, address: str, build: Callable[[int], Request]) -> Response:
+        link = await self._link(address)
+        request_id = next(self._request_ids)
+        frame = encode_request(build(request_id))
+        pending = link.submit(request_id, frame)
+        try:
+            await pending.event.wait()
+        finally:
+            link.forget(request_id)
+        if pending.response is None:
+            raise _LinkLost(str(pending.error))
+        return pending.response
+
+    async def _link(self, address: str) -> _Link:
+        link = self._links.get(address)
+        if link is not None and link.lost is None:
+            return link
+        async with self._connect_lock:
+            link = self._links.get(address)
+            if link is not None and link.lost is None:
+                return link
+            try:
+                with anyio.fail_after(self._config.connect_timeout_ms / 1000):
+                    stream = await self._connector(address)
+            except (OSError, TimeoutError) as error:
+                raise _LinkLost(f"cannot connect to {address}: {error!r}") from None
+            link = _Link(address, stream)
+            self._links[address] = link
+            self._task_group.start_soon(link.run)
+            while len(self._links) > limits.client_replica_connections_max:
+                oldest = next(iter(self._links))
+                self._links.pop(oldest).close()
+            return link
+
+    # --- discovery ----------------------------------------------------------------------------
+
+    async def _watch_leader(self) -> None:
+        store = self._store
+        path = self._layout.leader
+        while True:
+            try:
+                try:
+                    current = await store.get(path)
+                    version = current.version
+                    self._leader_address = decode_leader(current.value).address
+                except (NoNode, MalformedValue):
+                    version = NO_NODE_VERSION
+                    self._leader_address = None
+                changed, self._leader_changed = self._leader_changed, anyio.Event()
+                changed.set()
+                await store.watch(path, version)
+            except MetadataError:
+                await anyio.sleep(self._config.backoff_ms_max / 1000)
+
+    def _close(self) -> None:
+        for link in self._links.values():
+            link.close()
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    app: str,
+    *,
+    zk: str | None = None,
+    zk_root: str | None = None,
+    store: MetadataStore | None = None,
+    connector: Connector | None = None,
+    rng: random.Random | None = None,
+    config: ClientConfig | None = None,
+    rsm_root: str = RSM_ROOT,
+) -> AsyncIterator[Client]:
+    """A client of application `app`, for the block.
+
+    Give `zk` ("host:port,...", with `zk_root` as the chroot if any) or an open
+    `store`.  `connector` opens streams to replicas (TCP by default), `rng`
+    draws the session id and the backoff jitter (OS-seeded by default).
+    """
+    if store is None:
+        if zk is None:
+            raise InvalidConfig("connect needs zk='host:port' or an open store")
+        async with (
+            ZkMetadataStore.connect(zk, root=zk_root) as zk_store,
+            connect(
+                app,
+                store=zk_store,
+                connector=connector,
+                rng=rng,
+                config=config,
+                rsm_root=rsm_root,
+            ) as client,
+        ):
+            yield client
+        return
+    try:
+        async with anyio.create_task_group() as task_group:
+            client = Client(
+                app,
+                store,
+                connector=connector or tcp_connector,
+                rng=rng if rng is not None else random.Random(),
+                config=config if config is not None else ClientConfig(),
+                task_group=task_group,
+                rsm_root=rsm_root,
+            )
+            task_group.start_soon(client._watch_leader)
+            try:
+                yield client
+            finally:
+                client._close()
+                task_group.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The client's own tasks do not raise, so a group holds the error of the
+        # caller's block: hand it back as it was raised, not wrapped.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+class SyncClient:
+    """The blocking face of a `Client`, for scripts and REPLs (see `connect_sync`)."""
+
+    def __init__(self, portal: anyio.from_thread.BlockingPortal, client: Client) -> None:
+        self._portal = portal
+        self._client = client
+
+    @property
+    def last_index(self) -> int:
+        return self._client.last_index
+
+    def call(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        return self._portal.call(functools.partial(self._client.call, name, *args, **kwargs))
+
+    def query(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        return self._portal.call(functools.partial(self._client.query, name, *args, **kwargs))
+
+    def status(self, replica: str | None = None) -> dict[str, Any]:
+        return self._portal.call(self._client.status, replica)
+
+    def transfer_leadership(self, to: str | None = None) -> dict[str, Any]:
+        return self._portal.call(self._client.transfer_leadership, to)
+
+    def replicas(self) -> dict[str, str]:
+        return self._portal.call(self._client.replicas)
+
+
+@contextlib.contextmanager
+def connect_sync(app: str, **options: Any) -> Iterator[SyncClient]:
+    """`connect` for blocking code: the client runs on its own event-loop thread.
+
+    `with rsm.connect_sync("counter", zk="127.0.0.1:2181") as client: client.call("add", 5)`
+    """
+    with (
+        anyio.from_thread.start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(connect(app, **options)) as client,
+    ):
+        yield SyncClient(portal, client)

@@ -1,0 +1,81 @@
+"""A replica's knobs, in one immutable record, validated once at construction.
+
+Every default comes from `rsm.limits` (or `bookie.limits` for the ledgers), so
+the runtime, the documentation and the tests agree on one number each; a test
+or the simulation overrides a field with `ReplicaConfig(segment_entries_max=...)`.
+
+Settings that decide what a replica *applies* (`session_ttl_ms`,
+`sessions_max`, `session_results_max`) must be equal on every replica of an
+application, or replicas diverge.  The others may differ per replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bookie import limits as bookie_limits
+from rsm import limits
+from rsm.errors import InvalidConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    # --- the ledgers of the log ---
+    ensemble_size: int = 3
+    write_quorum: int = 3
+    ack_quorum: int = 2
+    ledger_password: bytes = b"rsm"
+    """Every ledger of the application's log is created with it; every replica needs the same."""
+
+    # --- group commit ---
+    pipeline_batches_max: int = limits.pipeline_batches_max_default
+    batch_commands_max: int = limits.batch_commands_max
+    batch_bytes_max: int = limits.batch_bytes_max
+
+    # --- rollover ---
+    segment_entries_max: int = limits.segment_entries_max_default
+    segment_bytes_max: int = limits.segment_bytes_max_default
+    segment_age_ms_max: int = limits.segment_age_ms_max_default
+
+    # --- sessions (equal on every replica) ---
+    session_ttl_ms: int = limits.session_ttl_ms_default
+    sessions_max: int = limits.sessions_max_default
+    session_results_max: int = limits.session_results_max_default
+
+    # --- election and transitions ---
+    candidate_lag_entries_max: int = limits.candidate_lag_entries_max
+    retry_delay_ms: int = limits.replica_retry_delay_ms_default
+    transfer_wait_ms_max: int = limits.transfer_wait_ms_max_default
+    stop_drain_ms_max: int = limits.stop_drain_ms_max_default
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.ack_quorum <= self.write_quorum <= self.ensemble_size:
+            raise InvalidConfig(
+                f"ensemble {self.ensemble_size}, write quorum {self.write_quorum}, ack quorum "
+                f"{self.ack_quorum}: need ensemble >= write quorum >= ack quorum >= 1"
+            )
+        if self.ensemble_size > bookie_limits.ensemble_size_max:
+            raise InvalidConfig(f"ensemble size may be at most {bookie_limits.ensemble_size_max}")
+        bounded = {
+            "pipeline_batches_max": (self.pipeline_batches_max, limits.outstanding_batches_max),
+            "batch_commands_max": (self.batch_commands_max, limits.batch_commands_max),
+            "batch_bytes_max": (self.batch_bytes_max, limits.batch_bytes_max),
+        }
+        for name, (value, value_max) in bounded.items():
+            if not 1 <= value <= value_max:
+                raise InvalidConfig(f"{name} must be 1..{value_max}, not {value}")
+        positive = {
+            "segment_entries_max": self.segment_entries_max,
+            "segment_bytes_max": self.segment_bytes_max,
+            "segment_age_ms_max": self.segment_age_ms_max,
+            "session_ttl_ms": self.session_ttl_ms,
+            "sessions_max": self.sessions_max,
+            "session_results_max": self.session_results_max,
+            "candidate_lag_entries_max": self.candidate_lag_entries_max,
+            "retry_delay_ms": self.retry_delay_ms,
+            "transfer_wait_ms_max": self.transfer_wait_ms_max,
+            "stop_drain_ms_max": self.stop_drain_ms_max,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                raise InvalidConfig(f"{name} must be positive, not {value}")

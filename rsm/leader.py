@@ -1,0 +1,499 @@
+"""One leader term: accepted commands -> batches in the ledger -> applied -> answered.
+
+A `LeaderTerm` starts once a takeover has put its ledger in the log (as the
+OPEN segment of a new epoch) and lasts until the leader steps down or hands
+over.  Everything a term does is driven from two places, with no task per
+command or per batch:
+
+* `submit_call` / `submit_read` (synchronous, from the server's connection
+  readers or from in-process calls) queue work in the pure cores: the
+  `Batcher` (group commit) and `LinearizableReads` (read barriers); `pump`
+  then cuts every batch the batcher allows and appends it with the ledger's
+  pipelined `append_nowait`, so several batches are in flight at once.
+* One confirmation loop waits for the oldest batch in flight to be confirmed
+  (Qa bookies and every earlier entry), then takes every batch the ledger's
+  LAC now covers, in order: decodes it from the bytes that were sent (so the
+  leader applies exactly what followers will read), applies it through the
+  `Applier`, answers its commands and the reads that waited for it, and pumps
+  again.  Answers to one connection are queued together and leave in one send.
+
+The first batch of a term is the leader-start marker; a term serves nothing
+before it is applied (`wait_started`).
+
+Rollover (segment full by entries, bytes or age): pre-create the next ledger
+while appends go on, pause cutting batches (commands keep queueing), wait for
+the batches in flight, close the ledger, one CAS that closes the segment and
+appends the next one with the same epoch, resume.  The pause is measured.
+
+Step-down (`step_down`): EFENCED or any other refusal of the ledger, a lost
+CAS, or a reason from outside (session trouble, election lost).  The term
+stops accepting at once; commands never sent are answered NotLeader (they
+were not logged), those in flight OutcomeUnknown (they may be in the log;
+retrying with the same session seq is safe), waiting linearizable reads
+NotLeader.  Everything already applied stays applied: it was confirmed, so it
+is in the log whatever a successor's recovery decides (G6).
+
+Invariants: batches are appended in the order the batcher cut them and
+applied in that order, each once, only after confirmation (I2); nothing is
+appended after `step_down`, `end` or during a rollover pause; at most
+`outstanding_batches_max` batches are in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from bookie.client.ledger_client import LedgerClient
+from bookie.client.write_handle import WriteHandle
+from bookie.errors import BookieError
+from bookie.logs import emit
+from bookie.meta.api import SetData
+from rsm.applier import Answerer, Applier, Read
+from rsm.config import ReplicaConfig
+from rsm.core import log_state
+from rsm.core.batching import Batcher, OutgoingBatch
+from rsm.core.commands import prepare_command
+from rsm.core.entry_format import encode_leader_start, encode_log
+from rsm.core.log_state import Log, Segment
+from rsm.core.reads import LinearizableReads
+from rsm.core.sessions import Outcome
+from rsm.errors import NotLeader, OutcomeUnknown, StatusError
+from rsm.log import LogStore, decode_entry, discard_ledger
+from rsm.protocol import CallRequest, Op
+from rsm.transient import is_transient
+
+logger = logging.getLogger(__name__)
+
+Ticket = tuple[Answerer, int] | None
+"""Who waits for a command's answer and under which request id; None for the marker."""
+
+
+class LeaderTerm:
+    """The pipeline of one leader term (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        applier: Applier,
+        ledgers: LedgerClient,
+        log_store: LogStore,
+        handle: WriteHandle,
+        log: Log,
+        log_version: int,
+        replica_id: str,
+        config: ReplicaConfig,
+        rng: random.Random,
+        wall_clock_ms: Callable[[], int],
+    ) -> None:
+        segment = log.open_segment
+        assert segment is not None
+        assert segment.ledger_id == handle.ledger_id
+        assert segment.first_index == applier.applied_index + 1
+        self._applier = applier
+        self._machine_class = type(applier.machine)
+        self._ledgers = ledgers
+        self._log_store = log_store
+        self._handle = handle
+        self._log = log
+        self._log_version = log_version
+        self._segment: Segment = segment
+        self._replica_id = replica_id
+        self._config = config
+        self._rng = rng
+        self._wall_clock_ms = wall_clock_ms
+        self.epoch = segment.epoch
+        self._batcher: Batcher[Ticket] = Batcher(
+            epoch=self.epoch,
+            next_index=segment.first_index,
+            timestamp_ms=applier.position.time_ms,
+            pipeline_batches_max=config.pipeline_batches_max,
+            batch_commands_max=config.batch_commands_max,
+            batch_bytes_max=config.batch_bytes_max,
+        )
+        self._reads: LinearizableReads[Read] = LinearizableReads()
+        self._in_flight: deque[tuple[OutgoingBatch[Ticket], int]] = deque()
+        """(batch, entry id) appended and not yet applied, in append order."""
+        self.accepting = False
+        """Set by `serve` once the term serves (after the marker and the leader znode)."""
+        self._started = False
+        self._paused = False
+        self._rolling = False
+        self._rollover_retry_s = 0.0
+        self._ended: str | None = None
+        self.stepped_down = False
+        """The term ended abnormally (not by a drained, closed handover)."""
+        self.stand_aside = False
+        self._progress: anyio.Event | None = None
+        self._wakeup: anyio.Event | None = None
+        self._segment_entries = 0
+        self._segment_bytes = 0
+        self._segment_started_s = anyio.current_time()
+        self._scope = anyio.CancelScope()
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self.rollovers = 0
+        self.rollover_pause_ms: int | None = None
+        """How long the last rollover paused appends."""
+
+    # --- state --------------------------------------------------------------------------------
+
+    @property
+    def handle(self) -> WriteHandle:
+        return self._handle
+
+    @property
+    def log(self) -> Log:
+        """The log as this term last wrote it."""
+        return self._log
+
+    @property
+    def log_version(self) -> int:
+        return self._log_version
+
+    @property
+    def segment(self) -> Segment:
+        return self._segment
+
+    @property
+    def ended(self) -> str | None:
+        """Why the term ended, or None while it lasts."""
+        return self._ended
+
+    @property
+    def next_index(self) -> int:
+        """The index the next command will take."""
+        return self._batcher.next_index
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "ledger_id": self._segment.ledger_id,
+            "segment_first_index": self._segment.first_index,
+            "queued_commands": self._batcher.pending_count,
+            "batches_in_flight": len(self._in_flight),
+            "waiting_linearizable_reads": len(self._reads),
+            "rollovers": self.rollovers,
+            "last_rollover_pause_ms": self.rollover_pause_ms,
+        }
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Confirm, apply and answer until the term ends (`step_down` or `end`)."""
+        with self._scope:
+            async with anyio.create_task_group() as task_group:
+                self._task_group = task_group
+                self._batcher.submit(encode_leader_start(self._replica_id), None)
+                self.pump()
+                task_group.start_soon(self._confirm_loop)
+        self._task_group = None
+
+    def serve(self) -> None:
+        """Start accepting commands and reads (once the leader znode names this term)."""
+        if self._ended is None:
+            self.accepting = True
+
+    async def wait_started(self) -> bool:
+        """Wait until the leader-start marker is applied; False if the term ended first."""
+        await self._wait(lambda: self._started)
+        return self._ended is None
+
+    def step_down(self, reason: str, *, stand_aside: bool = True) -> None:
+        """End the term now; answer everything pending (see the module docstring).
+
+        `stand_aside`: the cause is this leader's own trouble (its ledger, its
+        bookies), so it should let another candidate lead; False when it was
+        replaced or lost its ZooKeeper session, where standing aside is moot.
+        """
+        if self._ended is not None:
+            return
+        self._ended = reason
+        self.stepped_down = True
+        self.stand_aside = stand_aside
+        self.accepting = False
+        unsent, in_flight = self._batcher.abandon()
+        not_logged = Outcome.failure(NotLeader(f"the leader stepped down ({reason})"))
+        unknown = Outcome.failure(
+            OutcomeUnknown(f"the leader stepped down ({reason}); retry with the same seq")
+        )
+        for ticket in unsent:
+            if ticket is not None:
+                ticket[0].answer(Op.CALL, ticket[1], not_logged, 0)
+        for ticket in in_flight:
+            if ticket is not None:
+                ticket[0].answer(Op.CALL, ticket[1], unknown, 0)
+        for read in self._reads.abandon():
+            read.answerer.answer(Op.QUERY, read.request_id, not_logged, 0)
+        self._in_flight.clear()
+        emit(logger, logging.WARNING, "rsm.step_down", epoch=self.epoch, reason=reason)
+        self._finish()
+
+    def end(self, reason: str) -> None:
+        """End a term whose work is done (`drain`ed and its ledger closed)."""
+        assert not self._in_flight
+        assert self._batcher.pending_count == 0
+        if self._ended is None:
+            self._ended = reason
+            self.accepting = False
+            self._finish()
+
+    def _finish(self) -> None:
+        self._scope.cancel()
+        self._notify_progress()
+
+    async def drain(self) -> None:
+        """Stop accepting; return once every accepted command and read is applied and answered.
+
+        Raises `NotLeader` when the term ends meanwhile.
+        """
+        self.accepting = False
+        self.pump()
+        await self._wait(
+            lambda: (
+                not self._paused
+                and not self._in_flight
+                and not self._batcher.pending_count
+                and not len(self._reads)
+            )
+        )
+        if self._ended is not None:
+            raise NotLeader(f"the leader stepped down while draining ({self._ended})")
+
+    async def close_ledger(self) -> None:
+        """Close the term's ledger at its last entry (after `drain`): nobody needs to recover it."""
+        await self._handle.close()
+
+    # --- intake -------------------------------------------------------------------------------
+
+    def submit_call(self, request: CallRequest, answerer: Answerer) -> None:
+        """Queue a command (call `pump` after a run of submissions); errors are answered."""
+        assert self.accepting
+        applier = self._applier
+        request_id = request.request_id
+        client_id = request.client_id
+        if client_id is not None:
+            assert request.seq is not None
+            recorded = applier.sessions.recorded(client_id, request.seq)
+            if recorded is not None:
+                # A retry of a command already applied: its recorded answer, with
+                # an index at which it is certainly applied.
+                answerer.answer(Op.CALL, request_id, recorded, applier.applied_index)
+                return
+        try:
+            item = prepare_command(
+                self._machine_class,
+                request.name,
+                request.args,
+                request.kwargs,
+                client_id=client_id,
+                seq=request.seq,
+                ack_seq=request.ack_seq,
+            )
+            self._batcher.submit(item, (answerer, request_id))
+        except StatusError as error:
+            answerer.answer(Op.CALL, request_id, Outcome.failure(error), 0)
+
+    def submit_read(self, read: Read) -> None:
+        """Queue a linearizable read: answered once an entry sent after it is applied."""
+        assert self.accepting
+        try:
+            self._reads.add(read)
+        except StatusError as error:
+            read.answerer.answer(Op.QUERY, read.request_id, Outcome.failure(error), 0)
+
+    def pump(self) -> None:
+        """Append every batch the batcher lets go now (none while paused or ended)."""
+        if self._paused or self._ended is not None:
+            return
+        batcher = self._batcher
+        reads = self._reads
+        handle = self._handle
+        in_flight = self._in_flight
+        wall_clock_ms = self._wall_clock_ms
+        rng = self._rng
+        appended = False
+        while True:
+            sent = batcher.cut(wall_clock_ms(), rng, barrier=reads.needs_barrier)
+            if sent is None:
+                break
+            try:
+                entry_id = handle.append_nowait(sent.payload)
+            except BookieError as error:
+                self.step_down(f"the ledger refused an entry: {error!r}")
+                return
+            in_flight.append((sent, entry_id))
+            reads.sent(sent.sequence)
+            self._segment_entries += 1
+            self._segment_bytes += len(sent.payload)
+            appended = True
+        if appended:
+            wakeup = self._wakeup
+            if wakeup is not None:
+                self._wakeup = None
+                wakeup.set()
+            self._maybe_roll_over()
+
+    # --- confirmation -------------------------------------------------------------------------
+
+    async def _confirm_loop(self) -> None:
+        in_flight = self._in_flight
+        while True:
+            if not in_flight:
+                self._notify_progress()
+                wakeup = self._wakeup = anyio.Event()
+                with anyio.move_on_after(self._age_timer_s()):
+                    await wakeup.wait()
+                self._wakeup = None
+                self._maybe_roll_over()
+                continue
+            handle = self._handle
+            try:
+                await handle.wait_confirmed(in_flight[0][1])
+            except BookieError as error:
+                self.step_down(f"the ledger refused an entry: {error!r}")
+                return
+            self._complete(handle.last_add_confirmed)
+            self.pump()
+            self._notify_progress()
+
+    def _complete(self, last_add_confirmed: int) -> None:
+        """Apply and answer every batch in flight up to `last_add_confirmed`, in order."""
+        in_flight = self._in_flight
+        applier = self._applier
+        segment = self._segment
+        ledger_id = segment.ledger_id
+        batcher = self._batcher
+        reads = self._reads
+        while in_flight and in_flight[0][1] <= last_add_confirmed:
+            sent, entry_id = in_flight.popleft()
+            batcher.acknowledged(sent.sequence)
+            outcomes = applier.apply(
+                decode_entry(segment, entry_id, sent.payload), ledger_id, entry_id
+            )
+            assert outcomes is not None, "a leader applies each of its entries once"
+            index = sent.first_index
+            for ticket, outcome in zip(sent.tickets, outcomes, strict=True):
+                if ticket is not None:
+                    ticket[0].answer(Op.CALL, ticket[1], outcome, index)
+                index += 1
+            for read in reads.applied(sent.sequence):
+                applier.answer_read(read)
+            self._started = True
+
+    def _notify_progress(self) -> None:
+        event = self._progress
+        if event is not None:
+            self._progress = None
+            event.set()
+
+    async def _wait(self, condition: Callable[[], bool]) -> None:
+        while not condition() and self._ended is None:
+            event = self._progress
+            if event is None:
+                event = self._progress = anyio.Event()
+            await event.wait()
+
+    # --- rollover -----------------------------------------------------------------------------
+
+    def _age_timer_s(self) -> float | None:
+        """Seconds until an idle leader must look at the segment's age again (None: never)."""
+        if self._rolling or not self._segment_entries:
+            return None
+        due_s = self._segment_started_s + self._config.segment_age_ms_max / 1000
+        return max(0.0, max(due_s, self._rollover_retry_s) - anyio.current_time())
+
+    def _maybe_roll_over(self) -> None:
+        if self._rolling or self._ended is not None or not self._segment_entries:
+            return
+        config = self._config
+        now_s = anyio.current_time()
+        if now_s < self._rollover_retry_s:
+            return
+        age_ms = (now_s - self._segment_started_s) * 1000
+        if (
+            self._segment_entries >= config.segment_entries_max
+            or self._segment_bytes >= config.segment_bytes_max
+            or age_ms >= config.segment_age_ms_max
+        ):
+            task_group = self._task_group
+            assert task_group is not None
+            self._rolling = True
+            task_group.start_soon(self._roll_over)
+
+    async def _roll_over(self) -> None:
+        config = self._config
+        try:
+            successor = await self._ledgers.create_ledger(
+                config.ensemble_size,
+                config.write_quorum,
+                config.ack_quorum,
+                password=config.ledger_password,
+            )
+        except Exception as error:
+            if not is_transient(error):
+                raise
+            emit(logger, logging.WARNING, "rsm.rollover_delayed", error=repr(error))
+            self._rolling = False
+            self._rollover_retry_s = anyio.current_time() + config.retry_delay_ms / 1000
+            return
+        paused_s = anyio.current_time()
+        self._paused = True
+        await self._wait(lambda: not self._in_flight)
+        if self._ended is not None:
+            await discard_ledger(self._ledgers, successor.ledger_id)
+            return
+        current = self._segment
+        last_index = self._applier.applied_index
+        try:
+            await self._handle.close()
+        except BookieError as error:
+            await discard_ledger(self._ledgers, successor.ledger_id)
+            self.step_down(f"closing the ledger for a rollover failed: {error!r}")
+            return
+        log = log_state.rollover(
+            self._log,
+            epoch=self.epoch,
+            ledger_id=current.ledger_id,
+            last_index=last_index,
+            new_ledger_id=successor.ledger_id,
+        )
+        ops = [SetData(self._log_store.layout.log, encode_log(log), self._log_version)]
+        try:
+            done = await self._log_store.cas(ops, lambda seen: seen.segments == log.segments)
+        except BookieError as error:
+            self.step_down(f"the rollover's CAS has an unknown outcome: {error!r}")
+            return
+        if not done:
+            await discard_ledger(self._ledgers, successor.ledger_id)
+            self.step_down("the log moved under a rollover (another leader?)")
+            return
+        segment = log.open_segment
+        assert segment is not None
+        self._handle = successor
+        self._log = log
+        self._log_version += 1
+        self._segment = segment
+        self._segment_entries = 0
+        self._segment_bytes = 0
+        self._segment_started_s = anyio.current_time()
+        self._rolling = False
+        self._paused = False
+        self.rollovers += 1
+        self.rollover_pause_ms = round((anyio.current_time() - paused_s) * 1000)
+        emit(
+            logger,
+            logging.INFO,
+            "rsm.rollover",
+            epoch=self.epoch,
+            closed_ledger=current.ledger_id,
+            last_index=last_index,
+            ledger_id=segment.ledger_id,
+            pause_ms=self.rollover_pause_ms,
+        )
+        self.pump()
+        self._notify_progress()

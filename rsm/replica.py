@@ -1,0 +1,765 @@
+"""`Replica`: one replica of one application, as an `async with` block.
+
+A replica is a follower, a leader-elect taking over, or the leader, and moves
+between them in one loop (`_role_loop`), so there is never more than one
+writer of its state:
+
+    follow the log ──(leader-elect)──> take over ──(CAS won)──> lead
+        ^                                  │                       │
+        └────────(lost CAS, not elected)───┘<──(step down, handover)┘
+
+Around that loop, tasks owned by the replica's task group:
+
+* the client-facing server (rsm/server.py), which hands requests to
+  `handle_call` / `handle_query` (the `Endpoint` of the server);
+* the election loop: stands as a candidate once the follower is caught up
+  (`limits.candidate_lag_entries_max`), evaluates the leader-elect on every
+  change of the candidates, the handoff or the log, and tells the role loop
+  (stop following and take over; or stop leading);
+* the session loop: SUSPENDED or LOST means step down at once (stop taking
+  writes before anyone else can be elected: the session's ephemeral nodes
+  outlive the disconnection by the session timeout); after LOST the
+  candidacy and membership are gone and are created again once caught up;
+* the leader watch (`Leadership.follow_leader`), for NotLeader hints.
+
+Safety does not rest on any of this timing: a leader only acknowledges what
+Qa bookies acknowledged (I2), a successor fences the old ledger before it
+replays it, and the log changes only by CAS (I1).
+
+Stopping.  Leaving the block normally is a graceful stop: a leader stops
+taking writes, drains, closes its ledger and, in one CAS, closes its segment,
+hands leadership to a caught-up candidate (when there is one) and removes its
+candidacy and leader znode, so the successor needs no fencing.  Leaving it by
+an exception or a cancellation stops at once, as a crash would.
+
+Everything external is injected (metadata store, ledger client, listener,
+randomness, wall clock), and time is read only through anyio, so the same code
+runs in a process (`rsm run`) and in the seeded simulation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import random
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+from anyio.abc import SocketAttribute
+
+from bookie.client.ledger_client import LedgerClient, system_wall_clock_ms
+from bookie.client.write_handle import WriteHandle
+from bookie.errors import BookieError
+from bookie.logs import emit
+from bookie.meta.api import (
+    ANY_VERSION,
+    Delete,
+    MetadataStore,
+    SessionState,
+    SetData,
+)
+from bookie.meta.api import (
+    Op as MetadataOp,
+)
+from rsm import limits
+from rsm.applier import Answerer, Applier, Read
+from rsm.config import ReplicaConfig
+from rsm.core import log_state
+from rsm.core.commands import AppliedPosition
+from rsm.core.election import Candidate
+from rsm.core.entry_format import Handoff, encode_handoff, encode_log
+from rsm.core.sessions import Outcome, SessionTable
+from rsm.errors import (
+    BadRequest,
+    InvalidConfig,
+    NotLeader,
+    StatusError,
+    Timeout,
+    Unavailable,
+)
+from rsm.layout import RSM_ROOT, AppLayout, check_replica_id
+from rsm.leader import LeaderTerm
+from rsm.leadership import ElectionView, Leadership
+from rsm.log import LogFollower, LogStore, SegmentReader
+from rsm.protocol import CallRequest, Consistency, Op, QueryRequest
+from rsm.server import ReplicaServer
+from rsm.state_machine import StateMachine
+from rsm.takeover import Takeover, take_over
+from rsm.transient import is_transient
+
+logger = logging.getLogger(__name__)
+
+
+class Role(enum.Enum):
+    """Where a replica is in its role loop (see the module docstring)."""
+
+    FOLLOWER = "follower"
+    TAKING_OVER = "taking_over"
+    LEADER = "leader"
+
+
+class _LocalAnswer:
+    """The answerer of an in-process call: one event, one outcome."""
+
+    __slots__ = ("event", "outcome", "index")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.outcome = Outcome()
+        self.index = 0
+
+    def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
+        self.outcome = outcome
+        self.index = index
+        self.event.set()
+
+
+class Replica:
+    """One replica of application `app`; see the module docstring.
+
+    `machine` is a `StateMachine` instance or class (called without
+    arguments).  `listener` replaces the TCP listener on `listen`
+    ("host:port", port 0: any free one); with it, `advertise` is required.
+    `advertise` is the address clients and other replicas are told (default:
+    the listening address); `replica_id` defaults to it.
+    """
+
+    def __init__(
+        self,
+        machine: StateMachine | type[StateMachine],
+        *,
+        app: str,
+        store: MetadataStore,
+        ledgers: LedgerClient,
+        replica_id: str | None = None,
+        listen: str = "127.0.0.1:0",
+        advertise: str | None = None,
+        listener: anyio.abc.Listener[anyio.abc.ByteStream] | None = None,
+        config: ReplicaConfig | None = None,
+        rng: random.Random | None = None,
+        wall_clock_ms: Callable[[], int] = system_wall_clock_ms,
+        rsm_root: str = RSM_ROOT,
+    ) -> None:
+        if listener is not None and advertise is None:
+            raise InvalidConfig("a replica given its listener must be given its advertise address")
+        self.app = app
+        self.config = config if config is not None else ReplicaConfig()
+        self.machine = machine() if isinstance(machine, type) else machine
+        self._store = store
+        self._ledgers = ledgers
+        self._layout = AppLayout.of(app, rsm_root)
+        self._log_store = LogStore(store, self._layout)
+        self._reader = SegmentReader(ledgers, self.config.ledger_password)
+        self._applier = Applier(self.machine, self.config)
+        self._listen = listen
+        self._advertise = advertise
+        self._listener = listener
+        self._requested_id = replica_id
+        self._rng = rng if rng is not None else random.Random()
+        self._wall_clock_ms = wall_clock_ms
+        self._role = Role.FOLLOWER
+        self._term: LeaderTerm | None = None
+        self._elected = False
+        self._caught_up = False
+        self._stopping = False
+        self._handing_over = False
+        self._registration_lost = False
+        self._session_lost_pin = False
+        self._view: ElectionView | None = None
+        self._follow_scope: anyio.CancelScope | None = None
+        self._takeover_scope: anyio.CancelScope | None = None
+        self._election_wakeup = anyio.Event()
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._leadership: Leadership | None = None
+        self._lifetime: contextlib.AbstractAsyncContextManager[Replica] | None = None
+        self.last_transfer_window_ms: int | None = None
+        self.takeovers = 0
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Replica:
+        assert self._lifetime is None, "a Replica is entered once"
+        self._lifetime = self._run()
+        return await self._lifetime.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        assert self._lifetime is not None
+        return await self._lifetime.__aexit__(exc_type, exc, traceback)
+
+    @contextlib.asynccontextmanager
+    async def _run(self) -> AsyncIterator[Replica]:
+        await self._log_store.ensure_layout()
+        listener, address = await self._open_listener()
+        try:
+            replica_id = check_replica_id(self._requested_id or address)
+        except InvalidConfig:
+            await listener.aclose()
+            raise
+        leadership = self._leadership = Leadership(
+            self._store,
+            self._log_store,
+            replica_id=replica_id,
+            address=address,
+            retry_delay_ms=self.config.retry_delay_ms,
+        )
+        try:
+            async with anyio.create_task_group() as task_group:
+                self._task_group = task_group
+                task_group.start_soon(ReplicaServer(self, listener).serve)
+                await leadership.register()
+                task_group.start_soon(leadership.follow_leader)
+                task_group.start_soon(self._session_loop)
+                task_group.start_soon(self._election_loop)
+                task_group.start_soon(self._role_loop)
+                emit(
+                    logger,
+                    logging.INFO,
+                    "rsm.replica_started",
+                    app=self.app,
+                    replica_id=replica_id,
+                    address=address,
+                )
+                try:
+                    yield self
+                    # Reached only when the block ended normally: a graceful stop.
+                    await self._stop_gracefully()
+                finally:
+                    task_group.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # The replica's tasks raise only fatal errors; one error is handed back
+            # as it was raised, not wrapped.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
+    async def _open_listener(self) -> tuple[anyio.abc.Listener[anyio.abc.ByteStream], str]:
+        if self._listener is not None:
+            assert self._advertise is not None
+            return self._listener, self._advertise
+        host, _, port_text = self._listen.rpartition(":")
+        if not host or not port_text.isdigit():
+            raise InvalidConfig(f"listen address {self._listen!r} is not host:port")
+        listener = await anyio.create_tcp_listener(local_host=host, local_port=int(port_text))
+        port = listener.extra(SocketAttribute.local_port)
+        if self._advertise is None and host in ("0.0.0.0", "::", ""):
+            await listener.aclose()
+            raise InvalidConfig(
+                f"listening on {host} needs --advertise: the address to tell others"
+            )
+        return listener, self._advertise or f"{host}:{port}"
+
+    # --- state --------------------------------------------------------------------------------
+
+    @property
+    def _election(self) -> Leadership:
+        assert self._leadership is not None, "the replica is not running"
+        return self._leadership
+
+    @property
+    def replica_id(self) -> str:
+        return self._election.replica_id
+
+    @property
+    def address(self) -> str:
+        return self._election.address
+
+    @property
+    def role(self) -> Role:
+        return self._role
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this replica serves as leader (its term accepts commands)."""
+        term = self._term
+        return term is not None and term.accepting
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of this replica's term while it leads, else the log's epoch as last seen."""
+        term = self._term
+        if term is not None:
+            return term.epoch
+        return self._view.log_epoch if self._view is not None else 0
+
+    @property
+    def applied_index(self) -> int:
+        return self._applier.applied_index
+
+    @property
+    def applied_position(self) -> AppliedPosition:
+        """Index, logged time and epoch of the last entry applied."""
+        return self._applier.position
+
+    @property
+    def session_table(self) -> SessionTable:
+        """The replicated session table (read it, never change it)."""
+        return self._applier.sessions
+
+    @property
+    def term(self) -> LeaderTerm | None:
+        return self._term
+
+    def status(self) -> dict[str, Any]:
+        """What this replica is and how far it got: the STATUS answer.
+
+        `role` (follower, taking_over, leader) and `serving` (leads and takes
+        commands), `epoch`, `applied_index` / `applied_time_ms` (the last entry
+        applied), the leader as its znode says (`leader_id`, `leader_address`,
+        `leader_epoch`), `candidate` (stands for election), `caught_up`,
+        `sessions` (clients in the session table), `waiting_reads`
+        (read_your_writes waiting for their index), `takeovers`,
+        `last_transfer_window_ms`, and while leading `term`: the ledger
+        written, queued commands, batches in flight, rollovers and the last
+        rollover's pause.
+        """
+        leadership = self._election
+        leader = leadership.leader
+        term = self._term
+        position = self._applier.position
+        return {
+            "app": self.app,
+            "replica_id": leadership.replica_id,
+            "address": leadership.address,
+            "role": self._role.value,
+            "serving": self.is_leader,
+            "epoch": self.epoch,
+            "applied_index": position.index,
+            "applied_time_ms": position.time_ms,
+            "leader_id": leader.replica_id if leader is not None else None,
+            "leader_address": leader.address if leader is not None else None,
+            "leader_epoch": leader.epoch if leader is not None else None,
+            "candidate": leadership.candidacy is not None,
+            "caught_up": self._caught_up,
+            "sessions": len(self._applier.sessions),
+            "waiting_reads": self._applier.waiting_reads,
+            "takeovers": self.takeovers,
+            "last_transfer_window_ms": self.last_transfer_window_ms,
+            "term": term.status() if term is not None else None,
+        }
+
+    # --- requests (the server's Endpoint) -----------------------------------------------------
+
+    def handle_call(self, request: CallRequest, answerer: Answerer) -> None:
+        term = self._term
+        if term is None or not term.accepting:
+            answerer.answer(Op.CALL, request.request_id, self._not_leader(), 0)
+            return
+        term.submit_call(request, answerer)
+
+    def handle_query(self, request: QueryRequest, answerer: Answerer) -> int | None:
+        read = Read(answerer, request.request_id, request.name, request.args, request.kwargs)
+        if request.consistency is Consistency.LINEARIZABLE:
+            term = self._term
+            if term is None or not term.accepting:
+                answerer.answer(Op.QUERY, request.request_id, self._not_leader(), 0)
+                return None
+            term.submit_read(read)
+            return None
+        if request.consistency is Consistency.READ_YOUR_WRITES:
+            try:
+                return self._applier.read_at(request.min_index, read)
+            except StatusError as error:
+                answerer.answer(Op.QUERY, request.request_id, Outcome.failure(error), 0)
+                return None
+        self._applier.answer_read(read)
+        return None
+
+    def cancel_read(self, ticket: int) -> None:
+        self._applier.cancel_read(ticket)
+
+    def flush(self) -> None:
+        term = self._term
+        if term is not None:
+            term.pump()
+
+    def _not_leader(self) -> Outcome:
+        leader = self._election.leader
+        hint = None
+        if leader is not None and leader.replica_id != self.replica_id:
+            hint = leader.address
+        return Outcome.failure(NotLeader(f"replica {self.replica_id} is not the leader", hint))
+
+    # --- in-process API -----------------------------------------------------------------------
+
+    async def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Run command `name` through the log, on this replica (which must lead); its result.
+
+        No session: a caller that retries after an error may apply a command
+        twice.  Clients that need exactly-once use `rsm.connect`.
+        """
+        answer = _LocalAnswer()
+        self.handle_call(CallRequest(0, name, list(args), kwargs), answer)
+        self.flush()
+        await answer.event.wait()
+        return answer.outcome.unwrap()
+
+    async def query(
+        self,
+        name: str,
+        *args: Any,
+        consistency: Consistency | str = Consistency.LINEARIZABLE,
+        min_index: int = 0,
+        **kwargs: Any,
+    ) -> Any:
+        """Answer query `name` on this replica at the given consistency; its result."""
+        answer = _LocalAnswer()
+        request = QueryRequest(
+            0, name, list(args), kwargs, Consistency.parse(consistency), min_index
+        )
+        self.handle_query(request, answer)
+        self.flush()
+        await answer.event.wait()
+        return answer.outcome.unwrap()
+
+    # --- the role loop ------------------------------------------------------------------------
+
+    async def _role_loop(self) -> None:
+        while True:
+            await self._follow()
+            if self._stopping:
+                break
+            taken = await self._try_take_over()
+            if taken is not None:
+                await self._lead(taken)
+        self._role = Role.FOLLOWER
+
+    async def _follow(self) -> None:
+        self._role = Role.FOLLOWER
+        follower = LogFollower(
+            self._log_store,
+            self._reader,
+            self._applier,
+            lag_entries_max=self.config.candidate_lag_entries_max,
+            retry_delay_ms=self.config.retry_delay_ms,
+            on_progress=self._on_progress,
+        )
+        with anyio.CancelScope() as scope:
+            self._follow_scope = scope
+            if self._elected or self._stopping:
+                scope.cancel()
+            await follower.run()
+        self._follow_scope = None
+
+    def _on_progress(self, caught_up: bool) -> None:
+        was, self._caught_up = self._caught_up, caught_up
+        if caught_up and not was:
+            self._wake_election()
+
+    async def _try_take_over(self) -> Takeover | None:
+        self._role = Role.TAKING_OVER
+        taken: Takeover | None = None
+        with anyio.CancelScope() as scope:
+            self._takeover_scope = scope
+            for _attempt in range(limits.takeover_attempts_max):
+                if not self._elected or self._stopping:
+                    break
+                try:
+                    taken = await take_over(
+                        log_store=self._log_store,
+                        reader=self._reader,
+                        ledgers=self._ledgers,
+                        applier=self._applier,
+                        replica_id=self.replica_id,
+                        app=self.app,
+                        config=self.config,
+                        still_elected=lambda: self._elected and not self._stopping,
+                    )
+                except Exception as error:
+                    if not is_transient(error):
+                        raise
+                    emit(logger, logging.WARNING, "rsm.takeover_retry", error=repr(error))
+                    await anyio.sleep(self.config.retry_delay_ms / 1000)
+                    continue
+                if taken is not None:
+                    break
+            else:
+                emit(logger, logging.WARNING, "rsm.takeover_abandoned")
+                await self._stand_aside()
+        self._takeover_scope = None
+        return taken
+
+    async def _lead(self, taken: Takeover) -> None:
+        term = LeaderTerm(
+            applier=self._applier,
+            ledgers=self._ledgers,
+            log_store=self._log_store,
+            handle=taken.handle,
+            log=taken.log,
+            log_version=taken.log_version,
+            replica_id=self.replica_id,
+            config=self.config,
+            rng=self._rng,
+            wall_clock_ms=self._wall_clock_ms,
+        )
+        self._term = term
+        self._role = Role.LEADER
+        self.takeovers += 1
+        if not self._elected or self._stopping:
+            # Told to stop after the CAS was won: the term ends at once and
+            # its ledger is closed like any other.
+            term.step_down("no longer leader-elect", stand_aside=False)
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(self._serve, term, taken.recovered)
+            await term.run()
+            task_group.cancel_scope.cancel()
+        self._term = None
+        self._role = Role.FOLLOWER
+        if term.stepped_down:
+            await self._after_step_down(term)
+
+    async def _serve(self, term: LeaderTerm, recovered: bool) -> None:
+        if not await term.wait_started():
+            return
+        try:
+            await self._election.publish(term.epoch)
+        except (StatusError, BookieError) as error:
+            term.step_down(f"could not publish the leader znode: {error!r}")
+            return
+        term.serve()
+        emit(
+            logger,
+            logging.INFO,
+            "rsm.leader",
+            epoch=term.epoch,
+            ledger_id=term.segment.ledger_id,
+            first_index=term.segment.first_index,
+            recovered=recovered,
+        )
+
+    async def _after_step_down(self, term: LeaderTerm) -> None:
+        handle = term.handle
+        task_group = self._task_group
+        assert task_group is not None
+        if not handle.is_closed:
+            task_group.start_soon(_close_abandoned, handle)
+        with anyio.move_on_after(self.config.retry_delay_ms / 1000 * 5):
+            await self._election.unpublish(term.epoch)
+            if term.stand_aside:
+                await self._stand_aside()
+
+    async def _stand_aside(self) -> None:
+        """Let another candidate be elected: withdraw (to re-stand later) and clear the pin."""
+        leadership = self._election
+        self._elected = False
+        try:
+            await leadership.withdraw()
+            await leadership.clear_pin()
+        except BookieError as error:
+            emit(logger, logging.WARNING, "rsm.stand_aside_failed", error=repr(error))
+        self._wake_election()
+
+    # --- election -----------------------------------------------------------------------------
+
+    def _may_stand(self) -> bool:
+        if self._stopping:
+            return False
+        return self._role is not Role.FOLLOWER or self._caught_up
+
+    def _wake_election(self) -> None:
+        self._election_wakeup.set()
+
+    async def _election_loop(self) -> None:
+        leadership = self._election
+        while True:
+            wakeup = self._election_wakeup = anyio.Event()
+            try:
+                if self._registration_lost and not self._stopping:
+                    await leadership.register()
+                    self._registration_lost = False
+                if leadership.candidacy is None and self._may_stand():
+                    if self._session_lost_pin:
+                        # It lost its session: someone else should lead now if
+                        # anyone can, so its pin must not make it leader-elect again.
+                        await leadership.clear_pin()
+                        self._session_lost_pin = False
+                    await leadership.stand()
+                view = await leadership.evaluate()
+                if leadership.candidacy is not None and leadership.candidacy not in view.children:
+                    leadership.candidacy = None  # it went with an old session
+                    continue
+                self._view = view
+                self._on_election(view)
+                await leadership.wait_for_change(view, wakeup)
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                await anyio.sleep(self.config.retry_delay_ms / 1000)
+
+    def _on_election(self, view: ElectionView) -> None:
+        candidacy = self._election.candidacy
+        elected = (
+            not self._stopping
+            and candidacy is not None
+            and view.elect is not None
+            and view.elect.name == candidacy
+        )
+        self._elected = elected
+        if elected:
+            if self._follow_scope is not None:
+                self._follow_scope.cancel()
+            return
+        if self._takeover_scope is not None:
+            self._takeover_scope.cancel()
+        term = self._term
+        if term is not None and term.ended is None and not self._handing_over:
+            term.step_down("another replica is leader-elect", stand_aside=False)
+
+    # --- ZooKeeper session --------------------------------------------------------------------
+
+    async def _session_loop(self) -> None:
+        async for state in self._store.session_events():
+            if state is not SessionState.CONNECTED:
+                self._on_session_trouble(state)
+            self._wake_election()
+
+    def _on_session_trouble(self, state: SessionState) -> None:
+        emit(logger, logging.WARNING, "rsm.session", state=state.value, role=self._role.value)
+        if state is SessionState.LOST:
+            self._election.candidacy = None
+            self._registration_lost = True
+            self._session_lost_pin = True
+        self._elected = False
+        if self._takeover_scope is not None:
+            self._takeover_scope.cancel()
+        term = self._term
+        if term is not None:
+            term.step_down(f"ZooKeeper session {state.value}", stand_aside=False)
+
+    # --- handover -----------------------------------------------------------------------------
+
+    async def transfer_leadership(self, to: str | None = None) -> dict[str, Any]:
+        """Hand leadership to replica `to` (None: any caught-up candidate); see `_hand_over`.
+
+        Returns `{"target": id, "epoch": its epoch, "window_ms": how long no
+        leader took writes}` once the target serves (`window_ms` None if it did
+        not within `transfer_wait_ms_max`).  Raises `NotLeader` when this
+        replica does not lead, `Unavailable` when no suitable candidate exists,
+        `BadRequest` when `to` is not one.
+        """
+        term = self._term
+        if term is None or not term.accepting or self._handing_over:
+            raise NotLeader(
+                f"replica {self.replica_id} is not the leader", self._not_leader().detail
+            )
+        if to == self.replica_id:
+            return {"target": to, "epoch": term.epoch, "window_ms": 0}
+        started_s = anyio.current_time()
+        self._handing_over = True
+        try:
+            view = await self._election.evaluate()
+            target = _choose_target(view, to, self.replica_id)
+            await self._hand_over(term, target)
+        except BookieError as error:
+            raise Unavailable(f"the candidates could not be read: {error}") from None
+        finally:
+            self._handing_over = False
+        emit(logger, logging.INFO, "rsm.handed_over", target=target.replica_id, epoch=term.epoch)
+        window_ms: int | None = None
+        epoch: int | None = None
+        with anyio.move_on_after(self.config.transfer_wait_ms_max / 1000):
+            leader = await self._election.wait_leader(
+                lambda info: info.replica_id == target.replica_id and info.epoch > term.epoch
+            )
+            epoch = leader.epoch
+            window_ms = round((anyio.current_time() - started_s) * 1000)
+        self.last_transfer_window_ms = window_ms
+        return {"target": target.replica_id, "epoch": epoch, "window_ms": window_ms}
+
+    async def _hand_over(self, term: LeaderTerm, target: Candidate | None) -> None:
+        """Stop, drain, close the ledger; one CAS: close the segment, name `target` in the
+        handoff, drop this replica's candidacy and leader znode.  The term then ends.
+
+        The caller sets `_handing_over` first, so that nothing steps the term
+        down meanwhile for having stopped being leader-elect.
+        """
+        assert self._handing_over
+        try:
+            with anyio.fail_after(self.config.stop_drain_ms_max / 1000):
+                await term.drain()
+                await term.close_ledger()
+        except TimeoutError:
+            term.step_down("a handover did not drain in time")
+            raise Timeout("the leader did not drain in time; it stepped down") from None
+        except BookieError as error:
+            term.step_down(f"closing the ledger for a handover failed: {error!r}")
+            raise Unavailable(f"the handover failed: {error}") from None
+        leadership = self._election
+        layout = self._layout
+        segment = term.segment
+        closed = log_state.close(
+            term.log,
+            epoch=term.epoch,
+            ledger_id=segment.ledger_id,
+            last_index=self._applier.applied_index,
+        )
+        ops: list[MetadataOp] = [SetData(layout.log, encode_log(closed), term.log_version)]
+        if target is not None:
+            handoff = encode_handoff(Handoff(target.replica_id, term.epoch))
+            ops.append(SetData(layout.handoff, handoff, ANY_VERSION))
+        if leadership.candidacy is not None:
+            ops.append(Delete(layout.candidate(leadership.candidacy), ANY_VERSION))
+        try:
+            leader_version = await leadership.leader_version(term.epoch)
+            if leader_version is not None:
+                ops.append(Delete(layout.leader, leader_version))
+            done = await self._log_store.cas(ops, lambda seen: seen.segments == closed.segments)
+        except BookieError as error:
+            term.step_down(f"the handover's CAS has an unknown outcome: {error!r}")
+            raise Unavailable(f"the handover's outcome is unknown: {error}") from None
+        if not done:
+            term.step_down("the log or the election moved during a handover")
+            raise NotLeader("the log moved during the handover; this replica stepped down")
+        leadership.candidacy = None
+        self._elected = False
+        term.end("handed over" if target is None else f"handed over to {target.replica_id}")
+
+    async def _stop_gracefully(self) -> None:
+        self._stopping = True
+        term = self._term
+        leading = term is not None and term.accepting and not self._handing_over
+        # Set before anything waits: being stopped, this replica is no longer
+        # leader-elect, and the term must end by the handover, not by a step-down.
+        self._handing_over = self._handing_over or leading
+        self._wake_election()
+        leadership = self._election
+        try:
+            if term is not None and leading:
+                view = await leadership.evaluate()
+                others = [c for c in view.candidates if c.replica_id != self.replica_id]
+                await self._hand_over(term, others[0] if others else None)
+            else:
+                await leadership.withdraw()
+            await leadership.unregister()
+        except (StatusError, BookieError) as error:
+            emit(logger, logging.WARNING, "rsm.stop_not_graceful", error=repr(error))
+        emit(logger, logging.INFO, "rsm.replica_stopped", replica_id=self.replica_id)
+
+
+def _choose_target(view: ElectionView, to: str | None, replica_id: str) -> Candidate:
+    others = [c for c in view.candidates if c.replica_id != replica_id]
+    if to is None:
+        if not others:
+            raise Unavailable("no other caught-up replica stands for election")
+        return others[0]
+    for candidate in others:
+        if candidate.replica_id == to:
+            return candidate
+    raise BadRequest(
+        f"replica {to!r} is not a caught-up candidate; candidates: {[c.replica_id for c in others]}"
+    )
+
+
+async def _close_abandoned(handle: WriteHandle) -> None:
+    """Close the ledger of a term that stepped down, if it still can be (best effort)."""
+    with anyio.move_on_after(limits.close_abandoned_ms_max / 1000):
+        with contextlib.suppress(BookieError):
+            await handle.close()

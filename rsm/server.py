@@ -1,0 +1,282 @@
+"""The replica's client-facing server: frames in, requests to the replica, answers out.
+
+A `ReplicaServer` accepts connections on an injected `Listener` (TCP by
+default; the simulation passes its simulated network's) and serves each with
+a `ClientConnection`, which runs two loops on its stream:
+
+* the reader receives up to `limits.socket_receive_bytes` at a time, splits
+  frames (`FrameDecoder`), decodes each request (`rsm/protocol.py`) and hands
+  it to the replica (`Endpoint`), synchronously; after each chunk it calls
+  `flush` once, so the leader cuts one batch for everything that chunk
+  carried instead of one per command;
+* the writer sends every answer queued meanwhile in one `send` (up to
+  `limits.socket_send_coalesce_bytes_max`): answers are encoded as they
+  arrive (one `answer` call each) and leave together.
+
+What a request gets is the replica's business (`Endpoint`): a non-leader
+answers CALL and linearizable QUERY with NotLeader and the leader's address
+when it knows it; read_your_writes waits on any replica; stale answers at once.
+STATUS is answered here from `Endpoint.status`; TRANSFER_LEADERSHIP runs in a
+task of its connection (it waits for the handover).
+
+Bad input never crashes anything: a request with a known id but a wrong op,
+version or field is answered BAD_REQUEST; bytes that cannot be framed or a
+body without a request id close that connection only (`ProtocolViolation`).
+
+Invariants: every request read gets exactly one answer while its connection
+lives (a read_your_writes wait is cancelled when its connection closes); at
+most `connection_pending_requests_max` requests per connection are being
+worked on (more are answered Overloaded); a connection stops reading while
+more than `socket_send_coalesce_bytes_max` bytes of answers wait, so a client
+that does not read is slowed by TCP instead of growing the replica's memory;
+a send that stalls for `socket_send_timeout_ms` closes the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final, Protocol
+
+import anyio
+import anyio.abc
+
+from bookie.errors import RemoteProtocolError
+from bookie.logs import emit
+from bookie.wire.codec import FrameDecoder
+from rsm import limits
+from rsm.applier import Answerer
+from rsm.core.sessions import Outcome
+from rsm.errors import Overloaded, ProtocolViolation, RsmStatus, StatusError
+from rsm.protocol import (
+    CallRequest,
+    Op,
+    QueryRequest,
+    StatusRequest,
+    TransferRequest,
+    UndecodableRequest,
+    decode_request,
+    encode_error,
+    encode_response,
+)
+
+logger = logging.getLogger(__name__)
+
+_CONNECTION_ERRORS: Final = (
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    OSError,
+    TimeoutError,
+)
+
+
+class Endpoint(Protocol):
+    """What the server needs of a replica."""
+
+    def handle_call(self, request: CallRequest, answerer: Answerer) -> None:
+        """Answer (now or later) a CALL; never raises."""
+        ...
+
+    def handle_query(self, request: QueryRequest, answerer: Answerer) -> int | None:
+        """Answer (now or later) a QUERY; a ticket for `cancel_read` when it waits for an index."""
+        ...
+
+    def cancel_read(self, ticket: int) -> None: ...
+
+    def flush(self) -> None:
+        """A run of requests was handed over: send what they made ready."""
+        ...
+
+    def status(self) -> dict[str, Any]: ...
+
+    async def transfer_leadership(self, to: str | None) -> dict[str, Any]: ...
+
+
+class ReplicaServer:
+    """Serves client connections for one replica until its task is cancelled."""
+
+    def __init__(self, endpoint: Endpoint, listener: anyio.abc.Listener[anyio.abc.ByteStream]):
+        self._endpoint = endpoint
+        self._listener = listener
+        self._connections = 0
+
+    @property
+    def connection_count(self) -> int:
+        return self._connections
+
+    async def serve(self) -> None:
+        async with self._listener, anyio.create_task_group() as task_group:
+            await self._listener.serve(self._serve, task_group)
+
+    async def _serve(self, stream: anyio.abc.ByteStream) -> None:
+        async with stream:
+            if self._connections >= limits.server_connections_max:
+                return
+            self._connections += 1
+            try:
+                await ClientConnection(stream, self._endpoint).run()
+            finally:
+                self._connections -= 1
+
+
+class ClientConnection:
+    """One client connection (see the module docstring); it is the `Answerer` of its requests."""
+
+    def __init__(self, stream: anyio.abc.ByteStream, endpoint: Endpoint) -> None:
+        self._stream = stream
+        self._endpoint = endpoint
+        self._output: list[bytes] = []
+        self._output_bytes = 0
+        self._pending = 0
+        self._waiting_reads: dict[int, int] = {}
+        """request id -> ticket of a read_your_writes query waiting for its index."""
+        self._writer_wakeup: anyio.Event | None = None
+        self._drained: anyio.Event | None = None
+        self._closed = False
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    async def run(self) -> None:
+        try:
+            async with anyio.create_task_group() as task_group:
+                self._task_group = task_group
+                task_group.start_soon(self._write_loop)
+                await self._read_loop()
+                task_group.cancel_scope.cancel()
+        finally:
+            self._closed = True
+            for ticket in self._waiting_reads.values():
+                self._endpoint.cancel_read(ticket)
+            self._waiting_reads.clear()
+
+    # --- answers ------------------------------------------------------------------------------
+
+    def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
+        if self._closed:
+            return
+        self._pending -= 1
+        if op == Op.QUERY:
+            self._waiting_reads.pop(request_id, None)
+        frame = encode_response(op, request_id, outcome, index)
+        self._send(frame)
+
+    def _send(self, frame: bytes) -> None:
+        self._output.append(frame)
+        self._output_bytes += len(frame)
+        wakeup = self._writer_wakeup
+        if wakeup is not None:
+            self._writer_wakeup = None
+            wakeup.set()
+
+    def _refuse(self, op: int, request_id: int, error: StatusError) -> None:
+        self._send(encode_error(op, request_id, error))
+
+    # --- loops --------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        decoder = FrameDecoder(limits.frame_bytes_max)
+        stream = self._stream
+        endpoint = self._endpoint
+        try:
+            while True:
+                # No timeout: an idle client connection is healthy.
+                data = await stream.receive(limits.socket_receive_bytes)
+                bodies = decoder.feed(data)
+                for body in bodies:
+                    if self._output_bytes > limits.socket_send_coalesce_bytes_max:
+                        endpoint.flush()
+                        await self._wait_drained()
+                    self._dispatch(body)
+                if bodies:
+                    endpoint.flush()
+        except _CONNECTION_ERRORS:
+            return
+        except (RemoteProtocolError, ProtocolViolation) as error:
+            emit(logger, logging.INFO, "rsm.bad_client", error=str(error))
+
+    def _dispatch(self, body: bytes) -> None:
+        try:
+            request = decode_request(body)
+        except UndecodableRequest as error:
+            self._send(error.response())
+            return
+        endpoint = self._endpoint
+        request_id = request.request_id
+        if self._pending >= limits.connection_pending_requests_max:
+            op = _OPS[type(request)]
+            self._refuse(op, request_id, Overloaded(f"{self._pending} requests pending"))
+            return
+        self._pending += 1
+        if type(request) is CallRequest:
+            endpoint.handle_call(request, self)
+        elif type(request) is QueryRequest:
+            ticket = endpoint.handle_query(request, self)
+            if ticket is not None:
+                self._waiting_reads[request_id] = ticket
+        elif type(request) is StatusRequest:
+            self.answer(Op.STATUS, request_id, Outcome(RsmStatus.OK, endpoint.status()), 0)
+        else:
+            assert type(request) is TransferRequest
+            task_group = self._task_group
+            assert task_group is not None
+            task_group.start_soon(self._transfer, request)
+
+    async def _transfer(self, request: TransferRequest) -> None:
+        try:
+            result = await self._endpoint.transfer_leadership(request.target)
+        except StatusError as error:
+            self.answer(Op.TRANSFER_LEADERSHIP, request.request_id, Outcome.failure(error), 0)
+        else:
+            outcome = Outcome(RsmStatus.OK, result)
+            self.answer(Op.TRANSFER_LEADERSHIP, request.request_id, outcome, 0)
+
+    async def _wait_drained(self) -> None:
+        while self._output_bytes > limits.socket_send_coalesce_bytes_max:
+            drained = self._drained = anyio.Event()
+            await drained.wait()
+
+    async def _write_loop(self) -> None:
+        stream = self._stream
+        timeout_s = limits.socket_send_timeout_ms / 1000
+        try:
+            while True:
+                if not self._output:
+                    wakeup = self._writer_wakeup = anyio.Event()
+                    await wakeup.wait()
+                    continue
+                data = self._take_output()
+                with anyio.fail_after(timeout_s):
+                    await stream.send(data)
+                self._output_bytes -= len(data)
+                drained = self._drained
+                if (
+                    drained is not None
+                    and self._output_bytes <= limits.socket_send_coalesce_bytes_max
+                ):
+                    self._drained = None
+                    drained.set()
+        except _CONNECTION_ERRORS:
+            task_group = self._task_group
+            assert task_group is not None
+            task_group.cancel_scope.cancel()
+
+    def _take_output(self) -> bytes:
+        """Up to `socket_send_coalesce_bytes_max` bytes of queued frames, joined."""
+        output = self._output
+        size = 0
+        count = 0
+        for frame in output:
+            if count and size + len(frame) > limits.socket_send_coalesce_bytes_max:
+                break
+            size += len(frame)
+            count += 1
+        data = b"".join(output[:count]) if count > 1 else output[0]
+        del output[:count]
+        return data
+
+
+_OPS: Final = {
+    CallRequest: Op.CALL,
+    QueryRequest: Op.QUERY,
+    StatusRequest: Op.STATUS,
+    TransferRequest: Op.TRANSFER_LEADERSHIP,
+}

@@ -1,0 +1,60 @@
+"""The client's own behaviour: sessions that expire, the open-seq window, giving up."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from rsm.client import connect
+from rsm.errors import InvalidConfig, SessionExpired, Timeout
+from tests.unit.runtime.harness import replica_cluster, replica_config
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_an_expired_session_is_reported_once_then_renewed() -> None:
+    clock_ms = [1_700_000_000_000]
+    config = replica_config(session_ttl_ms=1_000)
+    async with replica_cluster() as replicas:
+        leader = await replicas.start("a", config=config, wall_clock_ms=lambda: clock_ms[0])
+        await replicas.wait_leader()
+        async with replicas.client() as idle, replicas.client() as busy:
+            assert await idle.call("add", 1) == 1
+            clock_ms[0] += 5_000
+            # Another client's command moves logged time on: the idle session expires.
+            assert await busy.call("add", 1) == 2
+            assert len(leader.session_table) == 1
+            with pytest.raises(SessionExpired):
+                await idle.call("add", 1)
+            assert await idle.call("add", 1) == 3, "a new session works"
+            assert len(leader.session_table) == 2
+
+
+async def test_many_calls_wait_for_room_in_the_open_seq_window() -> None:
+    async with replica_cluster() as replicas:
+        await replicas.start("a")
+        await replicas.wait_leader()
+        async with replicas.client(outstanding_commands_max=2) as client:
+            results: list[int] = []
+
+            async def add() -> None:
+                results.append(await client.call("add", 1))
+
+            async with anyio.create_task_group() as task_group:
+                for _ in range(20):
+                    task_group.start_soon(add)
+        assert sorted(results) == list(range(1, 21))
+
+
+async def test_without_a_leader_a_call_gives_up_with_timeout() -> None:
+    async with replica_cluster() as replicas:
+        async with replicas.client(deadline_ms=300, attempt_timeout_ms=100) as client:
+            with pytest.raises(Timeout) as raised:
+                await client.call("add", 1)
+        assert raised.value.retryable
+
+
+async def test_connect_needs_a_metadata_store_or_zookeeper() -> None:
+    with pytest.raises(InvalidConfig):
+        async with connect("counter"):
+            pass

@@ -1,0 +1,99 @@
+"""Read consistency per call: linearizable on the leader behind one shared barrier,
+read_your_writes on any replica once it applied the token, stale at once."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from rsm.errors import NotLeader
+from rsm.replica import Replica
+from tests.unit.runtime.harness import replica_cluster, wait_until
+from tests.unit.runtime.test_failover import start_three
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_linearizable_reads_run_on_the_leader_and_share_barriers() -> None:
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas)
+        follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
+        async with replicas.client() as client:
+            for _ in range(3):
+                await client.call("add", 1)
+            term = leader.term
+            assert term is not None
+            entries_before = term.handle.last_add_pushed
+            answers: list[int] = []
+
+            async def read() -> None:
+                answers.append(await client.query("get"))
+
+            async with anyio.create_task_group() as task_group:
+                for _ in range(100):
+                    task_group.start_soon(read)
+            assert answers == [3] * 100
+            barriers = term.handle.last_add_pushed - entries_before
+            assert 1 <= barriers <= 10, f"100 reads took {barriers} barrier entries"
+        with pytest.raises(NotLeader) as raised:
+            await follower.query("get")
+        assert raised.value.leader_address == leader.address
+
+
+async def test_a_linearizable_read_sees_every_write_acknowledged_before_it() -> None:
+    async with replica_cluster() as replicas:
+        await start_three(replicas)
+        async with replicas.client() as writer, replicas.client() as reader:
+            for expected in range(1, 11):
+                await writer.call("add", 1)
+                assert await reader.query("get") == expected
+
+
+async def test_read_your_writes_waits_on_a_follower_until_the_token_is_applied() -> None:
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas)
+        follower: Replica = next(
+            r.replica for r in replicas.running.values() if r.replica is not leader
+        )
+        assert await leader.call("add", 1) == 1
+        token = leader.applied_index + 3
+        answers: list[int] = []
+
+        async def read() -> None:
+            answers.append(
+                await follower.query("get", consistency="read_your_writes", min_index=token)
+            )
+
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(read)
+            await wait_until(lambda: follower.status()["waiting_reads"] == 1)
+            for _ in range(3):
+                await leader.call("add", 10)
+        assert answers == [31], "answered only once the follower applied the token"
+        assert follower.applied_index >= token
+
+
+async def test_a_client_reads_its_own_writes_on_any_replica() -> None:
+    async with replica_cluster() as replicas:
+        await start_three(replicas)
+        async with replicas.client() as client:
+            for expected in range(1, 6):
+                await client.call("add", 1)
+                for running in list(replicas.running.values()):
+                    replica = running.replica
+                    value = await client.query(
+                        "get", consistency="read_your_writes", replica=replica.address
+                    )
+                    assert value == expected
+
+
+async def test_stale_reads_answer_at_once_from_local_state() -> None:
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas)
+        follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
+        assert await leader.call("add", 4) == 4
+        await wait_until(lambda: follower.machine.value == 4)  # type: ignore[attr-defined]
+        # A stale read ignores any token: it never waits.
+        assert await follower.query("get", consistency="stale", min_index=10**9) == 4
+        async with replicas.client() as client:
+            assert await client.query("get", consistency="stale", replica=follower.address) == 4

@@ -1,0 +1,215 @@
+"""Replicas of a Counter over real bookies on loopback: the log is applied identically
+everywhere, across segments, restarts and applications."""
+
+from __future__ import annotations
+
+import random
+
+import anyio
+import pytest
+
+from bookie.client.ledger_client import LedgerClient
+from rsm.client import connect
+from rsm.config import ReplicaConfig
+from rsm.core.entry_format import decode_log
+from rsm.core.log_state import SegmentState
+from rsm.errors import BadArguments, CommandFailed, UnknownCommand
+from rsm.layout import AppLayout
+from rsm.leadership import Leadership
+from rsm.replica import Replica
+from tests.unit.ledger_client.cluster import WAIT_S
+from tests.unit.rsm.counter import Counter
+from tests.unit.runtime.harness import (
+    APP,
+    Replicas,
+    ledger_config,
+    replica_cluster,
+    replica_config,
+    wait_until,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def converged(replicas: Replicas, app: str = APP) -> list[Replica]:
+    """Wait until every running replica of `app` applied the same entries; return them."""
+    members = [r.replica for r in replicas.running.values() if r.replica.app == app]
+
+    def same_position() -> bool:
+        return len({replica.applied_position for replica in members}) == 1
+
+    await wait_until(same_position)
+    return members
+
+
+async def test_commands_apply_identically_on_every_replica() -> None:
+    async with replica_cluster() as replicas:
+        for name in ("a", "b", "c"):
+            await replicas.start(name)
+        await replicas.wait_leader()
+        async with replicas.client() as client:
+            assert await client.call("add", 5) == 5
+            rolls = [await client.call("roll", 6) for _ in range(10)]
+            assert all(1 <= roll <= 6 for roll in rolls)
+            index, time_ms, epoch = await client.call("stamp")
+            assert index == client.last_index
+            assert time_ms > 0
+            assert epoch == 1
+            with pytest.raises(CommandFailed) as failed:
+                await client.call("fail", "no luck")
+            assert (failed.value.type_name, failed.value.message) == ("ValueError", "no luck")
+            with pytest.raises(UnknownCommand):
+                await client.call("nope")
+            with pytest.raises(BadArguments):
+                await client.call("add", 1, 2)
+            value = await client.query("get")
+        assert value == 5 + sum(rolls)
+        members = await converged(replicas)
+        assert {replica.machine.value for replica in members} == {value}  # type: ignore[attr-defined]
+        tables = {repr(replica.session_table.to_plain()) for replica in members}
+        assert len(tables) == 1, "the session table is replicated state"
+
+
+async def test_a_replica_restarted_from_scratch_catches_up_by_replay() -> None:
+    async with replica_cluster() as replicas:
+        for name in ("a", "b", "c"):
+            await replicas.start(name)
+        leader = await replicas.wait_leader()
+        follower = next(name for name in ("a", "b", "c") if name != leader.replica_id)
+        async with replicas.client() as client:
+            for _ in range(20):
+                await client.call("add", 1)
+            await replicas.kill(follower)
+            for _ in range(20):
+                await client.call("add", 2)
+        fresh = await replicas.start(follower)
+        assert fresh.applied_index <= leader.applied_index
+        members = await converged(replicas)
+        assert {replica.machine.value for replica in members} == {60}  # type: ignore[attr-defined]
+
+
+async def test_rollover_by_entries_closes_segments_and_followers_cross_them() -> None:
+    config = replica_config(segment_entries_max=4)
+    async with replica_cluster() as replicas:
+        for name in ("a", "b", "c"):
+            await replicas.start(name, config=config)
+        leader = await replicas.wait_leader()
+        async with replicas.client() as client:
+            for _ in range(40):
+                await client.call("add", 1)
+        term = leader.term
+        assert term is not None
+        assert term.rollovers >= 5
+        assert term.rollover_pause_ms is not None
+        async with replicas.cluster.store_factory() as store:
+            log = decode_log((await store.get(AppLayout.of(APP).log)).value)
+        assert len(log.segments) >= 6
+        assert all(s.state is SegmentState.CLOSED for s in log.segments[:-1])
+        assert log.segments[-1].state is SegmentState.OPEN
+        assert {s.epoch for s in log.segments} == {term.epoch}, "a rollover keeps the epoch"
+        await replicas.start("d", config=config)
+        members = await converged(replicas)
+        assert {replica.machine.value for replica in members} == {40}  # type: ignore[attr-defined]
+
+
+async def test_a_replica_stands_for_election_only_once_caught_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = replica_config(segment_entries_max=10, candidate_lag_entries_max=3)
+    async with replica_cluster() as replicas:
+        leader = await replicas.start("a", config=config)
+        await replicas.wait_leader()
+        for _ in range(100):
+            await leader.call("add", 1)
+        stood_at: list[int] = []
+        original = Leadership.stand
+
+        async def stand(self: Leadership) -> str:
+            if self.replica_id == "late":
+                stood_at.append(replicas.replica("late").applied_index)
+            return await original(self)
+
+        monkeypatch.setattr(Leadership, "stand", stand)
+        late = await replicas.start("late", config=config)
+        await wait_until(lambda: late.status()["candidate"])
+        assert stood_at, "it stood once caught up"
+        assert stood_at[0] >= leader.applied_index - 3
+        await wait_until(lambda: late.machine.value == 100)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [{"segment_bytes_max": 300}, {"segment_age_ms_max": 50}],
+    ids=["bytes", "age"],
+)
+async def test_rollover_by_bytes_or_age(limit: dict[str, int]) -> None:
+    config = replica_config(**limit)
+    async with replica_cluster() as replicas:
+        for name in ("a", "b"):
+            await replicas.start(name, config=config)
+        leader = await replicas.wait_leader()
+        for _ in range(10):
+            await leader.call("add", 1)
+        # Age needs no further write: an idle leader's timer rolls the segment.
+        await wait_until(lambda: leader.term is not None and leader.term.rollovers >= 1)
+        assert await leader.call("add", 1) == 11
+        members = await converged(replicas)
+        assert {replica.machine.value for replica in members} == {11}  # type: ignore[attr-defined]
+
+
+async def test_followers_tail_the_open_segment() -> None:
+    async with replica_cluster() as replicas:
+        for name in ("a", "b", "c"):
+            await replicas.start(name)
+        leader = await replicas.wait_leader()
+        async with replicas.client() as client:
+            for amount in range(1, 6):
+                await client.call("add", amount)
+                # No further write pushes it: the followers' long polls and the
+                # leader's explicit LAC bring each entry to them.
+                await converged(replicas)
+        term = leader.term
+        assert term is not None
+        assert term.segment.is_open, "the followers read an OPEN ledger, without recovery"
+
+
+async def test_two_apps_share_the_bookies() -> None:
+    async with replica_cluster() as replicas:
+        for name in ("a", "b"):
+            await replicas.start(name)
+        for name in ("x", "y"):
+            await replicas.start(name, app="other")
+        first = await replicas.wait_leader()
+        second = await replicas.wait_leader("other")
+        async with replicas.client() as counter, replicas.client("other") as other:
+            for _ in range(5):
+                await counter.call("add", 1)
+                await other.call("add", 10)
+            assert await counter.query("get") == 5
+            assert await other.query("get") == 50
+        assert first.term is not None
+        assert second.term is not None
+        assert first.term.segment.ledger_id != second.term.segment.ledger_id
+        await converged(replicas)
+        await converged(replicas, "other")
+
+
+async def test_one_process_hosts_replicas_of_two_apps() -> None:
+    config = ReplicaConfig(retry_delay_ms=20)
+    async with (
+        replica_cluster() as replicas,
+        replicas.cluster.store_factory() as store,
+        LedgerClient.open(
+            store, root=replicas.cluster.root, rng=random.Random(3), config=ledger_config()
+        ) as ledgers,
+        Replica(Counter, app="first", store=store, ledgers=ledgers, config=config) as first,
+        Replica(Counter, app="second", store=store, ledgers=ledgers, config=config) as second,
+    ):
+        with anyio.fail_after(WAIT_S):
+            await wait_until(lambda: first.is_leader and second.is_leader)
+            assert await first.call("add", 3) == 3
+            assert await second.call("add", 4) == 4
+            async with connect("second", store=store, rng=random.Random(4)) as client:
+                assert await client.call("add", 1) == 5
+            assert await first.query("get") == 3
+            assert first.address != second.address
