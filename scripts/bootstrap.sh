@@ -30,7 +30,7 @@ if [ ! -f "$stamp" ]; then
     echo "bootstrap: creating .venv with the project and its dev extras" >&2
     [ -x .venv/bin/python ] || "$python" -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[dev,fast]'
+    .venv/bin/python -m pip install -q -e '.[dev,fast,bench]'
     rm -f .venv/.installed-*
     touch "$stamp"
 fi
