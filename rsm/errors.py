@@ -229,6 +229,19 @@ class IllegalLogTransition(RsmError):
     """A change to the log of segments that would break I1, I4 or index continuity."""
 
 
+class SnapshotCorrupt(RsmError):
+    """A snapshot's bytes fail a check: a chunk's CRC, its sequence, the manifest's sizes or
+    hashes, or the structure of its records.  The replica skips it for an older one."""
+
+
+class BadSnapshotState(RsmError):
+    """The default snapshot codec cannot encode the state machine's public attributes.
+
+    The message names the attribute and its type: make it private (a name
+    starting with `_`) or override `snapshot()` / `restore()`.
+    """
+
+
 class ContextUnavailable(RsmError):
     """`StateMachine.context` was used outside a command being applied (e.g. in a query)."""
 

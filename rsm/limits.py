@@ -150,6 +150,88 @@ stop_drain_ms_max_default = 5_000
 close_abandoned_ms_max = 5_000
 """How long a replica that stepped down tries to close the ledger it was writing."""
 
+# --- snapshots, truncation and state hashes ---------------------------------------------------
+
+snapshot_chunk_bytes_default = 1 * MiB
+"""Data bytes of one snapshot chunk (one ledger entry of the snapshot's ledger)."""
+
+snapshot_chunk_bytes_max = 4 * MiB - 64 * KiB
+"""Largest chunk a snapshot may be cut into: one chunk plus its header fits in a ledger entry."""
+
+snapshot_chunk_head_bytes = 20
+"""The fixed header of a snapshot chunk (rsm/core/snapshot_format.py)."""
+
+snapshot_record_bytes_max = 1 * GiB
+"""Largest record of a snapshot stream: one attribute value encoded whole, or one run."""
+
+snapshot_run_bytes_target = 256 * KiB
+"""Encoded size the default state codec aims at for one run of container elements.
+
+Fixed, not a setting: run boundaries are part of the encoded bytes, and the
+default state hash is computed over them, so every replica must cut the same."""
+
+snapshot_run_items_max = 65_536
+"""Most container elements in one run of the default state codec."""
+
+snapshot_container_items_min = 1_024
+"""Containers with more elements than this are streamed in runs; smaller ones go whole."""
+
+snapshot_session_run_sessions = 1_024
+"""Sessions of the session table per snapshot record."""
+
+snapshot_write_inflight_bytes_max = 16 * MiB
+"""Bytes of snapshot chunks appended to the ledger and not yet confirmed."""
+
+snapshot_read_ahead_entries = 16
+"""Snapshot chunks read per request while loading (with 1 MiB chunks: 16 MiB in memory)."""
+
+snapshot_every_commands_default = 100_000
+"""Policy: take a snapshot once this many commands were logged since the newest one (0: never)."""
+
+snapshot_every_log_bytes_default = 256 * MiB
+"""Policy: ... or once this many bytes of log entries were applied since (0: never)."""
+
+snapshot_every_ms_default = 3_600_000
+"""Policy: ... or once the newest one is this old and commands came since (0: never)."""
+
+snapshot_check_interval_ms_default = 1_000
+"""How often a replica looks at its snapshot policy (and a leader at truncation)."""
+
+snapshots_kept_default = 3
+"""Registered snapshots kept; older ones are unregistered and their ledgers deleted."""
+
+snapshots_kept_max = 32
+
+snapshot_pending_max = 16
+"""Snapshots being written at once (registered as pending in the snapshots znode)."""
+
+snapshot_garbage_max = 1_024
+"""Ledgers awaiting deletion listed in the snapshots znode; truncation waits past it."""
+
+snapshot_orphan_grace_ms_default = 3_600_000
+"""A pending snapshot older than this is taken for abandoned and its ledger deleted."""
+
+snapshot_orphan_sweep_ledgers_max = 1_000
+"""Garbage ledgers deleted per round; the rest wait for the next round."""
+
+retention_commands_default = 0
+"""Truncation keeps at least this many commands below the log's end, snapshot or not."""
+
+retention_ms_default = 600_000
+"""Truncation keeps the commands logged within this long (logged time) before the newest."""
+
+state_hash_every_commands_default = 100_000
+"""Replicas record a state hash after the batch holding every N-th index (0: never).
+
+Large by default because the default hash serializes the whole state; an
+application with an incremental `state_hash` can afford a small N."""
+
+state_hashes_kept_max = 64
+"""Recorded state hashes a replica keeps to compare with those the leader logs."""
+
+snapshot_load_attempts_max = 32
+"""Snapshots a replica tries (newest first) before it gives up on snapshots."""
+
 # --- client <-> replica protocol --------------------------------------------------------------
 
 protocol_version = 1
@@ -212,3 +294,10 @@ assert candidate_lag_entries_max > 0
 assert request_bytes_max + 64 * KiB <= frame_bytes_max
 assert client_connect_timeout_ms_default <= client_attempt_timeout_ms_default
 assert 0 < socket_receive_bytes <= socket_send_coalesce_bytes_max
+# A snapshot chunk and its header are one ledger entry.
+assert snapshot_chunk_head_bytes + snapshot_chunk_bytes_max <= bookie_limits.entry_payload_bytes_max
+assert 0 < snapshot_chunk_bytes_default <= snapshot_chunk_bytes_max
+assert snapshot_run_bytes_target <= snapshot_record_bytes_max < 1 << 32
+assert snapshot_chunk_bytes_max <= snapshot_write_inflight_bytes_max
+assert 1 <= snapshots_kept_default <= snapshots_kept_max
+assert snapshot_load_attempts_max >= snapshots_kept_max
