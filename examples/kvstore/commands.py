@@ -6,7 +6,10 @@ positions, ACL categories, documentation) and a `Route`:
 * `Route.COMMAND`: a `KVStore` `@command`, logged and applied on every replica;
 * `Route.QUERY`: a `KVStore` `@query`, answered from one replica's state;
 * `Route.SERVER`: answered by the server itself (`kvstore.connection`):
-  PING, ECHO, QUIT, SELECT, HELLO, CLIENT ..., COMMAND ..., INFO, TIME.
+  PING, ECHO, QUIT, SELECT, HELLO, RESET, READONLY, READWRITE, CLIENT ...,
+  CONFIG ..., COMMAND ..., INFO, TIME; and the transaction commands MULTI,
+  EXEC, DISCARD, WATCH, UNWATCH, which the connection handles with the
+  state machine's help (`kvstore.dispatch`).
 
 For the first two, the state machine's command or query has the spec's
 name ("del" included), and takes the arguments after the command name.
@@ -35,7 +38,7 @@ argument descriptions, which redis-cli does without), LIST (FILTERBY
 PATTERN / ACLCAT / MODULE) and HELP.
 
 Invariants: names are lower case and unique; a subcommand's name is
-"container|sub"; only containers (CLIENT, COMMAND) have subcommands.
+"container|sub"; only containers (CLIENT, COMMAND, CONFIG) have subcommands.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from typing import Final
 from kvstore import errors
 from kvstore.errors import RedisError, c_text
 from kvstore.glob import GlobPattern
-from kvstore.resp import Reply
+from kvstore.resp import Reply, RespMap, RespSet
 
 ERROR_ARGUMENT_CHARS_MAX: Final = 128
 """Redis prints at most this many characters of client arguments in an error."""
@@ -93,38 +96,37 @@ class CommandSpec:
         return list(args[self.first_key : last + 1 : self.key_step])
 
     def info(self) -> list[Reply]:
-        """This command's COMMAND INFO entry (Redis 7's ten fields; no tips or key specs)."""
+        """This command's COMMAND INFO entry (Redis 7's ten fields; no tips or key specs).
+
+        Flags and categories are sets, as Redis 7 answers them (RESP3 `~`).
+        """
         return [
             self.name.encode("ascii"),
             self.arity,
-            list(self.flags),
+            RespSet(self.flags),
             self.first_key,
             self.last_key,
             self.key_step,
-            list(self.categories),
-            [],
+            RespSet(self.categories),
+            RespSet(),
             [],
             [sub.info() for sub in self.subcommands.values()],
         ]
 
-    def docs(self) -> list[Reply]:
-        """This command's COMMAND DOCS map, as a flat array of bulk strings."""
-        entry: list[Reply] = [
-            b"summary",
-            self.summary.encode("ascii"),
-            b"since",
-            self.since.encode("ascii"),
-            b"group",
-            self.group.encode("ascii"),
-            b"complexity",
-            self.complexity.encode("ascii"),
+    def docs(self) -> RespMap:
+        """This command's COMMAND DOCS map (summary, since, group, complexity, subcommands)."""
+        entry: list[tuple[Reply, Reply]] = [
+            (b"summary", self.summary.encode("ascii")),
+            (b"since", self.since.encode("ascii")),
+            (b"group", self.group.encode("ascii")),
+            (b"complexity", self.complexity.encode("ascii")),
         ]
         if self.subcommands:
-            nested: list[Reply] = []
-            for sub in self.subcommands.values():
-                nested += [sub.name.encode("ascii"), sub.docs()]
-            entry += [b"subcommands", nested]
-        return entry
+            nested = RespMap(
+                (sub.name.encode("ascii"), sub.docs()) for sub in self.subcommands.values()
+            )
+            entry.append((b"subcommands", nested))
+        return RespMap(entry)
 
 
 def _spec(
@@ -172,6 +174,10 @@ _STRING_READ_FAST: Final = "@read @string @fast"
 _KEYSPACE_WRITE_FAST: Final = "@keyspace @write @fast"
 _KEYSPACE_READ_FAST: Final = "@keyspace @read @fast"
 _CONNECTION_SLOW: Final = "@slow @connection"
+_CONNECTION_FAST: Final = "@fast @connection"
+_TRANSACTION_FAST: Final = "@fast @transaction"
+_TRANSACTION_FLAGS: Final = "noscript loading stale fast allow_busy"
+_CONFIG_FLAGS: Final = "admin noscript loading stale"
 
 _TABLE: Final = (
     # --- strings ---
@@ -279,8 +285,32 @@ _TABLE: Final = (
     _spec("select", 2, _SERVER, "loading stale fast", "@fast @connection",
           group="connection", since="1.0.0", summary="Select database 0 (the only one)"),
     _spec("hello", -1, _SERVER, "noscript loading stale fast no_auth allow_busy",
-          "@fast @connection",
-          group="connection", since="6.0.0", summary="Handshake: describe the server (RESP2)"),
+          _CONNECTION_FAST,
+          group="connection", since="6.0.0",
+          summary="Handshake: choose RESP2 or RESP3, describe the server"),
+    _spec("reset", 1, _SERVER, "noscript loading stale fast no_auth allow_busy",
+          _CONNECTION_FAST,
+          group="connection", since="6.2.0", summary="Reset the connection's state"),
+    _spec("readonly", 1, _SERVER, "loading stale fast", _CONNECTION_FAST,
+          group="cluster", since="3.0.0",
+          summary="Answer this connection's reads from this replica, possibly stale"),
+    _spec("readwrite", 1, _SERVER, "loading stale fast", _CONNECTION_FAST,
+          group="cluster", since="3.0.0",
+          summary="Answer this connection's reads linearizably (the default)"),
+    # --- transactions ---
+    _spec("multi", 1, _SERVER, _TRANSACTION_FLAGS, _TRANSACTION_FAST,
+          group="transactions", since="1.2.0", summary="Start a transaction"),
+    _spec("exec", 1, _SERVER, "noscript loading stale skip_slowlog", "@slow @transaction",
+          group="transactions", since="1.2.0", summary="Run the queued commands atomically",
+          complexity="Depends on commands in the transaction"),
+    _spec("discard", 1, _SERVER, _TRANSACTION_FLAGS, _TRANSACTION_FAST,
+          group="transactions", since="2.0.0", summary="Drop the queued commands"),
+    _spec("watch", -2, _SERVER, _TRANSACTION_FLAGS, _TRANSACTION_FAST, keys=_ALL_KEYS,
+          group="transactions", since="2.2.0",
+          summary="Abort the next EXEC if one of the keys changes",
+          complexity="O(1) for every key."),
+    _spec("unwatch", 1, _SERVER, _TRANSACTION_FLAGS, _TRANSACTION_FAST,
+          group="transactions", since="2.2.0", summary="Forget the watched keys"),
     _spec("client", -2, _SERVER, "", "@slow",
           group="connection", since="2.4.0", summary="A container for connection commands",
           complexity="Depends on subcommand.",
@@ -313,6 +343,16 @@ _TABLE: Final = (
                     group="server", since="7.0.0", summary="List command names",
                     complexity="O(N) where N is the total number of commands"),
               _spec("command|help", 2, _SERVER, "loading stale", _CONNECTION_SLOW,
+                    group="server", since="5.0.0", summary="Describe the subcommands"),
+          )),
+    _spec("config", -2, _SERVER, "", "@slow",
+          group="server", since="2.0.0", summary="A container for configuration commands",
+          complexity="Depends on subcommand.",
+          subcommands=(
+              _spec("config|get", -3, _SERVER, _CONFIG_FLAGS, "@admin @slow @dangerous",
+                    group="server", since="2.0.0", summary="Return configuration parameters",
+                    complexity="O(N) when N is the number of configuration parameters"),
+              _spec("config|help", 2, _SERVER, "loading stale", "@slow",
                     group="server", since="5.0.0", summary="Describe the subcommands"),
           )),
     _spec("info", -1, _SERVER, "loading stale", "@slow @dangerous",
@@ -400,16 +440,13 @@ def command_reply(spec: CommandSpec, args: Sequence[bytes]) -> Reply:
     return list(_COMMAND_HELP)
 
 
-def _docs(names: Sequence[bytes]) -> list[Reply]:
-    """COMMAND DOCS: a flat map name -> docs; unknown names are left out."""
+def _docs(names: Sequence[bytes]) -> RespMap:
+    """COMMAND DOCS: a map name -> docs; unknown names are left out."""
     if names:
         specs = [spec for spec in map(lookup, names) if spec is not None]
     else:
         specs = list(COMMANDS.values())
-    reply: list[Reply] = []
-    for spec in specs:
-        reply += [spec.name.encode("ascii"), spec.docs()]
-    return reply
+    return RespMap((spec.name.encode("ascii"), spec.docs()) for spec in specs)
 
 
 def _names(options: Sequence[bytes]) -> list[Reply]:

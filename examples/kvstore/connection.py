@@ -2,45 +2,61 @@
 
 Pure.  `answer` takes a resolved spec (`commands.resolve`, `Route.SERVER`),
 the request's words, the connection's `ClientState` and a `ServerView`
-(where the shell supplies its clock and its replica's status), and returns
-the reply, raising `RedisError` with Redis's text:
+(where the shell supplies its clock, its settings and its replica's status),
+and returns the reply, raising `RedisError` with Redis's text.  The
+transaction commands (MULTI, EXEC, DISCARD, WATCH, UNWATCH) are not
+answered here but by `kvstore.dispatch`, which needs the state machine;
+their state lives in `ClientState` too.
 
 * PING -> PONG, PING msg -> msg (more is an arity error); ECHO msg -> msg.
 * QUIT -> OK, and the connection closes once the reply is written
   (`ClientState.close_after_reply`).
 * SELECT 0 -> OK; there is one database, so any other index is
   "ERR DB index is out of range".
-* HELLO answers as a RESP2-only Redis: HELLO and HELLO 2 give the server
-  map as a flat array (server, version, proto 2, id, mode, role, modules);
-  HELLO 3 (or any other version) -> "NOPROTO unsupported protocol
-  version".  AUTH succeeds for the user "default" with any password, as
-  for a Redis without a password; other users get WRONGPASS.  SETNAME
-  names the connection.
+* HELLO [2|3] switches the connection to that protocol version (RESP2 or
+  RESP3, see `kvstore.resp`) and answers the server map (server, version,
+  proto, id, mode, role, modules) in it; without a version it keeps the
+  current one; other versions -> "NOPROTO unsupported protocol version".
+  AUTH succeeds for the user "default" with any password, as for a Redis
+  without a password; other users get WRONGPASS.  SETNAME names the
+  connection.
+* RESET -> RESET: back to RESP2, linearizable reads, no name, no
+  transaction, no watched keys.
+* READONLY / READWRITE: this connection's reads are answered from the local
+  replica's state, possibly stale (READONLY), or linearizably (READWRITE,
+  the default).  Redis without cluster mode refuses both; here every
+  replica can serve reads, so they mean what they mean for a cluster
+  replica.
+* CONFIG GET pattern [pattern ...] -> a map of the matching settings
+  (`ServerView.config`, read-only); CONFIG HELP.
 * CLIENT SETNAME / GETNAME / SETINFO (LIB-NAME, LIB-VER) / ID / HELP.
 * COMMAND ...: see `commands.command_reply`.
 * INFO [section ...]: sections server, clients, replication (Redis's
   role is always "master", since every replica accepts writes and
   forwards them to the leader; the `rsm_*` fields say what this replica
   is in the cluster: leader or follower, the leader's address, epoch,
-  applied index and lag) and keyspace; "default", "all" and "everything"
-  give all four; unknown sections give nothing.
+  applied index and whether it has caught up with the log) and keyspace;
+  "default", "all" and "everything" give all four; unknown sections give
+  nothing.  The text is a verbatim
+  string in RESP3, as Redis's.
 * TIME -> [unix seconds, microseconds] from the server's clock (not
   logged time: TIME is about this server, not the data).
 
 Invariants: only `ClientState` changes, and only through SETNAME,
-SETINFO, HELLO SETNAME and QUIT.
+SETINFO, HELLO, RESET, READONLY, READWRITE and QUIT.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from kvstore import commands, errors, numbers
+from kvstore import commands, errors, limits, numbers
 from kvstore.commands import CommandSpec, Route
 from kvstore.errors import RedisError, c_text
-from kvstore.resp import Reply
+from kvstore.glob import GlobPattern
+from kvstore.resp import Reply, RespMap, Verbatim
 
 REDIS_VERSION: Final = "7.2.0"
 """The Redis version this server answers as (HELLO, INFO): the behaviour it follows."""
@@ -56,6 +72,15 @@ _MS_PER_DAY: Final = 86_400_000
 _US_PER_SECOND: Final = 1_000_000
 
 
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """A watched key and the position (index, logged time) of the state its WATCH read."""
+
+    key: bytes
+    index: int
+    time_ms: int
+
+
 @dataclass(slots=True)
 class ClientState:
     """What one connection keeps between its commands; owned and mutated by that connection."""
@@ -66,6 +91,37 @@ class ClientState:
     library_version: bytes | None = None
     close_after_reply: bool = False
     """Set by QUIT: write the pending replies, then close."""
+    resp3: bool = False
+    """Replies are RESP3 (after HELLO 3), else RESP2."""
+    stale_reads: bool = False
+    """READONLY: reads are answered from the local replica, possibly stale."""
+    in_transaction: bool = False
+    """Between MULTI and EXEC/DISCARD: commands are queued."""
+    queued: list[tuple[CommandSpec, list[bytes]]] = field(default_factory=list)
+    queued_bytes: int = 0
+    transaction_error: str | None = None
+    """Why EXEC must refuse the transaction (a command failed to queue), or None."""
+    watches: dict[bytes, Watch] = field(default_factory=dict)
+    watched_bytes: int = 0
+    """What the watched keys will add to EXEC's logged command (see `limits`)."""
+
+    def watch(self, watch: Watch) -> None:
+        """Watch a key (a key watched already keeps its older position, as in Redis)."""
+        if watch.key not in self.watches:
+            self.watches[watch.key] = watch
+            self.watched_bytes += len(watch.key) + limits.transaction_item_overhead_bytes
+
+    def unwatch(self) -> None:
+        self.watches.clear()
+        self.watched_bytes = 0
+
+    def end_transaction(self) -> None:
+        """Leave MULTI and forget the watched keys (what EXEC, DISCARD and RESET do)."""
+        self.in_transaction = False
+        self.queued = []
+        self.queued_bytes = 0
+        self.transaction_error = None
+        self.unwatch()
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +138,8 @@ class ServerStatus:
     leader_address: str | None
     epoch: int
     applied_index: int
-    lag_entries: int
+    caught_up: bool
+    """The replica has read the log up to its end (or close to it, see rsm's election)."""
     keys: int
     keys_with_ttl: int
 
@@ -96,6 +153,10 @@ class ServerView(Protocol):
 
     def status(self) -> ServerStatus:
         """The replica's status for INFO."""
+        ...
+
+    def config(self) -> Mapping[str, str]:
+        """The settings CONFIG GET shows, by lower-case name."""
         ...
 
 
@@ -118,12 +179,20 @@ def answer(
         return _select(args[1])
     if name == "hello":
         return _hello(args, client)
+    if name == "reset":
+        _reset(client)
+        return "RESET"
+    if name in ("readonly", "readwrite"):
+        client.stale_reads = name == "readonly"
+        return "OK"
     if name.startswith("client|"):
         return _client(name, args, client)
     if name.startswith("command"):
         return commands.command_reply(spec, args)
+    if name.startswith("config|"):
+        return _config(name, args, server.config())
     if name == "info":
-        return info_text([arg.lower() for arg in args[1:]], server.status())
+        return Verbatim(info_text([arg.lower() for arg in args[1:]], server.status()))
     assert name == "time", name
     seconds, microseconds = divmod(server.clock_us(), _US_PER_SECOND)
     return [b"%d" % seconds, b"%d" % microseconds]
@@ -140,15 +209,17 @@ def _select(raw_index: bytes) -> str:
     return "OK"
 
 
-def _hello(args: Sequence[bytes], client: ClientState) -> list[Reply]:
+def _hello(args: Sequence[bytes], client: ClientState) -> RespMap:
     """HELLO [protover [AUTH username password] [SETNAME clientname]], checked in Redis's order."""
     position = 1
+    resp3 = client.resp3
     if len(args) >= 2:
         version = numbers.require_int(
             args[1], "ERR Protocol version is not an integer or out of range"
         )
-        if version != 2:
+        if version not in (2, 3):
             raise RedisError("NOPROTO unsupported protocol version")
+        resp3 = version == 3
         position = 2
     username: bytes | None = None
     new_name: bytes | None = None
@@ -167,22 +238,48 @@ def _hello(args: Sequence[bytes], client: ClientState) -> list[Reply]:
         raise RedisError("WRONGPASS invalid username-password pair or user is disabled.")
     if new_name is not None:
         _set_name(client, new_name)
-    return [
-        b"server",
-        b"redis",
-        b"version",
-        REDIS_VERSION.encode("ascii"),
-        b"proto",
-        2,
-        b"id",
-        client.client_id,
-        b"mode",
-        b"standalone",
-        b"role",
-        b"master",
-        b"modules",
-        [],
-    ]
+    client.resp3 = resp3
+    return RespMap(
+        (
+            (b"server", b"redis"),
+            (b"version", REDIS_VERSION.encode("ascii")),
+            (b"proto", 3 if resp3 else 2),
+            (b"id", client.client_id),
+            (b"mode", b"standalone"),
+            (b"role", b"master"),
+            (b"modules", []),
+        )
+    )
+
+
+def _reset(client: ClientState) -> None:
+    """RESET: the connection as it was when it was opened (its id stays)."""
+    client.end_transaction()
+    client.name = None
+    client.resp3 = False
+    client.stale_reads = False
+
+
+_CONFIG_HELP: Final = (
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern>",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "HELP",
+    "    Print this help.",
+)
+
+
+def _config(name: str, args: Sequence[bytes], settings: Mapping[str, str]) -> Reply:
+    """CONFIG GET (settings matching any pattern, case-insensitively) or CONFIG HELP."""
+    if name == "config|help":
+        return list(_CONFIG_HELP)
+    assert name == "config|get", name
+    patterns = [GlobPattern(pattern.lower()) for pattern in args[2:]]
+    return RespMap(
+        (key.encode("latin-1"), value.encode("latin-1"))
+        for key, value in settings.items()
+        if any(pattern.matches(key.encode("latin-1")) for pattern in patterns)
+    )
 
 
 _CLIENT_HELP: Final = (
@@ -269,7 +366,7 @@ def _info_section(section: str, status: ServerStatus) -> str:
             ("rsm_leader", status.leader_address or ""),
             ("rsm_epoch", str(status.epoch)),
             ("rsm_applied_index", str(status.applied_index)),
-            ("rsm_lag_entries", str(status.lag_entries)),
+            ("rsm_caught_up", "1" if status.caught_up else "0"),
         ]
     else:
         assert section == "keyspace", section

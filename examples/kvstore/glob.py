@@ -1,4 +1,4 @@
-"""Redis glob patterns over bytes (KEYS, SCAN MATCH) and SCAN's cursor over sorted keys.
+"""Redis glob patterns over bytes (KEYS, SCAN MATCH) and SCAN's cursor over hash-ordered keys.
 
 Pure.  Matching follows Redis's `stringmatchlen` (case-sensitive) exactly:
 
@@ -19,28 +19,32 @@ star) any run; matching is iterative with backtracking to the last star,
 which visits what Redis's recursion with its "skip longer matches" cut
 visits, in O(len(key) * len(pattern)) at worst and without recursion.
 
-SCAN: keys are kept sorted, so a cursor names the next key to examine
-rather than a hash-table slot.  On the wire a cursor is a decimal integer
-(clients parse it as one): "0" starts and ends an iteration; any other
-cursor is `int.from_bytes(b"\\x01" + key, "big")`.  Resuming from a key (not
-from a position) means writes between calls do not shift the iteration: a
-key present for a whole iteration is returned exactly once, and a full
-iteration with no writes returns every key exactly once.  COUNT is the
-number of keys examined per call (clamped to `limits.scan_count_max`), so
-a call may return fewer keys than COUNT, or none, before the cursor ends.
+SCAN.  Every key has a deterministic 64-bit hash (`key_hash`: BLAKE2b,
+never Python's salted `hash`, so every replica and every process agrees),
+in 1 .. 2**64 - 1; the store keeps its keys in an index sorted by
+`(hash, key)`.  A cursor is the hash of the next key to examine, in decimal,
+so it fits the unsigned 64-bit integer clients parse it as (redis-cli
+--scan, go-redis); "0" starts and ends an iteration.  A page resumes at the
+first key whose hash is at least the cursor, so writes between calls do not
+shift the iteration: a key present for a whole iteration is returned at
+least once (Redis's guarantee), and exactly once unless its hash is shared
+with a key a page ended on (64-bit collisions: such a group is returned
+again from its start, a duplicate, never a skip).  COUNT is the number of
+keys examined per call (clamped to `limits.scan_count_max`), so a call may
+return fewer keys than COUNT, or none, before the cursor ends.
 
-Invariants: a cursor decodes to the key it was encoded from; the keys one
-page examines all sort at or after the cursor's key and before the next
-cursor's key.
+Invariants: hashes are never 0; the keys one page examines all have hashes
+at or after the cursor and at or before the next cursor.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from sortedcontainers import SortedDict  # type: ignore[import-untyped]
+from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
 from kvstore import errors, limits, numbers
 from kvstore.errors import RedisError
@@ -53,9 +57,10 @@ Token = int | bytes
 """A literal byte (0..255), `_STAR`, `_ANY`, or a class: 256 bytes, 1 where the class matches."""
 
 _CURSOR_START: Final = b"0"
-_CURSOR_MARK: Final = b"\x01"
-_CURSOR_DIGITS_MAX: Final = 4300
-"""Longest cursor text accepted: more digits than any encodable key gives (and than int() takes)."""
+_CURSOR_DIGITS_MAX: Final = 20
+"""2**64 - 1 has 20 digits."""
+_HASH_BYTES: Final = 8
+_HASH_MAX: Final = 2**64 - 1
 
 
 def _signed(byte: int) -> int:
@@ -66,20 +71,13 @@ def _signed(byte: int) -> int:
 class GlobPattern:
     """One compiled pattern: `matches(key)`, plus what lets KEYS and SCAN skip keys cheaply."""
 
-    __slots__ = ("pattern", "_tokens", "matches_everything", "literal_prefix")
+    __slots__ = ("pattern", "_tokens", "matches_everything")
 
     def __init__(self, pattern: bytes) -> None:
         self.pattern = pattern
         self._tokens = _tokenize(pattern)
         self.matches_everything = pattern == b"*"
         """Exactly "*": KEYS and SCAN list every key without matching (the empty key too)."""
-        prefix = bytearray()
-        for token in self._tokens:
-            if type(token) is not int or token < 0:
-                break
-            prefix.append(token)
-        self.literal_prefix = bytes(prefix)
-        """Every matching key starts with these bytes (the pattern's leading literals)."""
 
     def matches(self, key: bytes) -> bool:
         """Whether `key` matches, exactly as Redis's `stringmatchlen` decides."""
@@ -120,14 +118,6 @@ class GlobPattern:
         while token_index < token_count and tokens[token_index] == _STAR:
             token_index += 1
         return token_index == token_count
-
-    def candidates(self, keys: SortedDict, start: bytes = b"") -> Iterator[bytes]:
-        """The keys of `keys` from `start` on that may match: those with the literal prefix."""
-        prefix = self.literal_prefix
-        for key in keys.irange(minimum=max(start, prefix)):
-            if not key.startswith(prefix):
-                return
-            yield key
 
 
 def _tokenize(pattern: bytes) -> list[Token]:
@@ -196,32 +186,35 @@ def _parse_class(pattern: bytes, position: int) -> tuple[bytes, int]:
 # --- SCAN --------------------------------------------------------------------------------------
 
 
-def encode_cursor(key: bytes | None) -> bytes:
-    """The cursor resuming at `key`; None (iteration finished) is "0"."""
-    if key is None:
-        return _CURSOR_START
-    return str(int.from_bytes(_CURSOR_MARK + key, "big")).encode("ascii")
+def key_hash(key: bytes) -> int:
+    """The key's place in SCAN order: 64 bits of BLAKE2b, never 0 (0 is the end mark)."""
+    digest = hashlib.blake2b(key, digest_size=_HASH_BYTES).digest()
+    return int.from_bytes(digest, "big") or 1
 
 
-def decode_cursor(cursor: bytes) -> bytes | None:
-    """The key a cursor resumes at, None for "0"; `RedisError` for anything else."""
+def encode_cursor(next_hash: int) -> bytes:
+    """The cursor resuming at hash `next_hash`; 0 (iteration finished) is "0"."""
+    assert 0 <= next_hash <= _HASH_MAX
+    return b"%d" % next_hash
+
+
+def decode_cursor(cursor: bytes) -> int:
+    """The hash a cursor resumes at (0: from the start); `RedisError` unless an unsigned 64-bit
+    decimal integer."""
     if not cursor.isdigit() or len(cursor) > _CURSOR_DIGITS_MAX:
         raise RedisError(errors.INVALID_CURSOR)
     value = int(cursor)
-    if value == 0:
-        return None
-    raw = value.to_bytes((value.bit_length() + 7) // 8, "big")
-    if raw[:1] != _CURSOR_MARK:
+    if value > _HASH_MAX:
         raise RedisError(errors.INVALID_CURSOR)
-    return raw[1:]
+    return value
 
 
 @dataclass(frozen=True, slots=True)
 class ScanRequest:
     """One SCAN call's arguments, checked as Redis checks them."""
 
-    start: bytes | None
-    """The key to resume at; None: from the beginning."""
+    start: int
+    """The hash to resume at; 0: from the beginning."""
     count: int
     pattern: GlobPattern | None
     type_name: bytes | None
@@ -248,26 +241,27 @@ class ScanRequest:
             else:
                 raise RedisError(errors.SYNTAX)
             position += 2
+        if pattern is not None and pattern.matches_everything:
+            pattern = None
         return cls(start, min(count, limits.scan_count_max), pattern, type_name)
 
-    def page(self, keys: SortedDict) -> tuple[bytes, list[bytes]]:
+    def page(self, index: SortedList) -> tuple[bytes, list[bytes]]:
         """The next cursor and the matching keys among the next `count` examined.
 
-        Every key here holds a string, so TYPE "string" (any case) filters
-        nothing and any other type ends the iteration with no keys.
+        `index` holds `(key_hash(key), key)` for every key, sorted.  Every
+        key here holds a string, so TYPE "string" (any case) filters nothing
+        and any other type ends the iteration with no keys.
         """
         if self.type_name is not None and self.type_name.lower() != b"string":
             return _CURSOR_START, []
+        first = index.bisect_left((self.start, b""))
+        stop = first + self.count
+        examined: Iterator[tuple[int, bytes]] = index.islice(first, stop)
         pattern = self.pattern
-        if pattern is None or pattern.matches_everything:
-            examined: Iterator[bytes] = keys.irange(minimum=self.start or b"")
-            pattern = None
+        if pattern is None:
+            found = [key for _, key in examined]
         else:
-            examined = pattern.candidates(keys, self.start or b"")
-        found: list[bytes] = []
-        for seen, key in enumerate(examined):
-            if seen == self.count:
-                return encode_cursor(key), found
-            if pattern is None or pattern.matches(key):
-                found.append(key)
-        return _CURSOR_START, found
+            found = [key for _, key in examined if pattern.matches(key)]
+        if stop >= len(index):
+            return _CURSOR_START, found
+        return encode_cursor(index[stop][0]), found

@@ -21,15 +21,7 @@ MiB = 1024 * KiB
 
 # --- keys and values (decide what replicas apply) ---------------------------------------------
 
-key_bytes_max = 1536
-"""Hard bound of `key_bytes_max_default`: SCAN cursors carry a key as a decimal integer.
-
-A cursor is `int.from_bytes(b"\\x01" + key)` written in decimal: about 2.41
-digits per byte.  Python (client and server side alike) refuses to convert
-integers of more than 4300 decimal digits by default, so keys stay below
-that: 1537 bytes give at most 3702 digits."""
-
-key_bytes_max_default = 1 * KiB
+key_bytes_max_default = 64 * KiB
 """Longest key a write may create; longer: an error result."""
 
 value_bytes_max_default = 512 * KiB
@@ -68,10 +60,68 @@ The incomplete request at the end of the buffer is below the request bound
 (or below the count-line bound while its header is read), and a shell that
 takes every complete command before reading again adds one chunk to it."""
 
-# --- expiry, scans and patterns ----------------------------------------------------------------
+# --- connections (the RESP server) --------------------------------------------------------------
+
+connections_max = 10_000
+"""Client connections one server serves at once (Redis's maxclients); later ones are refused."""
+
+connection_replies_max = 1_000
+"""Replies one connection may owe (commands read and not yet answered and sent, in order).
+
+The server stops reading a connection at this bound, so it also bounds the
+write commands a connection has in flight: fewer than the session results
+the framework keeps (`rsm.limits.session_results_max_default`), so a
+retried write always finds its first outcome (exactly-once)."""
+
+send_bytes_max = 1 * MiB
+"""Replies encoded into one send; a larger backlog goes in several sends."""
+
+send_timeout_ms = 30_000
+"""A client that takes no reply bytes for this long is disconnected."""
+
+transaction_commands_max = 10_000
+"""Commands one MULTI may queue; past it the transaction is refused at EXEC."""
+
+transaction_bytes_max = request_bytes_max_default - 64 * KiB
+"""Bytes one transaction may hold, queued commands and watched keys together (each item counted
+with `transaction_item_overhead_bytes`): EXEC logs them all as one command."""
+
+transaction_item_overhead_bytes = 32
+"""What one queued argument or watched key adds to EXEC's logged command besides its own bytes:
+CBOR heads (at most 9 bytes each) and, for a watched key, its index and time (9 bytes each)."""
+
+watched_keys_max = 10_000
+"""Keys one connection may WATCH at once."""
+
+# --- routing to the leader ----------------------------------------------------------------------
+
+command_deadline_ms_default = 30_000
+"""How long the server keeps retrying a command (leader changes, lost connections) before it
+answers TRYAGAIN (not applied) or TIMEOUT (outcome unknown)."""
+
+forward_answer_timeout_ms = 5_000
+"""A leader connection whose oldest request goes unanswered this long is closed and its
+requests retried: the leader is gone or stuck."""
+
+forward_connect_timeout_ms = 2_000
+"""Connecting to the leader's framework port gives up after this long."""
+
+retry_backoff_ms_initial = 10
+"""First pause before a command is retried; it doubles on each retry up to the maximum."""
+
+retry_backoff_ms_max = 500
+
+forward_links_max = 8
+"""Framework connections one server keeps open to (former) leaders."""
+
+# --- expiry, WATCH, scans and patterns -----------------------------------------------------------
 
 active_expiry_keys_max = 8
 """Due keys every applied write command removes, besides the keys it touches itself."""
+
+watch_tombstones_max = 100_000
+"""Deleted keys whose deletion index the store remembers for WATCH; older ones are forgotten
+(a transaction watching one of those is aborted, never wrongly executed)."""
 
 scan_count_default = 10
 """Keys one SCAN call examines when the client gives no COUNT (as Redis)."""
@@ -87,9 +137,8 @@ float_chars_max = 5 * KiB - 1
 
 # --- relations ---------------------------------------------------------------------------------
 
-assert 1 <= key_bytes_max_default <= key_bytes_max
-assert (1 + key_bytes_max) * 2.41 + 1 < 4300
-assert key_bytes_max + value_bytes_max_default + command_overhead_bytes_max <= (
+assert key_bytes_max_default >= 1
+assert key_bytes_max_default + value_bytes_max_default + command_overhead_bytes_max <= (
     request_bytes_max_default
 )
 assert 0 < request_bytes_max_default + command_overhead_bytes_max <= rsm_limits.request_bytes_max
@@ -97,3 +146,10 @@ assert bulk_bytes_max_default <= request_bytes_max_default
 assert buffered_bytes_max > request_bytes_max_default + inline_bytes_max
 assert 1 <= scan_count_default <= scan_count_max
 assert active_expiry_keys_max >= 1
+assert connection_replies_max < rsm_limits.session_results_max_default
+assert connection_replies_max < rsm_limits.connection_pending_requests_max
+assert 0 < transaction_bytes_max < request_bytes_max_default
+assert transaction_item_overhead_bytes >= 3 * 9 + 1
+assert command_deadline_ms_default < rsm_limits.session_ttl_ms_default
+assert 0 < retry_backoff_ms_initial <= retry_backoff_ms_max
+assert forward_connect_timeout_ms <= forward_answer_timeout_ms

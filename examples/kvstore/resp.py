@@ -1,4 +1,4 @@
-"""RESP2, the Redis protocol: an incremental request parser and a reply encoder.
+"""RESP, the Redis protocol: an incremental request parser and a reply encoder (RESP2 and RESP3).
 
 Pure: bytes in, commands out (h11 style), and replies to bytes; no sockets.
 
@@ -35,17 +35,26 @@ be closed once the error is sent (`ProtocolError`):
     ERR Protocol error: unbalanced quotes in request  inline quoting broken
     ERR Protocol error: too big request              the arguments exceed `request_bytes_max`
 
-Replies (Python value -> bytes):
+Replies (Python value -> bytes).  Requests are the same in both protocol
+versions; a connection's replies are RESP2 until `HELLO 3` switches it to
+RESP3 (and back with `HELLO 2`).  Values and their encodings:
 
-    str                 simple string   `+OK\\r\\n`   (no CR or LF inside)
-    RedisError          error           `-ERR message\\r\\n`  (CR/LF become spaces)
-    int                 integer         `:42\\r\\n`
-    bytes               bulk string     `$3\\r\\nabc\\r\\n`
-    None                null bulk       `$-1\\r\\n`
-    list / tuple        array           `*2\\r\\n` then each element, nested
-    NULL_ARRAY          null array      `*-1\\r\\n`
+    value               RESP2                     RESP3
+    str                 simple `+OK\r\n`          the same  (no CR or LF inside)
+    RedisError          error `-ERR msg\r\n`      the same  (CR/LF become spaces)
+    int                 integer `:42\r\n`         the same
+    bytes               bulk `$3\r\nabc\r\n`      the same
+    None                null bulk `$-1\r\n`       null `_\r\n`
+    NULL_ARRAY          null array `*-1\r\n`      null `_\r\n`
+    list / tuple        array `*2\r\n` + items    the same
+    RespMap(pairs)      array of 2n items         map `%n\r\n` + key, value, ...
+    RespSet(items)      array                     set `~n\r\n` + items
+    Verbatim(text)      bulk string               verbatim `=<4+len>\r\ntxt:<text>\r\n`
 
-These are also the values `KVStore` commands return: they survive the
+Which commands answer maps, sets and verbatim strings follows Redis 7:
+HELLO, CONFIG GET and COMMAND DOCS answer maps, COMMAND INFO's flags and
+categories are sets, INFO is verbatim text.  Plain values (str, bytes, int,
+None, lists) are also what `KVStore` commands return: they survive the
 framework's CBOR round trip unchanged.
 
 Invariants: the parser never holds more than `buffered_bytes_max` bytes
@@ -75,7 +84,28 @@ class _NullArray:
 
 NULL_ARRAY: Final = _NullArray()
 
-Reply: TypeAlias = "str | bytes | int | RedisError | _NullArray | Sequence[Reply] | None"
+
+class RespMap(tuple[tuple["Reply", "Reply"], ...]):
+    """A map reply: RESP3 `%`, or a flat array of keys and values in RESP2.  Built from pairs."""
+
+    __slots__ = ()
+
+
+class RespSet(tuple["Reply", ...]):
+    """A set reply: RESP3 `~`, or an array in RESP2."""
+
+    __slots__ = ()
+
+
+class Verbatim(bytes):
+    """Text for a human (INFO): a RESP3 verbatim string of format "txt", a bulk string in RESP2."""
+
+    __slots__ = ()
+
+
+Reply: TypeAlias = (
+    "str | bytes | int | RedisError | _NullArray | RespMap | RespSet | Sequence[Reply] | None"
+)
 """A value the encoder writes (see the module docstring)."""
 
 _CR: Final = 0x0D
@@ -352,11 +382,13 @@ def split_inline(line: bytes) -> list[bytes] | None:
 _OK: Final = b"+OK\r\n"
 _NULL_BULK: Final = b"$-1\r\n"
 _NULL_ARRAY_BYTES: Final = b"*-1\r\n"
+_NULL: Final = b"_\r\n"
 _SMALL_INTEGERS: Final = tuple(b":%d\r\n" % value for value in range(16))
+_VERBATIM_FORMAT: Final = b"txt:"
 
 
-def encode_reply(reply: Reply, out: bytearray) -> None:
-    """Append the RESP2 encoding of `reply` to `out`."""
+def encode_reply(reply: Reply, out: bytearray, resp3: bool = False) -> None:
+    """Append the encoding of `reply` to `out`: RESP3 when `resp3`, else RESP2."""
     kind = type(reply)
     if kind is bytes:
         assert isinstance(reply, bytes)
@@ -378,25 +410,45 @@ def encode_reply(reply: Reply, out: bytearray) -> None:
         else:
             out += b":%d\r\n" % reply
     elif reply is None:
-        out += _NULL_BULK
+        out += _NULL if resp3 else _NULL_BULK
     elif kind is list or kind is tuple:
         assert isinstance(reply, list | tuple)
         out += b"*%d\r\n" % len(reply)
         for element in reply:
-            encode_reply(element, out)
+            encode_reply(element, out, resp3)
     elif isinstance(reply, RedisError):
         out += _error_line(reply.message)
     elif reply is NULL_ARRAY:
-        out += _NULL_ARRAY_BYTES
+        out += _NULL if resp3 else _NULL_ARRAY_BYTES
+    elif kind is RespMap:
+        assert isinstance(reply, RespMap)
+        out += (b"%%%d\r\n" if resp3 else b"*%d\r\n") % (len(reply) * (1 if resp3 else 2))
+        for key, value in reply:
+            encode_reply(key, out, resp3)
+            encode_reply(value, out, resp3)
+    elif kind is RespSet:
+        assert isinstance(reply, RespSet)
+        out += (b"~%d\r\n" if resp3 else b"*%d\r\n") % len(reply)
+        for element in reply:
+            encode_reply(element, out, resp3)
+    elif kind is Verbatim:
+        assert isinstance(reply, Verbatim)
+        if resp3:
+            out += b"=%d\r\n" % (len(reply) + len(_VERBATIM_FORMAT))
+            out += _VERBATIM_FORMAT
+        else:
+            out += b"$%d\r\n" % len(reply)
+        out += reply
+        out += b"\r\n"
     else:
         raise AssertionError(f"not a RESP reply: {type(reply).__name__}")
 
 
-def encode_replies(replies: Iterable[Reply]) -> bytes:
+def encode_replies(replies: Iterable[Reply], resp3: bool = False) -> bytes:
     """Many replies in one buffer, for one write of a pipeline's answers."""
     out = bytearray()
     for reply in replies:
-        encode_reply(reply, out)
+        encode_reply(reply, out, resp3)
     return bytes(out)
 
 

@@ -17,12 +17,27 @@ before they change anything.
 
 State:
 
-* `values`: key -> value, a `SortedDict`, so KEYS and SCAN walk keys in
-  order and SCAN can resume after any key;
+* `values`: key -> value;
+* `scan_index`: `(key_hash(key), key)` for every key, sorted: the order in
+  which SCAN and KEYS walk the keys (see `kvstore.glob`), so a SCAN cursor
+  is one 64-bit number whatever the key;
 * `expire_at_ms`: key -> the logged time (ms since the Unix epoch) at which
   it expires, for keys with a TTL;
 * `expiry_queue`: the same pairs as `(expire_at_ms, key)`, sorted, so the
-  keys due first are found without a scan.
+  keys due first are found without a scan;
+* `versions`: key -> the log index of the command that last changed it (its
+  value or its TTL), for every key; `tombstones`: deleted key -> `(index of
+  the deletion, expiry time if it was deleted for expiring, else None)`, for
+  the last `limits.watch_tombstones_max` deletions, and
+  `tombstones_forgotten_index`, the highest deletion index forgotten.
+  Together they answer "did this key change after index i?" for WATCH.
+
+Transactions.  A connection queues MULTI's commands and EXEC logs them as
+one command, `exec(watched, calls)`: it checks the watched keys first (a
+change after the index the connection's WATCH read at, including expiring
+after it, aborts: None, which the server answers as a null array, as
+Redis), then applies each call in order at the same index and time, each
+error becoming that call's result while the others go on (Redis's EXEC).
 
 Expiry is decided by logged time only, so it is the same on every replica:
 a key is expired once `expire_at_ms <= now`, where `now` is the time of the
@@ -40,22 +55,24 @@ write checks); these settings decide results, so they must be equal on
 every replica.
 
 Invariants: `expire_at_ms` and `expiry_queue` hold the same pairs, and only
-keys present in `values`; every key is at most `key_bytes_max` bytes and
-every value at most `value_bytes_max`.
+keys present in `values`; `scan_index` and `versions` hold exactly the keys
+of `values`, and `tombstones` none of them; every key is at most
+`key_bytes_max` bytes and every value at most `value_bytes_max`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from sortedcontainers import SortedDict, SortedList  # type: ignore[import-untyped]
+from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
 from kvstore import errors, limits, numbers
+from kvstore.commands import COMMANDS, Route
 from kvstore.errors import RedisError
-from kvstore.glob import GlobPattern, ScanRequest
-from rsm.state_machine import StateMachine, command, query
+from kvstore.glob import GlobPattern, ScanRequest, key_hash
+from rsm.state_machine import StateMachine, command, query, resolve_command, resolve_query
 
 _SECONDS: Final = 1000
 _MILLISECONDS: Final = 1
@@ -83,11 +100,14 @@ class KVStore(StateMachine):
         value_bytes_max: int = limits.value_bytes_max_default,
     ) -> None:
         assert key_bytes_max >= 1
-        assert key_bytes_max <= limits.key_bytes_max, "SCAN cursors carry keys (see limits)"
         assert value_bytes_max >= 1
-        self.values: SortedDict = SortedDict()
+        self.values: dict[bytes, bytes] = {}
+        self.scan_index: SortedList = SortedList()
         self.expire_at_ms: dict[bytes, int] = {}
         self.expiry_queue: SortedList = SortedList()
+        self.versions: dict[bytes, int] = {}
+        self.tombstones: dict[bytes, tuple[int, int | None]] = {}
+        self.tombstones_forgotten_index = 0
         self.key_bytes_max = key_bytes_max
         self.value_bytes_max = value_bytes_max
 
@@ -345,11 +365,12 @@ class KVStore(StateMachine):
         """KEYS pattern: every key matching the glob pattern, in key order."""
         now_ms = self._query_time_ms()
         glob = GlobPattern(pattern)
-        if glob.matches_everything:
-            candidates = list(self.values.keys())
-        else:
-            candidates = [key for key in glob.candidates(self.values) if glob.matches(key)]
-        return [key for key in candidates if not self._expired(key, now_ms)]
+        everything = glob.matches_everything
+        return [
+            key
+            for _, key in self.scan_index
+            if (everything or glob.matches(key)) and not self._expired(key, now_ms)
+        ]
 
     @query
     def scan(self, cursor: bytes, *options: bytes) -> list[bytes | list[bytes]]:
@@ -359,7 +380,7 @@ class KVStore(StateMachine):
         """
         request = ScanRequest.parse(cursor, options)
         now_ms = self._query_time_ms()
-        next_cursor, found = request.page(self.values)
+        next_cursor, found = request.page(self.scan_index)
         return [next_cursor, [key for key in found if not self._expired(key, now_ms)]]
 
     @query
@@ -381,6 +402,36 @@ class KVStore(StateMachine):
     def flushall(self, *options: bytes) -> str:
         """FLUSHALL [ASYNC|SYNC]: FLUSHDB (there is one database)."""
         return self._flush(options)
+
+    # --- transactions (MULTI / EXEC / WATCH) --------------------------------------------------
+
+    @query
+    def position(self) -> list[int]:
+        """[index, time_ms] of the state this replica answers from: what WATCH remembers."""
+        context = self.context
+        return [context.index, context.time_ms]
+
+    @command(name="exec")
+    def execute(self, watched: list[list[Any]], calls: list[list[bytes]]) -> list[Any] | None:
+        """EXEC: None when a watched key changed, else each call's `[0, result]` or `[1, error]`.
+
+        `watched` holds `[key, index, time_ms]` per watched key, the position
+        its WATCH read at (`position`); `calls` the queued commands, each
+        `[name, arg, ...]` with the name in lower case, checked against the
+        command table when queued.
+        """
+        now_ms = self._command_time_ms()
+        for key, index, time_ms in watched:
+            if self._changed_since(key, index, time_ms, now_ms):
+                return None
+        results: list[Any] = []
+        for name, *args in calls:
+            function = _transaction_operation(name.decode("latin-1"))
+            try:
+                results.append([0, function(self, *args)])
+            except RedisError as error:
+                results.append([1, error.message])
+        return results
 
     # --- TTLs ---------------------------------------------------------------------------------
 
@@ -449,9 +500,8 @@ class KVStore(StateMachine):
         for _ in range(limits.active_expiry_keys_max):
             if not queue or queue[0][0] > now_ms:
                 break
-            _, key = queue.pop(0)
-            del self.values[key]
-            del self.expire_at_ms[key]
+            expire_at_ms, key = queue[0]
+            self._delete(key, expired_at_ms=expire_at_ms)
         return now_ms
 
     def _query_time_ms(self) -> int:
@@ -464,27 +514,66 @@ class KVStore(StateMachine):
 
     def _lookup(self, key: bytes, now_ms: int) -> bytes | None:
         """The live value of `key` for a command; an expired key is deleted (lazy expiry)."""
-        if self._expired(key, now_ms):
-            self._delete(key)
+        expire_at_ms = self.expire_at_ms.get(key)
+        if expire_at_ms is not None and expire_at_ms <= now_ms:
+            self._delete(key, expired_at_ms=expire_at_ms)
             return None
-        value: bytes | None = self.values.get(key)
-        return value
+        return self.values.get(key)
 
     def _peek(self, key: bytes, now_ms: int) -> bytes | None:
         """The live value of `key` for a query, which changes nothing."""
         if self._expired(key, now_ms):
             return None
-        value: bytes | None = self.values.get(key)
-        return value
+        return self.values.get(key)
 
     def _store(self, key: bytes, value: bytes, *, keep_ttl: bool) -> None:
         if not keep_ttl:
             self._persist(key)
+        if key not in self.values:
+            self.scan_index.add((key_hash(key), key))
+            self.tombstones.pop(key, None)
         self.values[key] = value
+        self.versions[key] = self.context.index
 
-    def _delete(self, key: bytes) -> None:
+    def _delete(self, key: bytes, *, expired_at_ms: int | None = None) -> None:
+        """Delete `key` (which exists); `expired_at_ms`: it is deleted because it expired then."""
         self._persist(key)
         del self.values[key]
+        del self.versions[key]
+        self.scan_index.remove((key_hash(key), key))
+        self._bury(key, expired_at_ms)
+
+    def _bury(self, key: bytes, expired_at_ms: int | None) -> None:
+        """Remember that `key` was deleted now, for WATCH; forget the oldest deletion past the
+        bound (`tombstones_forgotten_index` then says how recent the forgotten ones are)."""
+        tombstones = self.tombstones
+        tombstones[key] = (self.context.index, expired_at_ms)
+        if len(tombstones) > limits.watch_tombstones_max:
+            oldest = next(iter(tombstones))
+            index, _ = tombstones.pop(oldest)
+            self.tombstones_forgotten_index = max(self.tombstones_forgotten_index, index)
+
+    def _changed_since(self, key: bytes, index: int, time_ms: int, now_ms: int) -> bool:
+        """Whether `key` changed after log index `index` (logged at `time_ms`), as WATCH sees it.
+
+        Expiring counts as a change when the key was live at `time_ms` and is
+        expired at `now_ms` (Redis 6.0.9 on); deleting a key that had already
+        expired at `time_ms` does not.  A deletion whose record was forgotten
+        counts when it may have come after `index`: an abort, never a wrong EXEC.
+        """
+        version = self.versions.get(key)
+        if version is not None:
+            if version > index:
+                return True
+            expire_at_ms = self.expire_at_ms.get(key)
+            return expire_at_ms is not None and time_ms < expire_at_ms <= now_ms
+        tombstone = self.tombstones.get(key)
+        if tombstone is None:
+            return self.tombstones_forgotten_index > index
+        deleted_index, expired_at_ms = tombstone
+        if deleted_index <= index:
+            return False
+        return expired_at_ms is None or expired_at_ms > time_ms
 
     def _delete_keys(self, keys: Sequence[bytes]) -> int:
         """DEL: delete the live ones of `keys`; how many there were."""
@@ -501,7 +590,16 @@ class KVStore(StateMachine):
         self._command_time_ms()
         if len(options) > 1 or (options and options[0].lower() not in (b"async", b"sync")):
             raise RedisError(errors.SYNTAX)
+        if len(self.tombstones) + len(self.values) > limits.watch_tombstones_max:
+            # Too many to remember one by one: every older WATCH will abort.
+            self.tombstones.clear()
+            self.tombstones_forgotten_index = self.context.index
+        else:
+            for key in self.values:
+                self._bury(key, None)
         self.values.clear()
+        self.scan_index.clear()
+        self.versions.clear()
         self.expire_at_ms.clear()
         self.expiry_queue.clear()
         return "OK"
@@ -514,13 +612,15 @@ class KVStore(StateMachine):
         self._persist(key)
         self.expire_at_ms[key] = expire_at_ms
         self.expiry_queue.add((expire_at_ms, key))
+        self.versions[key] = self.context.index
 
     def _persist(self, key: bytes) -> bool:
-        """Drop the TTL of `key`; whether it had one."""
+        """Drop the TTL of `key`; whether it had one (then the key changed, for WATCH)."""
         expire_at_ms = self.expire_at_ms.pop(key, None)
         if expire_at_ms is None:
             return False
         self.expiry_queue.remove((expire_at_ms, key))
+        self.versions[key] = self.context.index
         return True
 
     def _time_left(self, key: bytes, *, milliseconds: bool, absolute: bool) -> int:
@@ -715,3 +815,24 @@ class _ExpireCondition:
         if self.gt and (current_ms is None or when_ms <= current_ms):
             return False
         return not (self.lt and current_ms is not None and when_ms >= current_ms)
+
+
+def _operations() -> dict[str, Callable[..., Any]]:
+    """Command name -> the KVStore method that runs it, for every data command of the table."""
+    functions: dict[str, Callable[..., Any]] = {}
+    for spec in COMMANDS.values():
+        if spec.route is Route.COMMAND:
+            functions[spec.name] = resolve_command(KVStore, spec.name).function
+        elif spec.route is Route.QUERY:
+            functions[spec.name] = resolve_query(KVStore, spec.name).function
+    return functions
+
+
+_TRANSACTION_OPERATIONS: Final = _operations()
+"""What EXEC runs for each queued command; built at import, so a table entry without its
+method fails at once."""
+
+
+def _transaction_operation(name: str) -> Callable[..., Any]:
+    """The method of data command `name` (one the server queued: it is in the table)."""
+    return _TRANSACTION_OPERATIONS[name]

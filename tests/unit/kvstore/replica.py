@@ -5,14 +5,21 @@ Commands go through the framework's real path (checked and encoded by
 `apply_batch`); queries through `answer_query` with the replica's applied
 position, so they see the logged time of the last applied entry.  The clock
 is the test's: `advance_ms` moves the time the next batch is logged at.
+
+`Conversation` is one client connection on top of it: each request goes
+through `kvstore.dispatch` as the server sends it (MULTI, WATCH, EXEC and
+all), and comes back as the bytes the server would write.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvstore.commands import Route, resolve
+from kvstore.connection import ClientState, ServerStatus
+from kvstore.dispatch import Answer, Execute, Read, WatchRead, Write, finish, plan
+from kvstore.resp import encode_replies
 from kvstore.state_machine import KVStore
 
 from rsm.core.commands import (
@@ -66,6 +73,18 @@ class Replica:
             spec = resolve(call)
             assert spec.route is Route.COMMAND, f"{spec.name} is not a write command"
             items.append(prepare_command(KVStore, spec.name, list(call[1:])))
+        return self._apply_items(items, seed)
+
+    def command(self, name: str, *args: Any) -> Outcome:
+        """Log and apply one `KVStore` command by its logged name (`exec` included)."""
+        [outcome] = self._apply_items([prepare_command(KVStore, name, list(args))], 7)
+        return outcome
+
+    def query(self, name: str, *args: Any) -> Outcome:
+        """Answer one `KVStore` query by name (`position` included)."""
+        return answer_query(self.store, name, list(args), applied=self.applied)
+
+    def _apply_items(self, items: list[bytes], seed: int) -> list[Outcome]:
         data = encode_batch(
             epoch=self.epoch,
             first_index=self.applied.index + 1,
@@ -113,3 +132,58 @@ class Replica:
         """Everything the store holds, for comparing replicas."""
         store = self.store
         return dict(store.values), dict(store.expire_at_ms), list(store.expiry_queue)
+
+
+class Server:
+    """A fixed `ServerView` for conversations."""
+
+    def clock_us(self) -> int:
+        return START_MS * 1000
+
+    def status(self) -> ServerStatus:
+        return ServerStatus(
+            process_id=1,
+            tcp_port=6379,
+            uptime_ms=0,
+            clock_us=START_MS * 1000,
+            connected_clients=1,
+            replica_role="leader",
+            leader_address=None,
+            epoch=1,
+            applied_index=0,
+            caught_up=True,
+            keys=0,
+            keys_with_ttl=0,
+        )
+
+    def config(self) -> Mapping[str, str]:
+        return {"save": ""}
+
+
+class Conversation:
+    """One connection's requests, dispatched as the server does, against a `Replica`."""
+
+    def __init__(self, replica: Replica, client_id: int = 1) -> None:
+        self.replica = replica
+        self.client = ClientState(client_id)
+
+    def send(self, *requests: Sequence[Word]) -> bytes:
+        """The bytes the server answers `requests` with, in order."""
+        replies = []
+        for request in requests:
+            resp3 = self.client.resp3
+            action = plan(words(*request), self.client, Server())
+            if isinstance(action, Answer):
+                replies.append(encode_replies([action.reply], self.client.resp3))
+                continue
+            if type(action) is Write:
+                outcome = self.replica.command(action.name, *action.args)
+            elif type(action) is Read:
+                outcome = self.replica.query(action.name, *action.args)
+            elif type(action) is WatchRead:
+                outcome = self.replica.query("position")
+            else:
+                assert type(action) is Execute
+                outcome = self.replica.command("exec", action.watched, action.calls)
+            replies.append(encode_replies([finish(action, outcome, self.client)], resp3))
+        return b"".join(replies)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kvstore.commands import COMMANDS, Route, command_reply, lookup, resolve
 from kvstore.errors import RedisError
-from kvstore.resp import Reply
+from kvstore.resp import Reply, RespMap, RespSet, encode_replies
 from kvstore.state_machine import KVStore
 
 from rsm.state_machine import COMMAND, QUERY
@@ -57,7 +57,7 @@ def test_unknown_commands_quote_their_first_arguments() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", [b"LPUSH", b"HSET", b"SADD", b"ZADD", b"XADD", b"MULTI", b"EVAL", b"SUBSCRIBE"]
+    "name", [b"LPUSH", b"HSET", b"SADD", b"ZADD", b"XADD", b"EVAL", b"SUBSCRIBE", b"RENAME"]
 )
 def test_other_data_types_are_unknown_commands(name: bytes) -> None:
     assert error_of(name, b"k", b"v") == (
@@ -80,8 +80,9 @@ def test_every_routed_command_is_a_state_machine_operation_of_the_same_kind() ->
             assert "write" in spec.flags, name
         else:
             assert "readonly" in spec.flags, name
-    # Everything the store offers is reachable, except the INFO helper.
-    assert set(operations) - set(routed) == {"keyspace"}
+    # Everything the store offers is reachable, except the helpers of INFO, WATCH and
+    # EXEC (which the connection calls itself).
+    assert set(operations) - set(routed) == {"keyspace", "position", "exec"}
 
 
 def test_key_positions() -> None:
@@ -102,15 +103,21 @@ def test_command_count_and_info() -> None:
     assert get == [
         b"get",
         2,
-        ["readonly", "fast"],
+        RespSet(["readonly", "fast"]),
         1,
         1,
         1,
-        ["@read", "@string", "@fast"],
-        [],
+        RespSet(["@read", "@string", "@fast"]),
+        RespSet(),
         [],
         [],
     ]
+    # Flags and categories are sets in RESP3, as redis-server 7.0 sends them.
+    encoded = encode_replies([get], resp3=True)
+    assert encoded.startswith(
+        b"*10\r\n$3\r\nget\r\n:2\r\n~2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n"
+        b"~3\r\n+@read\r\n+@string\r\n+@fast\r\n~0\r\n"
+    )
     assert missing is None
     assert as_list(setname)[:2] == [b"client|setname", 3]
     everything = as_list(command_reply(resolve([b"COMMAND"]), [b"COMMAND"]))
@@ -130,20 +137,26 @@ def as_list(reply: Reply) -> list[Reply]:
     return reply
 
 
-def test_command_docs_is_a_flat_map_redis_cli_can_read() -> None:
+def test_command_docs_is_a_map_redis_cli_can_read() -> None:
     docs = command_reply(resolve([b"COMMAND", b"DOCS"]), [b"COMMAND", b"DOCS"])
-    assert isinstance(docs, list)
-    names = docs[::2]
-    assert len(names) == len(COMMANDS)
-    for entry in docs[1::2]:
-        assert isinstance(entry, list)
-        fields = dict(zip(entry[::2], entry[1::2], strict=True))
+    assert isinstance(docs, RespMap)
+    assert len(docs) == len(COMMANDS)
+    for _name, entry in docs:
+        assert isinstance(entry, RespMap)
+        fields = dict(entry)
         assert {b"summary", b"since", b"group", b"complexity"} <= set(fields)
         assert all(
             isinstance(value, bytes) for key, value in fields.items() if key != b"subcommands"
         )
     one = [b"COMMAND", b"DOCS", b"GET", b"nope"]
-    assert command_reply(resolve(one), one) == [b"get", COMMANDS["get"].docs()]
+    assert command_reply(resolve(one), one) == RespMap([(b"get", COMMANDS["get"].docs())])
+    # RESP2 flattens maps into arrays of keys and values, as Redis does.
+    assert encode_replies([command_reply(resolve(one), one)]).startswith(
+        b"*2\r\n$3\r\nget\r\n*8\r\n$7\r\nsummary\r\n"
+    )
+    assert encode_replies([command_reply(resolve(one), one)], resp3=True).startswith(
+        b"%1\r\n$3\r\nget\r\n%4\r\n$7\r\nsummary\r\n"
+    )
 
 
 def test_command_list_and_its_filters() -> None:

@@ -1,4 +1,5 @@
-"""Commands the server answers itself: PING, ECHO, QUIT, SELECT, HELLO, CLIENT, INFO, TIME."""
+"""Commands the server answers itself: PING, ECHO, QUIT, SELECT, HELLO, RESET, READONLY,
+READWRITE, CLIENT, CONFIG, INFO, TIME."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from dataclasses import replace
 
 import pytest
 from kvstore.commands import resolve
-from kvstore.connection import REDIS_VERSION, ClientState, ServerStatus, answer, info_text
+from kvstore.connection import REDIS_VERSION, ClientState, ServerStatus, Watch, answer, info_text
 from kvstore.errors import RedisError
-from kvstore.resp import Reply
+from kvstore.resp import Reply, RespMap, Verbatim, encode_replies
 
 STATUS = ServerStatus(
     process_id=4242,
@@ -20,7 +21,7 @@ STATUS = ServerStatus(
     leader_address="10.0.0.1:6380",
     epoch=7,
     applied_index=1234,
-    lag_entries=5,
+    caught_up=True,
     keys=10,
     keys_with_ttl=2,
 )
@@ -35,6 +36,9 @@ class FixedServer:
 
     def status(self) -> ServerStatus:
         return self._status
+
+    def config(self) -> dict[str, str]:
+        return {"save": "", "appendonly": "no", "maxclients": "10000"}
 
 
 def call(*args: bytes, client: ClientState | None = None) -> Reply:
@@ -71,16 +75,57 @@ def test_select_knows_one_database() -> None:
     )
 
 
-def test_hello_answers_as_a_resp2_only_server() -> None:
-    expected = [
-        b"server", b"redis", b"version", REDIS_VERSION.encode(), b"proto", 2, b"id", 17,
-        b"mode", b"standalone", b"role", b"master", b"modules", [],
-    ]  # fmt: skip
-    assert call(b"HELLO", client=ClientState(17)) == expected
-    assert call(b"HELLO", b"2", client=ClientState(17)) == expected
-    assert error_of(b"HELLO", b"3") == "NOPROTO unsupported protocol version"
-    assert error_of(b"HELLO", b"1") == "NOPROTO unsupported protocol version"
+def hello_map(proto: int, client_id: int) -> RespMap:
+    return RespMap(
+        (
+            (b"server", b"redis"),
+            (b"version", REDIS_VERSION.encode()),
+            (b"proto", proto),
+            (b"id", client_id),
+            (b"mode", b"standalone"),
+            (b"role", b"master"),
+            (b"modules", []),
+        )
+    )
+
+
+def test_hello_switches_the_protocol_and_answers_the_server_map() -> None:
+    client = ClientState(17)
+    assert call(b"HELLO", client=client) == hello_map(2, 17)
+    assert protocol_of(client) == 2
+    assert call(b"HELLO", b"3", client=client) == hello_map(3, 17)
+    assert protocol_of(client) == 3
+    assert call(b"HELLO", client=client) == hello_map(3, 17), "no version: keep the current one"
+    assert call(b"HELLO", b"2", client=client) == hello_map(2, 17)
+    assert protocol_of(client) == 2
+
+
+def protocol_of(client: ClientState) -> int:
+    return 3 if client.resp3 else 2
+
+
+def test_hello_refuses_other_versions_and_keeps_the_protocol() -> None:
+    client = ClientState(1, resp3=True)
+    assert error_of(b"HELLO", b"1", client=client) == "NOPROTO unsupported protocol version"
+    assert error_of(b"HELLO", b"4") == "NOPROTO unsupported protocol version"
     assert error_of(b"HELLO", b"x") == "ERR Protocol version is not an integer or out of range"
+    assert error_of(b"HELLO", b"2", b"bad", client=client) == (
+        "ERR Syntax error in HELLO option 'bad'"
+    )
+    assert client.resp3, "a refused HELLO changes nothing"
+
+
+def test_the_hello_map_in_each_protocol_is_what_redis_7_sends() -> None:
+    # Captured from redis-server 7.0 (version and id replaced).
+    resp3 = (
+        b"%7\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.2.0\r\n"
+        b"$5\r\nproto\r\n:3\r\n$2\r\nid\r\n:3\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n"
+        b"$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n"
+    )
+    assert encode_replies([hello_map(3, 3)], resp3=True) == resp3
+    resp2 = encode_replies([hello_map(2, 3)])
+    assert resp2.startswith(b"*14\r\n$6\r\nserver\r\n")
+    assert b"$5\r\nproto\r\n:2\r\n" in resp2
 
 
 def test_hello_options() -> None:
@@ -124,6 +169,36 @@ def test_client_names_and_library_info() -> None:
     assert all(isinstance(line, str) for line in help_lines)
 
 
+def test_reset_forgets_everything_but_the_id() -> None:
+    client = ClientState(
+        9, name=b"n", resp3=True, stale_reads=True, in_transaction=True, transaction_error="E"
+    )
+    client.watches[b"k"] = Watch(b"k", 1, 2)
+    assert call(b"RESET", client=client) == "RESET"
+    assert client == ClientState(9)
+
+
+def test_readonly_and_readwrite_choose_the_read_consistency() -> None:
+    client = ClientState(1)
+    assert call(b"READONLY", client=client) == "OK"
+    assert client.stale_reads
+    assert call(b"readwrite", client=client) == "OK"
+    assert not client.stale_reads
+
+
+def test_config_get_matches_patterns_without_regard_to_case() -> None:
+    assert call(b"CONFIG", b"GET", b"save") == RespMap([(b"save", b"")])
+    assert call(b"CONFIG", b"GET", b"APPEND*", b"max*") == RespMap(
+        [(b"appendonly", b"no"), (b"maxclients", b"10000")]
+    )
+    assert call(b"CONFIG", b"GET", b"nothing") == RespMap()
+    assert error_of(b"CONFIG", b"GET") == "ERR wrong number of arguments for 'config|get' command"
+    assert error_of(b"CONFIG", b"SET", b"a", b"b") == (
+        "ERR unknown subcommand 'SET'. Try CONFIG HELP."
+    )
+    assert isinstance(call(b"CONFIG", b"HELP"), list)
+
+
 def test_time_is_the_servers_clock() -> None:
     assert call(b"TIME") == [b"1700000000", b"123456"]
 
@@ -140,9 +215,11 @@ def test_info_sections() -> None:
     assert f"redis_version:{REDIS_VERSION}\r\n" in text
     assert "uptime_in_seconds:90061\r\nuptime_in_days:1\r\n" in text
     assert "role:master\r\nrsm_role:follower\r\nrsm_leader:10.0.0.1:6380\r\n" in text
-    assert "rsm_epoch:7\r\nrsm_applied_index:1234\r\nrsm_lag_entries:5\r\n" in text
+    assert "rsm_epoch:7\r\nrsm_applied_index:1234\r\nrsm_caught_up:1\r\n" in text
     assert text.endswith("# Keyspace\r\ndb0:keys=10,expires=2,avg_ttl=0\r\n")
-    assert call(b"INFO", b"KEYSPACE") == b"# Keyspace\r\ndb0:keys=10,expires=2,avg_ttl=0\r\n"
+    keyspace = call(b"INFO", b"KEYSPACE")
+    assert keyspace == Verbatim(b"# Keyspace\r\ndb0:keys=10,expires=2,avg_ttl=0\r\n")
+    assert type(keyspace) is Verbatim, "a verbatim string in RESP3, as Redis's"
     assert call(b"INFO", b"server", b"clients").startswith(b"# Server\r\n")  # type: ignore[union-attr]
     assert call(b"INFO", b"everything") == call(b"INFO")
     assert call(b"INFO", b"nonsense") == b""
@@ -151,5 +228,5 @@ def test_info_sections() -> None:
 def test_info_of_an_empty_store_has_no_keyspace_line() -> None:
     empty = replace(STATUS, keys=0, keys_with_ttl=0, leader_address=None)
     text = info_text([b"keyspace", b"replication"], empty)
-    assert text.endswith(b"rsm_lag_entries:5\r\n\r\n# Keyspace\r\n")
+    assert text.endswith(b"rsm_caught_up:1\r\n\r\n# Keyspace\r\n")
     assert b"rsm_leader:\r\n" in text

@@ -1,4 +1,4 @@
-"""Redis glob matching over bytes, and SCAN cursors.
+"""Redis glob matching over bytes, and SCAN's hash order and cursors.
 
 Golden cases were checked against a real redis-server (KEYS); the property
 test compares the matcher with a literal, recursive reading of Redis's
@@ -7,13 +7,15 @@ test compares the matcher with a literal, recursive reading of Redis's
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kvstore import limits
 from kvstore.errors import RedisError
-from kvstore.glob import GlobPattern, decode_cursor, encode_cursor
-from sortedcontainers import SortedDict  # type: ignore[import-untyped]
+from kvstore.glob import GlobPattern, ScanRequest, decode_cursor, encode_cursor, key_hash
+from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
 
 @pytest.mark.parametrize(
@@ -66,20 +68,9 @@ def test_golden_cases(pattern: bytes, key: bytes, matches: bool) -> None:
     assert GlobPattern(pattern).matches(key) is matches
 
 
-def test_literal_prefix() -> None:
-    assert GlobPattern(b"user:*").literal_prefix == b"user:"
-    assert GlobPattern(b"a\\*b?").literal_prefix == b"a*b"
-    assert GlobPattern(b"[ab]c").literal_prefix == b""
-    assert GlobPattern(b"exact").literal_prefix == b"exact"
+def test_only_a_lone_star_matches_everything() -> None:
     assert GlobPattern(b"*").matches_everything
     assert not GlobPattern(b"**").matches_everything
-
-
-def test_candidates_are_the_keys_with_the_prefix_from_a_start() -> None:
-    keys = SortedDict(dict.fromkeys((b"a", b"b:1", b"b:2", b"b:3", b"c"), b""))
-    assert list(GlobPattern(b"b:*").candidates(keys)) == [b"b:1", b"b:2", b"b:3"]
-    assert list(GlobPattern(b"b:*").candidates(keys, b"b:2")) == [b"b:2", b"b:3"]
-    assert list(GlobPattern(b"?").candidates(keys, b"b:3")) == [b"b:3", b"c"]
 
 
 def test_patterns_reaching_too_many_star_groups_match_nothing() -> None:
@@ -167,20 +158,50 @@ def test_matching_agrees_with_a_literal_reading_of_redis(pattern: bytes, key: by
     assert GlobPattern(pattern).matches(key) == oracle(pattern, key)
 
 
-@given(st.binary(max_size=limits.key_bytes_max))
-def test_a_cursor_decodes_to_the_key_it_encodes(key: bytes) -> None:
-    cursor = encode_cursor(key)
+def test_key_hashes_are_fixed_64_bit_values_never_zero() -> None:
+    # The same on every replica and in every process: not Python's salted hash().
+    assert key_hash(b"key:1") == int.from_bytes(hashlib.blake2b(b"key:1", digest_size=8).digest())
+    assert all(1 <= key_hash(b"%d" % i) < 2**64 for i in range(1000))
+
+
+@given(st.integers(0, 2**64 - 1))
+def test_a_cursor_is_the_decimal_hash_it_resumes_at(next_hash: int) -> None:
+    cursor = encode_cursor(next_hash)
     assert cursor.isdigit()
-    assert cursor != b"0"
-    assert decode_cursor(cursor) == key
+    assert decode_cursor(cursor) == next_hash
 
 
 def test_cursor_zero_starts_and_ends() -> None:
-    assert encode_cursor(None) == b"0"
-    assert decode_cursor(b"0") is None
-    assert decode_cursor(b"000") is None
-    assert decode_cursor(b"18446744073709551616") == bytes(8), "2**64 is 0x01 then 8 zeros"
-    with pytest.raises(RedisError, match="invalid cursor"):
-        decode_cursor(b"512")
-    with pytest.raises(RedisError, match="invalid cursor"):
-        decode_cursor(b" 1")
+    assert encode_cursor(0) == b"0"
+    assert decode_cursor(b"0") == 0
+    assert decode_cursor(b"000") == 0
+    assert decode_cursor(b"18446744073709551615") == 2**64 - 1
+    for invalid in (b"18446744073709551616", b" 1", b"-1", b"+1", b"1x", b"", b"9" * 21):
+        with pytest.raises(RedisError, match="invalid cursor"):
+            decode_cursor(invalid)
+
+
+def index_of(keys: list[bytes]) -> SortedList:
+    return SortedList((key_hash(key), key) for key in keys)
+
+
+def test_a_page_resumes_at_the_first_key_whose_hash_reaches_the_cursor() -> None:
+    keys = [b"k%d" % i for i in range(20)]
+    index = index_of(keys)
+    cursor, first = ScanRequest.parse(b"0", [b"COUNT", b"7"]).page(index)
+    assert first == [key for _, key in index[:7]]
+    assert decode_cursor(cursor) == index[7][0]
+    cursor, second = ScanRequest.parse(cursor, [b"COUNT", b"100"]).page(index)
+    assert (cursor, second) == (b"0", [key for _, key in index[7:]])
+
+
+def test_keys_sharing_a_hash_are_returned_again_not_skipped() -> None:
+    # Three keys with one hash (a 64-bit collision, forced): a page that ends
+    # inside the group makes the next page start at the group's first key.
+    index = SortedList([(5, b"a"), (9, b"b1"), (9, b"b2"), (9, b"b3"), (12, b"c")])
+    cursor, page = ScanRequest.parse(b"0", [b"COUNT", b"3"]).page(index)
+    assert (cursor, page) == (b"9", [b"a", b"b1", b"b2"])
+    cursor, page = ScanRequest.parse(cursor, [b"COUNT", b"3"]).page(index)
+    assert (cursor, page) == (b"12", [b"b1", b"b2", b"b3"])
+    cursor, page = ScanRequest.parse(cursor, [b"COUNT", b"3"]).page(index)
+    assert (cursor, page) == (b"0", [b"c"])

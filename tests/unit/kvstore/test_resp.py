@@ -1,13 +1,26 @@
-"""The RESP2 request parser (incremental, pipelined, inline, bounded) and the reply encoder."""
+"""The RESP request parser (incremental, pipelined, inline, bounded) and the reply encoder
+(RESP2 and RESP3)."""
 
 from __future__ import annotations
+
+from typing import Final
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kvstore import limits
 from kvstore.errors import ProtocolError, RedisError
-from kvstore.resp import NULL_ARRAY, RespParser, encode_replies, encode_reply, split_inline
+from kvstore.resp import (
+    NULL_ARRAY,
+    Reply,
+    RespMap,
+    RespParser,
+    RespSet,
+    Verbatim,
+    encode_replies,
+    encode_reply,
+    split_inline,
+)
 
 
 def multibulk(*args: bytes) -> bytes:
@@ -268,6 +281,33 @@ def test_reply_encoding(reply: object, encoded: bytes) -> None:
     out = bytearray()
     encode_reply(reply, out)  # type: ignore[arg-type]
     assert bytes(out) == encoded
+
+
+SAME_IN_BOTH: Final[list[Reply]] = ["OK", RedisError("ERR x"), 7, b"v", [b"a", 1], []]
+
+
+@pytest.mark.parametrize(
+    ("reply", "resp2", "resp3"),
+    [
+        (None, b"$-1\r\n", b"_\r\n"),
+        (NULL_ARRAY, b"*-1\r\n", b"_\r\n"),
+        ([None], b"*1\r\n$-1\r\n", b"*1\r\n_\r\n"),
+        (
+            RespMap([(b"a", 1), (b"b", [None])]),
+            b"*4\r\n$1\r\na\r\n:1\r\n$1\r\nb\r\n*1\r\n$-1\r\n",
+            b"%2\r\n$1\r\na\r\n:1\r\n$1\r\nb\r\n*1\r\n_\r\n",
+        ),
+        (RespMap(), b"*0\r\n", b"%0\r\n"),
+        (RespSet(["fast", "write"]), b"*2\r\n+fast\r\n+write\r\n", b"~2\r\n+fast\r\n+write\r\n"),
+        (Verbatim(b"# Server\r\n"), b"$10\r\n# Server\r\n\r\n", b"=14\r\ntxt:# Server\r\n\r\n"),
+    ],
+)
+def test_resp3_differs_only_for_nulls_maps_sets_and_verbatim_text(
+    reply: object, resp2: bytes, resp3: bytes
+) -> None:
+    assert encode_replies([reply], resp3=False) == resp2  # type: ignore[list-item]
+    assert encode_replies([reply], resp3=True) == resp3  # type: ignore[list-item]
+    assert encode_replies(SAME_IN_BOTH, resp3=True) == encode_replies(SAME_IN_BOTH)
 
 
 def test_many_replies_encode_into_one_buffer() -> None:

@@ -1,0 +1,428 @@
+"""Benchmark: the key-value store under the real redis-benchmark, against Redis and PySyncObj.
+
+    python bench/kvstore_bench.py [--seconds 3] [--clients 50] [--pipeline 16] [--zk HOSTS]
+                                  [--data-dir DIR]
+
+What it runs, in this order, one at a time on this machine:
+
+1. `kvstore up` (in process: `kvstore.launcher.LocalKvCluster`, the same
+   launcher): a ZooKeeper (unless `--zk`), three bookies (journal fsync on,
+   every acknowledged write is on disk), three replicas.  Debian's
+   `redis-benchmark` then drives the leader's Redis port with `--clients`
+   connections, 100-byte values and random keys (`-r`), for SET and GET,
+   without pipelining and with `-P --pipeline`; and SET and GET without
+   pipelining through a follower (which forwards writes and linearizable
+   reads to the leader).  SET is a durable replicated write (acknowledged
+   once the log entry holding it is on Qa=2 of 3 bookies' disks); GET is a
+   linearizable read (answered after a barrier entry is acknowledged).
+2. Baseline: Debian's `redis-server` with `appendonly yes` and `appendfsync
+   always` (one node, fsync per write batch), the same redis-benchmark runs.
+3. Baseline: PySyncObj's `ReplDict`, three processes on loopback (Raft,
+   journal file on disk: PySyncObj writes it through mmap and never fsyncs
+   it), driven from inside the leader's process by a load generator keeping
+   `--clients` asynchronous `set()` calls of 100-byte values in flight (no
+   RESP: PySyncObj has no server protocol), for `--seconds`: once as it
+   comes (it sends entries every `appendEntriesPeriod`, 100 ms by default:
+   the target's baseline) and once tuned to 2 ms (reported beside it).
+
+redis-benchmark has no duration option: each run is first calibrated with a
+short one, then given enough requests for about `--seconds`.  Latencies are
+redis-benchmark's (p50, p99 from its CSV), or for PySyncObj measured per call.
+The machine is shared by everything above, so numbers are indicative and
+only their ratios, measured in the same run, are meant to be compared.
+
+The targets (the issue's): replicated SET at least 25% of Redis-with-fsync
+SET and at least 2x PySyncObj's; linearizable GET at least 30% of Redis's
+GET.  `ratios` reports them; `meets_targets` says whether this run met them.
+
+Missing tools: `scripts/bootstrap.sh redis-tools redis-server` installs
+them (apt-get); the benchmark runs it when they are missing.  The last line
+of output is ONE JSON object (DESIGN.md §10); progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import io
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPOSITORY))
+sys.path.insert(0, str(REPOSITORY / "examples"))
+
+from kvstore.launcher import KvSettings, LocalKvCluster  # noqa: E402
+
+from bookie.testing.zookeeper import free_port  # noqa: E402
+
+HOST = "127.0.0.1"
+VALUE_BYTES = 100
+KEYSPACE = 100_000
+CALIBRATION_REQUESTS = 2_000
+TARGETS = {"set_vs_redis": 0.25, "set_vs_pysyncobj": 2.0, "get_vs_redis": 0.30}
+DEFAULT_PERIOD_S = 0.1
+"""PySyncObj's own default appendEntriesPeriod: it sends new entries in rounds of this."""
+TUNED_PERIOD_S = 0.002
+"""A period that lets PySyncObj commit about as fast as this machine allows (reported beside)."""
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def ensure_tools() -> None:
+    """redis-benchmark and redis-server, installed through the bootstrap script if missing."""
+    if shutil.which("redis-benchmark") and shutil.which("redis-server"):
+        return
+    log("redis-benchmark or redis-server missing: running scripts/bootstrap.sh (apt-get)")
+    subprocess.run(
+        [str(REPOSITORY / "scripts" / "bootstrap.sh"), "redis-tools", "redis-server"], check=True
+    )
+    if not (shutil.which("redis-benchmark") and shutil.which("redis-server")):
+        raise SystemExit(
+            "redis-benchmark/redis-server still missing: install redis-tools and "
+            "redis-server (Debian) and run again"
+        )
+
+
+# --- redis-benchmark ---------------------------------------------------------------------------
+
+
+def redis_benchmark(
+    port: int, test: str, clients: int, pipeline: int, requests: int
+) -> dict[str, float]:
+    result = subprocess.run(
+        [
+            "redis-benchmark", "-h", HOST, "-p", str(port), "-c", str(clients),
+            "-n", str(requests), "-d", str(VALUE_BYTES), "-r", str(KEYSPACE),
+            "-P", str(pipeline), "-t", test, "--csv",
+        ],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    if len(rows) != 1:
+        raise RuntimeError(
+            f"unexpected redis-benchmark output: {result.stdout!r} {result.stderr!r}"
+        )
+    row = rows[0]
+    return {
+        "ops_per_s": float(row["rps"]),
+        "p50_ms": float(row["p50_latency_ms"]),
+        "p99_ms": float(row["p99_latency_ms"]),
+    }
+
+
+def measure(
+    port: int, name: str, test: str, *, clients: int, pipeline: int, seconds: float
+) -> dict[str, Any]:
+    """One redis-benchmark run of about `seconds`, after a short calibration."""
+    calibration = redis_benchmark(port, test, clients, pipeline, CALIBRATION_REQUESTS * pipeline)
+    requests = max(CALIBRATION_REQUESTS, int(calibration["ops_per_s"] * seconds))
+    measured = redis_benchmark(port, test, clients, pipeline, requests)
+    log(
+        f"  {name}: {measured['ops_per_s']:.0f} ops/s, p50 {measured['p50_ms']} ms, "
+        f"p99 {measured['p99_ms']} ms ({requests} requests)"
+    )
+    return {"name": name, "pipeline": pipeline, "requests": requests, **measured}
+
+
+def suite(port: int, prefix: str, arguments: argparse.Namespace) -> list[dict[str, Any]]:
+    runs = []
+    for pipeline in (1, arguments.pipeline):
+        for test in ("set", "get"):
+            suffix = "" if pipeline == 1 else f"-P{pipeline}"
+            runs.append(
+                measure(
+                    port,
+                    f"{prefix}{test.upper()}{suffix}",
+                    test,
+                    clients=arguments.clients,
+                    pipeline=pipeline,
+                    seconds=arguments.seconds,
+                )
+            )
+    return runs
+
+
+# --- the key-value store -----------------------------------------------------------------------
+
+
+async def kvstore_runs(
+    arguments: argparse.Namespace, data_dir: Path
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    settings = KvSettings(base_port=0)
+    log("kvstore: starting ZooKeeper, 3 bookies, 3 replicas ...")
+    async with LocalKvCluster(data_dir, zk=arguments.zk, settings=settings) as cluster:
+        leader = cluster.replica(cluster.leader or cluster.replicas[0].name)
+        follower = next(r for r in cluster.replicas if r.name != leader.name)
+        log(f"kvstore: leader {leader.name} on {leader.resp_address}")
+        runs = await anyio.to_thread.run_sync(suite, leader.resp_port, "", arguments)
+        for test in ("set", "get"):
+            run = functools.partial(
+                measure,
+                follower.resp_port,
+                f"via-follower-{test.upper()}",
+                test,
+                clients=arguments.clients,
+                pipeline=1,
+                seconds=arguments.seconds,
+            )
+            runs.append(await anyio.to_thread.run_sync(run))
+        config = {
+            "replicas": len(cluster.replicas),
+            "bookies": len(cluster.bookies.bookies),
+            "ensemble": 3,
+            "write_quorum": 3,
+            "ack_quorum": 2,
+            "zk": cluster.zk,
+        }
+    return runs, config
+
+
+# --- Redis with fsync --------------------------------------------------------------------------
+
+
+def redis_runs(arguments: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
+    port = free_port()
+    log(f"redis-server: appendonly yes, appendfsync always, on port {port}")
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", HOST, "--appendonly", "yes",
+         "--appendfsync", "always", "--save", "", "--dir", str(directory)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_port(port)
+        return suite(port, "redis-fsync-", arguments)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def wait_port(port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((HOST, port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+# --- PySyncObj ---------------------------------------------------------------------------------
+
+
+def pysyncobj_runs(arguments: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
+    """PySyncObj as it comes (appendEntriesPeriod 100 ms), and tuned (2 ms)."""
+    return [
+        pysyncobj_run(arguments, directory / "default", "pysyncobj-ReplDict-SET", DEFAULT_PERIOD_S),
+        pysyncobj_run(
+            arguments, directory / "tuned", "pysyncobj-ReplDict-SET-tuned", TUNED_PERIOD_S
+        ),
+    ]
+
+
+def pysyncobj_run(
+    arguments: argparse.Namespace, directory: Path, name: str, period_s: float
+) -> dict[str, Any]:
+    directory.mkdir()
+    ports = [free_port() for _ in range(3)]
+    log(f"pysyncobj: 3 ReplDict processes, appendEntriesPeriod {period_s} s, ports {ports}")
+    command = [sys.executable, __file__, "--pysyncobj-ports", ",".join(map(str, ports)),
+               "--seconds", str(arguments.seconds), "--clients", str(arguments.clients),
+               "--data-dir", str(directory), "--pysyncobj-period", str(period_s)]  # fmt: skip
+    nodes = [
+        subprocess.Popen(
+            [*command, "--pysyncobj-node", str(node)], stdout=subprocess.PIPE, text=True
+        )
+        for node in range(3)
+    ]
+    try:
+        # The node that leads drives the load, prints the result and exits; the others
+        # serve until they are stopped.
+        deadline = time.monotonic() + 120
+        while not any(process.poll() is not None for process in nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError("pysyncobj: no result within 120 s")
+            time.sleep(0.1)
+    finally:
+        for process in nodes:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(timeout=30)
+    outputs = [process.stdout.read() if process.stdout else "" for process in nodes]
+    [line] = [output.strip() for output in outputs if output.strip()]
+    measured = json.loads(line)
+    log(
+        f"  {name}: {measured['ops_per_s']:.0f} ops/s, p50 {measured['p50_ms']} ms, "
+        f"p99 {measured['p99_ms']} ms"
+    )
+    return {"name": name, "pipeline": 1, "append_entries_period_s": period_s, **measured}
+
+
+def pysyncobj_node(arguments: argparse.Namespace) -> None:
+    """One PySyncObj process; the one elected leader also drives the load and prints its
+    result (driving it from a follower would add a forwarding hop PySyncObj's clients avoid)."""
+    from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
+    from pysyncobj.batteries import ReplDict
+
+    FAIL_REASON_SUCCESS = FAIL_REASON.SUCCESS
+    ports = [int(port) for port in arguments.pysyncobj_ports.split(",")]
+    node = arguments.pysyncobj_node
+    addresses = [f"{HOST}:{port}" for port in ports]
+    replicated = ReplDict()
+    journal = str(Path(arguments.data_dir) / f"pysyncobj-{node}.journal")
+    conf = SyncObjConf(
+        journalFile=journal,
+        dynamicMembershipChange=False,
+        appendEntriesPeriod=arguments.pysyncobj_period,
+    )
+    syncobj = SyncObj(addresses[node], addresses[:node] + addresses[node + 1 :],
+                      consumers=[replicated], conf=conf)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not syncobj.isReady() or syncobj._getLeader() is None:
+        if time.monotonic() > deadline:
+            raise SystemExit("pysyncobj: no leader within 60 s")
+        time.sleep(0.05)
+    if not syncobj._isLeader():
+        # A follower serves until the leader's load is done (and the parent ends it).
+        while True:
+            time.sleep(1)
+    value = "v" * VALUE_BYTES
+    latencies: list[float] = []
+    lock = threading.Lock()
+    state = {"next": 0, "done": 0, "failed": 0, "stop": False}
+    finished = threading.Event()
+
+    def issue() -> None:
+        with lock:
+            state["next"] += 1
+            key = f"key:{state['next'] % KEYSPACE}"
+        started = time.monotonic()
+
+        def done(result: Any, error: Any) -> None:
+            with lock:
+                if error == FAIL_REASON_SUCCESS:
+                    latencies.append(time.monotonic() - started)
+                    state["done"] += 1
+                else:
+                    state["failed"] += 1
+                stop = state["stop"]
+            if stop:
+                finished.set()
+            else:
+                issue()
+
+        replicated.set(key, value, callback=done)
+
+    warmup_end = time.monotonic() + 0.5
+    for _ in range(arguments.clients):
+        issue()
+    time.sleep(max(0.0, warmup_end - time.monotonic()))
+    with lock:
+        start_done = state["done"]
+        latencies.clear()
+    started = time.monotonic()
+    time.sleep(arguments.seconds)
+    with lock:
+        elapsed = time.monotonic() - started
+        done_count = state["done"] - start_done
+        state["stop"] = True
+        measured = sorted(latencies)
+    finished.wait(10)
+    print(json.dumps({
+        "ops_per_s": round(done_count / elapsed, 1),
+        "p50_ms": round(measured[len(measured) // 2] * 1000, 3) if measured else None,
+        "p99_ms": round(measured[int(len(measured) * 0.99)] * 1000, 3) if measured else None,
+        "requests": done_count,
+        "failed": state["failed"],
+    }), flush=True)  # fmt: skip
+    syncobj.destroy()
+
+
+# --- main --------------------------------------------------------------------------------------
+
+
+def ratio(results: list[dict[str, Any]], ours: str, theirs: str) -> float | None:
+    by_name: dict[str, float] = {entry["name"]: float(entry["ops_per_s"]) for entry in results}
+    if not by_name.get(theirs):
+        return None
+    return round(by_name[ours] / by_name[theirs], 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement (3)")
+    parser.add_argument("--clients", type=int, default=50, help="concurrent connections (50)")
+    parser.add_argument("--pipeline", type=int, default=16, help="-P of the pipelined runs (16)")
+    parser.add_argument("--zk", help="use this ZooKeeper (HOST:PORT[/chroot]), not a local one")
+    parser.add_argument("--data-dir", help="where the runs keep their data (a temporary dir)")
+    parser.add_argument("--pysyncobj-node", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--pysyncobj-ports", help=argparse.SUPPRESS)
+    parser.add_argument("--pysyncobj-period", type=float, help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.pysyncobj_node is not None:
+        pysyncobj_node(arguments)
+        return
+    ensure_tools()
+    with tempfile.TemporaryDirectory(prefix="kvstore-bench-", dir=arguments.data_dir) as scratch:
+        base = Path(scratch)
+        for name in ("kvstore", "redis", "pysyncobj"):
+            (base / name).mkdir()
+        results, config = anyio.run(kvstore_runs, arguments, base / "kvstore")
+        baselines = redis_runs(arguments, base / "redis")
+        baselines += pysyncobj_runs(arguments, base / "pysyncobj")
+    everything = results + baselines
+    ratios = {
+        "set_vs_redis": ratio(everything, "SET", "redis-fsync-SET"),
+        "set_vs_pysyncobj": ratio(everything, "SET", "pysyncobj-ReplDict-SET"),
+        "set_vs_pysyncobj_tuned": ratio(everything, "SET", "pysyncobj-ReplDict-SET-tuned"),
+        "get_vs_redis": ratio(everything, "GET", "redis-fsync-GET"),
+        f"set_p{arguments.pipeline}_vs_redis": ratio(
+            everything, f"SET-P{arguments.pipeline}", f"redis-fsync-SET-P{arguments.pipeline}"
+        ),
+        f"get_p{arguments.pipeline}_vs_redis": ratio(
+            everything, f"GET-P{arguments.pipeline}", f"redis-fsync-GET-P{arguments.pipeline}"
+        ),
+    }
+    print(json.dumps({
+        "benchmark": "kvstore",
+        "config": {
+            "clients": arguments.clients, "value_bytes": VALUE_BYTES, "keyspace": KEYSPACE,
+            "pipeline": arguments.pipeline, "seconds": arguments.seconds,
+            "target": "the leader's Redis port (via-follower-*: a follower's)", **config,
+        },
+        "results": results,
+        "baselines": baselines,
+        "ratios": ratios,
+        "targets": TARGETS,
+        "meets_targets": all(
+            ratios[name] is not None and ratios[name] >= minimum  # type: ignore[operator]
+            for name, minimum in TARGETS.items()
+        ),
+        "measured": [
+            "SET: durable replicated write (log entry on 2 of 3 bookies' disks, fsync)",
+            "GET: linearizable read (after a barrier entry acknowledged by 2 bookies)",
+            "redis-fsync: one redis-server, appendonly yes, appendfsync always",
+            "pysyncobj: 3 processes, ReplDict.set with callbacks, --clients in flight, "
+            "journal via mmap without fsync, load generated inside the leader process; "
+            "as it comes (appendEntriesPeriod 0.1 s, the target's baseline) and tuned (0.002 s)",
+        ],
+    }), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

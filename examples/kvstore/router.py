@@ -1,0 +1,409 @@
+"""Where a Redis command goes: the local replica when it leads, else the leader; and retries.
+
+Any replica's server accepts any command.  The `Router` of a server sends:
+
+* writes (`KVStore` commands, EXEC) with the connection's session seq, and
+  linearizable reads (queries, WATCH's position read) to the leader: the
+  local replica when it leads (in process, no network), else the leader's
+  framework port over a shared `ForwardLink`;
+* stale reads (READONLY connections) to the local replica, answered at once
+  from its state.
+
+Who leads: the router remembers the leader's framework address from the
+last `NotLeader` answer (the local replica's, which follows the `leader`
+znode, or a remote one's).  When it knows none, it asks the local replica,
+which answers `NotLeader` with its own idea of the leader, or takes the
+command if it leads meanwhile.
+
+Retries.  An answer that says the command was not applied (`NotLeader`,
+`Unavailable`, `Overloaded`) or may have been (`OutcomeUnknown`, `Timeout`,
+a lost leader connection) is retried, with the same session seq, so a
+write applied before a failover is answered from the session table instead
+of being applied twice.  A `NotLeader` naming another leader is followed at
+once (`redirects_max` times); otherwise the command waits a backoff (10 ms
+doubling to 500 ms, with jitter) and goes again, until its deadline
+(`limits.command_deadline_ms_default`): then the connection gets TRYAGAIN
+(never applied) or TIMEOUT (maybe applied), see `kvstore.dispatch`.
+`SessionExpired` (the connection was idle past the session TTL) means not
+applied: the connection starts a new session and the command goes again.
+
+Order.  A connection's commands reach the leader in the order it sent them:
+once one of them waits for a retry, the connection's later ones wait behind
+it (`Lane.parked`), and they go again together, in order.
+
+Invariants: every command handed to the router gets exactly one
+`Receiver.deliver`, unless its connection closed first; a write keeps its
+seq across all its attempts (except after `SessionExpired`, when nothing
+was applied); the router never sends a command of a lane while an earlier
+one of that lane is parked.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import anyio
+import anyio.abc
+
+from kvstore import limits
+from kvstore.forward import Connector, ForwardLink
+from kvstore.session import Session
+from rsm.applier import Answerer
+from rsm.core.sessions import Outcome
+from rsm.errors import RsmStatus, Timeout, Unavailable
+from rsm.protocol import CallRequest, Consistency, QueryRequest
+
+CLIENT_ID_BYTES: Final = 16
+REDIRECTS_MAX: Final = 3
+"""`NotLeader` redirects one attempt follows at once before it waits a backoff."""
+_RETRYABLE: Final = frozenset(
+    {
+        RsmStatus.NOT_LEADER,
+        RsmStatus.OUTCOME_UNKNOWN,
+        RsmStatus.UNAVAILABLE,
+        RsmStatus.OVERLOADED,
+        RsmStatus.TIMEOUT,
+        RsmStatus.SESSION_EXPIRED,
+    }
+)
+_MAYBE_LOGGED: Final = frozenset({RsmStatus.OUTCOME_UNKNOWN, RsmStatus.TIMEOUT})
+
+
+class LocalReplica(Protocol):
+    """What the router needs of the replica it runs beside (`rsm.Replica` is one)."""
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def address(self) -> str: ...
+
+    def handle_call(self, request: CallRequest, answerer: Answerer) -> None: ...
+
+    def handle_query(self, request: QueryRequest, answerer: Answerer) -> int | None: ...
+
+    def flush(self) -> None: ...
+
+
+class Receiver(Protocol):
+    """Who waits for a command's final outcome (a connection)."""
+
+    def deliver(self, ticket: int, outcome: Outcome, index: int) -> None:
+        """The outcome of the command handed over with `ticket`; never raises, never blocks."""
+        ...
+
+
+@dataclass(eq=False)
+class Lane:
+    """One connection's session and the commands of it that wait for a retry."""
+
+    session: Session
+    parked: list[_Attempt] = field(default_factory=list)
+    """Sorted by `order`: the connection's order."""
+    scheduled: bool = False
+    backoff_ms: float = limits.retry_backoff_ms_initial
+    closed: bool = False
+    """The connection is gone: parked commands are dropped instead of retried."""
+    next_order: int = 0
+
+
+class _Attempt:
+    """One command on its way through the router: its `Answerer` on every attempt."""
+
+    __slots__ = (
+        "router",
+        "lane",
+        "order",
+        "name",
+        "args",
+        "call",
+        "stale",
+        "client_id",
+        "seq",
+        "receiver",
+        "ticket",
+        "deadline_s",
+        "redirects",
+        "maybe_logged",
+    )
+
+    def __init__(
+        self,
+        router: Router,
+        lane: Lane,
+        name: str,
+        args: list[Any],
+        *,
+        call: bool,
+        stale: bool,
+        receiver: Receiver,
+        ticket: int,
+        deadline_s: float,
+    ) -> None:
+        self.router = router
+        self.lane = lane
+        self.order = lane.next_order
+        lane.next_order += 1
+        self.name = name
+        self.args = args
+        self.call = call
+        self.stale = stale
+        session = lane.session
+        self.client_id = session.client_id
+        self.seq = session.begin() if call else 0
+        self.receiver = receiver
+        self.ticket = ticket
+        self.deadline_s = deadline_s
+        self.redirects = 0
+        self.maybe_logged = False
+
+    def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
+        self.router._on_answer(self, outcome, index)
+
+
+def _order(attempt: _Attempt) -> int:
+    return attempt.order
+
+
+class Router:
+    """Routes one server's commands (see the module docstring); `run` in a task group."""
+
+    def __init__(
+        self,
+        replica: LocalReplica,
+        *,
+        connector: Connector,
+        rng: random.Random,
+        deadline_ms: int = limits.command_deadline_ms_default,
+    ) -> None:
+        assert deadline_ms > 0
+        self._replica = replica
+        self._connector = connector
+        self._rng = rng
+        self._deadline_s = deadline_ms / 1000
+        self._leader: str | None = None
+        self._links: dict[str, ForwardLink] = {}
+        self._request_ids = itertools.count(1)
+        self._schedule: list[tuple[float, int, Lane]] = []
+        self._schedule_ids = itertools.count()
+        self._wakeup = anyio.Event()
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    # --- the server's side ----------------------------------------------------------------------
+
+    def lane(self) -> Lane:
+        """A new connection's lane, with a new session."""
+        return Lane(Session(self._rng.randbytes(CLIENT_ID_BYTES)))
+
+    def call(self, lane: Lane, name: str, args: list[Any], receiver: Receiver, ticket: int) -> None:
+        """Log command `name` (exactly once, with the lane's session); deliver its outcome."""
+        self._submit(
+            _Attempt(
+                self,
+                lane,
+                name,
+                args,
+                call=True,
+                stale=False,
+                receiver=receiver,
+                ticket=ticket,
+                deadline_s=anyio.current_time() + self._deadline_s,
+            )
+        )
+
+    def read(
+        self,
+        lane: Lane,
+        name: str,
+        args: list[Any],
+        receiver: Receiver,
+        ticket: int,
+        *,
+        stale: bool,
+    ) -> None:
+        """Answer query `name`, linearizably (on the leader) or `stale` (locally, at once)."""
+        self._submit(
+            _Attempt(
+                self,
+                lane,
+                name,
+                args,
+                call=False,
+                stale=stale,
+                receiver=receiver,
+                ticket=ticket,
+                deadline_s=anyio.current_time() + self._deadline_s,
+            )
+        )
+
+    def flush(self) -> None:
+        """A run of commands was handed over: let the local leader cut its batch now."""
+        self._replica.flush()
+
+    def close_lane(self, lane: Lane) -> None:
+        """The lane's connection closed: drop what waits for a retry."""
+        lane.closed = True
+        lane.parked.clear()
+
+    @property
+    def leader_hint(self) -> str | None:
+        """The leader's framework address as the router last heard it (None: unknown)."""
+        return self._leader
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Retry parked commands when due; own the leader links.  Runs until cancelled."""
+        try:
+            async with anyio.create_task_group() as task_group:
+                self._task_group = task_group
+                task_status.started()
+                await self._retry_loop()
+        finally:
+            self._task_group = None
+
+    async def _retry_loop(self) -> None:
+        schedule = self._schedule
+        while True:
+            wakeup = self._wakeup = anyio.Event()
+            delay_s = None
+            if schedule:
+                delay_s = max(0.0, schedule[0][0] - anyio.current_time())
+            with anyio.move_on_after(delay_s):
+                await wakeup.wait()
+            now_s = anyio.current_time()
+            released = False
+            while schedule and schedule[0][0] <= now_s:
+                _, _, lane = heapq.heappop(schedule)
+                lane.scheduled = False
+                parked, lane.parked = lane.parked, []
+                for attempt in parked:
+                    self._send(attempt)
+                released = True
+            if released:
+                self._replica.flush()
+
+    # --- attempts -----------------------------------------------------------------------------
+
+    def _submit(self, attempt: _Attempt) -> None:
+        lane = attempt.lane
+        if lane.parked:
+            bisect.insort(lane.parked, attempt, key=_order)
+            return
+        self._send(attempt)
+
+    def _send(self, attempt: _Attempt) -> None:
+        replica = self._replica
+        if attempt.stale:
+            replica.handle_query(
+                QueryRequest(0, attempt.name, attempt.args, {}, Consistency.STALE, 0), attempt
+            )
+            return
+        leader = self._leader
+        local = replica.is_leader or leader is None or leader == replica.address
+        request_id = 0 if local else next(self._request_ids)
+        request: CallRequest | QueryRequest
+        if attempt.call:
+            request = CallRequest(
+                request_id,
+                attempt.name,
+                attempt.args,
+                {},
+                attempt.client_id,
+                attempt.seq,
+                attempt.lane.session.ack_seq(),
+            )
+            if local:
+                replica.handle_call(request, attempt)
+                return
+        else:
+            request = QueryRequest(
+                request_id, attempt.name, attempt.args, {}, Consistency.LINEARIZABLE, 0
+            )
+            if local:
+                replica.handle_query(request, attempt)
+                return
+        assert leader is not None
+        self._link(leader).send(request, attempt)
+
+    def _link(self, address: str) -> ForwardLink:
+        link = self._links.get(address)
+        if link is not None and not link.closed:
+            return link
+        link = self._links[address] = ForwardLink(address, self._connector)
+        task_group = self._task_group
+        assert task_group is not None, "the router is not running"
+        task_group.start_soon(link.run)
+        while len(self._links) > limits.forward_links_max:
+            oldest = next(iter(self._links))
+            self._links.pop(oldest).close()
+        return link
+
+    def _on_answer(self, attempt: _Attempt, outcome: Outcome, index: int) -> None:
+        status = outcome.status
+        if status == RsmStatus.OK or status not in _RETRYABLE:
+            self._deliver(attempt, outcome, index)
+            return
+        if status == RsmStatus.SESSION_EXPIRED:
+            self._renew_session(attempt)
+        elif status == RsmStatus.NOT_LEADER:
+            hint = outcome.detail
+            self._leader = hint
+            if hint is not None and attempt.redirects < REDIRECTS_MAX:
+                attempt.redirects += 1
+                self._send(attempt)
+                return
+        else:
+            # The leader we sent to is gone or stuck: ask the local replica who leads now.
+            self._leader = None
+            if status in _MAYBE_LOGGED:
+                attempt.maybe_logged = True
+        self._park(attempt)
+
+    def _renew_session(self, attempt: _Attempt) -> None:
+        """The session expired, so nothing of it is applied: go again under a new one."""
+        session = attempt.lane.session
+        if attempt.client_id == session.client_id:
+            session.renew(self._rng.randbytes(CLIENT_ID_BYTES))
+        attempt.client_id = session.client_id
+        attempt.seq = session.begin()
+
+    def _park(self, attempt: _Attempt) -> None:
+        lane = attempt.lane
+        if lane.closed:
+            return
+        now_s = anyio.current_time()
+        if now_s >= attempt.deadline_s:
+            seconds = self._deadline_s
+            if attempt.maybe_logged:
+                error: Timeout | Unavailable = Timeout(
+                    f"no answer from a leader within {seconds} s"
+                )
+            else:
+                error = Unavailable(f"no leader took it within {seconds} s")
+            self._deliver(attempt, Outcome.failure(error), 0)
+            return
+        attempt.redirects = 0
+        bisect.insort(lane.parked, attempt, key=_order)
+        if lane.scheduled:
+            return
+        lane.scheduled = True
+        delay_s = lane.backoff_ms * (0.5 + self._rng.random() / 2) / 1000
+        lane.backoff_ms = min(lane.backoff_ms * 2, limits.retry_backoff_ms_max)
+        heapq.heappush(self._schedule, (now_s + delay_s, next(self._schedule_ids), lane))
+        self._wakeup.set()
+
+    def _deliver(self, attempt: _Attempt, outcome: Outcome, index: int) -> None:
+        lane = attempt.lane
+        if attempt.call:
+            lane.session.end(attempt.client_id, attempt.seq)
+        if outcome.ok:
+            lane.backoff_ms = limits.retry_backoff_ms_initial
+        attempt.receiver.deliver(attempt.ticket, outcome, index)

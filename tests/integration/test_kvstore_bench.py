@@ -1,0 +1,69 @@
+"""Smoke test of bench/kvstore_bench.py: it runs end to end (briefly, against the session's
+ZooKeeper) and its last line is one JSON object of the shape DESIGN.md §10 asks for.
+The numbers themselves are not checked: benchmarks are compared by people, not tests."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bookie.testing.zookeeper import LocalZooKeeper
+
+pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "kvstore_bench.py"
+TIMEOUT_S = 300
+
+
+@pytest.mark.skipif(
+    not (shutil.which("redis-benchmark") and shutil.which("redis-server")),
+    reason="redis-tools and redis-server are not installed (scripts/bootstrap.sh installs them)",
+)
+def test_bench_prints_one_json_object(
+    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path
+) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--seconds",
+            "0.5",
+            "--clients",
+            "10",
+            "--pipeline",
+            "4",
+            "--zk",
+            zookeeper.connect_string + zk_root,
+            "--data-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["benchmark"] == "kvstore"
+    names = {entry["name"] for entry in report["results"]}
+    assert names == {"SET", "GET", "SET-P4", "GET-P4", "via-follower-SET", "via-follower-GET"}
+    baselines = {entry["name"] for entry in report["baselines"]}
+    assert baselines == {
+        "redis-fsync-SET",
+        "redis-fsync-GET",
+        "redis-fsync-SET-P4",
+        "redis-fsync-GET-P4",
+        "pysyncobj-ReplDict-SET",
+        "pysyncobj-ReplDict-SET-tuned",
+    }
+    for entry in report["results"] + report["baselines"]:
+        assert entry["ops_per_s"] > 0, entry
+        assert entry["p50_ms"] is not None
+        assert entry["p99_ms"] is not None
+    assert set(report["targets"]) <= set(report["ratios"])
+    assert isinstance(report["meets_targets"], bool)

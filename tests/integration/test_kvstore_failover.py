@@ -1,0 +1,160 @@
+"""kill -9 of the leader replica under a redis-benchmark-style load: many clients writing.
+
+Acknowledged writes are never lost: every SET a client saw "OK" for is read
+back afterwards, from every surviving replica.  Clients connected to a
+follower see no error at all: their server retries their commands on the
+new leader with the same session seq, so each INCR is applied exactly once
+(the counter equals the acknowledged count).  Clients connected to the
+killed leader see their connection drop: that is their error to handle (the
+counter of their INCRs ends between the acknowledged count and that plus
+the failed ones).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+import redis
+import redis.exceptions
+
+from bookie.testing.zookeeper import LocalZooKeeper
+from tests.unit.kvstore.local_store import WAIT_S, Store, command, running_store, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
+
+CLIENTS_PER_REPLICA = 4
+WRITES_AFTER_FAILOVER = 200
+"""Acknowledged writes through followers after the kill before the load stops."""
+
+
+@pytest.fixture
+def store(zookeeper: LocalZooKeeper, zk_root: str, tmp_path: os.PathLike[str]) -> Iterator[Store]:
+    with running_store(zookeeper, zk_root, tmp_path) as running:  # type: ignore[arg-type]
+        yield running
+
+
+@dataclass
+class Load:
+    """What one client thread did."""
+
+    replica: str
+    number: int
+    acknowledged: dict[str, str] = field(default_factory=dict)
+    increments: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def run_client(store: Store, load: Load, stop: threading.Event, counter: str) -> None:
+    client = store.client(load.replica, socket_timeout=WAIT_S)
+    sequence = 0
+    try:
+        while not stop.is_set():
+            sequence += 1
+            key = f"load:{load.replica}:{load.number}:{sequence}"
+            value = f"v{sequence}"
+            try:
+                if client.set(key, value):
+                    load.acknowledged[key] = value
+                client.incr(counter)
+                load.increments += 1
+            except (redis.exceptions.ConnectionError, redis.exceptions.ResponseError) as error:
+                load.failures.append(f"{type(error).__name__}: {error}")
+                if len(load.failures) > 3:
+                    return  # its replica is gone for good
+    finally:
+        client.close()
+
+
+def test_acknowledged_writes_survive_a_leader_kill(store: Store) -> None:
+    leader = store.leader()
+    followers = [name for name in store.running() if name != leader]
+    stop = threading.Event()
+    loads = [
+        Load(name, number) for name in store.running() for number in range(CLIENTS_PER_REPLICA)
+    ]
+    threads = [
+        threading.Thread(
+            target=run_client,
+            args=(
+                store,
+                load,
+                stop,
+                "count:leader" if load.replica == leader else "count:followers",
+            ),
+        )
+        for load in loads
+    ]
+    for thread in threads:
+        thread.start()
+    follower_loads = [load for load in loads if load.replica != leader]
+
+    def acknowledged_through_followers() -> int:
+        return sum(len(load.acknowledged) for load in follower_loads)
+
+    wait_for(lambda: acknowledged_through_followers() >= 100)
+    store.kill(leader)
+    killed_at = acknowledged_through_followers()
+    new_leader = store.leader()
+    assert new_leader != leader
+    wait_for(lambda: acknowledged_through_followers() >= killed_at + WRITES_AFTER_FAILOVER)
+    stop.set()
+    for thread in threads:
+        thread.join(WAIT_S)
+        assert not thread.is_alive()
+
+    for load in follower_loads:
+        assert not load.failures, f"{load.replica} client {load.number}: {load.failures}"
+    leader_loads = [load for load in loads if load.replica == leader]
+    assert any(load.failures for load in leader_loads), "their connections dropped"
+
+    acknowledged: dict[str, str] = {}
+    for load in loads:
+        acknowledged.update(load.acknowledged)
+    wait_for(lambda: len({store.applied(name) for name in followers}) == 1)
+    for name in followers:
+        with store.client(name) as client:
+            command(client, "READONLY")
+            keys = list(acknowledged)
+            values = []
+            for start in range(0, len(keys), 500):
+                values += client.mget(keys[start : start + 500])
+            lost = [
+                key
+                for key, value in zip(keys, values, strict=True)
+                if value != acknowledged[key].encode()
+            ]
+            assert not lost, f"{len(lost)} acknowledged writes missing on {name}: {lost[:5]}"
+            assert int(client.get("count:followers") or 0) == sum(
+                load.increments for load in follower_loads
+            ), "each INCR through a follower applied exactly once"
+            leader_count = int(client.get("count:leader") or 0)
+            done = sum(load.increments for load in leader_loads)
+            failed = sum(len(load.failures) for load in leader_loads)
+            assert done <= leader_count <= done + failed
+
+
+def test_a_killed_leader_comes_back_as_a_follower_and_catches_up(store: Store) -> None:
+    leader = store.leader()
+    with store.client(leader) as client:
+        for i in range(50):
+            client.set(f"before:{i}", i)
+    store.kill(leader)
+    survivor = store.leader()
+    with store.client(survivor) as client:
+        for i in range(50):
+            client.set(f"after:{i}", i)
+    started_s = time.monotonic()
+    store.start(leader)
+    target = store.applied(survivor)
+    wait_for(lambda: store.applied(leader) >= target)
+    assert time.monotonic() - started_s < WAIT_S
+    with store.client(leader) as client:
+        command(client, "READONLY")
+        assert client.mget([f"before:{i}" for i in range(50)]) == [b"%d" % i for i in range(50)]
+        assert client.mget([f"after:{i}" for i in range(50)]) == [b"%d" % i for i in range(50)]
+        assert client.info("replication")["rsm_role"] == "follower"

@@ -1,0 +1,142 @@
+"""A whole key-value store as real processes, for the kvstore integration tests.
+
+`running_store` runs `kvstore.launcher.LocalKvCluster` (what `kvstore up`
+runs: three `bookie serve` and N `kvstore serve` processes) against the test
+session's ZooKeeper under the test's own chroot, on free ports, from a
+blocking portal, so tests use plain synchronous redis-py clients.  Replicas
+use a short ZooKeeper session timeout (`SESSION_TIMEOUT_MS`), so a killed
+leader is replaced within seconds.
+
+`Store.leader()` asks the replicas themselves (INFO's `rsm_role`);
+`Store.kill` is `kill -9`; `Store.start` restarts a replica and waits until
+the store is ready again; `Store.applied(name)` is a replica's applied
+index, for waiting until replicas agree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+import redis
+from kvstore.launcher import KvSettings, LocalKvCluster
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from bookie.testing.zookeeper import LocalZooKeeper
+
+SESSION_TIMEOUT_MS = 2_000
+WAIT_S = 60.0
+"""Bound on any wait for the store (start-up, failover): far above what a passing run needs."""
+POLL_S = 0.02
+
+T = TypeVar("T")
+
+
+@dataclass
+class Store:
+    portal: anyio.from_thread.BlockingPortal
+    cluster: LocalKvCluster
+
+    @property
+    def names(self) -> list[str]:
+        return [replica.name for replica in self.cluster.replicas]
+
+    def port(self, name: str) -> int:
+        return self.cluster.replica(name).resp_port
+
+    def client(self, name: str, **options: Any) -> redis.Redis:
+        """A redis-py client of replica `name` (close it, or use it in `with`).
+
+        Without redis-py's own retries: after a lost connection it would send
+        the command again on a new connection (a new session), and a test must
+        see the connection error instead (see the README on retries).
+        """
+        options.setdefault("socket_timeout", WAIT_S)
+        options.setdefault("retry", Retry(NoBackoff(), 0))
+        return redis.Redis(host="127.0.0.1", port=self.port(name), **options)
+
+    def info(self, name: str) -> dict[str, Any]:
+        with self.client(name, protocol=2) as client:
+            info: dict[str, Any] = client.info("replication")
+            return info
+
+    def leader(self) -> str:
+        """The replica serving as leader now (waits until one does)."""
+
+        def serving() -> str | None:
+            for name in self.running():
+                try:
+                    if self.info(name)["rsm_role"] == "leader":
+                        return name
+                except redis.ConnectionError:
+                    continue
+            return None
+
+        return wait_for(serving)
+
+    def applied(self, name: str) -> int:
+        return int(self.info(name)["rsm_applied_index"])
+
+    def running(self) -> list[str]:
+        return [r.name for r in self.cluster.replicas if r.process is not None]
+
+    def kill(self, name: str) -> None:
+        """kill -9: no graceful stop."""
+        self.cluster.kill(name)
+        self.portal.call(self._reap, name)
+
+    async def _reap(self, name: str) -> None:
+        replica = self.cluster.replica(name)
+        assert replica.process is not None
+        with anyio.fail_after(WAIT_S):
+            await replica.process.wait()
+        await replica.process.aclose()
+        replica.process = None
+
+    def stop(self, name: str) -> int:
+        return self.portal.call(self.cluster.stop, name)
+
+    def start(self, name: str) -> None:
+        self.portal.call(self.cluster.start, name)
+
+    def wait_ready(self) -> None:
+        self.portal.call(self.cluster.wait_ready)
+
+
+def command(client: redis.Redis, *words: str) -> Any:
+    """A raw command through redis-py (its `execute_command` is untyped)."""
+    return client.execute_command(*words)  # type: ignore[no-untyped-call]
+
+
+def wait_for(probe: Callable[[], T | None], timeout_s: float = WAIT_S) -> T:
+    """Poll `probe` until it returns something; fail after `timeout_s` (a condition, not a
+    delay that hopes something happened)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{probe} did not hold within {timeout_s} s")
+        time.sleep(POLL_S)
+
+
+@contextmanager
+def running_store(
+    zookeeper: LocalZooKeeper, zk_root: str, data_dir: Path, *, replicas: int = 3
+) -> Iterator[Store]:
+    """A store of `replicas` replica processes under `data_dir`, for the block."""
+    settings = KvSettings(replicas=replicas, base_port=0, session_timeout_ms=SESSION_TIMEOUT_MS)
+    cluster = LocalKvCluster(data_dir, zk=zookeeper.connect_string + zk_root, settings=settings)
+    with (
+        anyio.from_thread.start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(cluster),
+    ):
+        yield Store(portal, cluster)

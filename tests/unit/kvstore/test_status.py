@@ -1,0 +1,66 @@
+"""What `kvstore status` reads and prints: endpoint records and the status table."""
+
+from __future__ import annotations
+
+import pytest
+from kvstore.cli import render_status
+from kvstore.endpoints import Endpoint, decode_endpoint, encode_endpoint, endpoint_path
+
+from rsm.errors import InvalidConfig, MalformedValue
+
+
+def test_endpoints_round_trip_and_junk_is_refused() -> None:
+    endpoint = Endpoint("kv-1", "127.0.0.1:6379", "127.0.0.1:7379")
+    assert decode_endpoint("kv-1", encode_endpoint(endpoint)) == endpoint
+    assert endpoint_path("kv", "kv-1") == "/kvstore/kv/endpoints/kv-1"
+    for junk in (b"not json", b"[]", b'{"resp": "a"}', b'{"resp": 1, "address": "b"}'):
+        with pytest.raises(MalformedValue):
+            decode_endpoint("kv-1", junk)
+    with pytest.raises(InvalidConfig):
+        endpoint_path("kv", "a/b")
+
+
+REPORT = {
+    "app": "kv",
+    "zk": "127.0.0.1:2181",
+    "epoch": 2,
+    "leader": {"replica_id": "kv-2", "address": "127.0.0.1:7380", "epoch": 2},
+    "segments": 2,
+    "open_segment": {"ledger_id": 5, "first_index": 40},
+    "end_index": 39,
+    "bookies": {"writable": ["127.0.0.1:3181", "127.0.0.1:3182"], "read_only": ["127.0.0.1:3183"]},
+    "replicas": [
+        {
+            "replica_id": "kv-1",
+            "address": "127.0.0.1:7379",
+            "role": "follower",
+            "epoch": 2,
+            "applied_index": 41,
+            "lag": 1,
+            "resp": "127.0.0.1:6379",
+        },
+        {
+            "replica_id": "kv-2",
+            "address": "127.0.0.1:7380",
+            "role": "leader",
+            "epoch": 2,
+            "applied_index": 42,
+            "lag": 0,
+            "resp": "127.0.0.1:6380",
+        },
+        {"replica_id": "kv-3", "address": "127.0.0.1:7381", "error": "Timeout: no answer"},
+    ],
+}
+
+
+def test_the_status_table_names_each_replicas_redis_port() -> None:
+    assert render_status(REPORT).splitlines() == [
+        "store kv  ZooKeeper 127.0.0.1:2181  epoch 2  leader kv-2 (127.0.0.1:7380)",
+        "log: 2 segments, open: ledger 5 from index 40",
+        "bookies: 127.0.0.1:3181, 127.0.0.1:3182; read-only: 127.0.0.1:3183",
+        "",
+        "REPLICA  REDIS           ROLE                EPOCH  APPLIED  LAG  TRY",
+        "kv-1     127.0.0.1:6379  follower            2      41       1    redis-cli -p 6379",
+        "kv-2     127.0.0.1:6380  leader              2      42       0    redis-cli -p 6380",
+        "kv-3     ?               Timeout: no answer",
+    ]
