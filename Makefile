@@ -1,14 +1,18 @@
-# Two entry points matter: `make run` (a local cluster) and `make test`.
+# Two entry points matter: `make run` (the replicated key-value store on a local
+# cluster) and `make test`.
 # Both bootstrap first, so they work on a fresh Debian machine.
 PY := .venv/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: bootstrap run test test-fast lint typecheck bench soak clean
+.PHONY: bootstrap run cluster test test-fast lint typecheck bench soak clean
 
 bootstrap:
 	@scripts/bootstrap.sh
 
 run: bootstrap
+	@.venv/bin/kvstore up $(ARGS)
+
+cluster: bootstrap
 	@$(PY) -m bookie.local_cluster $(ARGS)
 
 test: bootstrap
