@@ -316,6 +316,13 @@ class RecoveryFailed(ClientError):
     retryable = True
 
 
+class WriterNotConfirmed(ClientError):
+    """Not enough bookies answered to prove this writer still owns its ledger, or its
+    ensemble changed meanwhile; nothing is known either way.  Try again."""
+
+    retryable = True
+
+
 class InvalidLedgerConfig(ClientError):
     """Ensemble / write quorum / ack quorum or another create option is not acceptable."""
 

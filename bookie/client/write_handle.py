@@ -42,6 +42,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import itertools
 from types import TracebackType
@@ -72,9 +73,33 @@ from bookie.errors import (
     BookieError,
     ClientClosed,
     InvalidEntryRange,
+    LedgerClosed,
+    LedgerFenced,
+    Status,
+    WriterNotConfirmed,
 )
-from bookie.wire.messages import AddResponse, Response, WriteLacRequest
+from bookie.wire.messages import (
+    AddResponse,
+    LedgerStateRequest,
+    LedgerStateResponse,
+    Response,
+    WriteLacRequest,
+)
 from bookie.wire.packet import Digest, master_key
+
+_NOT_FENCED_STATUSES = (Status.EOK, Status.ENOLEDGER)
+"""A bookie that holds nothing of the ledger has not fenced it: a fence creates it."""
+
+
+class _Confirmation:
+    """Answers gathered by one `confirm_writer` call."""
+
+    __slots__ = ("fenced", "not_fenced_mask", "pending")
+
+    def __init__(self, pending: int) -> None:
+        self.pending = pending
+        self.not_fenced_mask = 0
+        self.fenced = False
 
 
 def _ignore_answer(_outcome: Response | BookieError) -> None:
@@ -210,6 +235,58 @@ class WriteHandle:
         entry_id = self.append_nowait(payload)
         await self.wait_confirmed(entry_id)
         return entry_id
+
+    # --- confirming the writer ---------------------------------------------------------------
+
+    async def confirm_writer(self) -> None:
+        """Return once bookies prove that no recovery had finished fencing this ledger at
+        some instant after the call began (rule 5 of `bookie.core.quorum`).
+
+        Whatever this writer has confirmed is then the ledger's latest state at that
+        instant, with no entry appended and no fsync waited for: a replicated
+        state machine answers linearizable reads this way.  Raises `LedgerFenced`
+        when a bookie says the ledger is fenced (this writer must stop),
+        `WriterNotConfirmed` (retryable) when too few bookies answered in time or
+        the ensemble changed meanwhile, `LedgerClosed` once closing, or the error
+        that broke the handle.
+        """
+        if self._client_closed is not None:
+            raise self._client_closed
+        writer = self._writer
+        if writer.state is not WriterState.WRITABLE:
+            raise self._error or LedgerClosed(f"ledger {self._ledger_id} is closing or closed")
+        if writer.changing_ensemble:
+            raise WriterNotConfirmed(f"ledger {self._ledger_id}: ensemble change in flight")
+        ensemble = writer.ensemble
+        quorum = writer.quorum
+        answered = anyio.Event()
+        state = _Confirmation(len(ensemble))
+
+        def on_answer(index: int, outcome: Response | BookieError) -> None:
+            if isinstance(outcome, LedgerStateResponse):
+                if outcome.status == Status.EOK and outcome.fenced:
+                    state.fenced = True
+                elif outcome.status in _NOT_FENCED_STATUSES and not outcome.fenced:
+                    state.not_fenced_mask |= 1 << index
+            state.pending -= 1
+            if state.fenced or state.pending == 0 or quorum.writer_confirmed(state.not_fenced_mask):
+                answered.set()
+
+        context = self._context
+        for index, bookie_id in enumerate(ensemble):
+            context.pool.submit(
+                bookie_id,
+                LedgerStateRequest(0, self._ledger_id),
+                functools.partial(on_answer, index),
+                context.config.read_timeout_ms,
+            )
+        await answered.wait()
+        if state.fenced:
+            raise LedgerFenced(f"ledger {self._ledger_id} is fenced: another writer took over")
+        if not quorum.writer_confirmed(state.not_fenced_mask):
+            raise WriterNotConfirmed(f"ledger {self._ledger_id}: too few bookies answered")
+        if writer.ensemble != ensemble or writer.changing_ensemble:
+            raise WriterNotConfirmed(f"ledger {self._ledger_id}: the ensemble changed meanwhile")
 
     # --- closing ------------------------------------------------------------------------------
 

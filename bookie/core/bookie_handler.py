@@ -57,6 +57,8 @@ from bookie.wire.messages import (
     AddResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
+    LedgerStateRequest,
+    LedgerStateResponse,
     ListEntriesRequest,
     ListEntriesResponse,
     ReadLacRequest,
@@ -320,6 +322,8 @@ class BookieHandler:
             return self._write_lac(request, connection_id)
         if isinstance(request, GetBookieInfoRequest):
             return [ReportBookieInfo(connection_id, request.request_id)]
+        if isinstance(request, LedgerStateRequest):
+            return [Reply(connection_id, self._ledger_state(request))]
         return self._list_entries(request, connection_id)
 
     def _add(self, request: AddRequest, connection_id: int) -> list[Effect]:
@@ -443,6 +447,18 @@ class BookieHandler:
             if ledger.waiters:
                 self._wake(ledger, ledger_id, effects)
         return effects
+
+    def _ledger_state(self, request: LedgerStateRequest) -> LedgerStateResponse:
+        # From memory, answered at once: the fenced flag is set in memory when a
+        # fence is processed, before it is journaled, so a fence that a
+        # recoverer has been told about is always visible here.
+        request_id, ledger_id = request
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            if ledger_id in self._tombstones:
+                return LedgerStateResponse(request_id, _EOK, None, ledger_id, True, LAC_NONE)
+            return LedgerStateResponse(request_id, _ENOLEDGER, "no such ledger", ledger_id)
+        return LedgerStateResponse(request_id, _EOK, None, ledger_id, ledger.fenced, ledger.lac)
 
     def _list_entries(self, request: ListEntriesRequest, connection_id: int) -> list[Effect]:
         request_id, ledger_id = request

@@ -108,6 +108,25 @@ class Quorum:
         """Whether `no_entry_count` explicit no-entry answers prove the entry was never acked."""
         return no_entry_count >= self.write_quorum - self.ack_quorum + 1
 
+    # --- rule 5: the writer still owns its ledger ----------------------------------------------
+
+    def writer_confirmed(self, not_fenced_mask: int) -> bool:
+        """Whether "not fenced" answers from the bookies in `not_fenced_mask` prove that no
+        recovery had completed its fencing when the earliest of them was given.
+
+        A recovery completes fencing only once every write set has at least
+        Qw - Qa + 1 fenced members (rule 3).  Fencing is never undone, so if Qa
+        members of one write set all answered "not fenced", then at the earliest
+        of those answers that write set had at most Qw - Qa fenced members and
+        no recovery had completed.  Nothing a successor writes can be
+        acknowledged before its fencing completes, so the writer's state at
+        that instant is the ledger's latest: the linearization point of a read
+        answered from it (docs/ledgers.md, "Confirming the writer").
+        """
+        return any(
+            (mask & not_fenced_mask).bit_count() >= self.ack_quorum for mask in self.write_masks
+        )
+
 
 # --- bookie id <-> ensemble index -------------------------------------------------------------
 

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 from bookie import limits
 from bookie.core.metadata import LedgerMetadata, LedgerState
-from bookie.core.quorum import changed_indices, ensemble_indices, index_mask
+from bookie.core.quorum import Quorum, changed_indices, ensemble_indices, index_mask
 from bookie.errors import (
     BookieError,
     LedgerClosed,
@@ -266,6 +266,15 @@ class AddPipeline:
     def idle(self) -> bool:
         """Nothing pending and no ensemble change in flight."""
         return not self._pending and self._changing is None
+
+    @property
+    def changing_ensemble(self) -> bool:
+        """An ensemble change is in flight: the metadata may already name another ensemble."""
+        return self._changing is not None
+
+    @property
+    def quorum(self) -> Quorum:
+        return self._quorum
 
     # --- inputs -------------------------------------------------------------------------------
 
@@ -548,6 +557,14 @@ class Writer:
     @property
     def ensemble(self) -> tuple[str, ...]:
         return self._pipeline.ensemble
+
+    @property
+    def changing_ensemble(self) -> bool:
+        return self._pipeline.changing_ensemble
+
+    @property
+    def quorum(self) -> Quorum:
+        return self._pipeline.quorum
 
     @property
     def capacity(self) -> int:

@@ -56,6 +56,8 @@ from bookie.wire.messages import (
     AddResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
+    LedgerStateRequest,
+    LedgerStateResponse,
     ListEntriesRequest,
     ListEntriesResponse,
     ReadLacRequest,
@@ -163,6 +165,7 @@ _REQUEST_FIELDS: Final[dict[type[Request], tuple[Validator, ...]]] = {
     WriteLacRequest: (_u63, _key, _lac, _packet),
     GetBookieInfoRequest: (),
     ListEntriesRequest: (_u63,),
+    LedgerStateRequest: (_u63,),
 }
 
 _RESPONSE_FIELDS: Final[dict[type[Response], tuple[Validator, ...]]] = {
@@ -178,6 +181,7 @@ _RESPONSE_FIELDS: Final[dict[type[Response], tuple[Validator, ...]]] = {
     WriteLacResponse: (_optional(_u63),),
     GetBookieInfoResponse: (_optional(_u63), _optional(_u63), _optional(_bool)),
     ListEntriesResponse: (_optional(_u63), _optional(_ranges)),
+    LedgerStateResponse: (_optional(_u63), _optional(_bool), _optional(_lac)),
 }
 
 

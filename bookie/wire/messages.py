@@ -29,6 +29,7 @@ class Op(enum.IntEnum):
     WRITE_LAC = 4
     GET_BOOKIE_INFO = 5
     LIST_ENTRIES = 6
+    LEDGER_STATE = 7
 
 
 ADD_FLAG_RECOVERY = 0x1
@@ -106,6 +107,17 @@ class ListEntriesRequest(NamedTuple):
     ledger_id: int
 
 
+class LedgerStateRequest(NamedTuple):
+    """Ask whether a ledger is fenced and its LAC, from memory (no storage read, no fsync).
+
+    A writer uses it to confirm it still owns its ledger without appending
+    anything: the basis of fast linearizable reads (docs/protocol.md).
+    """
+
+    request_id: int
+    ledger_id: int
+
+
 Request = (
     AddRequest
     | ReadRequest
@@ -113,6 +125,7 @@ Request = (
     | WriteLacRequest
     | GetBookieInfoRequest
     | ListEntriesRequest
+    | LedgerStateRequest
 )
 
 # --- responses --------------------------------------------------------------------------------
@@ -178,6 +191,21 @@ class ListEntriesResponse(NamedTuple):
     ranges: list[list[int]] | None = None
 
 
+class LedgerStateResponse(NamedTuple):
+    """`fenced` and `lac` of the ledger as the bookie knows them when it answers.
+
+    ENOLEDGER for a ledger the bookie holds nothing of: such a ledger is not
+    fenced there (a fence would have created it).
+    """
+
+    request_id: int
+    status: int
+    message: str | None
+    ledger_id: int | None = None
+    fenced: bool | None = None
+    lac: int | None = None
+
+
 Response = (
     AddResponse
     | ReadResponse
@@ -185,6 +213,7 @@ Response = (
     | WriteLacResponse
     | GetBookieInfoResponse
     | ListEntriesResponse
+    | LedgerStateResponse
 )
 
 REQUEST_TYPES: dict[Op, type[Request]] = {
@@ -194,6 +223,7 @@ REQUEST_TYPES: dict[Op, type[Request]] = {
     Op.WRITE_LAC: WriteLacRequest,
     Op.GET_BOOKIE_INFO: GetBookieInfoRequest,
     Op.LIST_ENTRIES: ListEntriesRequest,
+    Op.LEDGER_STATE: LedgerStateRequest,
 }
 
 RESPONSE_TYPES: dict[Op, type[Response]] = {
@@ -203,6 +233,7 @@ RESPONSE_TYPES: dict[Op, type[Response]] = {
     Op.WRITE_LAC: WriteLacResponse,
     Op.GET_BOOKIE_INFO: GetBookieInfoResponse,
     Op.LIST_ENTRIES: ListEntriesResponse,
+    Op.LEDGER_STATE: LedgerStateResponse,
 }
 
 OP_OF_REQUEST: dict[type[Request], Op] = {cls: op for op, cls in REQUEST_TYPES.items()}

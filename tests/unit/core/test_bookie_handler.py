@@ -36,6 +36,8 @@ from bookie.wire.messages import (
     AddResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
+    LedgerStateRequest,
+    LedgerStateResponse,
     ListEntriesRequest,
     ListEntriesResponse,
     ReadLacRequest,
@@ -287,6 +289,33 @@ def test_fenced_then_deleted_ledger_refuses_a_late_add_and_is_not_recreated() ->
     assert status_of(bookie.one(add(1, recovery=True))) == Status.EFENCED
     assert not bookie.handler.is_known(LEDGER)
     assert LEDGER not in bookie.storage.ledger_ids()
+
+
+def test_ledger_state_answers_from_memory_at_once_fenced_or_not() -> None:
+    bookie = Bookie()
+    assert bookie.one(LedgerStateRequest(5, LEDGER)) == Answer(
+        1, LedgerStateResponse(5, Status.ENOLEDGER, "no such ledger", LEDGER), False
+    )
+    bookie.send(add(0))
+    bookie.send(add(1))
+    assert bookie.one(LedgerStateRequest(6, LEDGER)) == Answer(
+        1, LedgerStateResponse(6, Status.EOK, None, LEDGER, False, 0), False
+    )
+    # The flag is visible as soon as the fence is processed, before its sync:
+    # a recoverer is told only after the sync, so this answer is never late.
+    bookie.handler.handle(read(ENTRY_ID_LAST, fence=True, key=KEY), 0, 1)
+    answer = bookie.one(LedgerStateRequest(7, LEDGER))
+    assert answer.response == LedgerStateResponse(7, Status.EOK, None, LEDGER, True, 0)
+    assert not answer.after_sync
+
+
+def test_ledger_state_of_a_fenced_then_deleted_ledger_says_fenced() -> None:
+    bookie = Bookie()
+    bookie.send(add(0))
+    bookie.send(read(0, fence=True, key=KEY))
+    bookie.storage.delete_ledger(LEDGER)
+    bookie.handler.ledger_deleted(LEDGER)
+    assert bookie.one(LedgerStateRequest(8, LEDGER)).response.fenced is True
 
 
 def test_tombstones_recovered_from_storage_refuse_late_adds() -> None:

@@ -109,6 +109,23 @@ def test_rule4_absent_means_no_ack_quorum_can_hold_the_entry(e: int, qw: int, qa
                 assert quorum.absent(len(said_no)) == never_acked
 
 
+@pytest.mark.parametrize(("e", "qw", "qa"), CONFIGS)
+def test_rule5_writer_confirmed_means_no_fencing_could_have_completed(
+    e: int, qw: int, qa: int
+) -> None:
+    # Brute force: the answers prove no recovery finished fencing exactly when
+    # even fencing every bookie that did not answer "not fenced" would leave
+    # some write set without Qw - Qa + 1 fenced members.
+    quorum = Quorum(e, qw, qa)
+    write_sets = [brute_write_set(start, e, qw) for start in range(e)]
+    for not_fenced_mask in range(1 << e):
+        could_be_fenced = set(range(e)) - bits(not_fenced_mask)
+        fencing_possible = all(
+            len(write_set & could_be_fenced) >= qw - qa + 1 for write_set in write_sets
+        )
+        assert quorum.writer_confirmed(not_fenced_mask) == (not fencing_possible)
+
+
 def test_full_coverage_and_empty_coverage() -> None:
     for e, qw, qa in CONFIGS:
         quorum = Quorum(e, qw, qa)

@@ -30,6 +30,8 @@ from bookie.wire.messages import (
     AddResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
+    LedgerStateRequest,
+    LedgerStateResponse,
     ListEntriesRequest,
     ListEntriesResponse,
     Op,
@@ -79,6 +81,7 @@ requests: st.SearchStrategy[Request] = st.one_of(
     st.builds(WriteLacRequest, u63, u63, key, lac, packet),
     st.builds(GetBookieInfoRequest, u63),
     st.builds(ListEntriesRequest, u63, u63),
+    st.builds(LedgerStateRequest, u63, u63),
 )
 
 
@@ -104,6 +107,7 @@ responses: st.SearchStrategy[Response] = st.one_of(
         GetBookieInfoResponse, u63, status, message, _opt(u63), _opt(u63), _opt(st.booleans())
     ),
     st.builds(ListEntriesResponse, u63, status, message, _opt(u63), _opt(ranges)),
+    st.builds(LedgerStateResponse, u63, status, message, _opt(u63), _opt(st.booleans()), _opt(lac)),
 )
 
 # Values of every CBOR kind a hostile peer could put in a field.
