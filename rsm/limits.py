@@ -135,6 +135,9 @@ replica_retry_delay_ms_default = 200
 takeover_attempts_max = 20
 """Takeover attempts (lost CAS, failed recovery) in a row before the replica stands aside."""
 
+stand_aside_delay_ms_max = 5_000
+"""Longest wait of a replica that stood aside (its own term failed) before it stands again."""
+
 leader_publish_attempts_max = 10
 """Tries to write the `leader` znode before a new leader gives up and steps down."""
 

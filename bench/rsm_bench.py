@@ -1,0 +1,489 @@
+"""Benchmark: a replicated counter on the framework, real processes, against PySyncObj.
+
+    python bench/rsm_bench.py [--seconds 5] [--clients 64] [--workers 2] [--zk HOSTS] ...
+
+Starts a ZooKeeper (unless `--zk`) and 3 `bookie serve` processes with fsync
+on (`bookie.local_cluster.LocalCluster`), then 3 `rsm run` replicas of
+`rsm.testing.workload:AuditCounter` with E=3, Qw=3, Qa=2: an acknowledged
+command is in a ledger entry fsynced on at least two bookies.  Measured:
+
+* `add-100B`: `--clients` concurrent callers (tasks spread over `--workers`
+  load processes; the callers of one process share one `rsm.Client`, a
+  pipelined connection and one session) each calling `add` in a loop with a
+  command of 100 encoded bytes, for `--seconds` after a warm-up: commands
+  acknowledged per second and the latency from call to answer (p50, p99,
+  p99.9).  Afterwards the counter is checked to hold exactly the acknowledged
+  adds (`consistent`).
+* `handoff`: `--handoffs` graceful transfers, each to another replica; the
+  unavailability window the old leader measures (it stopped taking writes
+  -> the successor serves), median and max.
+* `failover`: SIGKILL of the leader while one caller keeps writing; the time
+  from the kill to the first acknowledged write sent after it.  Bounded below
+  by the ZooKeeper session timeout (`--session-timeout-ms`): the dead
+  leader's candidacy lives until ZooKeeper expires its session.
+
+Baseline, same run, same machine: PySyncObj (`pysyncobj`, the `bench`
+extra), 3 nodes as processes on loopback, a replicated counter whose `add`
+takes a 100-byte argument, driven with the same number of concurrent
+callers, inside one node's process (PySyncObj has no client protocol, so its
+callers skip the network hop ours pay).  PySyncObj keeps its log in memory
+and fsyncs nothing.  Targets (DESIGN.md / the issue): at least 2x its
+throughput, failover under 2x the session timeout, handoff under 100 ms.
+
+The last line of output is ONE JSON object (DESIGN.md §10 shape); progress
+goes to stderr.  `--worker` and `--pysyncobj-node` are this script's own
+subprocess roles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPOSITORY))
+
+from bookie.local_cluster import LocalCluster  # noqa: E402
+from bookie.testing.zookeeper import free_port  # noqa: E402
+from rsm.client import ClientConfig, connect  # noqa: E402
+from rsm.core.entry_format import encode_command  # noqa: E402
+from rsm.errors import RsmError  # noqa: E402
+
+UVLOOP = importlib.util.find_spec("uvloop") is not None
+HOST = "127.0.0.1"
+APP = "bench"
+MACHINE = "rsm.testing.workload:AuditCounter"
+COMMAND_BYTES = 100
+WARMUP_S = 1.0
+START_TIMEOUT_S = 60.0
+RESULT_TIMEOUT_S = 120.0
+PROBE = ClientConfig(attempt_timeout_ms=300, backoff_ms_initial=5, backoff_ms_max=50)
+"""The failover prober retries often, so it sees the new leader as soon as it serves."""
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def summary(name: str, count: int, seconds: float, latencies_ms: list[float]) -> dict[str, Any]:
+    ordered = sorted(latencies_ms)
+    return {
+        "name": name,
+        "ops_per_s": round(count / seconds),
+        "p50_ms": round(percentile(ordered, 0.50), 3),
+        "p99_ms": round(percentile(ordered, 0.99), 3),
+        "p999_ms": round(percentile(ordered, 0.999), 3),
+    }
+
+
+def pad_for(command_bytes: int) -> str:
+    """A `pad` argument that makes an `add` command item `command_bytes` long when encoded."""
+    for length in range(command_bytes):
+        item = encode_command(
+            "add",
+            ["w1-c1", 1_000_000, "x" * length],
+            {},
+            client_id=bytes(16),
+            seq=1_000_000,
+            ack_seq=999_999,
+        )
+        if len(item) >= command_bytes:
+            return "x" * length
+    raise ValueError(f"an add command is longer than {command_bytes} bytes")
+
+
+def run_async(function: Any, *args: Any) -> Any:
+    return anyio.run(function, *args, backend_options={"use_uvloop": UVLOOP})
+
+
+# --- load worker (subprocess role) ------------------------------------------------------------
+
+
+async def worker(arguments: argparse.Namespace) -> None:
+    """`--clients` callers on one client for warm-up + `--seconds`; a JSON result on stdout."""
+    pad = pad_for(COMMAND_BYTES)
+    latencies_ms: list[float] = []
+    counts = {"measured": 0, "acknowledged": 0, "errors": 0}
+    started = time.perf_counter()
+    measure_from = started + WARMUP_S
+    stop_at = measure_from + arguments.seconds
+
+    async with connect(APP, zk=arguments.zk) as client:
+
+        async def caller(name: str) -> None:
+            seq = 0
+            while (now := time.perf_counter()) < stop_at:
+                seq += 1
+                try:
+                    await client.call("add", name, seq, pad)
+                except RsmError:
+                    counts["errors"] += 1
+                    continue
+                done = time.perf_counter()
+                counts["acknowledged"] += 1
+                if now >= measure_from and done <= stop_at:
+                    counts["measured"] += 1
+                    latencies_ms.append((done - now) * 1000)
+
+        async with anyio.create_task_group() as task_group:
+            for number in range(arguments.clients):
+                task_group.start_soon(caller, f"{arguments.name}-c{number}")
+    print(json.dumps({**counts, "latencies_ms": latencies_ms}))
+
+
+# --- PySyncObj node (subprocess role) ---------------------------------------------------------
+
+
+def pysyncobj_node(arguments: argparse.Namespace) -> None:
+    """One PySyncObj node; with `--clients`, it also drives the counter and prints a result."""
+    from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+
+    class Counter(SyncObj):  # type: ignore[misc]
+        def __init__(self, address: str, partners: list[str]) -> None:
+            super().__init__(address, partners, SyncObjConf(dynamicMembershipChange=False))
+            self.value = 0
+
+        @replicated  # type: ignore[untyped-decorator]
+        def add(self, pad: str) -> int:
+            self.value += 1
+            return int(self.value)
+
+    counter = Counter(arguments.node, arguments.partners.split(","))
+    counter.waitReady()
+    while counter._getLeader() is None:
+        time.sleep(0.01)
+    if not counter._isLeader():
+        # Only the leader drives the load: a follower would forward every command to it.
+        threading.Event().wait()
+        return
+    pad = "x" * COMMAND_BYTES
+    lock = threading.Lock()
+    latencies_ms: list[float] = []
+    counts = {"measured": 0, "acknowledged": 0, "errors": 0}
+    measure_from = time.perf_counter() + WARMUP_S
+    stop_at = measure_from + arguments.seconds
+    finished = threading.Event()
+    active = [arguments.clients]
+
+    def submit() -> None:
+        started = time.perf_counter()
+        counter.add(pad, callback=lambda result, error: done(started, error))
+
+    def done(started: float, error: int) -> None:
+        now = time.perf_counter()
+        with lock:
+            if error == FAIL_REASON.SUCCESS:
+                counts["acknowledged"] += 1
+                if started >= measure_from and now <= stop_at:
+                    counts["measured"] += 1
+                    latencies_ms.append((now - started) * 1000)
+            else:
+                counts["errors"] += 1
+            if now >= stop_at:
+                active[0] -= 1
+                if not active[0]:
+                    finished.set()
+                return
+        submit()
+
+    for _ in range(arguments.clients):
+        submit()
+    finished.wait(arguments.seconds + RESULT_TIMEOUT_S)
+    partial = arguments.result.with_suffix(".partial")
+    partial.write_text(json.dumps({**counts, "latencies_ms": latencies_ms}))
+    partial.rename(arguments.result)
+    os._exit(0)  # PySyncObj's threads do not stop by themselves
+
+
+def pysyncobj_baseline(arguments: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
+    ports = [free_port(HOST) for _ in range(3)]
+    nodes = [f"{HOST}:{port}" for port in ports]
+    result_file = data_dir / "pysyncobj-result.json"
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for index, node in enumerate(nodes):
+            partners = ",".join(other for other in nodes if other != node)
+            command = [
+                sys.executable,
+                __file__,
+                "--pysyncobj-node",
+                node,
+                "--partners",
+                partners,
+                "--seconds",
+                str(arguments.seconds),
+                "--clients",
+                str(arguments.clients),
+                "--result",
+                str(result_file),
+            ]
+            with (data_dir / f"pysyncobj-{index}.log").open("w") as log_file:
+                processes.append(subprocess.Popen(command, stderr=log_file))
+        deadline = time.monotonic() + arguments.seconds + RESULT_TIMEOUT_S
+        while not result_file.exists():
+            if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in processes):
+                raise RuntimeError(f"PySyncObj gave no result; see {data_dir}/pysyncobj-*.log")
+            time.sleep(0.05)
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+    result = json.loads(result_file.read_text())
+    return {
+        **summary(
+            "pysyncobj-add-100B", result["measured"], arguments.seconds, result["latencies_ms"]
+        ),
+        "errors": result["errors"],
+    }
+
+
+# --- the framework ----------------------------------------------------------------------------
+
+
+class Replicas:
+    """The `rsm run` processes, by address."""
+
+    def __init__(self, arguments: argparse.Namespace, cluster: LocalCluster, data_dir: Path):
+        self._arguments = arguments
+        self._cluster = cluster
+        self._data_dir = data_dir
+        self.processes: dict[str, anyio.abc.Process] = {}
+
+    async def start(self, count: int) -> None:
+        for number in range(1, count + 1):
+            address = f"{HOST}:{free_port(HOST)}"
+            command = [
+                sys.executable,
+                "-m",
+                "rsm.cli",
+                "run",
+                MACHINE,
+                "--app",
+                APP,
+                "--zk",
+                self._cluster.zk_servers,
+                "--ledger-root",
+                self._cluster.zk_root,
+                "--listen",
+                address,
+                "--session-timeout-ms",
+                str(self._arguments.session_timeout_ms),
+            ]
+            log_file = (self._data_dir / f"replica-{number}.log").open("ab")
+            self.processes[address] = await anyio.open_process(
+                command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file
+            )
+
+    async def stop(self) -> None:
+        for process in self.processes.values():
+            if process.returncode is None:
+                process.kill()
+        for process in self.processes.values():
+            await process.wait()
+            await process.aclose()
+
+
+@contextlib.asynccontextmanager
+async def framework(arguments: argparse.Namespace, data_dir: Path) -> AsyncIterator[Replicas]:
+    async with LocalCluster(
+        data_dir / "cluster", bookies=3, zk_servers=arguments.zk, zk_root=f"/bench-{os.getpid()}"
+    ) as cluster:
+        replicas = Replicas(arguments, cluster, data_dir)
+        try:
+            await replicas.start(3)
+            arguments.zk = cluster.zk_servers
+            async with connect(APP, zk=cluster.zk_servers) as client:
+                with anyio.fail_after(START_TIMEOUT_S):
+                    await client.call("add", "start", 1, "")
+            yield replicas
+        finally:
+            with anyio.CancelScope(shield=True):
+                await replicas.stop()
+
+
+async def throughput(arguments: argparse.Namespace) -> dict[str, Any]:
+    per_worker = [arguments.clients // arguments.workers] * arguments.workers
+    per_worker[0] += arguments.clients - sum(per_worker)
+    commands = [
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            f"w{index}",
+            "--zk",
+            arguments.zk,
+            "--clients",
+            str(clients),
+            "--seconds",
+            str(arguments.seconds),
+        ]
+        for index, clients in enumerate(per_worker)
+    ]
+    results: list[dict[str, Any]] = []
+
+    async def run(command: list[str]) -> None:
+        completed = await anyio.run_process(command, check=True)
+        results.append(json.loads(completed.stdout.decode().strip().splitlines()[-1]))
+
+    with anyio.fail_after(arguments.seconds + RESULT_TIMEOUT_S):
+        async with anyio.create_task_group() as task_group:
+            for command in commands:
+                task_group.start_soon(run, command)
+    latencies = [value for result in results for value in result["latencies_ms"]]
+    measured = sum(result["measured"] for result in results)
+    acknowledged = sum(result["acknowledged"] for result in results)
+    async with connect(APP, zk=arguments.zk) as client:
+        audit = await client.query("audit")
+    seqs: dict[str, list[int]] = audit["seqs"]
+    load_adds = sum(len(applied) for name, applied in seqs.items() if name.startswith("w"))
+    return {
+        **summary("add-100B", measured, arguments.seconds, latencies),
+        "errors": sum(result["errors"] for result in results),
+        "consistent": load_adds == acknowledged
+        and all(len(set(applied)) == len(applied) for applied in seqs.values()),
+    }
+
+
+async def handoffs(arguments: argparse.Namespace, replicas: Replicas) -> dict[str, Any]:
+    windows: list[int] = []
+    async with connect(APP, zk=arguments.zk) as client:
+        for _ in range(arguments.handoffs):
+            leader = (await client.status())["replica_id"]
+            target = next(address for address in replicas.processes if address != leader)
+            result = await client.transfer_leadership(target)
+            if result["window_ms"] is not None:
+                windows.append(result["window_ms"])
+            await client.call("add", "handoff", len(windows), "")
+    return {
+        "name": "handoff",
+        "handoffs": arguments.handoffs,
+        "median_ms": statistics.median(windows) if windows else None,
+        "max_ms": max(windows) if windows else None,
+    }
+
+
+async def failover(arguments: argparse.Namespace, replicas: Replicas) -> dict[str, Any]:
+    killed_at: list[float] = []
+    first_write_s: list[float] = []
+    async with connect(APP, zk=arguments.zk, config=PROBE) as client:
+        leader = (await client.status())["replica_id"]
+
+        async def probe() -> None:
+            seq = 0
+            while not first_write_s:
+                seq += 1
+                sent = time.perf_counter()
+                try:
+                    await client.call("add", "failover", seq, "")
+                except RsmError:
+                    continue
+                if killed_at and sent > killed_at[0]:
+                    first_write_s.append(time.perf_counter() - killed_at[0])
+
+        with anyio.fail_after(START_TIMEOUT_S):
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(probe)
+                await anyio.sleep(0.2)  # the prober writes steadily before the kill
+                killed_at.append(time.perf_counter())
+                replicas.processes[leader].send_signal(signal.SIGKILL)
+    return {
+        "name": "failover",
+        "ms": round(first_write_s[0] * 1000),
+        "session_timeout_ms": arguments.session_timeout_ms,
+    }
+
+
+async def bench_framework(arguments: argparse.Namespace, data_dir: Path) -> list[dict[str, Any]]:
+    async with framework(arguments, data_dir) as replicas:
+        log(f"framework: {arguments.clients} callers for {arguments.seconds} s ...")
+        results = [await throughput(arguments)]
+        log(f"  {results[-1]}")
+        results.append(await handoffs(arguments, replicas))
+        log(f"  {results[-1]}")
+        results.append(await failover(arguments, replicas))
+        log(f"  {results[-1]}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--clients", type=int, default=64, help="concurrent callers")
+    parser.add_argument("--workers", type=int, default=2, help="load processes")
+    parser.add_argument("--handoffs", type=int, default=3)
+    parser.add_argument("--session-timeout-ms", type=int, default=2_000)
+    parser.add_argument("--zk", help="an existing ZooKeeper (default: start one)")
+    parser.add_argument("--data-dir", type=Path, help="where the data goes (default: a temp dir)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip PySyncObj")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--pysyncobj-node", help=argparse.SUPPRESS)
+    parser.add_argument("--partners", help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    arguments = parser.parse_args(argv)
+    if arguments.worker:
+        arguments.name = arguments.worker
+        run_async(worker, arguments)
+        return 0
+    if arguments.pysyncobj_node:
+        arguments.node = arguments.pysyncobj_node
+        pysyncobj_node(arguments)
+        return 0
+    if arguments.clients < 1 or arguments.workers < 1 or arguments.workers > arguments.clients:
+        parser.error("need --clients >= --workers >= 1")
+    config = {
+        "seconds": arguments.seconds,
+        "clients": arguments.clients,
+        "workers": arguments.workers,
+        "command_bytes": COMMAND_BYTES,
+        "replicas": 3,
+        "bookies": 3,
+        "ensemble": 3,
+        "write_quorum": 3,
+        "ack_quorum": 2,
+        "session_timeout_ms": arguments.session_timeout_ms,
+        "uvloop": UVLOOP,
+    }
+    with contextlib.ExitStack() as stack:
+        if arguments.data_dir is None:
+            data_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rsm-bench-")))
+        else:
+            data_dir = arguments.data_dir
+            data_dir.mkdir(parents=True, exist_ok=True)
+        results = run_async(bench_framework, arguments, data_dir)
+        baselines = []
+        if not arguments.no_baseline:
+            log(f"PySyncObj: {arguments.clients} callers for {arguments.seconds} s ...")
+            baselines.append(pysyncobj_baseline(arguments, data_dir))
+            log(f"  {baselines[-1]}")
+    print(
+        json.dumps(
+            {"benchmark": "rsm", "config": config, "results": results, "baselines": baselines}
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,502 @@
+"""Replicas, clients and their observation in the seeded whole-cluster simulation.
+
+`RsmCluster` puts the framework's real shells (`Replica`, `rsm.Client`) on
+the simulated world of `bookie.testing.simcluster.SimCluster` (virtual-time
+loop, simulated network, bookies over memory disks, in-memory metadata with
+sessions), so a nemesis can break them and the checks can watch:
+
+* Replicas are hosts `replica-1`, `replica-2`, ... on the network, each
+  incarnation with its own metadata session, ledger client and `SimStore`
+  (`rsm.testing.workload`) whose observer records every command it applies,
+  with the replica incarnation (`replica-1#2`) and whether the replica was
+  then the leader of that command's epoch (its term is of that epoch: the
+  leader applies its own batches only once Qa bookies confirmed them, so
+  that is "this replica got a batch of this epoch acknowledged").
+* `crash` is `kill -9`: the host goes down (its connections reset), the
+  incarnation's tasks are cancelled, its session is cut off and expires
+  `session_timeout_ms` later, as ZooKeeper would expire it; `restart` starts a
+  new incarnation, which replays the log from the start.
+* `cut_off` partitions one host from the metadata service only: its session
+  is suspended, and expires if the cut lasts longer than the session timeout;
+  `reconnect` ends the cut (after an expiry the host hears LOST, then gets a
+  new session).  `expire` expires a session at once.
+* `transfer` asks a replica for a graceful handover, in a task of that
+  incarnation (a crash cancels it).
+* Log events of the framework (`rsm.takeover`, `rsm.step_down`, ...) become
+  trace lines stamped with the incarnation that logged them (a context
+  variable set in each incarnation's task, inherited by every task it
+  starts), and counts in `world.stats` ("step-down-fenced": a leader was
+  fenced by a successor while it still ran).
+* `read_log` reads the final log as a fresh host would, recovering its OPEN
+  segment (do it once the replicas are gone), and replays it through the
+  framework's own `Applier` into a fresh store: the canonical applied
+  sequence every replica's must be a prefix of.
+
+An incarnation that stops with an exception is a failure of the framework (a
+replica must survive every fault the nemesis injects, or stop only to avoid
+diverging, which is a failure too): it goes to `failures`.
+
+Determinism: everything random comes from `world.derive_rng()`, called in
+program order; collections are lists and dicts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import itertools
+import logging
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from bookie.client.config import ClientConfig as LedgerConfig
+from bookie.client.ledger_client import LedgerClient
+from bookie.client.read_handle import ReadHandle
+from bookie.errors import BookieError
+from bookie.meta.api import SessionState
+from bookie.meta.memory import MemoryMetadataStore
+from bookie.testing.simcluster import SimCluster, Trace
+from rsm.applier import Applier
+from rsm.client import Client, connect
+from rsm.client import ClientConfig as RsmClientConfig
+from rsm.config import ReplicaConfig
+from rsm.core.entry_format import Batch, CommandItem, LeaderStart
+from rsm.core.log_state import Log, Segment
+from rsm.errors import RsmError
+from rsm.layout import AppLayout
+from rsm.log import LogStore, SegmentReader, replay_log
+from rsm.replica import Replica
+from rsm.testing.workload import Applied, observed_store
+from rsm.transient import is_transient
+
+APP = "sim"
+REPLICA_PORT = 7000
+READ_LOG_ATTEMPTS_MAX = 20
+"""Tries to read the final log (the bookies may still be coming back) before giving up."""
+READ_LOG_RETRY_S = 0.5
+
+_HOST: contextvars.ContextVar[str] = contextvars.ContextVar("rsm_sim_host", default="world")
+"""The incarnation (or client) whose task is running: who logged an event."""
+
+_EVENT_ATTRIBUTE = "bookie_event"
+_FIELDS_ATTRIBUTE = "bookie_fields"
+"""Where `bookie.logs.emit` puts an event's name and fields on the log record."""
+
+
+@dataclass(eq=False)
+class SimReplica:
+    """One replica host across its incarnations."""
+
+    name: str
+    incarnation: int = 0
+    up: bool = False
+    replica: Replica | None = None
+    """The running incarnation's replica, once its `async with` block is entered."""
+    store: MemoryMetadataStore | None = None
+    scope: anyio.CancelScope | None = None
+    tasks: anyio.abc.TaskGroup | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.name}:{REPLICA_PORT}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}#{self.incarnation}"
+
+
+@dataclass(frozen=True, slots=True)
+class FinalLog:
+    """The log as a fresh host reads it at the end of a run."""
+
+    log: Log
+    applied: tuple[Applied, ...]
+    """The canonical applied sequence: the log replayed through a fresh `Applier`."""
+    markers: dict[int, str]
+    """Epoch -> the replica id in the leader-start marker of its first segment."""
+    command_items: int
+    """Command items in the log, duplicates (a retry logged twice) included."""
+    end_index: int
+    """The index of the log's last item (commands and leader-start markers)."""
+
+
+class _CountingApplier(Applier):
+    """An `Applier` that also counts the command items of the entries it applies."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.command_items = 0
+
+    def apply(self, batch: Batch, ledger_id: int, entry_id: int) -> Any:
+        outcomes = super().apply(batch, ledger_id, entry_id)
+        if outcomes is not None:
+            self.command_items += sum(isinstance(item, CommandItem) for item in batch.items)
+        return outcomes
+
+
+class _EventTrace(logging.Handler):
+    """Turns the framework's structured log events into trace lines and counts."""
+
+    def __init__(self, trace: Trace, stats: Any) -> None:
+        super().__init__(logging.INFO)
+        self._trace = trace
+        self._stats = stats
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, _EVENT_ATTRIBUTE, None) or record.getMessage()
+        fields: dict[str, object] = getattr(record, _FIELDS_ATTRIBUTE, {})
+        text = " ".join(f"{key}={value}" for key, value in fields.items())
+        self._trace.record(_HOST.get(), f"{event} {text}".rstrip())
+        self._stats[event] += 1
+        if event == "rsm.step_down":
+            self._stats[f"step-down-{_step_down_cause(str(fields.get('reason', '')))}"] += 1
+        elif event == "rsm.leader" and fields.get("recovered"):
+            self._stats["takeover-recovered"] += 1
+
+
+def _step_down_cause(reason: str) -> str:
+    if "Fenced" in reason:
+        return "fenced"
+    if "session" in reason:
+        return "session"
+    if "leader-elect" in reason:
+        return "replaced"
+    return "other"
+
+
+@contextlib.contextmanager
+def events_traced(trace: Trace, stats: Any) -> Iterator[None]:
+    """For the block, the framework's INFO events go to `trace` and `stats` (and nowhere
+    else: the simulation logs far more than a test log should hold)."""
+    framework = logging.getLogger("rsm")
+    handler = _EventTrace(trace, stats)
+    level, propagate = framework.level, framework.propagate
+    framework.addHandler(handler)
+    framework.setLevel(logging.INFO)
+    framework.propagate = False
+    try:
+        yield
+    finally:
+        framework.removeHandler(handler)
+        framework.setLevel(level)
+        framework.propagate = propagate
+
+
+@dataclass(eq=False)
+class RsmCluster:
+    """The replicas and clients of one run on `world`; see the module docstring."""
+
+    world: SimCluster
+    replica_config: ReplicaConfig
+    ledger_config: LedgerConfig
+    client_config: RsmClientConfig
+    session_timeout_ms: int
+    replica_count: int = 3
+    replicas: dict[str, SimReplica] = field(init=False)
+    applied: dict[str, list[Applied]] = field(init=False)
+    """Incarnation label -> the commands it applied, in order."""
+    leaders: dict[int, list[str]] = field(init=False)
+    """Epoch -> the replicas that applied a command of it as its leader (one, or a bug)."""
+    client_stores: dict[str, MemoryMetadataStore] = field(init=False)
+    failures: list[str] = field(init=False)
+    _cuts: dict[str, tuple[MemoryMetadataStore, int]] = field(init=False)
+    _cut_numbers: Iterator[int] = field(init=False)
+    _task_group: anyio.abc.TaskGroup | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        assert self.replica_count >= 1
+        assert self.session_timeout_ms > 0
+        names = [f"replica-{number}" for number in range(1, self.replica_count + 1)]
+        self.replicas = {name: SimReplica(name) for name in names}
+        self.applied = {}
+        self.leaders = {}
+        self.client_stores = {}
+        self.failures = []
+        self._cuts = {}
+        self._cut_numbers = itertools.count(1)
+
+    @property
+    def trace(self) -> Trace:
+        return self.world.trace
+
+    @property
+    def hosts(self) -> list[str]:
+        """Every host on the network that matters to partitions: bookies, replicas, clients."""
+        return self.world.bookie_ids + list(self.replicas) + list(self.client_stores)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[RsmCluster]:
+        """Start every replica; leaving the block stops every incarnation abruptly."""
+        async with anyio.create_task_group() as task_group:
+            self._task_group = task_group
+            for replica in self.replicas.values():
+                task_group.start_soon(self._run_replica, replica)
+            yield self
+            task_group.cancel_scope.cancel()
+        self._task_group = None
+
+    # --- replicas -----------------------------------------------------------------------------
+
+    def up(self) -> list[SimReplica]:
+        return [replica for replica in self.replicas.values() if replica.up]
+
+    def leader(self) -> SimReplica | None:
+        """The serving leader of the highest epoch, if any replica serves now."""
+        serving = [
+            replica
+            for replica in self.up()
+            if replica.replica is not None and replica.replica.is_leader
+        ]
+        if not serving:
+            return None
+        return max(serving, key=lambda replica: replica.replica.epoch if replica.replica else 0)
+
+    def crash(self, name: str) -> None:
+        """`kill -9` replica `name` (see the module docstring)."""
+        sim = self.replicas[name]
+        assert sim.up
+        assert sim.scope is not None
+        assert sim.store is not None
+        store = sim.store
+        self.world.network.crash(name)
+        self._cuts.pop(name, None)
+        sim.up = False
+        sim.replica = None
+        sim.store = None
+        sim.scope.cancel()
+        if store.session_state is SessionState.CONNECTED:
+            store.suspend()
+        self.trace.record(sim.label, "crash")
+        assert self._task_group is not None
+        self._task_group.start_soon(self._expire_crashed, sim.label, store)
+
+    def restart(self, name: str) -> None:
+        sim = self.replicas[name]
+        assert not sim.up
+        self.world.network.restart(name)
+        assert self._task_group is not None
+        self._task_group.start_soon(self._run_replica, sim)
+
+    def transfer(self, name: str, to: str | None) -> None:
+        """Ask replica `name` to hand leadership to `to` (None: anyone), in the background."""
+        sim = self.replicas[name]
+        if sim.tasks is None or sim.replica is None:
+            return
+        sim.tasks.start_soon(self._transfer, sim, sim.replica, to)
+
+    async def _transfer(self, sim: SimReplica, replica: Replica, to: str | None) -> None:
+        try:
+            result = await replica.transfer_leadership(to)
+        except (RsmError, BookieError) as error:
+            self.world.stats["transfer-refused"] += 1
+            self.trace.record(sim.label, f"transfer to {to} refused: {type(error).__name__}")
+            return
+        self.world.stats["transfer-done"] += 1
+        self.trace.record(sim.label, f"transfer done: {result}")
+
+    async def _run_replica(self, sim: SimReplica) -> None:
+        sim.incarnation += 1
+        incarnation = sim.incarnation
+        label = sim.label
+        _HOST.set(label)
+        world = self.world
+        store = world.metadata.client()
+        listener = world.network.listen(sim.address)
+        self.applied[label] = []
+        machine = observed_store(functools.partial(self._observe, sim, incarnation))
+        scope = anyio.CancelScope()
+        sim.up = True
+        sim.store = store
+        sim.scope = scope
+        self.trace.record(label, "start")
+        try:
+            with scope:
+                async with (
+                    LedgerClient.open(
+                        store,
+                        root=world.config.root,
+                        connector=world.network.connector(sim.name),
+                        rng=world.derive_rng(),
+                        config=self.ledger_config,
+                        wall_clock_ms=world.wall_clock_ms,
+                    ) as ledgers,
+                    Replica(
+                        machine,
+                        app=APP,
+                        store=store,
+                        ledgers=ledgers,
+                        replica_id=sim.name,
+                        listener=listener,
+                        advertise=sim.address,
+                        config=self.replica_config,
+                        rng=world.derive_rng(),
+                        wall_clock_ms=world.wall_clock_ms,
+                    ) as replica,
+                    anyio.create_task_group() as tasks,
+                ):
+                    sim.replica = replica
+                    sim.tasks = tasks
+                    await anyio.sleep_forever()
+        except Exception as error:
+            self.failures.append(f"{label} stopped with {error!r}")
+            self.trace.record(label, f"failed: {error!r}")
+        finally:
+            sim.tasks = None
+            # A crash handed the session over to `_expire_crashed`; otherwise it is ours.
+            if sim.store is store:
+                sim.up = False
+                sim.replica = None
+                sim.store = None
+                self._cuts.pop(sim.name, None)
+                with anyio.CancelScope(shield=True):
+                    await store.aclose()
+
+    def _observe(self, sim: SimReplica, incarnation: int, applied: Applied) -> None:
+        replica = sim.replica if sim.incarnation == incarnation else None
+        term = replica.term if replica is not None else None
+        self.applied[f"{sim.name}#{incarnation}"].append(applied)
+        if term is not None and term.epoch == applied.epoch:
+            leaders = self.leaders.setdefault(applied.epoch, [])
+            if sim.name not in leaders:
+                leaders.append(sim.name)
+
+    async def _expire_crashed(self, label: str, store: MemoryMetadataStore) -> None:
+        try:
+            await anyio.sleep(self.session_timeout_ms / 1000)
+            store.expire_session()
+            self.trace.record(label, "session of the crashed incarnation expired")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await store.aclose()
+
+    # --- metadata sessions --------------------------------------------------------------------
+
+    def store_of(self, host: str) -> MemoryMetadataStore | None:
+        """The open metadata session of a replica or client host."""
+        replica = self.replicas.get(host)
+        if replica is not None:
+            return replica.store
+        return self.client_stores.get(host)
+
+    def cut_off(self, host: str) -> bool:
+        """Partition `host` from the metadata service; False if it has no connected session."""
+        store = self.store_of(host)
+        if store is None or store.session_state is not SessionState.CONNECTED:
+            return False
+        store.suspend()
+        number = next(self._cut_numbers)
+        self._cuts[host] = (store, number)
+        assert self._task_group is not None
+        self._task_group.start_soon(self._expire_if_still_cut, host, store, number)
+        return True
+
+    def reconnect(self, host: str) -> None:
+        """End `host`'s cut from the metadata service (if its session is still the same)."""
+        cut = self._cuts.pop(host, None)
+        if cut is None:
+            return
+        store = cut[0]
+        if store is self.store_of(host) and store.session_state is SessionState.SUSPENDED:
+            store.resume()
+
+    @property
+    def cut_hosts(self) -> list[str]:
+        return list(self._cuts)
+
+    def expire(self, host: str) -> bool:
+        """Expire `host`'s session now; False if it has none."""
+        store = self.store_of(host)
+        if store is None:
+            return False
+        store.expire_session()
+        return True
+
+    async def _expire_if_still_cut(
+        self, host: str, store: MemoryMetadataStore, number: int
+    ) -> None:
+        await anyio.sleep(self.session_timeout_ms / 1000)
+        if self._cuts.get(host) == (store, number):
+            store.expire_session()
+            self.world.stats["session-expired-while-cut"] += 1
+            self.trace.record(host, "session expired while cut off")
+
+    # --- clients ------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def client(self, name: str) -> AsyncIterator[Client]:
+        """An rsm client on host `name` with its own metadata session, for the block."""
+        assert name not in self.client_stores
+        assert name not in self.replicas
+        store = self.world.metadata.client()
+        self.client_stores[name] = store
+        try:
+            async with (
+                store,
+                connect(
+                    APP,
+                    store=store,
+                    connector=self.world.network.connector(name),
+                    rng=self.world.derive_rng(),
+                    config=self.client_config,
+                ) as client,
+            ):
+                yield client
+        finally:
+            self._cuts.pop(name, None)
+            del self.client_stores[name]
+
+    # --- the final log ------------------------------------------------------------------------
+
+    async def read_log(self) -> FinalLog:
+        """Read and replay the whole log (see the module docstring); retried while the
+        bookies or the metadata service are still coming back."""
+        for _attempt in range(READ_LOG_ATTEMPTS_MAX):
+            try:
+                return await self._read_log_once()
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                self.trace.record("checker", f"reading the log failed: {error!r}")
+                await anyio.sleep(READ_LOG_RETRY_S)
+        return await self._read_log_once()
+
+    async def _read_log_once(self) -> FinalLog:
+        async with self.world.client("checker", self.ledger_config) as ledgers:
+            store = self.world.clients["checker"]
+            log, _version = await LogStore(store, AppLayout.of(APP)).read()
+            reader = SegmentReader(ledgers, self.replica_config.ledger_password)
+            canonical: list[Applied] = []
+            applier = _CountingApplier(observed_store(canonical.append)(), self.replica_config)
+            open_segment = log.open_segment
+            recovered = None
+            if open_segment is not None:
+                recovered = await reader.open(open_segment, recovery=True)
+            await replay_log(log, reader, applier, recovered)
+            markers: dict[int, str] = {}
+            for segment in log.segments:
+                if segment.epoch in markers:
+                    continue
+                handle = recovered if segment is open_segment else None
+                marker = await _marker(reader, segment, handle)
+                if marker is not None:
+                    markers[segment.epoch] = marker
+            return FinalLog(
+                log, tuple(canonical), markers, applier.command_items, applier.applied_index
+            )
+
+
+async def _marker(reader: SegmentReader, segment: Segment, handle: ReadHandle | None) -> str | None:
+    """The replica id of the leader-start marker that opens `segment`, if it has one."""
+    if handle is None:
+        handle = await reader.open(segment, recovery=False)
+    if handle.last_add_confirmed < 0:
+        return None
+    [(_entry_id, batch)] = await reader.read(segment, handle, 0, 0)
+    if batch.items and isinstance(batch.items[0], LeaderStart):
+        return batch.items[0].replica_id
+    return None

@@ -1,0 +1,542 @@
+"""The seeded whole-cluster simulation of the state-machine framework: run, check, replay.
+
+One seed is one run (`run_seed`): a world of 3-5 bookies (`SimCluster`), three
+replicas of a key-value `SimStore` and 2-3 clients (`RsmCluster`,
+`KvWorkload`), with every knob that matters drawn from the seed
+(`draw_scenario`: latencies, fsync times, session timeouts, batching, segment
+size so rollovers happen, ledger and client timeouts).  While an
+`RsmNemesis` takes its steps (replica and bookie crashes, partitions of every
+shape, connection resets, session expiry of the leader or a follower,
+graceful transfers, latency spikes, slow disks), the clients send random
+key-value operations, each recorded in a history.  Then every fault ends,
+the clients stop, each client makes one more write, and every running replica
+must catch up with the leader: that is the liveness check, and it must pass
+within `LIVENESS_MS` of virtual time.  Then the replicas stop abruptly and
+the final log is read and replayed by a fresh host.
+
+The invariants, by the name a failure reports:
+
+1. `replica-failed`: no replica incarnation stops with an error (a replica
+   that refuses to diverge stops: I3 failed somewhere).
+2. `applied-prefix`: every incarnation's applied sequence (index, epoch, op,
+   result of each command) is a prefix of the canonical one, the final log
+   replayed through a fresh `Applier` (I3; prefix consistency).
+3. `applied-once`: no op is applied twice in the canonical sequence, although
+   a retry may be logged twice (session dedup); `acknowledged-in-log`: every
+   command acknowledged to a client is in it exactly once, with the answer the
+   client got (I2: acknowledged means durable).
+4. `one-leader-per-epoch`: within an epoch, commands were applied as leader
+   (that is, acknowledged by Qa bookies to that leader) by one replica only,
+   the one whose leader-start marker opens the epoch; `epochs-increase`: the
+   epochs of the log's segments never decrease (I4).
+5. `linearizable`: the client history is linearizable per key (Wing & Gong
+   with Lowe's memoization, `rsm.testing.check_per_key`; indeterminate
+   operations as INFO).  A check that runs out of budget is counted
+   (`linearizability-unknown`), not failed.
+6. `liveness`: the final writes are acknowledged and every replica catches
+   up with the leader after the faults stop.
+
+A run is a pure function of (seed, options): two runs of one seed give equal
+traces, which is how a failure is replayed.  `python -m rsm.testing.rsm_sim
+--seeds N [--first S]` runs seeds in a row and prints a summary, and for each
+failure the seed, the invariant and the command that replays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+
+from bookie.client.config import ClientConfig as LedgerConfig
+from bookie.testing.ledger_checker import TRACE_TAIL_LINES, InvariantViolation
+from bookie.testing.simcluster import SimCluster, Trace, WorldConfig
+from bookie.testing.simloop import run_simulation
+from rsm.client import ClientConfig as RsmClientConfig
+from rsm.config import ReplicaConfig
+from rsm.testing.cluster import FinalLog, RsmCluster, events_traced
+from rsm.testing.history import History
+from rsm.testing.linearizability import Verdict, check_per_key
+from rsm.testing.models import KvModel, kv_key
+from rsm.testing.nemesis import ALL_FAULTS, RsmFault, RsmNemesis
+from rsm.testing.workload import Applied, KvWorkload, WorkloadPlan
+
+__all__ = [
+    "RunReport",
+    "Scenario",
+    "SimOptions",
+    "Summary",
+    "draw_scenario",
+    "main",
+    "replay_command",
+    "run_seed",
+    "run_seeds",
+]
+
+STEPS_DEFAULT = 8
+"""Nemesis steps per seed unless told otherwise."""
+
+OPS_PER_STEP = 12
+"""Client operations per nemesis step, all clients together: what keeps a seed near a second."""
+
+NEMESIS_PAUSES_MS_MAX = (50.0, 300.0, 1_000.0, 3_000.0)
+"""The longest pause between two nemesis steps is one of these."""
+
+START_MS = 30_000
+"""Virtual time within which the first leader must serve."""
+
+LIVENESS_MS = 90_000
+"""Virtual time, after the faults stop, within which the clients and replicas must be done."""
+
+RUN_MS_MAX = 3_600_000
+"""Virtual time after which a run is stuck (a bug)."""
+
+POLL_S = 0.01
+"""How often (virtual time) the run looks whether the replicas caught up."""
+
+LINEARIZABILITY_NODES_MAX = 2_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SimOptions:
+    """What a run depends on besides its seed (all of it goes into the replay command)."""
+
+    steps: int = STEPS_DEFAULT
+    faults: tuple[RsmFault, ...] = ALL_FAULTS
+
+    def __post_init__(self) -> None:
+        assert self.steps >= 0
+
+
+def replay_command(seed: int, options: SimOptions) -> str:
+    """The command line that runs exactly this seed again, with its trace."""
+    words = ["python -m rsm.testing.rsm_sim", f"--seeds 1 --first {seed} --steps {options.steps}"]
+    if options.faults != ALL_FAULTS:
+        words.append("--faults " + ",".join(kind.value for kind in options.faults))
+    words.append("--verbose")
+    return " ".join(words)
+
+
+# --- what a seed decides ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """Everything a seed decides before the run starts."""
+
+    world: WorldConfig
+    replica_config: ReplicaConfig
+    ledger_config: LedgerConfig
+    client_config: RsmClientConfig
+    session_timeout_ms: int
+    """The replicas' and clients' metadata sessions expire this long after a cut or a crash."""
+    workload: WorkloadPlan
+    replicas_down_max: int
+    bookies_down_max: int
+    nemesis_pause_ms_max: float
+
+
+def draw_scenario(rng: random.Random, options: SimOptions) -> Scenario:
+    """The scenario of one seed (`rng` is the seed's own `Random`)."""
+    bookie_count = rng.choice([3, 4, 5])
+    ensemble_size, write_quorum, ack_quorum = rng.choice([(3, 3, 2), (3, 3, 2), (3, 2, 2)])
+    latency_ms_min, latency_ms_max = rng.choice([(0.05, 1.0), (0.1, 3.0), (0.5, 10.0)])
+    fsync_ms_min, fsync_ms_max = rng.choice([(0.05, 0.5), (0.2, 2.0), (1.0, 8.0)])
+    world = WorldConfig(
+        bookie_count=bookie_count,
+        latency_ms_min=latency_ms_min,
+        latency_ms_max=latency_ms_max,
+        fsync_ms_min=fsync_ms_min,
+        fsync_ms_max=fsync_ms_max,
+        connect_timeout_ms=rng.choice([200, 1_000]),
+        bookie_session_timeout_ms=rng.choice([500, 2_000]),
+    )
+    replica_config = ReplicaConfig(
+        ensemble_size=ensemble_size,
+        write_quorum=write_quorum,
+        ack_quorum=ack_quorum,
+        pipeline_batches_max=rng.choice([1, 2, 4]),
+        batch_commands_max=rng.choice([1, 4, 4_096]),
+        segment_entries_max=rng.choice([5, 25, 100_000]),
+        retry_delay_ms=rng.choice([20, 100]),
+        transfer_wait_ms_max=rng.choice([1_000, 5_000]),
+        stop_drain_ms_max=2_000,
+    )
+    read_timeout_ms = rng.choice([500, 2_000])
+    ledger_config = LedgerConfig(
+        add_timeout_ms=rng.choice([300, 1_000, 2_000]),
+        read_timeout_ms=read_timeout_ms,
+        speculative_read_timeout_ms=rng.randint(50, read_timeout_ms - 1),
+        connect_timeout_ms=rng.choice([200, 1_000]),
+        explicit_lac_interval_ms=rng.choice([10, 50]),
+        long_poll_timeout_ms=rng.choice([200, 1_000]),
+        tail_retry_delay_ms=rng.choice([20, 100]),
+        metadata_retry_delay_ms=rng.choice([20, 100]),
+    )
+    attempt_timeout_ms = rng.choice([300, 1_000, 3_000])
+    client_config = RsmClientConfig(
+        attempt_timeout_ms=attempt_timeout_ms,
+        deadline_ms=rng.choice([10_000, 30_000]),
+        connect_timeout_ms=min(attempt_timeout_ms, 1_000),
+        outstanding_commands_max=rng.choice([2, 1_000]),
+    )
+    nemesis_pause_ms_max = rng.choice(NEMESIS_PAUSES_MS_MAX)
+    clients = rng.choice([2, 3])
+    slots = rng.choice([1, 2])
+    ops_max = OPS_PER_STEP * max(options.steps, 1)
+    # The clients spread their operations over the nemesis' lifetime, so that
+    # faults keep meeting clients that call.
+    nemesis_ms = options.steps * nemesis_pause_ms_max / 2
+    workload = WorkloadPlan(
+        clients=clients,
+        slots=slots,
+        keys=rng.choice([1, 2, 3]),
+        ops_max=ops_max,
+        think_ms_mean=rng.uniform(0.3, 1.0) * nemesis_ms * clients * slots / ops_max,
+        read_fraction=rng.choice([0.1, 0.3]),
+    )
+    return Scenario(
+        world=world,
+        replica_config=replica_config,
+        ledger_config=ledger_config,
+        client_config=client_config,
+        session_timeout_ms=rng.choice([500, 1_500, 4_000]),
+        workload=workload,
+        replicas_down_max=rng.choice([1, 2]),
+        bookies_down_max=rng.choice([1, 1, 2]),
+        nemesis_pause_ms_max=nemesis_pause_ms_max,
+    )
+
+
+# --- one run ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    """What one run did; two runs of one seed give equal reports."""
+
+    seed: int
+    scenario: Scenario
+    trace: tuple[str, ...]
+    stats: dict[str, int]
+    acknowledged: int
+    log_end_index: int
+    operations: int
+    verdict: Verdict
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What the run saw, for the checks."""
+
+    final: FinalLog | None = None
+    history: History = ()
+    liveness: str | None = None
+    """Why liveness failed, or None."""
+
+
+def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
+    """Run one seed; raise `InvariantViolation` if it breaks an invariant (see the module)."""
+    options = SimOptions() if options is None else options
+    rng = random.Random(seed)
+    scenario = draw_scenario(rng, options)
+    trace = Trace()
+    replay = replay_command(seed, options)
+    stats: Counter[str] = Counter()
+    outcome = _Outcome()
+
+    def violation(invariant: str, detail: str) -> InvariantViolation:
+        return InvariantViolation(seed, invariant, detail, trace.tail(TRACE_TAIL_LINES), replay)
+
+    async def main() -> tuple[RsmCluster, KvWorkload]:
+        with anyio.fail_after(RUN_MS_MAX / 1000):
+            async with SimCluster.start(
+                random.Random(rng.getrandbits(64)), scenario.world, trace
+            ) as world:
+                with events_traced(trace, world.stats):
+                    cluster, workload = await _run(world, scenario, rng, options, outcome)
+                    outcome.final = await cluster.read_log()
+                _trace_applied(trace, cluster, outcome.final)
+                stats.update(world.stats)
+                stats.update(workload.stats)
+                trace.record("world", f"end: fingerprint {world.fingerprint()}")
+        return cluster, workload
+
+    try:
+        cluster, workload = run_simulation(main)
+    except InvariantViolation:
+        raise
+    except Exception as error:
+        raise violation("unexpected-error", repr(error)) from error
+    final = outcome.final
+    assert final is not None
+    for invariant, detail in _problems(cluster, workload, final):
+        raise violation(invariant, detail)
+    if outcome.liveness is not None:
+        raise violation("liveness", outcome.liveness)
+    result = check_per_key(outcome.history, KvModel(), kv_key, nodes_max=LINEARIZABILITY_NODES_MAX)
+    if result.verdict is Verdict.NOT_LINEARIZABLE:
+        raise violation("linearizable", result.explain())
+    if result.verdict is Verdict.UNKNOWN:
+        stats["linearizability-unknown"] += 1
+    duplicates = final.command_items - len(final.applied)
+    if duplicates:
+        stats["retry-deduplicated"] += duplicates
+    return RunReport(
+        seed=seed,
+        scenario=scenario,
+        trace=tuple(trace.lines),
+        stats=dict(sorted(stats.items())),
+        acknowledged=len(workload.acknowledged),
+        log_end_index=final.end_index,
+        operations=len(outcome.history),
+        verdict=result.verdict,
+    )
+
+
+async def _run(
+    world: SimCluster,
+    scenario: Scenario,
+    rng: random.Random,
+    options: SimOptions,
+    outcome: _Outcome,
+) -> tuple[RsmCluster, KvWorkload]:
+    cluster = RsmCluster(
+        world,
+        replica_config=scenario.replica_config,
+        ledger_config=scenario.ledger_config,
+        client_config=scenario.client_config,
+        session_timeout_ms=scenario.session_timeout_ms,
+    )
+    workload = KvWorkload(
+        scenario.workload, random.Random(rng.getrandbits(64)), world.trace, cluster.client
+    )
+    nemesis = RsmNemesis(
+        cluster,
+        random.Random(rng.getrandbits(64)),
+        kinds=dict.fromkeys(options.faults, 1),
+        replicas_down_max=scenario.replicas_down_max,
+        bookies_down_max=scenario.bookies_down_max,
+        pause_ms_max=scenario.nemesis_pause_ms_max,
+    )
+    async with cluster.running():
+        try:
+            with anyio.fail_after(START_MS / 1000):
+                await _wait_for(lambda: cluster.leader() is not None)
+        except TimeoutError:
+            outcome.liveness = f"no leader served within {START_MS} ms of the start"
+            return cluster, workload
+        async with workload.running():
+            await nemesis.run(options.steps)
+            nemesis.quiesce()
+            world.trace.record("world", "faults stopped")
+            workload.stop()
+            try:
+                with anyio.fail_after(LIVENESS_MS / 1000):
+                    await workload.wait_idle()
+                    failed = await workload.final_round()
+                    if failed:
+                        outcome.liveness = f"the final writes of {failed} were not acknowledged"
+                    else:
+                        await _wait_for(lambda: _caught_up(cluster))
+            except TimeoutError:
+                outcome.liveness = (
+                    f"the clients and replicas were not done {LIVENESS_MS} ms after the faults "
+                    f"stopped (applied: {_applied_indexes(cluster)})"
+                )
+        outcome.history = workload.recorder.history()
+    return cluster, workload
+
+
+async def _wait_for(condition: Callable[[], bool]) -> None:
+    """Let the simulation run until `condition()` holds (bounded by the caller)."""
+    while not condition():
+        await anyio.sleep(POLL_S)
+
+
+def _caught_up(cluster: RsmCluster) -> bool:
+    """A leader serves, and every replica has applied what it applied."""
+    leader = cluster.leader()
+    if leader is None or leader.replica is None:
+        return False
+    index = leader.replica.applied_index
+    return all(
+        replica.replica is not None and replica.replica.applied_index == index
+        for replica in cluster.replicas.values()
+    )
+
+
+def _applied_indexes(cluster: RsmCluster) -> dict[str, int | None]:
+    return {
+        replica.label: replica.replica.applied_index if replica.replica is not None else None
+        for replica in cluster.replicas.values()
+    }
+
+
+def _trace_applied(trace: Trace, cluster: RsmCluster, final: FinalLog) -> None:
+    trace.record("checker", f"log: {final.log.segments}")
+    for label, applied in [("canonical", list(final.applied)), *cluster.applied.items()]:
+        last = applied[-1].index if applied else 0
+        digest = zlib.crc32(repr(applied).encode())
+        trace.record("checker", f"{label} applied {len(applied)} commands to {last} ({digest:08x})")
+
+
+def _problems(cluster: RsmCluster, workload: KvWorkload, final: FinalLog) -> list[tuple[str, str]]:
+    """Every broken invariant of 1-4 (see the module docstring), as (name, detail)."""
+    problems = [("replica-failed", failure) for failure in cluster.failures]
+    canonical = list(final.applied)
+    for label, sequence in cluster.applied.items():
+        if sequence != canonical[: len(sequence)]:
+            problems.append(("applied-prefix", _first_difference(label, sequence, canonical)))
+    by_op: dict[str, Applied] = {}
+    for applied in canonical:
+        if applied.op in by_op:
+            problems.append(
+                ("applied-once", f"op {applied.op} applied at {by_op[applied.op]} and {applied}")
+            )
+        by_op[applied.op] = applied
+    for op, (kind, answer) in workload.acknowledged.items():
+        found = by_op.get(op)
+        if found is None:
+            problems.append(("acknowledged-in-log", f"acknowledged {kind} {op} is not in the log"))
+        elif (found.kind, found.result) != (kind, answer):
+            problems.append(
+                (
+                    "acknowledged-in-log",
+                    f"{op} answered {kind} -> {answer!r}, the log applies {found}",
+                )
+            )
+    for epoch, leaders in sorted(cluster.leaders.items()):
+        marker = final.markers.get(epoch)
+        if len(leaders) > 1 or (marker is not None and leaders != [marker]):
+            problems.append(
+                (
+                    "one-leader-per-epoch",
+                    f"epoch {epoch}: applied as leader by {leaders}, its marker names {marker}",
+                )
+            )
+    epochs = [segment.epoch for segment in final.log.segments]
+    if epochs != sorted(epochs) or (epochs and epochs[-1] > final.log.epoch):
+        problems.append(
+            ("epochs-increase", f"segment epochs {epochs}, log epoch {final.log.epoch}")
+        )
+    return problems
+
+
+def _first_difference(label: str, applied: list[Applied], canonical: list[Applied]) -> str:
+    for position, (mine, theirs) in enumerate(zip(applied, canonical, strict=False)):
+        if mine != theirs:
+            return f"{label}'s command #{position + 1} is {mine}, the log's is {theirs}"
+    return f"{label} applied {len(applied)} commands, the log has only {len(canonical)}"
+
+
+# --- command line -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Summary:
+    """What a sequence of runs did, for the command line and the tests."""
+
+    runs: int = 0
+    acknowledged: int = 0
+    operations: int = 0
+    stats: Counter[str] = field(default_factory=Counter)
+    failures: list[InvariantViolation] = field(default_factory=list)
+
+    def add(self, report: RunReport) -> None:
+        self.runs += 1
+        self.acknowledged += report.acknowledged
+        self.operations += report.operations
+        self.stats.update(report.stats)
+
+    def lines(self) -> list[str]:
+        lines = [
+            f"{self.runs} runs, {len(self.failures)} failed, {self.operations} client operations, "
+            f"{self.acknowledged} commands acknowledged",
+            "faults and events: "
+            + ", ".join(f"{name}={count}" for name, count in sorted(self.stats.items())),
+        ]
+        for failure in self.failures:
+            lines.append(f"FAILED seed {failure.seed} ({failure.invariant}): {failure.replay}")
+        return lines
+
+
+def run_seeds(
+    seeds: Sequence[int],
+    options: SimOptions,
+    *,
+    on_report: Callable[[RunReport], None] = lambda _report: None,
+    on_failure: Callable[[InvariantViolation], None] = lambda _failure: None,
+) -> Summary:
+    """Run each seed; a failure is collected (and reported) and the next seed runs."""
+    summary = Summary()
+    for seed in seeds:
+        try:
+            report = run_seed(seed, options)
+        except InvariantViolation as failure:
+            summary.runs += 1
+            summary.failures.append(failure)
+            on_failure(failure)
+            continue
+        summary.add(report)
+        on_report(report)
+    return summary
+
+
+def _parse_faults(text: str) -> tuple[RsmFault, ...]:
+    try:
+        return tuple(RsmFault(name.strip()) for name in text.split(",") if name.strip())
+    except ValueError as error:
+        known = ", ".join(kind.value for kind in RsmFault)
+        raise argparse.ArgumentTypeError(f"{error}; known faults: {known}") from error
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m rsm.testing.rsm_sim",
+        description="Seeded whole-cluster simulation of replicated state machines under faults.",
+    )
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
+    parser.add_argument("--first", type=int, default=0, help="the first seed")
+    parser.add_argument("--steps", type=int, default=STEPS_DEFAULT, help="nemesis steps per seed")
+    parser.add_argument(
+        "--faults",
+        type=_parse_faults,
+        default=ALL_FAULTS,
+        help="comma-separated fault kinds the nemesis may use (default: all)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="print every run's trace")
+    arguments = parser.parse_args(argv)
+    if arguments.seeds < 0 or arguments.steps < 0:
+        parser.error("--seeds and --steps must not be negative")
+    options = SimOptions(steps=arguments.steps, faults=arguments.faults)
+
+    def on_report(report: RunReport) -> None:
+        if arguments.verbose:
+            print("\n".join(report.trace))
+        print(
+            f"seed {report.seed}: ok, {report.operations} operations, "
+            f"{report.acknowledged} commands acknowledged, log end {report.log_end_index}, "
+            f"history {report.verdict.value}"
+        )
+
+    def on_failure(failure: InvariantViolation) -> None:
+        print(str(failure), file=sys.stderr)
+
+    started = time.monotonic()
+    seeds = range(arguments.first, arguments.first + arguments.seeds)
+    summary = run_seeds(seeds, options, on_report=on_report, on_failure=on_failure)
+    print("\n".join(summary.lines()))
+    print(f"{time.monotonic() - started:.1f} s")
+    return 1 if summary.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Smoke test of bench/rsm_bench.py: it runs end to end (briefly, against the session's
+ZooKeeper, PySyncObj baseline included) and its last line is one JSON object of the shape
+DESIGN.md §10 asks for.  The numbers themselves are not checked: benchmarks are compared by
+people, on a quiet machine, not by tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bookie.testing.zookeeper import LocalZooKeeper
+
+pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "rsm_bench.py"
+TIMEOUT_S = 240
+
+
+def test_bench_prints_one_json_object(zookeeper: LocalZooKeeper, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--seconds",
+            "1",
+            "--clients",
+            "8",
+            "--handoffs",
+            "1",
+            "--zk",
+            zookeeper.connect_string,
+            "--data-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=True,
+    )
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["benchmark"] == "rsm"
+    assert report["config"]["clients"] == 8
+    results = {item["name"]: item for item in report["results"]}
+    assert list(results) == ["add-100B", "handoff", "failover"]
+    throughput = results["add-100B"]
+    assert throughput["ops_per_s"] > 0
+    assert 0 < throughput["p50_ms"] <= throughput["p99_ms"] <= throughput["p999_ms"]
+    assert throughput["consistent"]
+    assert results["handoff"]["max_ms"] is not None
+    assert results["failover"]["ms"] > 0
+    [baseline] = report["baselines"]
+    assert baseline["name"] == "pysyncobj-add-100B"
+    assert baseline["ops_per_s"] > 0
