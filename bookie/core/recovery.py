@@ -57,6 +57,7 @@ from bookie.errors import (
     DigestMismatch,
     RecoveryFailed,
     Status,
+    TooManyEnsembleChanges,
     UnauthorizedLedgerAccess,
 )
 from bookie.wire.messages import ADD_FLAG_RECOVERY, ENTRY_ID_LAST, ReadResponse
@@ -400,7 +401,7 @@ class Recovery:
                 )
             elif isinstance(effect, AddsFailed):
                 self._pipeline_effects.clear()
-                self._abort(effect.error)
+                self._abort(_attempt_failure(effect.error))
                 return
         self._pipeline_effects.clear()
         if self._phase is not RecoveryPhase.RECOVERING:
@@ -468,6 +469,19 @@ class Recovery:
             self._pipeline_effects.clear()
         self._reads.clear()
         self._effects.append(RecoveryAborted(error))
+
+
+def _attempt_failure(error: BookieError) -> BookieError:
+    """What the re-adds failing with `error` means to whoever opened the ledger.
+
+    Running out of ensemble changes ends this attempt only: the ledger stays
+    IN_RECOVERY and a new open starts with a fresh count, so the caller must
+    see the retryable `RecoveryFailed`, not the writer's final
+    `TooManyEnsembleChanges`.
+    """
+    if isinstance(error, TooManyEnsembleChanges):
+        return RecoveryFailed(f"re-adding entries failed: {error}")
+    return error
 
 
 def _mark_answered(read: _RecoveryRead, bookie_id: str) -> bool:

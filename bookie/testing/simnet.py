@@ -193,7 +193,7 @@ class SimListener(Listener[ByteStream]):
                 await self._stopped.wait()
             finally:
                 self._handler = None
-                self._network._listeners.pop(self.address, None)
+                self._unbind()
 
     def _accept(self, stream: SimStream) -> bool:
         if self._handler is None or self._task_group is None:
@@ -203,7 +203,13 @@ class SimListener(Listener[ByteStream]):
 
     async def aclose(self) -> None:
         self._stopped.set()
-        self._network._listeners.pop(self.address, None)
+        self._unbind()
+
+    def _unbind(self) -> None:
+        # Only our own binding: after a crash, a restarted server may already
+        # listen on this address while this listener is still unwinding.
+        if self._network._listeners.get(self.address) is self:
+            del self._network._listeners[self.address]
 
     @property
     def extra_attributes(self) -> dict[Any, Callable[[], Any]]:
