@@ -36,6 +36,7 @@ re-read always gives the same decision.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -98,8 +99,15 @@ class LedgerMetadata:
 
     @property
     def quorum(self) -> Quorum:
-        """The quorum rules of this ledger (built on each call: keep the result)."""
-        return Quorum(self.ensemble_size, self.write_quorum, self.ack_quorum)
+        """The quorum rules of this ledger (shared: one per (E, Qw, Qa) in the process)."""
+        return _quorum(self.ensemble_size, self.write_quorum, self.ack_quorum)
+
+
+@functools.cache
+def _quorum(ensemble_size: int, write_quorum: int, ack_quorum: int) -> Quorum:
+    # At most 32 * 32 * 32 distinct sizes exist (E <= limits.ensemble_size_max),
+    # so the cache is bounded; readers and recovery ask for it per entry.
+    return Quorum(ensemble_size, write_quorum, ack_quorum)
 
 
 def check_invariants(metadata: LedgerMetadata) -> None:
