@@ -20,6 +20,7 @@ import enum
 import random
 from dataclasses import dataclass
 
+from bookie import limits
 from bookie.client.config import ClientConfig
 from bookie.testing.nemesis import ALL_FAULTS, FaultKind
 from bookie.testing.simcluster import WorldConfig
@@ -188,6 +189,9 @@ class ActorPlan:
     """Readers: follow with `tail` (True) or poll the LAC and read ranges (False)."""
     reset_after_ms: float | None = None
     """Recoverers: their connections are reset this long after they start (None: never)."""
+    reset_link_index: int | None = None
+    """Recoverers: with a reset, only the link to the ensemble's bookie at this index
+    (modulo E) breaks, so one fencing request is lost and the others arrive."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,12 +225,16 @@ def draw_generation(
         after_entries = rng.randint(0, entries)
         for _ in range(rng.choice([1, 1, 2, 3])):
             reset_after_ms = rng.uniform(0, 3) if rng.random() < 0.25 else None
+            reset_link_index = None
+            if reset_after_ms is not None and rng.random() < 0.5:
+                reset_link_index = rng.randrange(limits.ensemble_size_max)
             recoverers.append(
                 ActorPlan(
                     f"recoverer-{number}.{len(recoverers) + 1}",
                     after_entries,
                     rng.uniform(0, 2),
                     reset_after_ms=reset_after_ms,
+                    reset_link_index=reset_link_index,
                 )
             )
     return GenerationPlan(

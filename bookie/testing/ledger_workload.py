@@ -482,7 +482,12 @@ class _Ledger:
                 self.stats["recovery-raced-writer"] += 1
             async with anyio.create_task_group() as disturbance:
                 if plan.reset_after_ms is not None:
-                    disturbance.start_soon(run.nemesis.reset_later, name, plan.reset_after_ms)
+                    peer = None
+                    if plan.reset_link_index is not None:
+                        ensemble = handle.metadata.current_ensemble
+                        # Bookie ids are their hosts' names in the simulated world.
+                        peer = ensemble[plan.reset_link_index % len(ensemble)]
+                    disturbance.start_soon(run.nemesis.reset_later, name, plan.reset_after_ms, peer)
                 recovered = await run.retry(
                     name, lambda: client.open_ledger(self.ledger_id, PASSWORD, recovery=True)
                 )

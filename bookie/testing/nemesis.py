@@ -133,17 +133,26 @@ class Nemesis:
         elif repairs:
             self._rng.choice(repairs)()
 
-    async def reset_later(self, host: str, delay_ms: float) -> None:
-        """Break `host`'s connections `delay_ms` from now, unless the faults stopped by then.
+    async def reset_later(self, host: str, delay_ms: float, peer: str | None = None) -> None:
+        """Break `host`'s connections (only those to `peer`, when given) `delay_ms` from
+        now, unless the faults stopped by then.
 
         For a workload that wants a fault at a precise moment: a recovery whose
-        fencing requests are lost in flight, say.
+        fencing requests are lost in flight, say; with `peer`, the request to one
+        bookie is lost while the others arrive.
         """
         if FaultKind.RESET not in self._kinds:
             return
         await anyio.sleep(delay_ms / 1000)
-        if not self._quiesced:
+        if self._quiesced:
+            return
+        if peer is None:
             self._reset(host)
+        else:
+            broken = self._cluster.network.reset_link(host, peer)
+            self._record(FaultKind.RESET.value, f"reset {host}-{peer}: {broken} ends broken")
+            if broken:
+                self._cluster.stats["reset-link-broke-connections"] += 1
 
     def quiesce(self) -> None:
         """End every fault now, and inject none after (see the module docstring)."""

@@ -266,6 +266,17 @@ class SimNetwork:
                 broken += 1
         return broken
 
+    def reset_link(self, host: str, peer: str) -> int:
+        """Break every connection between `host` and `peer` only (in-flight bytes on them
+        are lost); return how many ends broke.  The one-message "drop": a request to
+        one bookie vanishes while the same request to the others arrives."""
+        broken = 0
+        for stream, pipe in list(self._streams.values()):
+            if {stream.local_host, pipe.target} == {host, peer}:
+                stream._break()
+                broken += 1
+        return broken
+
     def crash(self, host: str) -> None:
         """The host goes down: its listeners stop, its connections reset, connects to it fail."""
         self._down.add(host)
