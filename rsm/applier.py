@@ -19,6 +19,12 @@ Queries are answered here too, from the applied state: at once (`stale`,
 linearizable reads once their barrier is applied) or once a given index is
 applied (`read_your_writes`, through `IndexWaiters`).
 
+State hashes (rsm/core/snapshot_hashes.py) are recorded here, after the
+batches the schedule names, and the hashes the log carries are compared
+here; a divergence raises the alarm (`rsm.diverged` log line, counters in the
+replica's status) and applying goes on.  `install` replaces the whole state
+with one restored from a snapshot.
+
 Invariants: the position's index never decreases and moves by exactly the
 items of each applied entry; queries see the state between two entries,
 never in the middle of one (apply has no await).
@@ -26,16 +32,22 @@ never in the middle of one (apply has no await).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, NamedTuple, Protocol
 
+from bookie.logs import emit
+from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core.commands import INITIAL_POSITION, AppliedPosition, answer_query, apply_batch
 from rsm.core.entry_format import Batch
 from rsm.core.reads import IndexWaiters
 from rsm.core.sessions import Outcome, SessionTable
+from rsm.core.snapshot_hashes import StateHashes
 from rsm.errors import MalformedValue, StatusError
 from rsm.protocol import Op
 from rsm.state_machine import StateMachine
+
+logger = logging.getLogger(__name__)
 
 
 class Answerer(Protocol):
@@ -66,7 +78,7 @@ class Cursor(NamedTuple):
 class Applier:
     """State, position and the apply step of one replica (see the module docstring)."""
 
-    __slots__ = ("machine", "sessions", "position", "cursor", "_waiters")
+    __slots__ = ("machine", "sessions", "position", "cursor", "hashes", "log_bytes", "_waiters")
 
     def __init__(self, machine: StateMachine, config: ReplicaConfig) -> None:
         self.machine = machine
@@ -77,6 +89,10 @@ class Applier:
         )
         self.position: AppliedPosition = INITIAL_POSITION
         self.cursor: Cursor | None = None
+        self.hashes = StateHashes(config.state_hash_every_commands)
+        self.log_bytes = 0
+        """Bytes of log entries read and applied by this replica (for the snapshot policy);
+        whoever reads an entry adds its size."""
         self._waiters: IndexWaiters[Read] = IndexWaiters(0)
 
     @property
@@ -104,9 +120,68 @@ class Applier:
         if batch.items:
             index = self.position.index
             assert index == batch.next_index - 1
+            label = self.hashes.due(batch.first_index, index)
+            if label is not None:
+                self._record_hash(label)
             for read in self._waiters.applied(index):
                 self.answer_read(read)
+        if batch.state_hash is not None:
+            self._check_hash(batch, ledger_id, entry_id)
         return outcomes
+
+    def _record_hash(self, index: int) -> None:
+        try:
+            digest = self.machine.state_hash()
+            if type(digest) is not bytes or not 1 <= len(digest) <= limits.state_hash_bytes_max:
+                raise TypeError(
+                    f"state_hash() returned {digest!r:.40}, not 1..{limits.state_hash_bytes_max} "
+                    "bytes"
+                )
+        except (MemoryError, RecursionError):
+            raise
+        except Exception as error:
+            # A broken state_hash must not stop the replica: hashes only watch.
+            self.hashes.failures += 1
+            emit(logger, logging.WARNING, "rsm.state_hash_failed", index=index, error=repr(error))
+            return
+        self.hashes.record(index, digest)
+
+    def _check_hash(self, batch: Batch, ledger_id: int, entry_id: int) -> None:
+        logged = batch.state_hash
+        assert logged is not None
+        divergence = self.hashes.check(logged)
+        if divergence is not None:
+            emit(
+                logger,
+                logging.ERROR,
+                "rsm.diverged",
+                index=divergence.index,
+                logged=divergence.logged.hex(),
+                local=divergence.local.hex(),
+                ledger_id=ledger_id,
+                entry_id=entry_id,
+                divergences=self.hashes.divergences,
+            )
+
+    def install(
+        self,
+        machine: StateMachine,
+        sessions: SessionTable,
+        position: AppliedPosition,
+        cursor: Cursor | None,
+    ) -> None:
+        """Replace the whole state with one restored from a snapshot taken at `position`.
+
+        The position only moves forward; reads waiting for an index the
+        snapshot reaches are answered from the new state.
+        """
+        assert position.index >= self.position.index
+        self.machine = machine
+        self.sessions = sessions
+        self.position = position
+        self.cursor = cursor
+        for read in self._waiters.applied(position.index):
+            self.answer_read(read)
 
     # --- queries ------------------------------------------------------------------------------
 

@@ -3,11 +3,18 @@
     rsm run MODULE:CLASS --app NAME --zk HOSTS --listen HOST:PORT [--advertise HOST:PORT]
             [--replica-id ID] [--ledger-root /ledgers] [--ensemble 3] [--write-quorum 3]
             [--ack-quorum 2] [--segment-entries-max N] [--session-timeout-ms 10000]
+            [--snapshot-every-commands N] [--snapshot-every-bytes N]
+            [--snapshot-every-seconds N] [--snapshots-kept 3] [--snapshot-capture auto]
+            [--retention-commands N] [--retention-seconds N] [--no-truncation]
+            [--state-hash-every N]
             [--app-dir .] [--log-level info] [--log-format json]
     rsm status --app NAME --zk HOSTS [--json]
     rsm call --app NAME --zk HOSTS COMMAND [ARG ...] [--json]
     rsm query --app NAME --zk HOSTS QUERY [ARG ...] [--consistency linearizable] [--json]
     rsm transfer-leadership --app NAME --zk HOSTS [--to REPLICA_ID] [--json]
+    rsm snapshot ls --app NAME --zk HOSTS [--json]
+    rsm snapshot create --app NAME --zk HOSTS [--replica REPLICA_ID] [--json]
+    rsm snapshot inspect --app NAME --zk HOSTS [--index N] [--ledger-root /ledgers] [--json]
 
 `--zk` is a ZooKeeper connect string, optionally with a chroot:
 `127.0.0.1:2181` or `zk1:2181,zk2:2181/my/root`.  Arguments of `call` and
@@ -21,6 +28,13 @@ replica until SIGTERM or SIGINT, then stops gracefully (a leader hands over
 or closes its segment, so the successor needs no fencing).  It logs one JSON
 object per line on stderr (`bookie.logs`): `rsm.ready` once it serves
 clients, `rsm.leader` when it becomes leader, `rsm.step_down`, ...
+
+`rsm snapshot create` asks one replica to snapshot its state now: the one
+named by `--replica`, else a caught-up follower (so the leader is not
+disturbed), else the leader.  `rsm snapshot inspect` reads the newest snapshot
+(or the one at `--index`) through, checks it as a loading replica would, and
+shows its header and, for the default codec, its attributes.  The snapshot
+knobs of `rsm run` are docs/snapshots.md's ("0" turns a criterion off).
 
 Output: a human-readable table or line by default, one JSON object with
 `--json`.  Exit status: 0 on success, 1 when the operation failed (the error
@@ -50,13 +64,15 @@ from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
 from rsm import limits
 from rsm.client import Client, connect
-from rsm.config import ReplicaConfig
+from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
 from rsm.core.entry_format import decode_leader
-from rsm.errors import InvalidConfig, MalformedValue, RsmError
+from rsm.errors import InvalidConfig, MalformedValue, RsmError, Unavailable
 from rsm.layout import AppLayout
 from rsm.log import LogStore
 from rsm.protocol import Consistency
 from rsm.replica import Replica
+from rsm.snapshot_inspect import inspect, listing
+from rsm.snapshots import SnapshotStore, read_snapshots
 from rsm.state_machine import StateMachine
 
 logger = logging.getLogger("rsm.cli")
@@ -112,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
         default=".",
         help="directory put first on the import path to find MODULE (default: here)",
     )
+    _snapshot_knobs(run)
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=FORMATS, default="json")
 
@@ -138,7 +155,44 @@ def _parser() -> argparse.ArgumentParser:
     )
     _common(transfer)
     transfer.add_argument("--to", help="the target replica id (default: any caught-up one)")
+
+    snapshot = commands.add_parser("snapshot", help="list, take and inspect snapshots")
+    snapshot_commands = snapshot.add_subparsers(dest="snapshot_command", required=True)
+    listed = snapshot_commands.add_parser("ls", help="the registered snapshots, newest first")
+    _common(listed)
+    create = snapshot_commands.add_parser("create", help="have a replica take a snapshot now")
+    _common(create)
+    create.add_argument("--replica", help="the replica id (default: a caught-up follower)")
+    inspected = snapshot_commands.add_parser("inspect", help="read a snapshot through, check it")
+    _common(inspected)
+    inspected.add_argument("--index", type=int, help="the snapshot's index (default: newest)")
+    inspected.add_argument("--ledger-root", default=bookie_limits.metadata_root_default)
     return parser
+
+
+def _snapshot_knobs(run: argparse.ArgumentParser) -> None:
+    run.add_argument(
+        "--snapshot-every-commands", type=int, default=limits.snapshot_every_commands_default
+    )
+    run.add_argument(
+        "--snapshot-every-bytes", type=int, default=limits.snapshot_every_log_bytes_default
+    )
+    run.add_argument(
+        "--snapshot-every-seconds", type=int, default=limits.snapshot_every_ms_default // 1000
+    )
+    run.add_argument("--snapshots-kept", type=int, default=limits.snapshots_kept_default)
+    run.add_argument("--snapshot-capture", choices=SNAPSHOT_CAPTURES, default="auto")
+    run.add_argument("--retention-commands", type=int, default=limits.retention_commands_default)
+    run.add_argument("--retention-seconds", type=int, default=limits.retention_ms_default // 1000)
+    run.add_argument(
+        "--no-truncation", action="store_true", help="never truncate the log below snapshots"
+    )
+    run.add_argument(
+        "--state-hash-every",
+        type=int,
+        default=limits.state_hash_every_commands_default,
+        help="record a state hash every N commands (equal on every replica; 0: never)",
+    )
 
 
 def _common(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
@@ -210,6 +264,15 @@ def _run(arguments: argparse.Namespace) -> int:
         write_quorum=arguments.write_quorum,
         ack_quorum=arguments.ack_quorum,
         segment_entries_max=arguments.segment_entries_max,
+        snapshot_every_commands=arguments.snapshot_every_commands,
+        snapshot_every_log_bytes=arguments.snapshot_every_bytes,
+        snapshot_every_ms=arguments.snapshot_every_seconds * 1000,
+        snapshots_kept=arguments.snapshots_kept,
+        snapshot_capture=arguments.snapshot_capture,
+        retention_commands=arguments.retention_commands,
+        retention_ms=arguments.retention_seconds * 1000,
+        truncation=not arguments.no_truncation,
+        state_hash_every_commands=arguments.state_hash_every,
     )
     # uvloop (the `fast` extra) when installed: a replica is bound by its event loop.
     backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
@@ -394,6 +457,129 @@ def render_status(report: dict[str, Any]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+# --- snapshots --------------------------------------------------------------------------------
+
+
+async def _snapshot(arguments: argparse.Namespace) -> int:
+    hosts, chroot = split_zk(arguments.zk)
+    command = arguments.snapshot_command
+    async with ZkMetadataStore.connect(hosts, root=chroot) as store:
+        layout = AppLayout.of(arguments.app)
+        if await store.exists(layout.log) is None:
+            raise InvalidConfig(f"there is no application {arguments.app!r} in this ZooKeeper")
+        if command == "create":
+            async with connect(arguments.app, store=store) as client:
+                report = await _create_snapshot(client, arguments.replica)
+        else:
+            report = await _read_snapshots(store, layout, arguments)
+    if arguments.json:
+        print(_dumps(report))
+    elif command == "ls":
+        print(render_snapshots(report))
+    elif command == "create":
+        print(
+            f"snapshot of {report['app']} at index {report['index']}: ledger "
+            f"{report['ledger_id']}, {report['size_bytes']} bytes in {report['chunk_count']} "
+            f"chunks, by {report['replica_id']}"
+        )
+    else:
+        print(render_inspection(report))
+    return EXIT_OK if command != "inspect" or report["valid"] else EXIT_FAILED
+
+
+async def _create_snapshot(client: Client, replica_id: str | None) -> dict[str, Any]:
+    """Ask the chosen replica (see the module docstring) for a snapshot; its manifest."""
+    members = await client.replicas()
+    if replica_id is not None:
+        address = members.get(replica_id)
+        if address is None:
+            raise InvalidConfig(f"no replica {replica_id!r} is registered; there are {members}")
+        return await client.snapshot(address)
+    followers: list[tuple[int, str]] = []
+    for address in members.values():
+        try:
+            with anyio.fail_after(_STATUS_TIMEOUT_S):
+                status = await client.status(address)
+        except (TimeoutError, RsmError):
+            continue
+        if not status["serving"] and status["caught_up"]:
+            followers.append((-status["applied_index"], address))
+    if followers:
+        return await client.snapshot(min(followers)[1])
+    if not members:
+        raise Unavailable(f"no replica of {client.app} is running")
+    return await client.snapshot()
+
+
+async def _read_snapshots(
+    store: MetadataStore, layout: AppLayout, arguments: argparse.Namespace
+) -> dict[str, Any]:
+    log, _version = await LogStore(store, layout).read()
+    value, _version = await read_snapshots(store, layout)
+    if arguments.snapshot_command == "ls":
+        return {"app": layout.app, "log_first_index": log.first_index, **listing(value)}
+    manifest = value.newest if arguments.index is None else value.find(arguments.index)
+    if manifest is None:
+        raise InvalidConfig(
+            f"{layout.app!r} has no snapshot"
+            if arguments.index is None
+            else f"no snapshot of {layout.app!r} at index {arguments.index}"
+        )
+    async with LedgerClient.open(store, root=arguments.ledger_root) as ledgers:
+        return await inspect(SnapshotStore(store, ledgers, layout, ReplicaConfig()), manifest)
+
+
+def render_snapshots(report: dict[str, Any]) -> str:
+    """The human-readable form of `rsm snapshot ls`."""
+    lines = [
+        f"app {report['app']}  log from index {report['log_first_index']}  "
+        f"{len(report['pending'])} being written  {len(report['garbage'])} ledgers to delete",
+        "",
+    ]
+    header = ("INDEX", "EPOCH", "LEDGER", "BYTES", "CHUNKS", "STATE HASH", "BY")
+    rows = [header]
+    for manifest in report["snapshots"]:
+        rows.append(
+            (
+                str(manifest["index"]),
+                str(manifest["epoch"]),
+                str(manifest["ledger_id"]),
+                str(manifest["size_bytes"]),
+                str(manifest["chunk_count"]),
+                manifest["state_hash"][:16],
+                manifest["replica_id"],
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    for row in rows:
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def render_inspection(report: dict[str, Any]) -> str:
+    """The human-readable form of `rsm snapshot inspect`."""
+    manifest = report["manifest"]
+    lines = [
+        f"snapshot of {manifest['app']} at index {manifest['index']} (epoch "
+        f"{manifest['epoch']}), ledger {manifest['ledger_id']}: "
+        + ("valid" if report["valid"] else f"NOT VALID: {report.get('error')}"),
+        f"{manifest['size_bytes']} bytes in {manifest['chunk_count']} chunks, "
+        f"sha256 {manifest['sha256']}",
+        f"state hash {manifest['state_hash']}",
+    ]
+    header = report.get("header")
+    if header is not None:
+        lines.append(
+            f"machine {header['machine']} ({header['codec']} codec), {header['sessions']} "
+            f"sessions, taken by {header['replica_id']}"
+        )
+    for name, attribute in sorted(report.get("attributes", {}).items()):
+        length = attribute["length"]
+        size = "" if length is None else f" of {length}"
+        lines.append(f"  {name}: {attribute['type']}{size}")
+    return "\n".join(lines)
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, default=_jsonable, ensure_ascii=False, sort_keys=True)
 
@@ -414,6 +600,7 @@ _COMMANDS: Final = {
     "call": _call,
     "query": _query,
     "transfer-leadership": _transfer,
+    "snapshot": _snapshot,
 }
 
 

@@ -79,6 +79,7 @@ from rsm.protocol import (
     QueryRequest,
     Request,
     Response,
+    SnapshotRequest,
     StatusRequest,
     TransferRequest,
     decode_response,
@@ -396,6 +397,19 @@ class Client:
         value: dict[str, Any] = self._result(response)
         return value
 
+    async def snapshot(self, replica: str | None = None) -> dict[str, Any]:
+        """Have replica `replica` (an address; default: the leader) snapshot its state now.
+
+        Returns the snapshot's manifest (`rsm.snapshot_inspect.manifest_plain`): a new
+        one, or the newest registered one when that is already as current.
+        Waits up to the client's deadline; not retried once a replica has it.
+        """
+        response = await self._request(
+            SnapshotRequest, to_leader=replica is None, target=replica, idempotent=False
+        )
+        value: dict[str, Any] = self._result(response)
+        return value
+
     async def replicas(self) -> dict[str, str]:
         """Replica id -> address of every replica registered now."""
         members: dict[str, str] = {}
@@ -638,6 +652,9 @@ class SyncClient:
 
     def transfer_leadership(self, to: str | None = None) -> dict[str, Any]:
         return self._portal.call(self._client.transfer_leadership, to)
+
+    def snapshot(self, replica: str | None = None) -> dict[str, Any]:
+        return self._portal.call(self._client.snapshot, replica)
 
     def replicas(self) -> dict[str, str]:
         return self._portal.call(self._client.replicas)

@@ -17,6 +17,8 @@ from bookie import limits as bookie_limits
 from rsm import limits
 from rsm.errors import InvalidConfig
 
+SNAPSHOT_CAPTURES = ("auto", "fork", "inline")
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaConfig:
@@ -41,6 +43,25 @@ class ReplicaConfig:
     session_ttl_ms: int = limits.session_ttl_ms_default
     sessions_max: int = limits.sessions_max_default
     session_results_max: int = limits.session_results_max_default
+
+    # --- snapshots, truncation and state hashes (0 turns a criterion off) ---
+    snapshot_every_commands: int = limits.snapshot_every_commands_default
+    snapshot_every_log_bytes: int = limits.snapshot_every_log_bytes_default
+    snapshot_every_ms: int = limits.snapshot_every_ms_default
+    snapshots_kept: int = limits.snapshots_kept_default
+    snapshot_capture: str = "auto"
+    """How a snapshot captures the state: "fork" (a child process serializes a copy-on-write
+    image while the replica goes on applying), "inline" (serialized between two commands, on
+    the event loop; the simulation's choice), or "auto" (fork where the platform has it)."""
+    snapshot_chunk_bytes: int = limits.snapshot_chunk_bytes_default
+    snapshot_check_interval_ms: int = limits.snapshot_check_interval_ms_default
+    snapshot_orphan_grace_ms: int = limits.snapshot_orphan_grace_ms_default
+    retention_commands: int = limits.retention_commands_default
+    retention_ms: int = limits.retention_ms_default
+    truncation: bool = True
+    """Whether the leader truncates the log below durable snapshots at all."""
+    state_hash_every_commands: int = limits.state_hash_every_commands_default
+    """Equal on every replica of an application, or their hashes are never compared."""
 
     # --- election and transitions ---
     candidate_lag_entries_max: int = limits.candidate_lag_entries_max
@@ -79,3 +100,32 @@ class ReplicaConfig:
         for name, value in positive.items():
             if value <= 0:
                 raise InvalidConfig(f"{name} must be positive, not {value}")
+        self._check_snapshots()
+
+    def _check_snapshots(self) -> None:
+        if self.snapshot_capture not in SNAPSHOT_CAPTURES:
+            raise InvalidConfig(
+                f"snapshot_capture must be one of {', '.join(SNAPSHOT_CAPTURES)}, "
+                f"not {self.snapshot_capture!r}"
+            )
+        if not 1 <= self.snapshots_kept <= limits.snapshots_kept_max:
+            raise InvalidConfig(f"snapshots_kept must be 1..{limits.snapshots_kept_max}")
+        if not 1 <= self.snapshot_chunk_bytes <= limits.snapshot_chunk_bytes_max:
+            raise InvalidConfig(
+                f"snapshot_chunk_bytes must be 1..{limits.snapshot_chunk_bytes_max}"
+            )
+        for name in ("snapshot_check_interval_ms", "snapshot_orphan_grace_ms"):
+            if getattr(self, name) <= 0:
+                raise InvalidConfig(f"{name} must be positive, not {getattr(self, name)}")
+        for name in (
+            "snapshot_every_commands",
+            "snapshot_every_log_bytes",
+            "snapshot_every_ms",
+            "retention_commands",
+            "retention_ms",
+            "state_hash_every_commands",
+        ):
+            if getattr(self, name) < 0:
+                raise InvalidConfig(
+                    f"{name} must be 0 (off) or positive, not {getattr(self, name)}"
+                )

@@ -8,6 +8,8 @@ Pure.  Everything of application `<app>` sits under `/rsm/<app>`
     /rsm/<app>/leader              ephemeral {replica_id, address, epoch}: discovery
     /rsm/<app>/handoff             {target, epoch}: who should lead that epoch; empty: nobody
     /rsm/<app>/replicas/<id>       ephemeral {address}: membership for status and tools
+    /rsm/<app>/snapshots           registered snapshots, pending ones, ledgers to delete
+                                   (rsm/core/snapshot_manifest.py); changed only by CAS
 
 Many applications share one ZooKeeper (and one bookie cluster): their trees
 never overlap, because an application name is one path component.
@@ -58,6 +60,7 @@ class AppLayout:
     leader: str
     handoff: str
     replicas: str
+    snapshots: str
 
     @classmethod
     def of(cls, app: str, rsm_root: str = RSM_ROOT) -> AppLayout:
@@ -71,6 +74,7 @@ class AppLayout:
             leader=paths.join(root, "leader"),
             handoff=paths.join(root, "handoff"),
             replicas=paths.join(root, "replicas"),
+            snapshots=paths.join(root, "snapshots"),
         )
 
     @property

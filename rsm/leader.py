@@ -25,6 +25,17 @@ while appends go on, pause cutting batches (commands keep queueing), wait for
 the batches in flight, close the ledger, one CAS that closes the segment and
 appends the next one with the same epoch, resume.  The pause is measured.
 
+Truncation (`truncate`, called by the replica's truncation loop): one
+multi-operation from the term's log version replaces the log by a truncated
+copy (leading CLOSED segments removed) together with the snapshots znode that
+lists their ledgers as garbage.  It never runs during a rollover or a
+handover and they never start during it, because all three replace the log
+from the version this term last wrote.
+
+The leader also carries state hashes into the log: each batch it cuts takes
+the newest hash it recorded that the log does not carry yet
+(rsm/core/snapshot_hashes.py).
+
 Step-down (`step_down`): EFENCED or any other refusal of the ledger, a lost
 CAS, or a reason from outside (session trouble, election lost).  The term
 stops accepting at once; commands never sent are answered NotLeader (they
@@ -36,7 +47,8 @@ is in the log whatever a successor's recovery decides (G6).
 Invariants: batches are appended in the order the batcher cut them and
 applied in that order, each once, only after confirmation (I2); nothing is
 appended after `step_down`, `end` or during a rollover pause; at most
-`outstanding_batches_max` batches are in flight.
+`outstanding_batches_max` batches are in flight; at most one of rollover,
+truncation and handover changes the log at a time.
 """
 
 from __future__ import annotations
@@ -44,7 +56,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -54,6 +66,7 @@ from bookie.client.ledger_client import LedgerClient
 from bookie.client.write_handle import WriteHandle
 from bookie.errors import BookieError
 from bookie.logs import emit
+from bookie.meta.api import Op as MetadataOp
 from bookie.meta.api import SetData
 from rsm.applier import Answerer, Applier, Read
 from rsm.config import ReplicaConfig
@@ -125,6 +138,7 @@ class LeaderTerm:
         self._started = False
         self._paused = False
         self._rolling = False
+        self._truncating = False
         self._rollover_retry_s = 0.0
         self._ended: str | None = None
         self.stepped_down = False
@@ -256,6 +270,7 @@ class LeaderTerm:
         await self._wait(
             lambda: (
                 not self._paused
+                and not self._truncating
                 and not self._in_flight
                 and not self._batcher.pending_count
                 and not len(self._reads)
@@ -316,11 +331,16 @@ class LeaderTerm:
         in_flight = self._in_flight
         wall_clock_ms = self._wall_clock_ms
         rng = self._rng
+        hashes = self._applier.hashes
         appended = False
         while True:
-            sent = batcher.cut(wall_clock_ms(), rng, barrier=reads.needs_barrier)
+            sent = batcher.cut(
+                wall_clock_ms(), rng, barrier=reads.needs_barrier, state_hash=hashes.unlogged()
+            )
             if sent is None:
                 break
+            if sent.state_hash is not None:
+                hashes.logged(sent.state_hash.index)
             try:
                 entry_id = handle.append_nowait(sent.payload)
             except BookieError as error:
@@ -375,6 +395,7 @@ class LeaderTerm:
             outcomes = applier.apply(
                 decode_entry(segment, entry_id, sent.payload), ledger_id, entry_id
             )
+            applier.log_bytes += len(sent.payload)
             assert outcomes is not None, "a leader applies each of its entries once"
             index = sent.first_index
             for ticket, outcome in zip(sent.tickets, outcomes, strict=True):
@@ -398,6 +419,57 @@ class LeaderTerm:
                 event = self._progress = anyio.Event()
             await event.wait()
 
+    # --- truncation ---------------------------------------------------------------------------
+
+    async def truncate(self, truncated: Log, also: Sequence[MetadataOp]) -> bool:
+        """Replace the log by `truncated` (this term's log without leading segments) in one
+        multi-operation with `also` (operations with their own expected versions).
+
+        True when it took effect.  False when it could not be tried now (a
+        rollover or handover is under way, the term ended, or the log changed
+        since `truncated` was planned) or when a node of `also` had moved: the
+        caller plans again later.  When the log itself had moved, someone else
+        wrote it: the term steps down (and False is returned).
+        """
+        current = self._log
+        kept = len(truncated.segments)
+        if (
+            self._rolling
+            or self._truncating
+            or not self.accepting
+            or self._ended is not None
+            or not 0 < kept <= len(current.segments)
+            or truncated.segments != current.segments[len(current.segments) - kept :]
+            or truncated.epoch != current.epoch
+        ):
+            return False
+        self._truncating = True
+        try:
+            version = self._log_version
+            ops = [SetData(self._log_store.layout.log, encode_log(truncated), version), *also]
+            try:
+                done = await self._log_store.cas(
+                    ops, lambda seen: seen.segments == truncated.segments
+                )
+            except BookieError as error:
+                emit(logger, logging.WARNING, "rsm.truncation_unknown", error=repr(error))
+                return False
+            if done:
+                self._log = truncated
+                self._log_version = version + 1
+                return True
+            try:
+                _log, seen_version = await self._log_store.read()
+            except BookieError as error:
+                emit(logger, logging.WARNING, "rsm.truncation_unknown", error=repr(error))
+                return False
+            if seen_version != version:
+                self.step_down("the log moved under a truncation (another leader?)")
+            return False
+        finally:
+            self._truncating = False
+            self._notify_progress()
+
     # --- rollover -----------------------------------------------------------------------------
 
     def _age_timer_s(self) -> float | None:
@@ -408,7 +480,12 @@ class LeaderTerm:
         return max(0.0, max(due_s, self._rollover_retry_s) - anyio.current_time())
 
     def _maybe_roll_over(self) -> None:
-        if self._rolling or self._ended is not None or not self._segment_entries:
+        if (
+            self._rolling
+            or self._truncating
+            or self._ended is not None
+            or not self._segment_entries
+        ):
             return
         config = self._config
         now_s = anyio.current_time()
@@ -433,6 +510,10 @@ class LeaderTerm:
                 config.write_quorum,
                 config.ack_quorum,
                 password=config.ledger_password,
+                custom_metadata={
+                    "rsm.app": self._log_store.layout.app.encode(),
+                    "rsm.epoch": str(self.epoch).encode(),
+                },
             )
         except Exception as error:
             if not is_transient(error):

@@ -48,7 +48,7 @@ from rsm.applier import Applier
 from rsm.core.election import may_stand
 from rsm.core.entry_format import Batch, decode_batch, decode_log, encode_log
 from rsm.core.log_state import Log, Segment
-from rsm.errors import MalformedValue
+from rsm.errors import MalformedValue, Truncated
 from rsm.layout import AppLayout
 from rsm.transient import is_transient
 
@@ -79,6 +79,7 @@ class LogStore:
             (layout.election, b""),
             (layout.replicas, b""),
             (layout.handoff, b""),
+            (layout.snapshots, b""),
         )
         for path, value in initial:
             if await self._store.exists(path) is not None:
@@ -145,10 +146,14 @@ class SegmentReader:
         """Apply entries `first` .. the handle's LAC (a closed ledger: its last entry)."""
         last = handle.last_add_confirmed
         chunk = bookie_limits.read_batch_entries_max
+        ledger_id = segment.ledger_id
         for chunk_first in range(first, last + 1, chunk):
             chunk_last = min(last, chunk_first + chunk - 1)
-            for entry_id, batch in await self.read(segment, handle, chunk_first, chunk_last):
-                applier.apply(batch, segment.ledger_id, entry_id)
+            for entry in await handle.read_entries(chunk_first, chunk_last):
+                entry_id = entry.entry_id
+                payload = entry.payload
+                applier.apply(decode_entry(segment, entry_id, payload), ledger_id, entry_id)
+                applier.log_bytes += len(payload)
 
     async def locate(self, segment: Segment, handle: ReadHandle, index: int) -> int:
         """The first entry (up to the handle's LAC) whose batch starts above `index - 1`.
@@ -209,17 +214,37 @@ class LogFollower:
         self._on_progress = on_progress
 
     async def run(self) -> None:
-        """Follow forever; transient errors (bookies or ZooKeeper away) are retried."""
+        """Follow forever; transient errors (bookies or ZooKeeper away) are retried.
+
+        Raises `Truncated` when the log no longer holds the next index this
+        replica needs (truncated below it, possibly while it was reading): the
+        replica must load a snapshot first.
+        """
         while True:
             try:
                 log, version = await self._log.read()
                 if await self._pass(log):
                     await self._log.watch(version)
             except Exception as error:
+                if isinstance(error, BookieError):
+                    # A ledger or entry that vanished may have been truncated away.
+                    await self._check_not_truncated()
                 if not is_transient(error):
                     raise
                 emit(logger, logging.INFO, "rsm.follow_retry", error=repr(error))
                 await anyio.sleep(self._retry_delay_s)
+
+    async def _check_not_truncated(self) -> None:
+        try:
+            log, _version = await self._log.read()
+        except BookieError:
+            return  # the caller's own error says enough
+        next_index = self._applier.applied_index + 1
+        if next_index < log.first_index:
+            raise Truncated(
+                f"this replica needs index {next_index}, but the log was truncated up to "
+                f"index {log.first_index - 1}; it must start from a snapshot"
+            )
 
     async def _pass(self, log: Log) -> bool:
         """Read what `log` lets us read; True when nothing more can come until the log changes."""
@@ -269,7 +294,9 @@ class LogFollower:
         async with handle.tail(first) as entries:
             async for entry in entries:
                 entry_id = entry.entry_id
-                applier.apply(decode_entry(segment, entry_id, entry.payload), ledger_id, entry_id)
+                payload = entry.payload
+                applier.apply(decode_entry(segment, entry_id, payload), ledger_id, entry_id)
+                applier.log_bytes += len(payload)
                 self._on_progress(handle.last_add_confirmed - entry_id <= lag_max)
 
 
@@ -277,8 +304,9 @@ async def resume_point(log: Log, reader: SegmentReader, applier: Applier) -> tup
     """Where a replica goes on reading `log`: (position of the segment, entry id in it).
 
     After the entry it applied last when that ledger is in the log (the usual
-    case), from the start for a fresh replica, else (a state restored from
-    elsewhere) the entry that holds the next index, found by binary search.
+    case), from the start for a fresh replica of an untruncated log, else (a
+    state restored from a snapshot) the entry that holds the next index, found
+    by binary search.  Raises `Truncated` when the log no longer holds it.
     """
     cursor = applier.cursor
     if cursor is not None:
@@ -286,9 +314,9 @@ async def resume_point(log: Log, reader: SegmentReader, applier: Applier) -> tup
             if segment.ledger_id == cursor.ledger_id:
                 return position, cursor.entry_id + 1
     next_index = applier.applied_index + 1
-    if cursor is None and next_index == 1:
+    if cursor is None and next_index == log.first_index == 1:
         return 0, 0
-    holder = log.segment_for(next_index)
+    holder = log.segment_for(next_index)  # Truncated: the log no longer holds next_index
     if holder is None:
         return len(log.segments), 0
     handle = await reader.open(holder, recovery=False)

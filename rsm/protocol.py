@@ -11,7 +11,7 @@ Request body::
     [version, op, request_id, field_1, ..., field_n]
 
     version     uint   `limits.protocol_version` (1)
-    op          uint   1 CALL, 2 QUERY, 3 STATUS, 4 TRANSFER_LEADERSHIP
+    op          uint   1 CALL, 2 QUERY, 3 STATUS, 4 TRANSFER_LEADERSHIP, 5 SNAPSHOT
     request_id  uint   < 2^63, chosen by the client, echoed in the response
 
     CALL     name: text, args: array, kwargs: map text -> any,
@@ -22,6 +22,7 @@ Request body::
              min_index: uint (read_your_writes waits until this index is applied)
     STATUS   (no field)
     TRANSFER_LEADERSHIP   target: text (a replica id) | null (any caught-up replica)
+    SNAPSHOT (no field)   take a snapshot of this replica's state now
 
 Response body, the same 8 fields for every op::
 
@@ -34,7 +35,9 @@ Response body, the same 8 fields for every op::
                            exception's type name; null otherwise
     value    any           CALL/QUERY: the result; STATUS: a map (see
                            `rsm.replica.Replica.status`); TRANSFER_LEADERSHIP:
-                           {"target": text, "window_ms": uint}; null on errors
+                           {"target": text, "window_ms": uint}; SNAPSHOT: the
+                           snapshot's manifest as a map (`rsm.snapshot_inspect.manifest_plain`);
+                           null on errors
     index    uint          CALL: the command's index in the log (also when the
                            command failed; 0 when it was never logged); QUERY:
                            the index the replica had applied when it answered;
@@ -79,6 +82,7 @@ class Op(enum.IntEnum):
     QUERY = 2
     STATUS = 3
     TRANSFER_LEADERSHIP = 4
+    SNAPSHOT = 5
 
 
 class Consistency(enum.IntEnum):
@@ -131,7 +135,11 @@ class TransferRequest(NamedTuple):
     target: str | None = None
 
 
-Request = CallRequest | QueryRequest | StatusRequest | TransferRequest
+class SnapshotRequest(NamedTuple):
+    request_id: int
+
+
+Request = CallRequest | QueryRequest | StatusRequest | TransferRequest | SnapshotRequest
 
 
 class Response(NamedTuple):
@@ -266,6 +274,8 @@ def encode_request(request: Request) -> bytes:
         body_fields = [Op.QUERY, name, args, kwargs, int(consistency), min_index]
     elif type(request) is StatusRequest:
         body_fields = [Op.STATUS]
+    elif type(request) is SnapshotRequest:
+        body_fields = [Op.SNAPSHOT]
     else:
         assert type(request) is TransferRequest
         body_fields = [Op.TRANSFER_LEADERSHIP, request.target]
@@ -315,6 +325,10 @@ def decode_request(body: bytes) -> Request:
         problem = None if not fields else f"STATUS takes no field, got {len(fields)}"
         if problem is None:
             return StatusRequest(request_id)
+    elif op == Op.SNAPSHOT:
+        problem = None if not fields else f"SNAPSHOT takes no field, got {len(fields)}"
+        if problem is None:
+            return SnapshotRequest(request_id)
     else:
         target = fields[0] if len(fields) == 1 else None
         problem = (

@@ -20,7 +20,15 @@ Around that loop, tasks owned by the replica's task group:
   writes before anyone else can be elected: the session's ephemeral nodes
   outlive the disconnection by the session timeout); after LOST the
   candidacy and membership are gone and are created again once caught up;
-* the leader watch (`Leadership.follow_leader`), for NotLeader hints.
+* the leader watch (`Leadership.follow_leader`), for NotLeader hints;
+* the snapshot work (rsm/snapshot_service.py): the snapshots znode watch and
+  the snapshot policy; while leading, also truncation and garbage deletion.
+
+A replica starts from the newest valid snapshot (and replays the log after
+it), before it serves anything; it refuses to start when the log was
+truncated past every snapshot it could load.  A follower that finds the log
+truncated past its state (it was away too long) loads a snapshot the same way
+and goes on; a replica whose state is current never reloads.
 
 Safety does not rest on any of this timing: a leader only acknowledges what
 Qa bookies acknowledged (I2), a successor fences the old ledger before it
@@ -73,12 +81,14 @@ from rsm.core.commands import AppliedPosition
 from rsm.core.election import Candidate
 from rsm.core.entry_format import Handoff, encode_handoff, encode_log
 from rsm.core.sessions import Outcome, SessionTable
+from rsm.core.snapshot_policy import snapshotter
 from rsm.errors import (
     BadRequest,
     InvalidConfig,
     NotLeader,
     StatusError,
     Timeout,
+    Truncated,
     Unavailable,
 )
 from rsm.layout import RSM_ROOT, AppLayout, check_replica_id
@@ -87,6 +97,9 @@ from rsm.leadership import ElectionView, Leadership
 from rsm.log import LogFollower, LogStore, SegmentReader
 from rsm.protocol import CallRequest, Consistency, Op, QueryRequest
 from rsm.server import ReplicaServer
+from rsm.snapshot_inspect import manifest_plain
+from rsm.snapshot_service import SnapshotService
+from rsm.snapshots import SnapshotStore
 from rsm.state_machine import StateMachine
 from rsm.takeover import Takeover, take_over
 from rsm.transient import is_transient
@@ -121,8 +134,10 @@ class _LocalAnswer:
 class Replica:
     """One replica of application `app`; see the module docstring.
 
-    `machine` is a `StateMachine` instance or class (called without
-    arguments).  `listener` replaces the TCP listener on `listen`
+    `machine` is a `StateMachine` class or a factory (called without
+    arguments), or an instance.  Loading a snapshot needs a fresh instance:
+    the factory makes it, or for an instance its class called without
+    arguments.  `listener` replaces the TCP listener on `listen`
     ("host:port", port 0: any free one); with it, `advertise` is required.
     `advertise` is the address clients and other replicas are told (default:
     the listening address); `replica_id` defaults to it.
@@ -130,7 +145,7 @@ class Replica:
 
     def __init__(
         self,
-        machine: StateMachine | type[StateMachine],
+        machine: StateMachine | Callable[[], StateMachine],
         *,
         app: str,
         store: MetadataStore,
@@ -148,13 +163,18 @@ class Replica:
             raise InvalidConfig("a replica given its listener must be given its advertise address")
         self.app = app
         self.config = config if config is not None else ReplicaConfig()
-        self.machine = machine() if isinstance(machine, type) else machine
+        if isinstance(machine, StateMachine):
+            instance = machine
+            self._machine_factory: Callable[[], StateMachine] = _factory_of(machine)
+        else:
+            instance = machine()
+            self._machine_factory = machine
         self._store = store
         self._ledgers = ledgers
         self._layout = AppLayout.of(app, rsm_root)
         self._log_store = LogStore(store, self._layout)
         self._reader = SegmentReader(ledgers, self.config.ledger_password)
-        self._applier = Applier(self.machine, self.config)
+        self._applier = Applier(instance, self.config)
         self._listen = listen
         self._advertise = advertise
         self._listener = listener
@@ -176,8 +196,13 @@ class Replica:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._leadership: Leadership | None = None
         self._lifetime: contextlib.AbstractAsyncContextManager[Replica] | None = None
+        self._snapshots: SnapshotService | None = None
         self.last_transfer_window_ms: int | None = None
         self.takeovers = 0
+        self._stand_aside_delay_ms = 0
+        """How long this replica waited before standing again after its last stand-aside."""
+        self._stand_not_before_s = 0.0
+        """When that wait ended (it may stand again from then on)."""
 
     # --- lifetime -----------------------------------------------------------------------------
 
@@ -201,8 +226,19 @@ class Replica:
         listener, address = await self._open_listener()
         try:
             replica_id = check_replica_id(self._requested_id or address)
-        except InvalidConfig:
-            await listener.aclose()
+            snapshots = self._snapshots = SnapshotService(
+                app=self.app,
+                replica_id=replica_id,
+                snapshots=SnapshotStore(self._store, self._ledgers, self._layout, self.config),
+                applier=self._applier,
+                config=self.config,
+                machine_factory=self._machine_factory,
+                wall_clock_ms=self._wall_clock_ms,
+            )
+            await self._start_from_snapshot()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await listener.aclose()
             raise
         leadership = self._leadership = Leadership(
             self._store,
@@ -220,6 +256,8 @@ class Replica:
                 task_group.start_soon(self._session_loop)
                 task_group.start_soon(self._election_loop)
                 task_group.start_soon(self._role_loop)
+                task_group.start_soon(snapshots.watch)
+                task_group.start_soon(snapshots.policy_loop, self._is_snapshotter)
                 emit(
                     logger,
                     logging.INFO,
@@ -267,6 +305,16 @@ class Replica:
     @property
     def replica_id(self) -> str:
         return self._election.replica_id
+
+    @property
+    def machine(self) -> StateMachine:
+        """The state machine (another instance after a snapshot was loaded)."""
+        return self._applier.machine
+
+    @property
+    def snapshots(self) -> SnapshotService:
+        assert self._snapshots is not None, "the replica is not running"
+        return self._snapshots
 
     @property
     def address(self) -> str:
@@ -317,9 +365,12 @@ class Replica:
         `leader_epoch`), `candidate` (stands for election), `caught_up`,
         `sessions` (clients in the session table), `waiting_reads`
         (read_your_writes waiting for their index), `takeovers`,
-        `last_transfer_window_ms`, and while leading `term`: the ledger
+        `last_transfer_window_ms`, while leading `term`: the ledger
         written, queued commands, batches in flight, rollovers and the last
-        rollover's pause.
+        rollover's pause; `snapshots` (taken, loaded, skipped, the last ones,
+        truncations) and `state_hashes` (the newest recorded, checks against
+        the log, and `diverged_at`: the first index where this replica's
+        state differed from the leader's, or None).
         """
         leadership = self._election
         leader = leadership.leader
@@ -344,6 +395,8 @@ class Replica:
             "takeovers": self.takeovers,
             "last_transfer_window_ms": self.last_transfer_window_ms,
             "term": term.status() if term is not None else None,
+            "snapshots": self._snapshots.status() if self._snapshots is not None else None,
+            "state_hashes": self._applier.hashes.status(),
         }
 
     # --- requests (the server's Endpoint) -----------------------------------------------------
@@ -446,7 +499,11 @@ class Replica:
             self._follow_scope = scope
             if self._elected or self._stopping:
                 scope.cancel()
-            await follower.run()
+            while True:
+                try:
+                    await follower.run()
+                except Truncated as error:
+                    await self._reload(error)
         self._follow_scope = None
 
     def _on_progress(self, caught_up: bool) -> None:
@@ -473,6 +530,9 @@ class Replica:
                         config=self.config,
                         still_elected=lambda: self._elected and not self._stopping,
                     )
+                except Truncated as error:
+                    await self._reload(error)
+                    continue
                 except Exception as error:
                     if not is_transient(error):
                         raise
@@ -509,6 +569,7 @@ class Replica:
             term.step_down("no longer leader-elect", stand_aside=False)
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(self._serve, term, taken.recovered)
+            task_group.start_soon(self.snapshots.truncation_loop, term)
             await term.run()
             task_group.cancel_scope.cancel()
         self._term = None
@@ -555,12 +616,86 @@ class Replica:
             await leadership.clear_pin()
         except BookieError as error:
             emit(logger, logging.WARNING, "rsm.stand_aside_failed", error=repr(error))
+        # Standing again at once would let replicas whose new ledgers all fail at once (a
+        # dead bookie still registered, say) take over and step down in a loop that takes
+        # no time and fills the log with empty segments: wait, twice as long after each
+        # stand-aside that follows the previous one closely (a term may even serve a
+        # little before its ledger fails), from the retry delay again after a quiet spell.
+        now_s = anyio.current_time()
+        if now_s - self._stand_not_before_s > limits.stand_aside_delay_ms_max / 1000:
+            self._stand_aside_delay_ms = 0
+        delay_ms = min(
+            max(2 * self._stand_aside_delay_ms, self.config.retry_delay_ms),
+            limits.stand_aside_delay_ms_max,
+        )
+        self._stand_aside_delay_ms = delay_ms
+        self._stand_not_before_s = now_s + delay_ms / 1000
+        task_group = self._task_group
+        assert task_group is not None
+        task_group.start_soon(self._wake_election_after, delay_ms)
+
+    async def _wake_election_after(self, delay_ms: int) -> None:
+        await anyio.sleep(delay_ms / 1000)
         self._wake_election()
+
+    # --- snapshots ----------------------------------------------------------------------------
+
+    async def _start_from_snapshot(self) -> None:
+        """Load the newest valid snapshot, if any; refuse to start when the log was truncated
+        past every snapshot that could be loaded (nothing could rebuild the state)."""
+        while True:
+            try:
+                await self.snapshots.load_newest()
+                log, _version = await self._log_store.read()
+                break
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                emit(logger, logging.WARNING, "rsm.snapshot_load_retry", error=repr(error))
+                await anyio.sleep(self.config.retry_delay_ms / 1000)
+        next_index = self._applier.applied_index + 1
+        if next_index < log.first_index:
+            raise Truncated(
+                f"cannot start: the log of {self.app!r} begins at index {log.first_index} "
+                f"(truncated), and no valid snapshot reaches index {log.first_index - 1}; "
+                f"the newest usable state ends at index {next_index - 1} "
+                "(see `rsm snapshot ls` and the rsm.snapshot_skipped errors above)"
+            )
+
+    async def _reload(self, cause: Truncated) -> None:
+        """The log was truncated past this replica's state: load a snapshot to go on from."""
+        emit(logger, logging.WARNING, "rsm.reload_snapshot", reason=str(cause))
+        while True:
+            try:
+                restored = await self.snapshots.load_newest()
+                break
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                await anyio.sleep(self.config.retry_delay_ms / 1000)
+        if restored is None:
+            raise Truncated(
+                f"{cause}; no valid snapshot is newer than this replica's state (index "
+                f"{self._applier.applied_index}), so it cannot go on"
+            ) from None
+
+    def _is_snapshotter(self) -> bool:
+        """Whether this replica takes the scheduled snapshots now (see snapshot_policy)."""
+        view = self._view
+        if view is None or self._stopping:
+            return False
+        if self._role is Role.FOLLOWER and not self._caught_up:
+            return False
+        return snapshotter(view.candidates, view.elect) == self.replica_id
+
+    async def take_snapshot(self) -> dict[str, Any]:
+        """Snapshot this replica's state now (`rsm snapshot create`); the manifest as a map."""
+        return manifest_plain(await self.snapshots.take("requested"))
 
     # --- election -----------------------------------------------------------------------------
 
     def _may_stand(self) -> bool:
-        if self._stopping:
+        if self._stopping or anyio.current_time() < self._stand_not_before_s:
             return False
         return self._role is not Role.FOLLOWER or self._caught_up
 
@@ -742,6 +877,24 @@ class Replica:
         except (StatusError, BookieError) as error:
             emit(logger, logging.WARNING, "rsm.stop_not_graceful", error=repr(error))
         emit(logger, logging.INFO, "rsm.replica_stopped", replica_id=self.replica_id)
+
+
+def _factory_of(instance: StateMachine) -> Callable[[], StateMachine]:
+    """Fresh instances like `instance`, for loading snapshots: its class called without
+    arguments, or a clear error saying what to pass instead."""
+    machine_class = type(instance)
+
+    def fresh() -> StateMachine:
+        try:
+            return machine_class()
+        except TypeError as error:
+            raise InvalidConfig(
+                f"loading a snapshot needs a fresh {machine_class.__qualname__}, but it cannot "
+                f"be made without arguments ({error}): give the replica a factory instead of "
+                "an instance, e.g. functools.partial(Class, ...)"
+            ) from None
+
+    return fresh
 
 
 def _choose_target(view: ElectionView, to: str | None, replica_id: str) -> Candidate:

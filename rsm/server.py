@@ -51,6 +51,7 @@ from rsm.protocol import (
     CallRequest,
     Op,
     QueryRequest,
+    SnapshotRequest,
     StatusRequest,
     TransferRequest,
     UndecodableRequest,
@@ -90,6 +91,8 @@ class Endpoint(Protocol):
     def status(self) -> dict[str, Any]: ...
 
     async def transfer_leadership(self, to: str | None) -> dict[str, Any]: ...
+
+    async def take_snapshot(self) -> dict[str, Any]: ...
 
 
 class ReplicaServer:
@@ -214,6 +217,10 @@ class ClientConnection:
                 self._waiting_reads[request_id] = ticket
         elif type(request) is StatusRequest:
             self.answer(Op.STATUS, request_id, Outcome(RsmStatus.OK, endpoint.status()), 0)
+        elif type(request) is SnapshotRequest:
+            task_group = self._task_group
+            assert task_group is not None
+            task_group.start_soon(self._snapshot, request)
         else:
             assert type(request) is TransferRequest
             task_group = self._task_group
@@ -228,6 +235,14 @@ class ClientConnection:
         else:
             outcome = Outcome(RsmStatus.OK, result)
             self.answer(Op.TRANSFER_LEADERSHIP, request.request_id, outcome, 0)
+
+    async def _snapshot(self, request: SnapshotRequest) -> None:
+        try:
+            result = await self._endpoint.take_snapshot()
+        except StatusError as error:
+            self.answer(Op.SNAPSHOT, request.request_id, Outcome.failure(error), 0)
+        else:
+            self.answer(Op.SNAPSHOT, request.request_id, Outcome(RsmStatus.OK, result), 0)
 
     async def _wait_drained(self) -> None:
         while self._output_bytes > limits.socket_send_coalesce_bytes_max:
@@ -279,4 +294,5 @@ _OPS: Final = {
     QueryRequest: Op.QUERY,
     StatusRequest: Op.STATUS,
     TransferRequest: Op.TRANSFER_LEADERSHIP,
+    SnapshotRequest: Op.SNAPSHOT,
 }

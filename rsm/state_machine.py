@@ -45,6 +45,21 @@ the newest version.  Arguments are bound against the method's signature before
 a command is logged, so a bad call fails at once with `BadArguments` or
 `UnknownCommand` instead of being logged and failing on every replica.
 
+Snapshots.  A replica saves its state in a snapshot and a new or restarted
+replica loads one instead of replaying the whole log (docs/snapshots.md).
+By default the public attributes are the state: `snapshot()` streams them
+with cbor2 (sortedcontainers types, sets, frozensets and tuples included;
+`rsm/core/snapshot_state.py` has the format), `restore(chunks)` reads them
+back into a fresh instance (made by calling the class, or the factory the
+replica was given), and `state_hash()` is the SHA-256 of `snapshot()`'s
+bytes.  An application may override all three: `snapshot()` yields `bytes`
+chunks of any size, `restore()` receives the same bytes cut anywhere (treat
+them as one stream), and `state_hash()` returns 1 to 64 bytes that must be
+equal on replicas with equal state; an incremental hash kept up to date by
+the commands is much cheaper than the default (see KVStore).  `snapshot()`
+must read the state only: it runs in a forked child process or between two
+commands, and must not keep references that outlive it.
+
 The registry is built once, when the subclass is created (`__init_subclass__`);
 declaring the same name twice, a command and a query of the same name, or an
 `async` method raises `BadStateMachine` right there.
@@ -59,11 +74,12 @@ from __future__ import annotations
 
 import inspect
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, TypeVar, overload
 
 from rsm import limits
+from rsm.core.snapshot_state import digest, encode_state, restore_state
 from rsm.errors import BadArguments, BadStateMachine, ContextUnavailable, UnknownCommand
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -308,6 +324,29 @@ class StateMachine:
         cls._rsm_commands = commands
         cls._rsm_newest_commands = newest
         cls._rsm_queries = queries
+
+    def snapshot(self) -> Iterator[bytes]:
+        """The state as a stream of bytes chunks (default: the public attributes, with cbor2).
+
+        Called at an exact index, with nothing applied until it returns (or
+        in a forked copy of the process): it must only read the state.
+        """
+        return encode_state(self)
+
+    def restore(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+        """Set the state of this fresh instance from what `snapshot()` produced.
+
+        The chunks hold the same bytes `snapshot()` yielded, in order, but cut
+        at other places.  Raise on bytes that do not make a state (the
+        default raises `SnapshotCorrupt`): the replica then tries an older
+        snapshot.
+        """
+        restore_state(self, chunks)
+
+    def state_hash(self) -> bytes:
+        """1 to 64 bytes, equal on replicas whose states are equal (default: SHA-256 of the
+        snapshot stream, which costs a full serialization; override it when that is slow)."""
+        return digest(self.snapshot())
 
     @property
     def context(self) -> Context:

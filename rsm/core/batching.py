@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from rsm import limits
-from rsm.core.entry_format import encode_batch
+from rsm.core.entry_format import StateHash, encode_batch
 from rsm.errors import BadRequest, Overloaded
 
 T = TypeVar("T")
@@ -57,6 +57,8 @@ class OutgoingBatch(Generic[T]):
     tickets: tuple[T, ...]
     payload: bytes
     """The encoded entry (entry_format layout)."""
+    state_hash: StateHash | None = None
+    """The state hash the entry carries, if any."""
 
     @property
     def next_index(self) -> int:
@@ -150,12 +152,19 @@ class Batcher(Generic[T]):
         self._queued_bytes += size_bytes
 
     def cut(
-        self, now_ms: int, rng: random.Random, *, barrier: bool = False
+        self,
+        now_ms: int,
+        rng: random.Random,
+        *,
+        barrier: bool = False,
+        state_hash: StateHash | None = None,
     ) -> OutgoingBatch[T] | None:
         """The next batch to append now, or None when nothing should be sent yet.
 
         `barrier` asks for an empty entry when nothing is queued.  Call again
         until it returns None: several full batches may be ready at once.
+        `state_hash` (the leader's hash at an index already applied) goes into
+        the batch if one is cut; `OutgoingBatch.state_hash` says whether it did.
         """
         queue = self._queue
         if not queue and not barrier:
@@ -181,15 +190,22 @@ class Batcher(Generic[T]):
         self._queued_bytes -= size_bytes
         self._timestamp_ms = max(self._timestamp_ms, now_ms)
         first_index = self._next_index
+        assert state_hash is None or state_hash.index < first_index
         payload = encode_batch(
             epoch=self._epoch,
             first_index=first_index,
             timestamp_ms=self._timestamp_ms,
             seed=rng.getrandbits(_SEED_BITS),
             items=items,
+            state_hash=state_hash,
         )
         batch = OutgoingBatch(
-            self._next_sequence, first_index, self._timestamp_ms, tuple(tickets), payload
+            self._next_sequence,
+            first_index,
+            self._timestamp_ms,
+            tuple(tickets),
+            payload,
+            state_hash,
         )
         self._next_sequence += 1
         self._next_index = batch.next_index

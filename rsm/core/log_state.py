@@ -27,8 +27,9 @@ them on its result):
 Transitions: `takeover` (new leader: close the OPEN segment at the end its
 recovery found, append a new OPEN one with a new epoch), `rollover` (same
 leader, same epoch, next ledger), `close` (graceful handoff: close without a
-successor).  Each raises `IllegalLogTransition` for a change that would break
-an invariant or that the caller is not entitled to (a leader writes only to the
+successor), `truncate` (drop leading CLOSED segments a snapshot covers).
+Each raises `IllegalLogTransition` for a change that would break an
+invariant or that the caller is not entitled to (a leader writes only to the
 segment of its own epoch and ledger).
 """
 
@@ -110,7 +111,11 @@ class Log:
         """
         assert index >= 1
         if index < self.first_index:
-            raise Truncated(f"index {index} is below the log's first index {self.first_index}")
+            raise Truncated(
+                f"index {index} is below the log's first index {self.first_index}: the log "
+                "was truncated there; start from a snapshot (`rsm snapshot ls`) and read on "
+                "from its index"
+            )
         # The last segment starting at or before `index`: empty segments share
         # their first_index with their successor, so bisect_right skips them.
         position = bisect.bisect_right(self._first_indexes, index) - 1
@@ -241,6 +246,21 @@ def close(log: Log, *, epoch: int, ledger_id: int, last_index: int) -> Log:
     result = Log(log.epoch, (*log.segments[:-1], _closed(current, last_index)))
     check_invariants(result)
     assert result.open_segment is None
+    return result
+
+
+def truncate(log: Log, *, below_index: int) -> Log:
+    """The log without its leading CLOSED segments whose every command is below `below_index`.
+
+    The caller (the leader, after a snapshot at `below_index - 1` became
+    durable) deletes their ledgers afterwards.  The last segment always stays,
+    so the log still says where it goes on; `Log.epoch` stays too.
+    """
+    check_invariants(log)
+    removed = log.segments_wholly_below(below_index)
+    result = Log(log.epoch, log.segments[len(removed) :])
+    check_invariants(result)
+    assert result.first_index <= below_index or not removed
     return result
 
 

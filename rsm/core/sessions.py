@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from rsm import limits
@@ -280,16 +281,18 @@ class SessionTable:
         return {
             "v": PLAIN_VERSION,
             "clock_ms": self._clock_ms,
-            "sessions": [
-                [
-                    client_id,
-                    session.last_active_ms,
-                    session.floor_seq,
-                    [[seq, outcome.to_plain()] for seq, outcome in session.results.items()],
-                ]
-                for client_id, session in self._sessions.items()
-            ],
+            "sessions": list(self.plain_sessions()),
         }
+
+    def plain_sessions(self) -> Iterator[list[Any]]:
+        """The sessions of `to_plain`, one at a time (a snapshot streams them)."""
+        for client_id, session in self._sessions.items():
+            yield [
+                client_id,
+                session.last_active_ms,
+                session.floor_seq,
+                [[seq, outcome.to_plain()] for seq, outcome in session.results.items()],
+            ]
 
     @classmethod
     def from_plain(
