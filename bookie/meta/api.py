@@ -23,10 +23,14 @@ Semantics, identical in both:
   if the node has children.
 * `commit(ops)` applies a list of `Check`/`Create`/`SetData`/`Delete` atomically:
   all or nothing (ZooKeeper `multi`).
-* `watch(path)` returns after the node's data or existence next changes
-  relative to `version` (or at once if it already differs); `watch_children`
-  likewise for the set of children.  These are level-triggered waits, not
-  one-shot callbacks, so no change can be missed between two calls.
+* `watch(path, version)` returns at once if the node's version already
+  differs from `version`, else after the node's data or existence next
+  changes, even when that change leaves the version where it was (a node
+  deleted and created again starts over at version 0, so versions alone cannot
+  tell).  `watch_children` likewise for the set of children.  A return means
+  "look again", possibly with nothing new to see: callers re-read.  Because
+  the first check and the registration are atomic, no change can be missed
+  between two calls.
 * Session state: `session_events()` yields every transition; `LOST` means the
   session expired and every ephemeral node of it is gone.  After LOST the store
   opens a new session by itself; holders of ephemeral nodes (registrations,

@@ -650,36 +650,36 @@ class MemoryMetadataStore:
         self._session.commit(ops)
 
     async def watch(self, path: str, version: int) -> None:
-        while True:
-            await anyio.lowlevel.checkpoint()
-            # Reading and registering without an await in between means no change
-            # can slip between them: this is what makes the wait level-triggered.
-            current = self._session.exists(path)
-            if (NO_NODE_VERSION if current is None else current) != version:
-                return
-            fired = anyio.Event()
-            handle = self._session.add_watch(path, fired.set)
-            try:
-                await fired.wait()
-            finally:
-                handle.cancel()
+        await anyio.lowlevel.checkpoint()
+        # Reading and registering without an await in between means no change
+        # can slip between them: this is what makes the wait level-triggered.
+        current = self._session.exists(path)
+        if (NO_NODE_VERSION if current is None else current) != version:
+            return
+        fired = anyio.Event()
+        handle = self._session.add_watch(path, fired.set)
+        try:
+            # Any change ends the wait, even one that leaves the version where it
+            # was: a node deleted and created again starts over at version 0.
+            await fired.wait()
+        finally:
+            handle.cancel()
 
     async def watch_children(self, path: str, children: Sequence[str]) -> None:
-        expected = sorted(children)
-        while True:
-            await anyio.lowlevel.checkpoint()
-            try:
-                current = self._session.children(path)
-            except NoNode:
-                return
-            if current != expected:
-                return
-            fired = anyio.Event()
-            handle = self._session.add_children_watch(path, fired.set)
-            try:
-                await fired.wait()
-            finally:
-                handle.cancel()
+        await anyio.lowlevel.checkpoint()
+        try:
+            current = self._session.children(path)
+        except NoNode:
+            return
+        if current != sorted(children):
+            return
+        fired = anyio.Event()
+        handle = self._session.add_children_watch(path, fired.set)
+        try:
+            # Any change ends the wait, even a child removed and added again.
+            await fired.wait()
+        finally:
+            handle.cancel()
 
     def session_events(self) -> SessionEvents:
         return self._feed.subscribe()

@@ -72,7 +72,7 @@ from kazoo.exceptions import (
     SessionMovedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 
 from bookie import limits
@@ -198,16 +198,29 @@ class _ReconnectGate:
         self._open.set()
 
 
+class _Firing:
+    """One firing of a `_Trigger`: set once, and whether a node event caused it."""
+
+    __slots__ = ("changed", "event")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.changed = False
+        """A node event (created, deleted, data or children changed), as opposed to a
+        session event: kazoo fires every watcher when a session is lost, because the
+        server forgot its watches; that is a cue to register again, not a change."""
+
+
 class _Trigger:
     """The one kazoo watcher of one (kind, path), shared by every task waiting on it.
 
     kazoo keeps its watchers in a set per path, so passing the same trigger on
-    every re-check registers it once.  `event` is replaced each time it fires,
-    so a task that took `event` before its re-check cannot miss a firing that
+    every re-check registers it once.  `firing` is replaced each time it fires,
+    so a task that took `firing` before its re-check cannot miss a firing that
     happens during the re-check.
     """
 
-    __slots__ = ("_bridge", "_on_idle", "armed", "event", "key", "waiters")
+    __slots__ = ("_bridge", "_on_idle", "armed", "firing", "key", "waiters")
 
     def __init__(
         self, bridge: _LoopBridge, key: tuple[str, str], on_idle: Callable[[_Trigger], None]
@@ -215,19 +228,21 @@ class _Trigger:
         self._bridge = bridge
         self.key = key
         self._on_idle = on_idle
-        self.event = anyio.Event()
+        self.firing = _Firing()
         self.armed = False
         """Possibly registered with kazoo (not fired since it was passed to a read)."""
         self.waiters = 0
 
-    def __call__(self, _watched_event: object) -> None:
+    def __call__(self, watched_event: WatchedEvent) -> None:
         """Called by kazoo on its callback thread."""
-        self._bridge.post(self._fire)
+        changed = watched_event.type != EventType.NONE
+        self._bridge.post(functools.partial(self._fire, changed))
 
-    def _fire(self) -> None:
-        event, self.event = self.event, anyio.Event()
+    def _fire(self, changed: bool) -> None:
+        firing, self.firing = self.firing, _Firing()
         self.armed = False
-        event.set()
+        firing.changed = changed
+        firing.event.set()
         if self.waiters == 0:
             self._on_idle(self)
 
@@ -423,7 +438,7 @@ class ZkMetadataStore:
         trigger.waiters += 1
         try:
             while True:
-                fired = trigger.event
+                firing = trigger.firing
                 trigger.armed = True
                 stat = await self._read_when_connected(
                     f"watch {path}", lambda: self._client.exists_async(full, watch=trigger)
@@ -431,7 +446,11 @@ class ZkMetadataStore:
                 current = NO_NODE_VERSION if stat is None else stat.version
                 if current != version:
                     return
-                await fired.wait()
+                await firing.event.wait()
+                # Any change ends the wait, even one that leaves the version where
+                # it was: a node deleted and created again starts over at version 0.
+                if firing.changed:
+                    return
         finally:
             self._release(trigger)
 
@@ -442,7 +461,7 @@ class ZkMetadataStore:
         trigger.waiters += 1
         try:
             while True:
-                fired = trigger.event
+                firing = trigger.firing
                 trigger.armed = True
                 try:
                     names = await self._read_when_connected(
@@ -453,7 +472,10 @@ class ZkMetadataStore:
                     return
                 if sorted(names) != expected:
                     return
-                await fired.wait()
+                await firing.event.wait()
+                # Any change ends the wait, even a child removed and added again.
+                if firing.changed:
+                    return
         finally:
             self._release(trigger)
 

@@ -284,6 +284,22 @@ async def test_watch_wakes_on_set_delete_and_create(connect: Connect, store: Sto
         )
 
 
+async def test_watch_wakes_when_a_node_is_recreated_at_the_same_version(
+    connect: Connect, store: Store
+) -> None:
+    """Versions restart at 0 on creation, so a node deleted and created again (as a new
+    leader replaces an old leader's znode) looks unchanged by version alone."""
+    await store.create("/w", b"old leader")
+    async with connect() as writer:
+        await assert_woken_by(
+            store,
+            lambda: store.watch("/w", 0),
+            lambda: writer.commit([Delete("/w", 0), Create("/w", b"new leader")]),
+        )
+    got = await store.get("/w")
+    assert (got.value, got.version) == (b"new leader", 0)
+
+
 async def test_watch_misses_no_change(connect: Connect, store: Store) -> None:
     """A watcher that re-reads after every wake-up always reaches the last version, however
     the writes interleave with its waits."""
