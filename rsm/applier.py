@@ -32,6 +32,7 @@ never in the middle of one (apply has no await).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, NamedTuple, Protocol
 
@@ -185,15 +186,25 @@ class Applier:
 
     # --- queries ------------------------------------------------------------------------------
 
-    def query(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Outcome:
-        """Answer a query from the state as it is now; errors become outcomes."""
+    def query(
+        self, name: str, args: list[Any], kwargs: dict[str, Any], *, time_ms: int | None = None
+    ) -> Outcome:
+        """Answer a query from the state as it is now; errors become outcomes.
+
+        The query sees the last applied entry's time, or `time_ms` when later: a
+        leader answering a linearizable read passes its own clock, so a key
+        whose expiry time has passed is gone even if nothing was logged since.
+        """
+        position = self.position
+        if time_ms is not None and time_ms > position.time_ms:
+            position = dataclasses.replace(position, time_ms=time_ms)
         try:
-            return answer_query(self.machine, name, args, kwargs, applied=self.position)
+            return answer_query(self.machine, name, args, kwargs, applied=position)
         except StatusError as error:
             return Outcome.failure(error)
 
-    def answer_read(self, read: Read) -> None:
-        outcome = self.query(read.name, read.args, read.kwargs)
+    def answer_read(self, read: Read, *, time_ms: int | None = None) -> None:
+        outcome = self.query(read.name, read.args, read.kwargs, time_ms=time_ms)
         read.answerer.answer(Op.QUERY, read.request_id, outcome, self.position.index)
 
     def read_at(self, min_index: int, read: Read) -> int | None:

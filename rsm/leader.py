@@ -7,15 +7,21 @@ command or per batch:
 
 * `submit_call` / `submit_read` (synchronous, from the server's connection
   readers or from in-process calls) queue work in the pure cores: the
-  `Batcher` (group commit) and `LinearizableReads` (read barriers); `pump`
+  `Batcher` (group commit) and `LinearizableReads` (read rounds); `pump`
   then cuts every batch the batcher allows and appends it with the ledger's
   pipelined `append_nowait`, so several batches are in flight at once.
 * One confirmation loop waits for the oldest batch in flight to be confirmed
   (Qa bookies and every earlier entry), then takes every batch the ledger's
   LAC now covers, in order: decodes it from the bytes that were sent (so the
   leader applies exactly what followers will read), applies it through the
-  `Applier`, answers its commands and the reads that waited for it, and pumps
-  again.  Answers to one connection are queued together and leave in one send.
+  `Applier`, answers its commands, and pumps again.  Answers to one
+  connection are queued together and leave in one send.
+* One read loop runs confirmation rounds while linearizable reads wait: each
+  round asks the ledger's bookies whether it is fenced
+  (`WriteHandle.confirm_writer`, no entry appended, no fsync) and answers
+  every read that arrived before it started, from the state as applied
+  then, at the leader's clock (rsm/core/reads.py).  A round on a handle that
+  a rollover replaced meanwhile proves nothing about the log and is redone.
 
 The first batch of a term is the leader-start marker; a term serves nothing
 before it is applied (`wait_started`).
@@ -41,8 +47,9 @@ CAS, or a reason from outside (session trouble, election lost).  The term
 stops accepting at once; commands never sent are answered NotLeader (they
 were not logged), those in flight OutcomeUnknown (they may be in the log;
 retrying with the same session seq is safe), waiting linearizable reads
-NotLeader.  Everything already applied stays applied: it was confirmed, so it
-is in the log whatever a successor's recovery decides (G6).
+NotLeader.  A read round that finds the ledger fenced steps down too.
+Everything already applied stays applied: it was confirmed, so it is in the
+log whatever a successor's recovery decides (G6).
 
 Invariants: batches are appended in the order the batcher cut them and
 applied in that order, each once, only after confirmation (I2); nothing is
@@ -53,6 +60,7 @@ truncation and handover changes the log at a time.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 from collections import deque
@@ -64,7 +72,7 @@ import anyio.abc
 
 from bookie.client.ledger_client import LedgerClient
 from bookie.client.write_handle import WriteHandle
-from bookie.errors import BookieError
+from bookie.errors import BookieError, LedgerFenced
 from bookie.logs import emit
 from bookie.meta.api import Op as MetadataOp
 from bookie.meta.api import SetData
@@ -146,12 +154,15 @@ class LeaderTerm:
         self.stand_aside = False
         self._progress: anyio.Event | None = None
         self._wakeup: anyio.Event | None = None
+        self._reads_wakeup: anyio.Event | None = None
         self._segment_entries = 0
         self._segment_bytes = 0
         self._segment_started_s = anyio.current_time()
         self._scope = anyio.CancelScope()
         self._task_group: anyio.abc.TaskGroup | None = None
         self.rollovers = 0
+        self.read_rounds = 0
+        """Confirmation rounds that answered linearizable reads."""
         self.rollover_pause_ms: int | None = None
         """How long the last rollover paused appends."""
 
@@ -191,6 +202,7 @@ class LeaderTerm:
             "queued_commands": self._batcher.pending_count,
             "batches_in_flight": len(self._in_flight),
             "waiting_linearizable_reads": len(self._reads),
+            "read_rounds": self.read_rounds,
             "rollovers": self.rollovers,
             "last_rollover_pause_ms": self.rollover_pause_ms,
         }
@@ -205,6 +217,7 @@ class LeaderTerm:
                 self._batcher.submit(encode_leader_start(self._replica_id), None)
                 self.pump()
                 task_group.start_soon(self._confirm_loop)
+                task_group.start_soon(self._read_loop)
         self._task_group = None
 
     def serve(self) -> None:
@@ -320,13 +333,14 @@ class LeaderTerm:
             self._reads.add(read)
         except StatusError as error:
             read.answerer.answer(Op.QUERY, read.request_id, Outcome.failure(error), 0)
+            return
+        self._wake_reads()
 
     def pump(self) -> None:
         """Append every batch the batcher lets go now (none while paused or ended)."""
         if self._paused or self._ended is not None:
             return
         batcher = self._batcher
-        reads = self._reads
         handle = self._handle
         in_flight = self._in_flight
         wall_clock_ms = self._wall_clock_ms
@@ -334,9 +348,7 @@ class LeaderTerm:
         hashes = self._applier.hashes
         appended = False
         while True:
-            sent = batcher.cut(
-                wall_clock_ms(), rng, barrier=reads.needs_barrier, state_hash=hashes.unlogged()
-            )
+            sent = batcher.cut(wall_clock_ms(), rng, state_hash=hashes.unlogged())
             if sent is None:
                 break
             if sent.state_hash is not None:
@@ -347,7 +359,6 @@ class LeaderTerm:
                 self.step_down(f"the ledger refused an entry: {error!r}")
                 return
             in_flight.append((sent, entry_id))
-            reads.sent(sent.sequence)
             self._segment_entries += 1
             self._segment_bytes += len(sent.payload)
             appended = True
@@ -381,6 +392,46 @@ class LeaderTerm:
             self.pump()
             self._notify_progress()
 
+    # --- linearizable reads -------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        """Confirmation rounds, one at a time, while reads wait (see the module docstring)."""
+        reads = self._reads
+        retry_delay_s = self._config.retry_delay_ms / 1000
+        for sequence in itertools.count():
+            while not reads.needs_round or self._paused or not self._started:
+                wakeup = self._reads_wakeup = anyio.Event()
+                await wakeup.wait()
+            handle = self._handle
+            reads.start_round(sequence)
+            try:
+                await handle.confirm_writer()
+            except LedgerFenced as error:
+                self.step_down(f"a read round found the ledger fenced: {error!r}")
+                return
+            except BookieError as error:
+                # Too few answers, an ensemble change, a closing handle: the
+                # reads wait for the next round.
+                reads.round_failed(sequence)
+                emit(logger, logging.WARNING, "rsm.read_round_failed", error=repr(error))
+                await anyio.sleep(retry_delay_s)
+                continue
+            if handle is not self._handle or self._paused:
+                reads.round_failed(sequence)
+                continue
+            self.read_rounds += 1
+            time_ms = self._batcher.advance_time(self._wall_clock_ms())
+            applier = self._applier
+            for read in reads.confirmed(sequence):
+                applier.answer_read(read, time_ms=time_ms)
+            self._notify_progress()
+
+    def _wake_reads(self) -> None:
+        wakeup = self._reads_wakeup
+        if wakeup is not None:
+            self._reads_wakeup = None
+            wakeup.set()
+
     def _complete(self, last_add_confirmed: int) -> None:
         """Apply and answer every batch in flight up to `last_add_confirmed`, in order."""
         in_flight = self._in_flight
@@ -388,7 +439,6 @@ class LeaderTerm:
         segment = self._segment
         ledger_id = segment.ledger_id
         batcher = self._batcher
-        reads = self._reads
         while in_flight and in_flight[0][1] <= last_add_confirmed:
             sent, entry_id = in_flight.popleft()
             batcher.acknowledged(sent.sequence)
@@ -402,9 +452,9 @@ class LeaderTerm:
                 if ticket is not None:
                     ticket[0].answer(Op.CALL, ticket[1], outcome, index)
                 index += 1
-            for read in reads.applied(sent.sequence):
-                applier.answer_read(read)
-            self._started = True
+            if not self._started:
+                self._started = True
+                self._wake_reads()
 
     def _notify_progress(self) -> None:
         event = self._progress
@@ -564,6 +614,7 @@ class LeaderTerm:
         self._segment_started_s = anyio.current_time()
         self._rolling = False
         self._paused = False
+        self._wake_reads()
         self.rollovers += 1
         self.rollover_pause_ms = round((anyio.current_time() - paused_s) * 1000)
         emit(

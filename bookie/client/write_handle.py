@@ -287,6 +287,12 @@ class WriteHandle:
             raise WriterNotConfirmed(f"ledger {self._ledger_id}: too few bookies answered")
         if writer.ensemble != ensemble or writer.changing_ensemble:
             raise WriterNotConfirmed(f"ledger {self._ledger_id}: the ensemble changed meanwhile")
+        if writer.state is not WriterState.WRITABLE:
+            # Closed (or closing) meanwhile: a ledger this writer closed is never
+            # fenced, so "not fenced" no longer says that this writer owns anything.
+            raise self._error or WriterNotConfirmed(
+                f"ledger {self._ledger_id} stopped being writable meanwhile"
+            )
 
     # --- closing ------------------------------------------------------------------------------
 

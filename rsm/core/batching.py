@@ -18,12 +18,14 @@ When a batch is cut, and why:
 * A batch that is already full (`batch_commands_max` items or
   `batch_bytes_max` bytes queued) is cut even with the pipeline full, up to
   the hard bound `outstanding_batches_max`: waiting could not make it bigger.
-* An empty batch (a barrier) is cut only when asked for (a linearizable read
-  needs an entry sent after it arrived) and nothing is queued: a write batch
-  serves as the barrier when there is one.
+* Nothing queued, nothing cut: linearizable reads need no entry (they are
+  confirmed by a round trip to the bookies, rsm/core/reads.py).
+* `advance_time` gives a read the time it may assume (the leader's clock, but
+  never earlier than a logged timestamp) and makes every later batch's
+  timestamp at least that, so a key a read saw expire stays expired.
 
 Invariants: indexes are dense and increasing across batches (a batch's first
-index is the previous batch's next index; barriers take none); every
+index is the previous batch's next index); every
 submitted command is in exactly one batch, in submission order; at most
 `outstanding_batches_max` batches are in flight; `timestamp_ms` never
 decreases from batch to batch; the queue never exceeds its bounds (`submit`
@@ -51,7 +53,7 @@ class OutgoingBatch(Generic[T]):
     """A log entry to append: command k of it has index `first_index + k`."""
 
     sequence: int
-    """Number of the batch in this batcher (0, 1, ...), barriers included: reads attach to it."""
+    """Number of the batch in this batcher (0, 1, ...)."""
     first_index: int
     timestamp_ms: int
     tickets: tuple[T, ...]
@@ -63,10 +65,6 @@ class OutgoingBatch(Generic[T]):
     @property
     def next_index(self) -> int:
         return self.first_index + len(self.tickets)
-
-    @property
-    def is_barrier(self) -> bool:
-        return not self.tickets
 
 
 class Batcher(Generic[T]):
@@ -156,18 +154,16 @@ class Batcher(Generic[T]):
         now_ms: int,
         rng: random.Random,
         *,
-        barrier: bool = False,
         state_hash: StateHash | None = None,
     ) -> OutgoingBatch[T] | None:
         """The next batch to append now, or None when nothing should be sent yet.
 
-        `barrier` asks for an empty entry when nothing is queued.  Call again
-        until it returns None: several full batches may be ready at once.
+        Call again until it returns None: several full batches may be ready at once.
         `state_hash` (the leader's hash at an index already applied) goes into
         the batch if one is cut; `OutgoingBatch.state_hash` says whether it did.
         """
         queue = self._queue
-        if not queue and not barrier:
+        if not queue:
             return None
         outstanding = len(self._in_flight)
         if outstanding >= self._outstanding_batches_max:
@@ -186,7 +182,7 @@ class Batcher(Generic[T]):
             items.append(item)
             tickets.append(queue.popleft()[1])
             size_bytes += len(item)
-        assert items or not queue, "submit keeps every item within a batch"
+        assert items, "submit keeps every item within a batch"
         self._queued_bytes -= size_bytes
         self._timestamp_ms = max(self._timestamp_ms, now_ms)
         first_index = self._next_index
@@ -213,6 +209,12 @@ class Batcher(Generic[T]):
         assert len(self._in_flight) <= self._outstanding_batches_max
         assert self._queued_bytes >= 0
         return batch
+
+    def advance_time(self, now_ms: int) -> int:
+        """The time a read answered now may assume: `now_ms`, but never earlier than a
+        timestamp already given out; every later batch is stamped at least this."""
+        self._timestamp_ms = max(self._timestamp_ms, now_ms)
+        return self._timestamp_ms
 
     def _queue_fills_a_batch(self) -> bool:
         return (

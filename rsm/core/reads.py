@@ -1,34 +1,36 @@
-"""When a read may be answered: linearizable read barriers and read-your-writes waits.
+"""When a read may be answered: linearizable read rounds and read-your-writes waits.
 
 Pure.  Waiters are opaque tickets of the shell (`T`); these structures only
 decide when each one may be released.
 
 Linearizable reads (leader only), `LinearizableReads`: a read that arrives is
-*unattached*.  The next entry the leader sends after that (a write batch, or
-an empty barrier batch when nothing is queued: `needs_barrier` tells the
-batcher to cut one) takes every unattached read with it (`sent`).  When that
-entry is acknowledged by Qa bookies and applied, its reads are released
-(`applied`) and answered from local state.  Why this is enough: had a
-successor fenced our ledger before that entry was acknowledged, the add could
-not have succeeded; so at the moment of the acknowledgement we were still the
-only writer, and our state included every command acknowledged before the
-read arrived.  One entry serves every read that arrived before it was sent,
-however many.
+*unattached*.  The next *confirmation round* the leader starts after that
+takes every unattached read with it (`start_round`).  A round asks the bookies
+of the leader's ledger whether it is fenced (`WriteHandle.confirm_writer`);
+when Qa bookies of one write set say it is not, the round's reads are released
+(`confirmed`) and answered from local state.  Why this is enough: a successor
+fences our ledger before it can get anything acknowledged, and fencing needs
+Qw - Qa + 1 members of every write set, so at the earliest of those "not
+fenced" answers no successor could have acknowledged anything, and our state
+held every command acknowledged before the read arrived (docs/ledgers.md,
+"Confirming the writer").  One round serves every read that arrived before it
+started, however many, and costs a round trip with no entry appended and no
+fsync.  A round that cannot confirm (too few answers, an ensemble change)
+hands its reads back (`round_failed`) to the next round.
 
 Read-your-writes (any replica), `IndexWaiters`: a read carries the index
 token its writer got back and waits until the replica has applied that index.
 
-Invariants: a read is released only by an entry sent after it arrived (it is
-attached only by a `sent` that follows its `add`); reads are released in
-arrival order; neither structure holds more waiters than its bound (`add`
-raises `Overloaded` instead); an index waiter is released only once
-`applied_index` reaches its index.
+Invariants: a read is released only by a round started after it arrived (it
+is attached only by a `start_round` that follows its `add`); at most one round
+is in flight; reads are released in arrival order; neither structure holds
+more waiters than its bound (`add` raises `Overloaded` instead); an index
+waiter is released only once `applied_index` reaches its index.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from typing import Generic, TypeVar
 
 from rsm import limits
@@ -38,25 +40,26 @@ T = TypeVar("T")
 
 
 class LinearizableReads(Generic[T]):
-    """Reads waiting for an entry sent after their arrival to be acknowledged and applied."""
+    """Reads waiting for a confirmation round started after their arrival."""
 
-    __slots__ = ("_unattached", "_attached", "_count", "_waiters_max", "_last_sent")
+    __slots__ = ("_unattached", "_round", "_count", "_waiters_max", "_last_round")
 
     def __init__(self, waiters_max: int = limits.linearizable_read_waiters_max) -> None:
         assert waiters_max >= 1
         self._unattached: list[T] = []
-        self._attached: deque[tuple[int, list[T]]] = deque()
+        self._round: tuple[int, list[T]] | None = None
+        """The round in flight: its sequence number and the reads it carries."""
         self._count = 0
         self._waiters_max = waiters_max
-        self._last_sent = -1
+        self._last_round = -1
 
     def __len__(self) -> int:
         return self._count
 
     @property
-    def needs_barrier(self) -> bool:
-        """Some read waits for an entry to be sent: send a barrier if no write batch goes."""
-        return bool(self._unattached)
+    def needs_round(self) -> bool:
+        """Some read waits and no round is in flight: start one."""
+        return bool(self._unattached) and self._round is None
 
     def add(self, read: T) -> None:
         """A read arrived; `Overloaded` when the bound is reached."""
@@ -65,30 +68,36 @@ class LinearizableReads(Generic[T]):
         self._unattached.append(read)
         self._count += 1
 
-    def sent(self, sequence: int) -> None:
-        """Entry number `sequence` (batch or barrier) was just cut: it carries the waiting reads."""
-        assert sequence > self._last_sent, "entries are sent in sequence order"
-        self._last_sent = sequence
-        if self._unattached:
-            self._attached.append((sequence, self._unattached))
-            self._unattached = []
+    def start_round(self, sequence: int) -> None:
+        """Round `sequence` starts now and carries every read waiting for one."""
+        assert self._round is None, "one round at a time"
+        assert sequence > self._last_round, "rounds are numbered in order"
+        self._last_round = sequence
+        self._round = (sequence, self._unattached)
+        self._unattached = []
 
-    def applied(self, sequence: int) -> list[T]:
-        """Entry `sequence` was acknowledged and applied: the reads now answerable, oldest first."""
-        assert sequence <= self._last_sent
-        released: list[T] = []
-        attached = self._attached
-        while attached and attached[0][0] <= sequence:
-            released.extend(attached.popleft()[1])
+    def confirmed(self, sequence: int) -> list[T]:
+        """Round `sequence` confirmed the writer: its reads, oldest first, may be answered."""
+        assert self._round is not None
+        assert self._round[0] == sequence
+        released = self._round[1]
+        self._round = None
         self._count -= len(released)
         assert self._count >= 0
         return released
 
+    def round_failed(self, sequence: int) -> None:
+        """Round `sequence` could not confirm: its reads wait for the next round, first."""
+        assert self._round is not None
+        assert self._round[0] == sequence
+        self._unattached = self._round[1] + self._unattached
+        self._round = None
+
     def abandon(self) -> list[T]:
         """On step-down: every waiting read (answer NotLeader); none is left afterwards."""
-        reads = [read for _, group in self._attached for read in group]
+        reads = list(self._round[1]) if self._round is not None else []
         reads.extend(self._unattached)
-        self._attached.clear()
+        self._round = None
         self._unattached = []
         self._count = 0
         return reads

@@ -18,12 +18,10 @@ def item(number: int, size_bytes: int = 0) -> bytes:
     return encode_command("op", [number, b"x" * size_bytes])
 
 
-def drain(
-    batcher: Batcher[int], now_ms: int = 0, barrier: bool = False
-) -> list[OutgoingBatch[int]]:
+def drain(batcher: Batcher[int], now_ms: int = 0) -> list[OutgoingBatch[int]]:
     rng = random.Random(0)
     cut: list[OutgoingBatch[int]] = []
-    while (batch := batcher.cut(now_ms, rng, barrier=barrier and not cut)) is not None:
+    while (batch := batcher.cut(now_ms, rng)) is not None:
         cut.append(batch)
     return cut
 
@@ -100,16 +98,21 @@ def test_bounds_refuse_rather_than_grow() -> None:
     assert batcher.pending_count == 2
 
 
-def test_a_barrier_is_cut_only_when_nothing_is_queued() -> None:
+def test_nothing_queued_nothing_cut() -> None:
     batcher: Batcher[int] = Batcher(epoch=1, next_index=9)
-    [barrier] = drain(batcher, barrier=True)
-    assert barrier.is_barrier
-    assert barrier.first_index == barrier.next_index == 9
-    assert decode_batch(barrier.payload).is_barrier
+    assert drain(batcher) == []
     batcher.submit(item(1), 1)
-    [write] = drain(batcher, barrier=True)
-    assert write.tickets == (1,)
-    assert write.sequence == barrier.sequence + 1
+    [write] = drain(batcher)
+    assert (write.first_index, write.tickets) == (9, (1,))
+
+
+def test_a_read_time_is_never_earlier_than_a_logged_one_and_later_batches_follow_it() -> None:
+    batcher: Batcher[int] = Batcher(epoch=1, next_index=1, timestamp_ms=500)
+    assert batcher.advance_time(400) == 500
+    assert batcher.advance_time(800) == 800
+    batcher.submit(item(1), 1)
+    [batch] = drain(batcher, now_ms=700)
+    assert decode_batch(batch.payload).timestamp_ms == 800
 
 
 def test_timestamps_never_decrease() -> None:
@@ -159,10 +162,9 @@ def test_every_command_is_sent_once_in_order_with_dense_indexes(data: Any) -> No
                 batcher.submit(item(number, data.draw(st.integers(0, 40))), number)
                 submitted.append(number)
         elif action == "cut":
-            barrier = data.draw(st.booleans())
             had_room = batcher.outstanding_count < pipeline_max
-            had_work = batcher.pending_count > 0 or barrier
-            batch = batcher.cut(now_ms, rng, barrier=barrier)
+            had_work = batcher.pending_count > 0
+            batch = batcher.cut(now_ms, rng)
             # Nothing ever waits for a timer: room and work mean a batch now.
             if had_room and had_work:
                 assert batch is not None

@@ -1,102 +1,100 @@
-"""Read barriers: a linearizable read is released only by an entry sent after it arrived."""
+"""Linearizable read rounds: a read is released only by a confirmation round that
+started after it arrived; read-your-writes waits for an applied index."""
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsm.core.batching import Batcher, OutgoingBatch
-from rsm.core.entry_format import encode_command
 from rsm.core.reads import IndexWaiters, LinearizableReads
 from rsm.errors import Overloaded
 
 
-def test_an_entry_sent_before_the_read_does_not_release_it() -> None:
+def test_a_round_started_before_the_read_does_not_release_it() -> None:
     reads: LinearizableReads[str] = LinearizableReads()
-    reads.sent(0)  # a write batch already in flight
     reads.add("r1")
-    waiting = reads.needs_barrier
-    assert reads.applied(0) == []
-    reads.sent(1)  # the barrier
-    assert (waiting, reads.needs_barrier) == (True, False)
-    assert reads.applied(1) == ["r1"]
+    reads.start_round(0)
+    reads.add("r2")
+    assert not reads.needs_round, "one round at a time"
+    assert reads.confirmed(0) == ["r1"]
+    assert reads.needs_round
+    reads.start_round(1)
+    assert reads.confirmed(1) == ["r2"]
     assert len(reads) == 0
+    assert not reads.needs_round
 
 
-def test_many_reads_share_one_barrier_and_leave_in_arrival_order() -> None:
+def test_many_reads_share_one_round_and_leave_in_arrival_order() -> None:
     reads: LinearizableReads[int] = LinearizableReads()
     for number in range(100):
         reads.add(number)
-    reads.sent(0)
-    reads.add(100)
-    reads.sent(1)
-    assert reads.applied(0) == list(range(100))
-    assert reads.applied(1) == [100]
+    reads.start_round(0)
+    assert reads.confirmed(0) == list(range(100))
+
+
+def test_a_failed_round_hands_its_reads_to_the_next_round_first() -> None:
+    reads: LinearizableReads[str] = LinearizableReads()
+    reads.add("early")
+    reads.start_round(0)
+    reads.add("late")
+    reads.round_failed(0)
+    assert reads.needs_round
+    assert len(reads) == 2
+    reads.start_round(1)
+    assert reads.confirmed(1) == ["early", "late"]
 
 
 def test_reads_are_bounded_and_abandoned_on_step_down() -> None:
     reads: LinearizableReads[int] = LinearizableReads(waiters_max=3)
     reads.add(1)
-    reads.sent(0)
+    reads.start_round(0)
     reads.add(2)
     reads.add(3)
     with pytest.raises(Overloaded):
         reads.add(4)
     assert sorted(reads.abandon()) == [1, 2, 3]
     assert len(reads) == 0
-    assert not reads.needs_barrier
+    assert not reads.needs_round
 
 
-@settings(max_examples=150)
+@settings(max_examples=200)
 @given(st.data())
-def test_reads_with_the_batcher_are_released_only_after_a_later_entry(data: Any) -> None:
-    batcher: Batcher[int] = Batcher(epoch=1, next_index=1, pipeline_batches_max=2)
+def test_every_read_is_released_once_by_a_round_started_after_it_arrived(data: Any) -> None:
     reads: LinearizableReads[int] = LinearizableReads()
-    rng = random.Random(0)
     arrived_at: dict[int, int] = {}
-    cut_at: dict[int, int] = {}
-    in_flight: list[OutgoingBatch[int]] = []
+    round_started_at: dict[int, int] = {}
+    in_flight: int | None = None
     released: list[int] = []
-
-    def acknowledge_oldest(step: int) -> None:
-        batch = batcher.acknowledged(in_flight.pop(0).sequence)
-        for read in reads.applied(batch.sequence):
-            # Some entry cut after the read arrived is at or before this one.
-            assert any(
-                arrived_at[read] < cut_at[seq] and seq <= batch.sequence for seq in cut_at
-            ), read
-            released.append(read)
-
-    for step in range(data.draw(st.integers(1, 50))):
-        action = data.draw(st.sampled_from(["read", "write", "send", "ack"]))
+    rounds = 0
+    for step in range(data.draw(st.integers(1, 60))):
+        action = data.draw(st.sampled_from(["read", "start", "confirm", "fail"]))
         if action == "read":
             arrived_at[len(arrived_at)] = step
             reads.add(len(arrived_at) - 1)
-        elif action == "write":
-            batcher.submit(encode_command("w"), step)
-        elif action == "send":
-            batch = batcher.cut(step, rng, barrier=reads.needs_barrier)
-            if batch is not None:
-                reads.sent(batch.sequence)
-                cut_at[batch.sequence] = step
-                in_flight.append(batch)
-        elif in_flight:
-            acknowledge_oldest(step)
-    step = 10_000
-    while len(reads) or batcher.pending_count or in_flight:
-        batch = batcher.cut(step, rng, barrier=reads.needs_barrier)
-        if batch is not None:
-            reads.sent(batch.sequence)
-            cut_at[batch.sequence] = step
-            in_flight.append(batch)
-        else:
-            acknowledge_oldest(step)
-        step += 1
-    assert released == sorted(arrived_at)
+        elif action == "start" and reads.needs_round:
+            in_flight = rounds
+            round_started_at[rounds] = step
+            reads.start_round(rounds)
+            rounds += 1
+        elif action == "confirm" and in_flight is not None:
+            for read in reads.confirmed(in_flight):
+                assert arrived_at[read] < round_started_at[in_flight], read
+                released.append(read)
+            in_flight = None
+        elif action == "fail" and in_flight is not None:
+            reads.round_failed(in_flight)
+            in_flight = None
+    if in_flight is not None:
+        released.extend(reads.confirmed(in_flight))
+    while reads.needs_round:
+        reads.start_round(rounds)
+        released.extend(reads.confirmed(rounds))
+        rounds += 1
+    assert sorted(released) == sorted(arrived_at)
+    assert len(released) == len(set(released))
 
 
 def test_index_waiters_release_in_index_order_once_applied() -> None:

@@ -1,11 +1,13 @@
-"""Read consistency per call: linearizable on the leader behind one shared barrier,
-read_your_writes on any replica once it applied the token, stale at once."""
+"""Read consistency per call: linearizable on the leader after a shared confirmation
+round (no entry appended), read_your_writes on any replica once it applied the token,
+stale at once."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
+from rsm.config import ReplicaConfig
 from rsm.errors import NotLeader
 from rsm.replica import Replica
 from tests.unit.runtime.harness import replica_cluster, wait_until
@@ -14,7 +16,7 @@ from tests.unit.runtime.test_failover import start_three
 pytestmark = pytest.mark.anyio
 
 
-async def test_linearizable_reads_run_on_the_leader_and_share_barriers() -> None:
+async def test_linearizable_reads_run_on_the_leader_share_rounds_and_append_nothing() -> None:
     async with replica_cluster() as replicas:
         leader = await start_three(replicas)
         follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
@@ -24,6 +26,7 @@ async def test_linearizable_reads_run_on_the_leader_and_share_barriers() -> None
             term = leader.term
             assert term is not None
             entries_before = term.handle.last_add_pushed
+            rounds_before = term.read_rounds
             answers: list[int] = []
 
             async def read() -> None:
@@ -33,8 +36,9 @@ async def test_linearizable_reads_run_on_the_leader_and_share_barriers() -> None
                 for _ in range(100):
                     task_group.start_soon(read)
             assert answers == [3] * 100
-            barriers = term.handle.last_add_pushed - entries_before
-            assert 1 <= barriers <= 10, f"100 reads took {barriers} barrier entries"
+            assert term.handle.last_add_pushed == entries_before, "reads append no entry"
+            rounds = term.read_rounds - rounds_before
+            assert 1 <= rounds <= 10, f"100 reads took {rounds} confirmation rounds"
         with pytest.raises(NotLeader) as raised:
             await follower.query("get")
         assert raised.value.leader_address == leader.address
@@ -97,3 +101,17 @@ async def test_stale_reads_answer_at_once_from_local_state() -> None:
         assert await follower.query("get", consistency="stale", min_index=10**9) == 4
         async with replicas.client() as client:
             assert await client.query("get", consistency="stale", replica=follower.address) == 4
+
+
+async def test_a_fenced_leader_answers_no_linearizable_read_and_steps_down() -> None:
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas)
+        await leader.call("add", 1)
+        term = leader.term
+        assert term is not None
+        async with replicas.cluster.client() as intruder:
+            # A successor's recovery would do exactly this before writing anything.
+            await intruder.open_ledger(term.segment.ledger_id, ReplicaConfig().ledger_password)
+        with pytest.raises(NotLeader):
+            await leader.query("get")
+        assert not leader.is_leader
