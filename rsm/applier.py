@@ -16,8 +16,8 @@ entry at or before the cursor in the same ledger was applied already and is
 skipped: a reader that re-reads after a reconnection must not apply twice.
 
 Queries are answered here too, from the applied state: at once (`stale`,
-linearizable reads once their barrier is applied) or once a given index is
-applied (`read_your_writes`, through `IndexWaiters`).
+linearizable reads once their confirmation round succeeded) or once a given
+index is applied (`read_your_writes`, through `IndexWaiters`).
 
 State hashes (rsm/core/snapshot_hashes.py) are recorded here, after the
 batches the schedule names, and the hashes the log carries are compared

@@ -98,7 +98,7 @@ session_results_max_default = 1_024
 # --- reads ------------------------------------------------------------------------------------
 
 linearizable_read_waiters_max = 10_000
-"""Linearizable reads waiting for a barrier on one leader; over it: Overloaded."""
+"""Linearizable reads waiting for a confirmation round on one leader; over it: Overloaded."""
 
 index_waiters_max = 10_000
 """read_your_writes reads waiting for an index to be applied on one replica; over it: Overloaded."""

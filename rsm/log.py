@@ -159,7 +159,7 @@ class SegmentReader:
         """The first entry (up to the handle's LAC) whose batch starts above `index - 1`.
 
         That is where a replica that applied up to `index - 1` goes on reading
-        (an earlier barrier may be applied again, which changes nothing).  One
+        (an earlier empty batch may be applied again, which changes nothing).  One
         past the LAC when every readable entry is below.
         """
         low = 0

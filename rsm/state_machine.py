@@ -34,8 +34,8 @@ entry the replica applied (its `index`, `time_ms` and `epoch`) when the
 replica passes that position to `rsm.core.commands.answer_query`, so "now"
 in a query is logged time too, never a local clock: a key-value store can
 decide that a key has expired the same way a command would.  A linearizable
-read is answered once its barrier entry (or a later one) is applied, so it
-sees at least that entry's time.  `random` is not available in a query: its
+read, answered by the leader, sees the leader's clock when that is later than
+the last logged time.  `random` is not available in a query: its
 draws would exist on one replica only.
 
 `@command(name=..., version=...)` gives a command a stable logged name (so a
@@ -130,7 +130,8 @@ class Context:
     def time_ms(self) -> int:
         """The leader's clock (ms since the Unix epoch) when it logged the batch.
 
-        In a query: the timestamp of the last applied entry (barriers included).
+        In a query: the timestamp of the last applied entry, or for a linearizable
+        read on the leader its clock when later.
         """
         return self._time_ms
 

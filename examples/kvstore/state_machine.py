@@ -43,7 +43,7 @@ Expiry is decided by logged time only, so it is the same on every replica:
 a key is expired once `expire_at_ms <= now`, where `now` is the time of the
 command being applied, or for a query the time of the last applied entry
 (the replica passes its applied position to the query; a linearizable read
-sees at least the time of its barrier entry).  Commands delete expired
+on the leader sees the leader's clock when later).  Commands delete expired
 keys they touch (lazy expiry), and every command also deletes up to
 `limits.active_expiry_keys_max` due keys from the front of `expiry_queue`
 (active expiry), so unread keys do not stay forever.  Queries change

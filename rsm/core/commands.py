@@ -29,11 +29,12 @@ Batches must be the decoded form of the log entries (also on the leader), so
 every replica sees exactly the arguments the log holds.
 
 Queries (`answer_query`) run outside the log, on one replica.  The replica
-passes the `AppliedPosition` of the last batch it applied (barriers
-included, `AppliedPosition.after(batch)`), and the query sees it as a
-read-only context, so its notion of "now" is logged time like a command's.
-A linearizable read is answered once its barrier entry (or a later one) is
-applied, so it sees at least that entry's timestamp.
+passes the `AppliedPosition` of the last batch it applied
+(`AppliedPosition.after(batch)`), and the query sees it as a read-only
+context, so its notion of "now" is logged time like a command's.  A leader
+answering a linearizable read passes its own clock when that is later (never
+earlier than a logged timestamp), so a key whose time has passed is expired
+even if nothing was logged since.
 """
 
 from __future__ import annotations

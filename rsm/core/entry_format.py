@@ -17,12 +17,12 @@ Log entry (one ledger entry's payload = one batch), a CBOR array of 7::
 
     1             uint    format tag of a batch (version 1)
     epoch         uint    epoch of the leader that wrote it, >= 1
-    first_index   uint    index of items[0], >= 1; for a barrier, the index the
-                          next command will take
+    first_index   uint    index of items[0], >= 1; for an empty batch, the index
+                          the next command will take
     timestamp_ms  uint    the leader's clock, never decreasing along the log
     seed          uint    u64 drawn by the leader; commands' randomness derives from it
     items         array   the commands, item k at index first_index + k
-                          (empty: a barrier, which takes no index)
+                          (empty: takes no index; current leaders write none)
     state_hash    null or [index: uint, digest: bytes (1..64)]
 
 The leader builds the batch from items it encoded one by one when they
