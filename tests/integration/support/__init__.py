@@ -7,4 +7,6 @@
   instead of sleeping, and can SIGKILL, SIGTERM, SIGHUP and restart it.
 * `entries`: deterministic entry packets, a pipelined add stream that records
   which adds were acknowledged, and read-back checks.
+* `ledgers`: ledger clients of such a cluster, and a wire tap that holds or
+  drops chosen request frames, so scenarios run in one exact order.
 """
