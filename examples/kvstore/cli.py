@@ -167,6 +167,9 @@ def _serve(arguments: argparse.Namespace) -> int:
         ensemble_size=arguments.ensemble,
         write_quorum=arguments.write_quorum,
         ack_quorum=arguments.ack_quorum,
+        # KVStore keeps its state hash up to date change by change, so checking
+        # replicas against the leader often costs nothing.
+        state_hash_every_commands=limits.state_hash_every_commands,
     )
     # uvloop (the `fast` extra) when installed: a replica is bound by its event loop.
     backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}

@@ -135,6 +135,10 @@ glob_star_groups_max = 1000
 float_chars_max = 5 * KiB - 1
 """Longest text INCRBYFLOAT reads as a number (Redis's MAX_LONG_DOUBLE_CHARS - 1)."""
 
+state_hash_every_commands = 1_000
+"""How often replicas record (and the leader logs) KVStore's state hash: cheap, since the
+store keeps it up to date change by change, so divergence is found within 1,000 commands."""
+
 # --- relations ---------------------------------------------------------------------------------
 
 assert key_bytes_max_default >= 1

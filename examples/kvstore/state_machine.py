@@ -18,19 +18,27 @@ before they change anything.
 State:
 
 * `values`: key -> value;
-* `scan_index`: `(key_hash(key), key)` for every key, sorted: the order in
-  which SCAN and KEYS walk the keys (see `kvstore.glob`), so a SCAN cursor
-  is one 64-bit number whatever the key;
 * `expire_at_ms`: key -> the logged time (ms since the Unix epoch) at which
   it expires, for keys with a TTL;
-* `expiry_queue`: the same pairs as `(expire_at_ms, key)`, sorted, so the
-  keys due first are found without a scan;
 * `versions`: key -> the log index of the command that last changed it (its
   value or its TTL), for every key; `tombstones`: deleted key -> `(index of
   the deletion, expiry time if it was deleted for expiring, else None)`, for
   the last `limits.watch_tombstones_max` deletions, and
   `tombstones_forgotten_index`, the highest deletion index forgotten.
   Together they answer "did this key change after index i?" for WATCH.
+
+Derived from those, private (not in snapshots; rebuilt by `restore`):
+
+* `_scan_index`: `(key_hash(key), key)` for every key, sorted: the order in
+  which SCAN and KEYS walk the keys (see `kvstore.glob`), so a SCAN cursor
+  is one 64-bit number whatever the key;
+* `_expiry_queue`: the pairs of `expire_at_ms` as `(expire_at_ms, key)`,
+  sorted, so the keys due first are found without a scan;
+* `_content_hash`: the state hash (`state_hash`), kept up to date by every
+  change: the sum modulo 2^256 of a 256-bit BLAKE2b digest of each (key,
+  value) and each (key, expiry time).  A sum does not depend on order, so
+  equal contents give equal hashes however they were built, and each
+  change costs one or two digests instead of hashing the whole store.
 
 Transactions.  A connection queues MULTI's commands and EXEC logs them as
 one command, `exec(watched, calls)`: it checks the watched keys first (a
@@ -45,7 +53,7 @@ command being applied, or for a query the time of the last applied entry
 (the replica passes its applied position to the query; a linearizable read
 on the leader sees the leader's clock when later).  Commands delete expired
 keys they touch (lazy expiry), and every command also deletes up to
-`limits.active_expiry_keys_max` due keys from the front of `expiry_queue`
+`limits.active_expiry_keys_max` due keys from the front of `_expiry_queue`
 (active expiry), so unread keys do not stay forever.  Queries change
 nothing: they treat an expired key as absent.  Like Redis, DBSIZE counts
 keys not deleted yet, expired or not.
@@ -54,15 +62,17 @@ Keys are at most `key_bytes_max` bytes and values `value_bytes_max` (every
 write checks); these settings decide results, so they must be equal on
 every replica.
 
-Invariants: `expire_at_ms` and `expiry_queue` hold the same pairs, and only
-keys present in `values`; `scan_index` and `versions` hold exactly the keys
-of `values`, and `tombstones` none of them; every key is at most
+Invariants: `expire_at_ms` and `_expiry_queue` hold the same pairs, and only
+keys present in `values`; `_scan_index` and `versions` hold exactly the keys
+of `values`, and `tombstones` none of them; `_content_hash` is the sum of
+the digests of `values` and `expire_at_ms`; every key is at most
 `key_bytes_max` bytes and every value at most `value_bytes_max`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -90,6 +100,34 @@ _EXPIRY_UNITS: Final = {
 _RELATIVE_EXPIRY: Final = frozenset({b"ex", b"px"})
 
 
+_HASH_BYTES: Final = 32
+_HASH_MODULUS: Final = 1 << (8 * _HASH_BYTES)
+
+
+def _digest(tag: bytes, key: bytes, data: bytes) -> int:
+    # The key's length is hashed too, so ("ab", "c") and ("a", "bc") differ.
+    digest = hashlib.blake2b(tag, digest_size=_HASH_BYTES)
+    digest.update(len(key).to_bytes(4, "big"))
+    digest.update(key)
+    digest.update(data)
+    return int.from_bytes(digest.digest(), "big")
+
+
+def _value_digest(key: bytes, value: bytes) -> int:
+    return _digest(b"value", key, value)
+
+
+def _expiry_digest(key: bytes, expire_at_ms: int) -> int:
+    return _digest(b"expiry", key, expire_at_ms.to_bytes(8, "big"))
+
+
+def content_hash(values: Mapping[bytes, bytes], expire_at_ms: Mapping[bytes, int]) -> int:
+    """The state hash computed from scratch (what `KVStore` keeps up to date change by change)."""
+    total = sum(_value_digest(key, value) for key, value in values.items())
+    total += sum(_expiry_digest(key, at) for key, at in expire_at_ms.items())
+    return total % _HASH_MODULUS
+
+
 class KVStore(StateMachine):
     """Redis's string commands, replicated.  See the module docstring for state and expiry."""
 
@@ -102,14 +140,29 @@ class KVStore(StateMachine):
         assert key_bytes_max >= 1
         assert value_bytes_max >= 1
         self.values: dict[bytes, bytes] = {}
-        self.scan_index: SortedList = SortedList()
         self.expire_at_ms: dict[bytes, int] = {}
-        self.expiry_queue: SortedList = SortedList()
+        self._scan_index: SortedList = SortedList()
+        self._expiry_queue: SortedList = SortedList()
+        self._content_hash = 0
         self.versions: dict[bytes, int] = {}
         self.tombstones: dict[bytes, tuple[int, int | None]] = {}
         self.tombstones_forgotten_index = 0
         self.key_bytes_max = key_bytes_max
         self.value_bytes_max = value_bytes_max
+
+    # --- snapshots and state hashes --------------------------------------------------------
+
+    def restore(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+        """The default restore of the public attributes, then the private indexes and the
+        hash rebuilt from them (they are derived, so snapshots do not carry them)."""
+        super().restore(chunks)
+        self._scan_index = SortedList((key_hash(key), key) for key in self.values)
+        self._expiry_queue = SortedList((at, key) for key, at in self.expire_at_ms.items())
+        self._content_hash = content_hash(self.values, self.expire_at_ms)
+
+    def state_hash(self) -> bytes:
+        """The running hash of the contents (see the module docstring): no serialization."""
+        return self._content_hash.to_bytes(_HASH_BYTES, "big")
 
     # --- reading and writing strings ----------------------------------------------------------
 
@@ -368,7 +421,7 @@ class KVStore(StateMachine):
         everything = glob.matches_everything
         return [
             key
-            for _, key in self.scan_index
+            for _, key in self._scan_index
             if (everything or glob.matches(key)) and not self._expired(key, now_ms)
         ]
 
@@ -380,7 +433,7 @@ class KVStore(StateMachine):
         """
         request = ScanRequest.parse(cursor, options)
         now_ms = self._query_time_ms()
-        next_cursor, found = request.page(self.scan_index)
+        next_cursor, found = request.page(self._scan_index)
         return [next_cursor, [key for key in found if not self._expired(key, now_ms)]]
 
     @query
@@ -496,7 +549,7 @@ class KVStore(StateMachine):
     def _command_time_ms(self) -> int:
         """The logged time of the command being applied, after active expiry of due keys."""
         now_ms = self.context.time_ms
-        queue = self.expiry_queue
+        queue = self._expiry_queue
         for _ in range(limits.active_expiry_keys_max):
             if not queue or queue[0][0] > now_ms:
                 break
@@ -529,18 +582,25 @@ class KVStore(StateMachine):
     def _store(self, key: bytes, value: bytes, *, keep_ttl: bool) -> None:
         if not keep_ttl:
             self._persist(key)
-        if key not in self.values:
-            self.scan_index.add((key_hash(key), key))
+        old = self.values.get(key)
+        if old is None:
+            self._scan_index.add((key_hash(key), key))
             self.tombstones.pop(key, None)
+        else:
+            self._content_hash -= _value_digest(key, old)
+        self._content_hash = (self._content_hash + _value_digest(key, value)) % _HASH_MODULUS
         self.values[key] = value
         self.versions[key] = self.context.index
 
     def _delete(self, key: bytes, *, expired_at_ms: int | None = None) -> None:
         """Delete `key` (which exists); `expired_at_ms`: it is deleted because it expired then."""
         self._persist(key)
+        self._content_hash = (self._content_hash - _value_digest(key, self.values[key])) % (
+            _HASH_MODULUS
+        )
         del self.values[key]
         del self.versions[key]
-        self.scan_index.remove((key_hash(key), key))
+        self._scan_index.remove((key_hash(key), key))
         self._bury(key, expired_at_ms)
 
     def _bury(self, key: bytes, expired_at_ms: int | None) -> None:
@@ -598,10 +658,11 @@ class KVStore(StateMachine):
             for key in self.values:
                 self._bury(key, None)
         self.values.clear()
-        self.scan_index.clear()
+        self._scan_index.clear()
         self.versions.clear()
         self.expire_at_ms.clear()
-        self.expiry_queue.clear()
+        self._expiry_queue.clear()
+        self._content_hash = 0
         return "OK"
 
     def _expire(self, key: bytes, expire_at_ms: int, now_ms: int) -> None:
@@ -611,7 +672,10 @@ class KVStore(StateMachine):
             return
         self._persist(key)
         self.expire_at_ms[key] = expire_at_ms
-        self.expiry_queue.add((expire_at_ms, key))
+        self._expiry_queue.add((expire_at_ms, key))
+        self._content_hash = (
+            self._content_hash + _expiry_digest(key, expire_at_ms)
+        ) % _HASH_MODULUS
         self.versions[key] = self.context.index
 
     def _persist(self, key: bytes) -> bool:
@@ -619,7 +683,10 @@ class KVStore(StateMachine):
         expire_at_ms = self.expire_at_ms.pop(key, None)
         if expire_at_ms is None:
             return False
-        self.expiry_queue.remove((expire_at_ms, key))
+        self._expiry_queue.remove((expire_at_ms, key))
+        self._content_hash = (
+            self._content_hash - _expiry_digest(key, expire_at_ms)
+        ) % _HASH_MODULUS
         self.versions[key] = self.context.index
         return True
 

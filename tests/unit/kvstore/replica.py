@@ -131,7 +131,7 @@ class Replica:
     def state(self) -> tuple[dict[bytes, bytes], dict[bytes, int], list[tuple[int, bytes]]]:
         """Everything the store holds, for comparing replicas."""
         store = self.store
-        return dict(store.values), dict(store.expire_at_ms), list(store.expiry_queue)
+        return dict(store.values), dict(store.expire_at_ms), list(store._expiry_queue)
 
 
 class Server:

@@ -128,7 +128,7 @@ QUERIES: list[tuple[str, list[bytes]]] = [
 
 
 def state(store: KVStore) -> tuple[object, ...]:
-    return dict(store.values), dict(store.expire_at_ms), list(store.expiry_queue)
+    return dict(store.values), dict(store.expire_at_ms), list(store._expiry_queue)
 
 
 @settings(max_examples=150, deadline=None)
@@ -141,7 +141,7 @@ def test_two_replicas_of_one_log_are_equal(log: Log) -> None:
     assert first_answers == second_answers
     # The expiry bookkeeping stays consistent whatever the log did.
     assert set(first.expire_at_ms) <= set(first.values)
-    assert sorted((at, key) for key, at in first.expire_at_ms.items()) == list(first.expiry_queue)
+    assert sorted((at, key) for key, at in first.expire_at_ms.items()) == list(first._expiry_queue)
 
 
 def test_replicas_in_processes_with_different_hash_seeds_agree() -> None:

@@ -77,7 +77,7 @@ def test_an_expiry_in_the_past_deletes_the_key(kv: Replica, call: tuple[str, str
     assert kv.run(name, "k", when) == 1
     assert kv.run("EXISTS", "k") == 0
     assert kv.store.expire_at_ms == {}
-    assert list(kv.store.expiry_queue) == []
+    assert list(kv.store._expiry_queue) == []
 
 
 @pytest.mark.parametrize(
@@ -163,7 +163,7 @@ def test_persist(kv: Replica) -> None:
     assert kv.run("PERSIST", "k") == 1
     assert kv.run("TTL", "k") == -1
     assert kv.store.expire_at_ms == {}
-    assert list(kv.store.expiry_queue) == []
+    assert list(kv.store._expiry_queue) == []
 
 
 # --- expiry by logged time ----------------------------------------------------------------------
@@ -233,7 +233,7 @@ def test_active_expiry_removes_a_bounded_number_of_due_keys_per_command(kv: Repl
     kv.run("SET", "other", "v")
     kv.run("SET", "other", "v")
     assert sorted(kv.store.values) == [b"later", b"other"]
-    assert list(kv.store.expiry_queue) == [(kv.store.expire_at_ms[b"later"], b"later")]
+    assert list(kv.store._expiry_queue) == [(kv.store.expire_at_ms[b"later"], b"later")]
 
 
 def test_the_expiry_index_follows_every_change(kv: Replica) -> None:
@@ -245,6 +245,6 @@ def test_the_expiry_index_follows_every_change(kv: Replica) -> None:
     kv.run("DEL", "i")
     store = kv.store
     assert store.expire_at_ms == {b"k": kv.time_ms + 20_000}
-    assert list(store.expiry_queue) == [(kv.time_ms + 20_000, b"k")]
+    assert list(store._expiry_queue) == [(kv.time_ms + 20_000, b"k")]
     kv.run("FLUSHALL")
-    assert (dict(store.values), store.expire_at_ms, list(store.expiry_queue)) == ({}, {}, [])
+    assert (dict(store.values), store.expire_at_ms, list(store._expiry_queue)) == ({}, {}, [])

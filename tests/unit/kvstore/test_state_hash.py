@@ -1,0 +1,55 @@
+"""KVStore's state hash: kept up to date change by change, equal to the hash computed
+from scratch, independent of how the contents were reached, and rebuilt after a
+snapshot is restored."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from kvstore.state_machine import KVStore, content_hash
+
+from rsm.core.commands import apply_batch
+from rsm.core.entry_format import decode_batch
+from rsm.core.sessions import SessionTable
+from tests.unit.kvstore.test_determinism import Log, encode, logs, replay
+
+
+@settings(max_examples=150, deadline=None)
+@given(log=logs)
+def test_the_running_hash_equals_the_hash_from_scratch_after_every_batch(log: Log) -> None:
+    store = KVStore()
+    sessions = SessionTable()
+    for entry in encode(log):
+        apply_batch(store, decode_batch(entry), sessions)
+        expected = content_hash(store.values, store.expire_at_ms).to_bytes(32, "big")
+        assert store.state_hash() == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(log=logs)
+def test_a_restored_snapshot_has_the_same_hash_and_indexes(log: Log) -> None:
+    original, _ = replay(encode(log))
+    restored = KVStore()
+    restored.restore(original.snapshot())
+    assert restored.state_hash() == original.state_hash()
+    assert list(restored._scan_index) == list(original._scan_index)
+    assert list(restored._expiry_queue) == list(original._expiry_queue)
+
+
+def test_equal_contents_reached_differently_hash_equal_and_different_contents_do_not() -> None:
+    first, _ = replay(encode([(0, [("set", [b"a", b"1"]), ("set", [b"b", b"2"])])]))
+    second, _ = replay(
+        encode([(0, [("set", [b"b", b"x"]), ("set", [b"a", b"1"]), ("set", [b"b", b"2"])])])
+    )
+    assert first.state_hash() == second.state_hash()
+    third, _ = replay(encode([(0, [("set", [b"a", b"1"]), ("set", [b"b", b"3"])])]))
+    assert third.state_hash() != first.state_hash()
+    expiring, _ = replay(
+        encode([(0, [("set", [b"a", b"1", b"PX", b"500"]), ("set", [b"b", b"2"])])])
+    )
+    assert expiring.state_hash() != first.state_hash(), "a TTL is part of the state"
+
+
+def test_the_key_length_is_hashed_so_split_points_differ() -> None:
+    first, _ = replay(encode([(0, [("set", [b"ab", b"c"])])]))
+    second, _ = replay(encode([(0, [("set", [b"a", b"bc"])])]))
+    assert first.state_hash() != second.state_hash()
