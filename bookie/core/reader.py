@@ -34,7 +34,7 @@ entry is missed; the "try" read completes on the first valid answer.  Either
 fails (`BookieUnavailable`) once every bookie answered without completing.
 
 `LongPollTail` decides how a tailing reader waits for the next entry
-(rules 6-8):
+(rules 6-9):
 
 6. One long-poll READ at a time, for entry LAC + 1 with `previous_lac` = LAC,
    to a member of that entry's write set, starting with the first.
@@ -48,6 +48,11 @@ fails (`BookieUnavailable`) once every bookie answered without completing.
    of those the tail waits `retry_delay_ms` before polling again.
 8. When the metadata says the ledger is closed, the LAC becomes its last
    entry and the tail ends (`TailEnded`).
+9. A segment that starts at entry s proves every entry before s confirmed (a
+   writer starts a segment at its LAC + 1), so the LAC is at least s - 1.
+   This matters: bookies of an earlier ensemble never learn a later LAC (new
+   entries and explicit LACs go to the current ensemble), so a tail polling
+   them for an entry below s would wait forever.
 """
 
 from __future__ import annotations
@@ -555,9 +560,14 @@ class LongPollTail:
     # --- inputs -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        if not self._end_if_closed():
-            self._target_next_entry()
-            self._poll()
+        if self._end_if_closed():
+            return
+        floor = _confirmed_by_segments(self._metadata)
+        if floor > self._last_add_confirmed:
+            self._advance(floor, None, None)
+            return
+        self._target_next_entry()
+        self._poll()
 
     def on_read_response(
         self, bookie_id: str, entry_id: int, response: ReadResponse, now_ms: int
@@ -599,11 +609,18 @@ class LongPollTail:
         """A newer metadata record (new segments, or closed: rule 8)."""
         assert metadata.ledger_id == self._metadata.ledger_id
         self._metadata = metadata
-        if not self._end_if_closed():
-            # Entry LAC + 1 may now belong to a new segment (the writer
-            # replaced a bookie): poll its members from now on.
-            self._replicas = replicas_of(metadata, self._last_add_confirmed + 1)
-            self._cursor %= len(self._replicas)
+        if self._end_if_closed():
+            return
+        floor = _confirmed_by_segments(metadata)
+        if floor > self._last_add_confirmed:
+            # Rule 9: the writer replaced a bookie at floor + 1, so everything
+            # below is confirmed; poll the current ensemble from there.
+            self._advance(floor, None, None)
+            return
+        # Entry LAC + 1 may now belong to a new segment (the writer replaced a
+        # bookie): poll its members from now on.
+        self._replicas = replicas_of(metadata, self._last_add_confirmed + 1)
+        self._cursor %= len(self._replicas)
 
     def tick(self, now_ms: int) -> None:
         """Timer input: poll again once the retry delay after a failed round passed."""
@@ -665,3 +682,9 @@ class LongPollTail:
                 timeout_ms=self._poll_timeout_ms,
             )
         )
+
+
+def _confirmed_by_segments(metadata: LedgerMetadata) -> int:
+    """The highest entry the segments prove confirmed (rule 9): the last segment's first
+    entry - 1, or -1 for a ledger of one segment."""
+    return metadata.ensembles[-1][0] - 1

@@ -399,3 +399,30 @@ def test_a_new_segment_moves_the_poll_to_its_members() -> None:
     t.on_read_response("b2", 5, status(EIO, 5), 0)
     t.tick(50)
     assert t.take_effects() == [poll("b4", 4)], "entry 5 now lives on b4, b1, b2"
+
+
+def test_rule9_a_new_segment_proves_the_entries_before_it_confirmed() -> None:
+    t = tail(lac=4)
+    t.take_effects()
+    t.on_metadata(replace_bookies(make_metadata(), 8, {2: "b4"}))
+    assert t.take_effects() == [LacAdvanced(7), poll("b4", 7)], (
+        "the old ensemble never learns a later LAC: poll entry 8 on the new one"
+    )
+    assert t.last_add_confirmed == 7
+    t.on_read_response("b3", 5, found(5, 4, 5), 0)
+    assert t.take_effects() == [], "the answer to the abandoned poll is stale"
+
+
+def test_rule9_a_tail_starting_below_the_last_segment_starts_at_it() -> None:
+    metadata = replace_bookies(make_metadata(), 8, {2: "b4"})
+    t = LongPollTail(metadata, DIGEST, 4, poll_timeout_ms=1_000, retry_delay_ms=50)
+    t.start()
+    assert t.take_effects() == [LacAdvanced(7), poll("b4", 7)]
+
+
+def test_rule9_a_segment_at_lac_plus_one_changes_nothing_but_the_members() -> None:
+    t = tail(lac=4)
+    t.take_effects()
+    t.on_metadata(replace_bookies(make_metadata(), 5, {2: "b4"}))
+    assert t.take_effects() == []
+    assert t.last_add_confirmed == 4
