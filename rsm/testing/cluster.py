@@ -123,6 +123,8 @@ class FinalLog:
     """Command items in the log, duplicates (a retry logged twice) included."""
     end_index: int
     """The index of the log's last item (commands and leader-start markers)."""
+    state_hash: bytes
+    """The state hash of the replayed state."""
 
 
 class _CountingApplier(Applier):
@@ -200,6 +202,8 @@ class RsmCluster:
     replicas: dict[str, SimReplica] = field(init=False)
     applied: dict[str, list[Applied]] = field(init=False)
     """Incarnation label -> the commands it applied, in order."""
+    snapshot_loaders: set[str] = field(init=False)
+    """Incarnation labels whose state came from a snapshot (so they start mid-log)."""
     leaders: dict[int, list[str]] = field(init=False)
     """Epoch -> the replicas that applied a command of it as its leader (one, or a bug)."""
     client_stores: dict[str, MemoryMetadataStore] = field(init=False)
@@ -214,11 +218,16 @@ class RsmCluster:
         names = [f"replica-{number}" for number in range(1, self.replica_count + 1)]
         self.replicas = {name: SimReplica(name) for name in names}
         self.applied = {}
+        self.snapshot_loaders = set()
         self.leaders = {}
         self.client_stores = {}
         self.failures = []
         self._cuts = {}
         self._cut_numbers = itertools.count(1)
+
+    def loaded_snapshot(self, label: str) -> bool:
+        """Whether incarnation `label` started from (or later reloaded) a snapshot."""
+        return label in self.snapshot_loaders
 
     @property
     def trace(self) -> Trace:
@@ -308,7 +317,10 @@ class RsmCluster:
         store = world.metadata.client()
         listener = world.network.listen(sim.address)
         self.applied[label] = []
-        machine = observed_store(functools.partial(self._observe, sim, incarnation))
+        machine = observed_store(
+            functools.partial(self._observe, sim, incarnation),
+            functools.partial(self.snapshot_loaders.add, label),
+        )
         scope = anyio.CancelScope()
         sim.up = True
         sim.store = store
@@ -486,7 +498,12 @@ class RsmCluster:
                 if marker is not None:
                     markers[segment.epoch] = marker
             return FinalLog(
-                log, tuple(canonical), markers, applier.command_items, applier.applied_index
+                log,
+                tuple(canonical),
+                markers,
+                applier.command_items,
+                applier.applied_index,
+                applier.machine.state_hash(),
             )
 
 

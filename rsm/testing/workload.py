@@ -38,7 +38,7 @@ import contextlib
 import itertools
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
@@ -77,9 +77,17 @@ class SimStore(StateMachine):
     """Keys to string values; see the module docstring."""
 
     observer: ClassVar[Observer | None] = None
+    on_restore: ClassVar[Callable[[], None] | None] = None
+    """Called after this instance's state came from a snapshot."""
 
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
+
+    def restore(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+        super().restore(chunks)
+        on_restore = type(self).on_restore
+        if on_restore is not None:
+            on_restore()
 
     @command
     def kv(self, kind: str, key: str, args: list[Any], op: str) -> Any:
@@ -102,9 +110,15 @@ class SimStore(StateMachine):
         return self.values.get(key)
 
 
-def observed_store(observer: Observer) -> type[SimStore]:
-    """A `SimStore` class whose instances report every applied command to `observer`."""
-    return cast(type[SimStore], type("SimStore", (SimStore,), {"observer": staticmethod(observer)}))
+def observed_store(
+    observer: Observer, on_restore: Callable[[], None] | None = None
+) -> type[SimStore]:
+    """A `SimStore` class whose instances report every applied command to `observer` (and
+    every restore from a snapshot to `on_restore`)."""
+    attributes: dict[str, Any] = {"observer": staticmethod(observer)}
+    if on_restore is not None:
+        attributes["on_restore"] = staticmethod(on_restore)
+    return cast(type[SimStore], type("SimStore", (SimStore,), attributes))
 
 
 # --- the audited counter (real processes, benchmark) ------------------------------------------
