@@ -30,8 +30,15 @@ lint: bootstrap
 typecheck: bootstrap
 	@$(PY) -m mypy
 
+# Each benchmark prints one JSON line with its configuration and its baseline.
 bench: bootstrap
-	@$(PY) bench/bookie_bench.py $(ARGS)
+	@for b in bookie ledger rsm recovery kvstore; do $(PY) bench/$${b}_bench.py || exit 1; done
+
+# Long seeded simulations under faults (not part of `make test`); SEEDS=N to change.
+SEEDS ?= 2000
+soak: bootstrap
+	@$(PY) -m bookie.testing.ledger_sim --seeds $(SEEDS)
+	@$(PY) -m rsm.testing.rsm_sim --seeds $(SEEDS)
 
 clean:
 	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache build *.egg-info
