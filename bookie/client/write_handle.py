@@ -17,6 +17,12 @@ carries out its effects and feeds back what happened:
   `on_close_failed`.
 * `AddsConfirmed` / `AddsFailed` / `CloseFailed`: wake whoever waits.
 
+A writer that fails while it has nothing to append (the last add's slow
+bookie times out and no replacement exists, say) would not find out until
+its next append, and meanwhile readers cannot see its last confirmed
+entries: their LAC was never published, and only the writer's close or a
+recovery publishes it.  `on_failure(listener)` tells the owner at once.
+
 Two ways to append.  `await append(payload)` returns the entry id once it is
 confirmed (Qa acks and every earlier entry confirmed).  For throughput,
 `append_nowait(payload)` returns the entry id at once and
@@ -45,6 +51,7 @@ import contextlib
 import functools
 import heapq
 import itertools
+from collections.abc import Callable
 from types import TracebackType
 
 import anyio
@@ -134,6 +141,7 @@ class WriteHandle:
         self._capacity_wakeup: anyio.Event | None = None
         self._close_done: anyio.Event | None = None
         self._close_error: BookieError | None = None
+        self._failure_listeners: list[Callable[[BookieError], None]] = []
         self._processing = False
         self._timer_scope = anyio.CancelScope()
         context.task_group.start_soon(self._tick_explicit_lac)
@@ -172,6 +180,17 @@ class WriteHandle:
     @property
     def is_closed(self) -> bool:
         return self._writer.state is WriterState.CLOSED
+
+    def on_failure(self, listener: Callable[[BookieError], None]) -> None:
+        """Call `listener` once with the error when this handle can take no more adds
+        because it failed (fenced, or broken), at once if it already has.
+
+        Called from inside the handle: the listener must only note the error or
+        wake a task, not call the handle.  A handle that closes normally never
+        calls it.
+        """
+        self._failure_listeners.append(listener)
+        self._notify_failure()
 
     # --- appending ----------------------------------------------------------------------------
 
@@ -360,6 +379,8 @@ class WriteHandle:
         effects = writer.take_effects()
         if not effects:
             # Most answers (every ack past the Qa-th) change nothing to carry out.
+            if self._failure_listeners:
+                self._notify_failure()
             return
         self._processing = True
         try:
@@ -381,6 +402,16 @@ class WriteHandle:
                 effects = writer.take_effects()
         finally:
             self._processing = False
+        if self._failure_listeners:
+            self._notify_failure()
+
+    def _notify_failure(self) -> None:
+        error = self._writer.failure
+        if error is None:
+            return
+        listeners, self._failure_listeners = self._failure_listeners, []
+        for listener in listeners:
+            listener(error)
 
     def _carry_out(self, effect: object) -> None:
         """The effects off the hot path."""

@@ -542,6 +542,13 @@ class Writer:
         return self._state
 
     @property
+    def failure(self) -> BookieError | None:
+        """Why this writer can take no more adds when it is FENCED or BROKEN, else None."""
+        if self._state is WriterState.FENCED or self._state is WriterState.BROKEN:
+            return self._refusal()
+        return None
+
+    @property
     def last_add_confirmed(self) -> int:
         return self._pipeline.last_add_confirmed
 

@@ -3,10 +3,12 @@ nothing it had acknowledged is lost."""
 
 from __future__ import annotations
 
+import contextlib
+
 import anyio
 import pytest
 
-from bookie.errors import NotEnoughBookies
+from bookie.errors import BookieError, NotEnoughBookies
 from tests.unit.ledger_client.cluster import WAIT_S, memory_cluster
 from tests.unit.server.support import wait_for
 
@@ -66,6 +68,39 @@ async def test_without_a_replacement_pending_appends_fail() -> None:
         # A broken handle still closes, at what was confirmed.
         await writer.close()
         assert (await client.ledger_metadata(writer.ledger_id)).last_entry_id == 0
+
+
+async def test_a_handle_that_breaks_tells_its_owner_without_another_append() -> None:
+    """Qa = 2 of 3: the add may be confirmed by two bookies before the third one's failure
+    breaks the handle (no replacement), and then the writer has nothing more to append.
+    The owner must hear of it anyway: readers cannot see that entry until someone closes
+    or recovers the ledger."""
+    failures: list[BookieError] = []
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        writer = await client.create_ledger(3, 3, 2)
+        writer.on_failure(failures.append)
+        await writer.append(b"first")
+        await cluster.stop_bookie(writer.metadata.current_ensemble[2])
+        await wait_for(lambda: len(client.writable_bookies) == 2, WAIT_S)
+        with anyio.fail_after(WAIT_S), contextlib.suppress(NotEnoughBookies):
+            await writer.append(b"second")
+        await wait_for(lambda: bool(failures), WAIT_S)
+        assert len(failures) == 1
+        assert isinstance(failures[0], NotEnoughBookies)
+        late: list[BookieError] = []
+        writer.on_failure(late.append)
+        assert late == failures, "a listener added after the failure hears of it at once"
+
+
+async def test_a_handle_closed_normally_never_calls_its_failure_listener() -> None:
+    failures: list[BookieError] = []
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        writer = await client.create_ledger(3, 3, 2)
+        writer.on_failure(failures.append)
+        await writer.append(b"only")
+        await writer.close()
+        await cluster.stop_bookie(writer.metadata.current_ensemble[0])
+    assert failures == []
 
 
 async def test_rack_aware_placement_spreads_write_sets() -> None:
