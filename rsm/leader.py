@@ -43,7 +43,11 @@ the newest hash it recorded that the log does not carry yet
 (rsm/core/snapshot_hashes.py).
 
 Step-down (`step_down`): EFENCED or any other refusal of the ledger, a lost
-CAS, or a reason from outside (session trouble, election lost).  The term
+CAS, or a reason from outside (session trouble, election lost).  A ledger
+that fails while the term is idle (its last add's slow bookie timed out and
+no replacement exists) is noticed at once through `WriteHandle.on_failure`,
+not at the next command: until a successor recovers that ledger, followers
+cannot see the term's last confirmed batches.  The term
 stops accepting at once; commands never sent are answered NotLeader (they
 were not logged), those in flight OutcomeUnknown (they may be in the log;
 retrying with the same session seq is safe), waiting linearizable reads
@@ -60,6 +64,7 @@ truncation and handover changes the log at a time.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import random
@@ -122,6 +127,8 @@ class LeaderTerm:
         self._ledgers = ledgers
         self._log_store = log_store
         self._handle = handle
+        self._handle_failure: BookieError | None = None
+        """Why the current handle failed, once it did (see `_watch_handle`)."""
         self._log = log
         self._log_version = log_version
         self._segment: Segment = segment
@@ -215,6 +222,7 @@ class LeaderTerm:
             async with anyio.create_task_group() as task_group:
                 self._task_group = task_group
                 self._batcher.submit(encode_leader_start(self._replica_id), None)
+                self._watch_handle(self._handle)
                 self.pump()
                 task_group.start_soon(self._confirm_loop)
                 task_group.start_soon(self._read_loop)
@@ -371,10 +379,25 @@ class LeaderTerm:
 
     # --- confirmation -------------------------------------------------------------------------
 
+    def _watch_handle(self, handle: WriteHandle) -> None:
+        handle.on_failure(functools.partial(self._on_handle_failure, handle))
+
+    def _on_handle_failure(self, handle: WriteHandle, error: BookieError) -> None:
+        """From inside the handle: note the failure and wake the confirmation loop."""
+        if handle is self._handle:
+            self._handle_failure = error
+            wakeup = self._wakeup
+            if wakeup is not None:
+                self._wakeup = None
+                wakeup.set()
+
     async def _confirm_loop(self) -> None:
         in_flight = self._in_flight
         while True:
             if not in_flight:
+                if self._handle_failure is not None:
+                    self.step_down(f"the ledger failed: {self._handle_failure!r}")
+                    return
                 self._notify_progress()
                 wakeup = self._wakeup = anyio.Event()
                 with anyio.move_on_after(self._age_timer_s()):
@@ -606,6 +629,7 @@ class LeaderTerm:
         segment = log.open_segment
         assert segment is not None
         self._handle = successor
+        self._watch_handle(successor)
         self._log = log
         self._log_version += 1
         self._segment = segment

@@ -113,3 +113,52 @@ def test_a_seed_replays_exactly() -> None:
     assert all(isinstance(roll, int) and 1 <= roll <= 6 for roll in rolls)
     assert first[11] == sum(rolls)  # type: ignore[arg-type]
     assert first[12] != first[5], "another replica leads after the crash"
+
+
+def test_a_leader_whose_ledger_breaks_after_its_last_write_steps_down_by_itself() -> None:
+    """Three bookies, E = Qw = 3, Qa = 2.  The leader's last add is confirmed by two
+    bookies while the third is cut off from the leader; that add times out and, with no
+    bookie left to replace it, the ledger breaks.  No command follows, so nothing but
+    `WriteHandle.on_failure` tells the leader: it must step down by itself (a successor
+    then recovers the ledger), not sit on a ledger that takes nothing more."""
+
+    async def main() -> None:
+        rng = random.Random(5)
+        network = SimNetwork(random.Random(rng.random()))
+        metadata = MemoryMetadataServer()
+        async with metadata.client() as store:
+            await init_cluster(store, instance_id="sim")
+        async with AsyncExitStack() as stack:
+            for bookie_id in BOOKIES[:3]:
+                await stack.enter_async_context(simulated_bookie(network, metadata, bookie_id))
+            replicas = [
+                (
+                    await stack.enter_async_context(
+                        simulated_replica(network, metadata, name, rng.randrange(1 << 30))
+                    )
+                )[0]
+                for name in ("a", "b", "c")
+            ]
+            client_store = await stack.enter_async_context(metadata.client())
+            client = await stack.enter_async_context(
+                connect(
+                    "counter",
+                    store=client_store,
+                    connector=network.connector("client"),
+                    rng=random.Random(rng.random()),
+                )
+            )
+            assert await client.call("add", 1) == 1
+            leader = next(replica for replica in replicas if replica.is_leader)
+            network.partition([leader.replica_id], [BOOKIES[2]])
+            assert await client.call("add", 1) == 2, "confirmed by the two other bookies"
+            with anyio.fail_after(30):
+                while leader.is_leader:
+                    await anyio.sleep(0.01)
+            network.heal()
+            assert await client.call("add", 1) == 3
+            with anyio.fail_after(30):
+                while {replica.machine.value for replica in replicas} != {3}:  # type: ignore[attr-defined]
+                    await anyio.sleep(0.01)
+
+    run_simulation(main)
