@@ -14,7 +14,8 @@ What it runs, in this order, one at a time on this machine:
    pipelining through a follower (which forwards writes and linearizable
    reads to the leader).  SET is a durable replicated write (acknowledged
    once the log entry holding it is on Qa=2 of 3 bookies' disks); GET is a
-   linearizable read (answered after a barrier entry is acknowledged).
+   linearizable read (answered after a confirmation round: enough bookies
+   say the leader's ledger is not fenced; no entry, no fsync).
 2. Baseline: Debian's `redis-server` with `appendonly yes` and `appendfsync
    always` (one node, fsync per write batch), the same redis-benchmark runs.
 3. Baseline: PySyncObj's `ReplDict`, three processes on loopback (Raft,
@@ -415,7 +416,7 @@ def main() -> None:
         ),
         "measured": [
             "SET: durable replicated write (log entry on 2 of 3 bookies' disks, fsync)",
-            "GET: linearizable read (after a barrier entry acknowledged by 2 bookies)",
+            "GET: linearizable read (after a confirmation round on the bookies, no log entry)",
             "redis-fsync: one redis-server, appendonly yes, appendfsync always",
             "pysyncobj: 3 processes, ReplDict.set with callbacks, --clients in flight, "
             "journal via mmap without fsync, load generated inside the leader process; "
