@@ -146,7 +146,7 @@ def wrong_shape(draw: st.DrawFn) -> Attack:
     elif choice == "version":
         body[0] = draw(st.integers(min_value=0, max_value=1000).filter(lambda v: v != 1))
     else:
-        body[1] = draw(st.integers(min_value=7, max_value=1 << 20))
+        body[1] = draw(st.integers(min_value=max(Op) + 1, max_value=1 << 20))
     return Attack(f"wrong shape: {choice}", frame(cbor2.dumps(body)), False, True, request_id)
 
 
