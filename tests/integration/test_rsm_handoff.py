@@ -6,13 +6,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import pytest
 
 from bookie.testing.zookeeper import LocalZooKeeper
+from rsm.client import Client
 from rsm.testing.linearizability import check
 from rsm.testing.models import Counter
 
-from .support.rsm_processes import CounterLoad, RsmProcesses, check_exactly_once
+from .support.processes import WAIT_S
+from .support.rsm_processes import (
+    CounterLoad,
+    ReplicaProcess,
+    RsmProcesses,
+    check_exactly_once,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
 
@@ -20,6 +28,22 @@ NAMES = ["r1", "r2", "r3"]
 HANDOFFS = 3
 WINDOW_MS_MAX = 1_000
 """Generous: the machine is shared; `bench/rsm_bench.py` measures the window properly."""
+
+
+async def caught_up_follower(
+    cluster: RsmProcesses, admin: Client, leader: ReplicaProcess
+) -> ReplicaProcess:
+    """A follower that may take leadership now: right after a handoff the old leader is
+    not a candidate again until it has caught up, and a handoff to it is refused."""
+    with anyio.fail_after(WAIT_S):
+        while True:
+            for replica in cluster.replicas.values():
+                if replica is leader:
+                    continue
+                status = await admin.status(replica.address)
+                if status["candidate"] and status["caught_up"]:
+                    return replica
+            await anyio.sleep(0.02)
 
 
 async def test_handoffs_under_load_lose_nothing_and_fail_no_call(
@@ -34,7 +58,7 @@ async def test_handoffs_under_load_lose_nothing_and_fail_no_call(
         async with load.running(), cluster.client() as admin:
             await load.wait_acknowledged(20)
             for _ in range(HANDOFFS):
-                target = next(r for r in cluster.replicas.values() if r is not leader)
+                target = await caught_up_follower(cluster, admin, leader)
                 result = await admin.transfer_leadership(target.address)
                 assert result["target"] == target.address
                 assert result["window_ms"] is not None, "the target did not serve in time"
