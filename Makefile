@@ -15,7 +15,10 @@ run: bootstrap
 cluster: bootstrap
 	@$(PY) -m bookie.local_cluster $(ARGS)
 
+# The tests also compare the key-value store with a real redis-server and drive it
+# with redis-benchmark, so they install both (Debian's redis-server, redis-tools).
 test: bootstrap
+	@scripts/bootstrap.sh redis-server redis-tools
 	@$(PY) -m ruff check .
 	@$(PY) -m mypy
 	@$(PYTEST) -q -p no:cacheprovider $(ARGS)
