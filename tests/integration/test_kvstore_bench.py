@@ -5,7 +5,6 @@ The numbers themselves are not checked: benchmarks are compared by people, not t
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bookie.testing.zookeeper import LocalZooKeeper
+from tests.integration.support.tools import required_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
 
@@ -20,13 +20,11 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "kvstore_bench.py"
 TIMEOUT_S = 300
 
 
-@pytest.mark.skipif(
-    not (shutil.which("redis-benchmark") and shutil.which("redis-server")),
-    reason="redis-tools and redis-server are not installed (scripts/bootstrap.sh installs them)",
-)
 def test_bench_prints_one_json_object(
     zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path
 ) -> None:
+    required_tool("redis-benchmark")
+    required_tool("redis-server")
     result = subprocess.run(
         [
             sys.executable,

@@ -1,18 +1,17 @@
 """redis-py (and redis-cli, redis-benchmark) against a running store: three replica processes.
 
 Every supported command, with its edge cases and errors, is compared with
-what a real redis-server answers to the same redis-py call (when Debian's
-redis-server is installed; `scripts/bootstrap.sh redis-server` installs it),
-in RESP2 and RESP3, through a follower and through the leader.  Then the
-rest of the product: pipelines with and without MULTI, WATCH across
-replicas, concurrent clients (exactly-once INCRs), READONLY reads, bad
-clients and size limits, redis-cli and redis-benchmark unchanged.
+what a real redis-server answers to the same redis-py call (Debian's
+redis-server, which `make test` installs), in RESP2 and RESP3, through a
+follower and through the leader.  Then the rest of the product: pipelines
+with and without MULTI, WATCH across replicas, concurrent clients
+(exactly-once INCRs), READONLY reads, bad clients and size limits,
+redis-cli and redis-benchmark unchanged.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -25,6 +24,7 @@ import redis
 import redis.exceptions
 
 from bookie.testing.zookeeper import LocalZooKeeper, free_port
+from tests.integration.support.tools import required_tool
 from tests.unit.kvstore.local_store import WAIT_S, Store, running_store, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
@@ -42,10 +42,8 @@ def store(zookeeper: LocalZooKeeper, tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.fixture(scope="module")
 def real_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A real redis-server's port, for the same calls (skipped when it is not installed)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (scripts/bootstrap.sh redis-server)")
+    """A real redis-server's port, for the same calls."""
+    binary = required_tool("redis-server")
     port = free_port()
     directory = tmp_path_factory.mktemp("redis")
     process = subprocess.Popen(
@@ -358,15 +356,15 @@ def test_size_limits(store: Store) -> None:
         assert client.ping(), "the server goes on"
 
 
-@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is not installed")
 def test_redis_cli_works_unchanged(store: Store) -> None:
+    cli = required_tool("redis-cli")
     port = str(store.port(follower(store)))
     with store.client(store.leader()) as client:
         client.mset({f"cli:{i}": i for i in range(30)})
 
     def run(*args: str) -> str:
         return subprocess.run(
-            ["redis-cli", "-p", port, *args],
+            [cli, "-p", port, *args],
             capture_output=True,
             text=True,
             timeout=WAIT_S,
@@ -380,13 +378,10 @@ def test_redis_cli_works_unchanged(store: Store) -> None:
     assert sorted(scanned) == sorted([f"cli:{i}" for i in range(30)] + ["cli:x"])
 
 
-@pytest.mark.skipif(
-    shutil.which("redis-benchmark") is None, reason="redis-benchmark is not installed"
-)
 def test_redis_benchmark_works_unchanged(store: Store) -> None:
     result = subprocess.run(
         [
-            "redis-benchmark",
+            required_tool("redis-benchmark"),
             "-p",
             str(store.port(follower(store))),
             "-t",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import anyio
 import pytest
 
 from bookie.testing.zookeeper import LocalZooKeeper
@@ -14,12 +13,12 @@ from rsm.client import Client
 from rsm.testing.linearizability import check
 from rsm.testing.models import Counter
 
-from .support.processes import WAIT_S
 from .support.rsm_processes import (
     CounterLoad,
     ReplicaProcess,
     RsmProcesses,
     check_exactly_once,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
@@ -35,15 +34,17 @@ async def caught_up_follower(
 ) -> ReplicaProcess:
     """A follower that may take leadership now: right after a handoff the old leader is
     not a candidate again until it has caught up, and a handoff to it is refused."""
-    with anyio.fail_after(WAIT_S):
-        while True:
-            for replica in cluster.replicas.values():
-                if replica is leader:
-                    continue
+
+    async def candidate() -> ReplicaProcess | None:
+        for replica in cluster.replicas.values():
+            if replica is not leader:
                 status = await admin.status(replica.address)
                 if status["candidate"] and status["caught_up"]:
                     return replica
-            await anyio.sleep(0.02)
+        return None
+
+    found: ReplicaProcess = await wait_for(candidate)
+    return found
 
 
 async def test_handoffs_under_load_lose_nothing_and_fail_no_call(

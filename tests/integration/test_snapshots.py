@@ -46,6 +46,7 @@ from rsm.state_machine import StateMachine, command, query
 
 from .support.entries import read_all
 from .support.processes import HOST, WAIT_S, BookieCluster, BookieProcess, BookieSetup
+from .support.rsm_processes import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
 
@@ -165,13 +166,6 @@ def disk_bytes(setups: Sequence[BookieSetup]) -> int:
                 if path.is_file():
                     total += path.stat().st_size
     return total
-
-
-async def wait_for(probe: Any, timeout_s: float = WAIT_S) -> None:
-    """Poll `probe()` (a condition, not a delay) every 10 ms until it holds."""
-    with anyio.fail_after(timeout_s):
-        while not probe():
-            await anyio.sleep(0.01)
 
 
 async def put_all(leader: Replica, first: int, count: int) -> None:

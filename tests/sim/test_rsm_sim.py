@@ -21,6 +21,7 @@ from rsm.errors import RsmError
 from rsm.layout import AppLayout
 from rsm.testing.cluster import APP, RsmCluster
 from rsm.testing.rsm_sim import SimOptions, main, run_seed, run_seeds
+from tests.unit.runtime.harness import wait_until
 
 CI_SEEDS = 100
 """As many seeds as run in about two minutes on a busy 2-core machine (40 take 45 s)."""
@@ -100,9 +101,7 @@ def test_replicas_whose_terms_fail_at_once_back_off() -> None:
                 session_timeout_ms=1_000,
             )
             async with cluster.running():
-                with anyio.fail_after(30):
-                    while cluster.leader() is None:
-                        await anyio.sleep(0.01)
+                await wait_until(cluster.leader, timeout_s=30)
                 world.crash("bookie-1")
                 async with cluster.client("client-1") as client:
                     # Writes make the leaders use their ledgers, for ten seconds.
@@ -114,9 +113,7 @@ def test_replicas_whose_terms_fail_at_once_back_off() -> None:
                 async with store:
                     log = decode_log((await store.get(AppLayout.of(APP).log)).value)
                 world.restart("bookie-1")
-                with anyio.fail_after(30):
-                    while cluster.leader() is None:
-                        await anyio.sleep(0.01)
+                await wait_until(cluster.leader, timeout_s=30)
                 return log.epoch, cluster.leader() is not None
 
     epochs, served = run_simulation(main)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import signal
 import subprocess
@@ -281,10 +282,13 @@ class RsmProcesses:
 
 
 async def wait_for(probe: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
-    """Wait until `probe()` returns something true (it is looked at every `POLL_S`)."""
+    """Wait until `probe()` returns something true (awaited first when it is awaitable,
+    such as a status request to a replica); it is looked at every `POLL_S`."""
     with anyio.fail_after(timeout_s):
         while True:
             value = probe()
+            if inspect.isawaitable(value):
+                value = await value
             if value:
                 return value
             await anyio.sleep(POLL_S)

@@ -18,7 +18,7 @@ from rsm.client import connect
 from rsm.replica import Replica
 from tests.unit.ledger_client.test_simulated import BOOKIES, simulated_bookie
 from tests.unit.rsm.counter import Counter
-from tests.unit.runtime.harness import ledger_config, replica_config
+from tests.unit.runtime.harness import ledger_config, replica_config, wait_until
 
 EPOCH_MS = 1_700_000_000_000
 """The simulated wall clock starts at a plausible Unix time."""
@@ -152,13 +152,12 @@ def test_a_leader_whose_ledger_breaks_after_its_last_write_steps_down_by_itself(
             leader = next(replica for replica in replicas if replica.is_leader)
             network.partition([leader.replica_id], [BOOKIES[2]])
             assert await client.call("add", 1) == 2, "confirmed by the two other bookies"
-            with anyio.fail_after(30):
-                while leader.is_leader:
-                    await anyio.sleep(0.01)
+            await wait_until(lambda: not leader.is_leader, timeout_s=30)
             network.heal()
             assert await client.call("add", 1) == 3
-            with anyio.fail_after(30):
-                while {replica.machine.value for replica in replicas} != {3}:  # type: ignore[attr-defined]
-                    await anyio.sleep(0.01)
+            await wait_until(
+                lambda: {replica.machine.value for replica in replicas} == {3},  # type: ignore[attr-defined]
+                timeout_s=30,
+            )
 
     run_simulation(main)
