@@ -30,10 +30,8 @@ prints the whole trace); it exits 1 if any seed failed.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +49,13 @@ from bookie.testing.ledger_scenario import (
 )
 from bookie.testing.ledger_workload import LedgerOutcome, LedgerWorkload
 from bookie.testing.nemesis import ALL_FAULTS, FaultKind
+from bookie.testing.seeds import (
+    parse_seed_arguments,
+    print_failure,
+    run_command_line,
+    run_each,
+    seed_parser,
+)
 from bookie.testing.simcluster import SimCluster, Trace
 from bookie.testing.simloop import run_simulation
 
@@ -176,47 +181,25 @@ def run_seeds(
     on_failure: Callable[[InvariantViolation], None] = lambda _violation: None,
 ) -> Summary:
     """Run each seed; a failure is collected (and reported) and the next seed runs."""
-    summary = Summary()
-    for seed in seeds:
-        try:
-            report = run_seed(seed, options)
-        except InvariantViolation as violation:
-            summary.runs += 1
-            summary.failures.append(violation)
-            on_failure(violation)
-            continue
-        summary.add(report)
-        on_report(report)
-    return summary
-
-
-def _parse_faults(text: str) -> tuple[FaultKind, ...]:
-    try:
-        return tuple(FaultKind(name.strip()) for name in text.split(",") if name.strip())
-    except ValueError as error:
-        known = ", ".join(kind.value for kind in FaultKind)
-        raise argparse.ArgumentTypeError(f"{error}; known faults: {known}") from error
+    return run_each(
+        seeds,
+        lambda seed: run_seed(seed, options),
+        Summary(),
+        on_report=on_report,
+        on_failure=on_failure,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bookie.testing.ledger_sim",
-        description="Seeded simulation of ledger clients and bookies under faults.",
+    parser = seed_parser(
+        "python -m bookie.testing.ledger_sim",
+        "Seeded simulation of ledger clients and bookies under faults.",
+        steps_default=STEPS_DEFAULT,
+        kinds=FaultKind,
+        all_faults=ALL_FAULTS,
     )
-    parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
-    parser.add_argument("--first", type=int, default=0, help="the first seed")
-    parser.add_argument("--steps", type=int, default=STEPS_DEFAULT, help="nemesis steps per seed")
     parser.add_argument("--mode", choices=[mode.value for mode in Mode], default=Mode.MIXED.value)
-    parser.add_argument(
-        "--faults",
-        type=_parse_faults,
-        default=ALL_FAULTS,
-        help="comma-separated fault kinds the nemesis may use (default: all)",
-    )
-    parser.add_argument("--verbose", action="store_true", help="print every run's trace")
-    arguments = parser.parse_args(argv)
-    if arguments.seeds < 0 or arguments.steps < 0:
-        parser.error("--seeds and --steps must not be negative")
+    arguments = parse_seed_arguments(parser, argv)
     options = SimOptions(steps=arguments.steps, mode=Mode(arguments.mode), faults=arguments.faults)
 
     def on_report(report: RunReport) -> None:
@@ -228,17 +211,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{report.acknowledged} entries acknowledged"
         )
 
-    def on_failure(violation: InvariantViolation) -> None:
-        if arguments.verbose:
-            print("\n".join(violation.trace))
-        print(str(violation), file=sys.stderr)
-
-    started = time.monotonic()
-    seeds = range(arguments.first, arguments.first + arguments.seeds)
-    summary = run_seeds(seeds, options, on_report=on_report, on_failure=on_failure)
-    print("\n".join(summary.lines()))
-    print(f"{time.monotonic() - started:.1f} s")
-    return 1 if summary.failures else 0
+    return run_command_line(
+        arguments,
+        lambda seeds: run_seeds(
+            seeds, options, on_report=on_report, on_failure=print_failure(arguments.verbose)
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -48,10 +48,8 @@ failure the seed, the invariant and the command that replays it.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
-import time
 import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -61,6 +59,13 @@ import anyio
 
 from bookie.client.config import ClientConfig as LedgerConfig
 from bookie.testing.ledger_checker import TRACE_TAIL_LINES, InvariantViolation
+from bookie.testing.seeds import (
+    parse_seed_arguments,
+    print_failure,
+    run_command_line,
+    run_each,
+    seed_parser,
+)
 from bookie.testing.simcluster import SimCluster, Trace, WorldConfig
 from bookie.testing.simloop import run_simulation
 from rsm import limits
@@ -521,46 +526,24 @@ def run_seeds(
     on_failure: Callable[[InvariantViolation], None] = lambda _failure: None,
 ) -> Summary:
     """Run each seed; a failure is collected (and reported) and the next seed runs."""
-    summary = Summary()
-    for seed in seeds:
-        try:
-            report = run_seed(seed, options)
-        except InvariantViolation as failure:
-            summary.runs += 1
-            summary.failures.append(failure)
-            on_failure(failure)
-            continue
-        summary.add(report)
-        on_report(report)
-    return summary
-
-
-def _parse_faults(text: str) -> tuple[RsmFault, ...]:
-    try:
-        return tuple(RsmFault(name.strip()) for name in text.split(",") if name.strip())
-    except ValueError as error:
-        known = ", ".join(kind.value for kind in RsmFault)
-        raise argparse.ArgumentTypeError(f"{error}; known faults: {known}") from error
+    return run_each(
+        seeds,
+        lambda seed: run_seed(seed, options),
+        Summary(),
+        on_report=on_report,
+        on_failure=on_failure,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m rsm.testing.rsm_sim",
-        description="Seeded whole-cluster simulation of replicated state machines under faults.",
+    parser = seed_parser(
+        "python -m rsm.testing.rsm_sim",
+        "Seeded whole-cluster simulation of replicated state machines under faults.",
+        steps_default=STEPS_DEFAULT,
+        kinds=RsmFault,
+        all_faults=ALL_FAULTS,
     )
-    parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
-    parser.add_argument("--first", type=int, default=0, help="the first seed")
-    parser.add_argument("--steps", type=int, default=STEPS_DEFAULT, help="nemesis steps per seed")
-    parser.add_argument(
-        "--faults",
-        type=_parse_faults,
-        default=ALL_FAULTS,
-        help="comma-separated fault kinds the nemesis may use (default: all)",
-    )
-    parser.add_argument("--verbose", action="store_true", help="print every run's trace")
-    arguments = parser.parse_args(argv)
-    if arguments.seeds < 0 or arguments.steps < 0:
-        parser.error("--seeds and --steps must not be negative")
+    arguments = parse_seed_arguments(parser, argv)
     options = SimOptions(steps=arguments.steps, faults=arguments.faults)
 
     def on_report(report: RunReport) -> None:
@@ -572,15 +555,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"history {report.verdict.value}"
         )
 
-    def on_failure(failure: InvariantViolation) -> None:
-        print(str(failure), file=sys.stderr)
-
-    started = time.monotonic()
-    seeds = range(arguments.first, arguments.first + arguments.seeds)
-    summary = run_seeds(seeds, options, on_report=on_report, on_failure=on_failure)
-    print("\n".join(summary.lines()))
-    print(f"{time.monotonic() - started:.1f} s")
-    return 1 if summary.failures else 0
+    return run_command_line(
+        arguments,
+        lambda seeds: run_seeds(
+            seeds, options, on_report=on_report, on_failure=print_failure(arguments.verbose)
+        ),
+    )
 
 
 if __name__ == "__main__":
