@@ -9,6 +9,7 @@ import pytest
 from bookie.client.write_handle import WriteHandle
 from bookie.core.metadata import LedgerState
 from bookie.errors import (
+    BookieError,
     ClientClosed,
     LedgerFenced,
     NotEnoughBookies,
@@ -51,6 +52,27 @@ async def test_recovery_open_fences_the_writer_and_closes_at_its_last_entry() ->
         with pytest.raises(LedgerFenced):
             await writer.close()
         assert (await reader_client.ledger_metadata(writer.ledger_id)).last_entry_id == 9
+
+
+async def test_a_fenced_writer_tells_its_failure_listener_once() -> None:
+    failures: list[BookieError] = []
+    async with (
+        memory_cluster(3) as cluster,
+        cluster.client() as writer_client,
+        cluster.client(seed=2) as reader_client,
+    ):
+        writer = await writer_client.create_ledger(3, 3, 2, password=b"pw")
+        writer.on_failure(failures.append)
+        await append_all(PAYLOADS[:3], writer)
+        await reader_client.open_ledger(writer.ledger_id, b"pw")
+        assert failures == [], "fencing is news to the writer only when a bookie says so"
+        with pytest.raises(LedgerFenced):
+            await writer.append(b"after the recovery")
+        assert len(failures) == 1
+        assert isinstance(failures[0], LedgerFenced)
+        with pytest.raises(LedgerFenced):
+            await writer.append(b"again")
+        assert len(failures) == 1, "a listener is called once"
 
 
 async def test_recovery_re_replicates_the_tail_to_a_bookie_that_missed_it() -> None:
