@@ -42,6 +42,7 @@ import anyio.abc
 
 from bookie.errors import RemoteProtocolError
 from bookie.logs import emit
+from bookie.outbox import Outbox
 from bookie.wire.codec import FrameDecoder
 from rsm import limits
 from rsm.applier import Answerer
@@ -128,13 +129,14 @@ class ClientConnection:
     def __init__(self, stream: anyio.abc.ByteStream, endpoint: Endpoint) -> None:
         self._stream = stream
         self._endpoint = endpoint
-        self._output: list[bytes] = []
-        self._output_bytes = 0
+        self._outbox = Outbox(
+            stream,
+            coalesce_bytes_max=limits.socket_send_coalesce_bytes_max,
+            send_timeout_ms=limits.socket_send_timeout_ms,
+        )
         self._pending = 0
         self._waiting_reads: dict[int, int] = {}
         """request id -> ticket of a read_your_writes query waiting for its index."""
-        self._writer_wakeup: anyio.Event | None = None
-        self._drained: anyio.Event | None = None
         self._closed = False
         self._task_group: anyio.abc.TaskGroup | None = None
 
@@ -163,12 +165,7 @@ class ClientConnection:
         self._send(frame)
 
     def _send(self, frame: bytes) -> None:
-        self._output.append(frame)
-        self._output_bytes += len(frame)
-        wakeup = self._writer_wakeup
-        if wakeup is not None:
-            self._writer_wakeup = None
-            wakeup.set()
+        self._outbox.put(frame)
 
     def _refuse(self, op: int, request_id: int, error: StatusError) -> None:
         self._send(encode_error(op, request_id, error))
@@ -179,15 +176,16 @@ class ClientConnection:
         decoder = FrameDecoder(limits.frame_bytes_max)
         stream = self._stream
         endpoint = self._endpoint
+        outbox = self._outbox
         try:
             while True:
                 # No timeout: an idle client connection is healthy.
                 data = await stream.receive(limits.socket_receive_bytes)
                 bodies = decoder.feed(data)
                 for body in bodies:
-                    if self._output_bytes > limits.socket_send_coalesce_bytes_max:
+                    if outbox.backlogged:
                         endpoint.flush()
-                        await self._wait_drained()
+                        await outbox.wait_drained()
                     self._dispatch(body)
                 if bodies:
                     endpoint.flush()
@@ -244,49 +242,13 @@ class ClientConnection:
         else:
             self.answer(Op.SNAPSHOT, request.request_id, Outcome(RsmStatus.OK, result), 0)
 
-    async def _wait_drained(self) -> None:
-        while self._output_bytes > limits.socket_send_coalesce_bytes_max:
-            drained = self._drained = anyio.Event()
-            await drained.wait()
-
     async def _write_loop(self) -> None:
-        stream = self._stream
-        timeout_s = limits.socket_send_timeout_ms / 1000
         try:
-            while True:
-                if not self._output:
-                    wakeup = self._writer_wakeup = anyio.Event()
-                    await wakeup.wait()
-                    continue
-                data = self._take_output()
-                with anyio.fail_after(timeout_s):
-                    await stream.send(data)
-                self._output_bytes -= len(data)
-                drained = self._drained
-                if (
-                    drained is not None
-                    and self._output_bytes <= limits.socket_send_coalesce_bytes_max
-                ):
-                    self._drained = None
-                    drained.set()
+            await self._outbox.run()
         except _CONNECTION_ERRORS:
             task_group = self._task_group
             assert task_group is not None
             task_group.cancel_scope.cancel()
-
-    def _take_output(self) -> bytes:
-        """Up to `socket_send_coalesce_bytes_max` bytes of queued frames, joined."""
-        output = self._output
-        size = 0
-        count = 0
-        for frame in output:
-            if count and size + len(frame) > limits.socket_send_coalesce_bytes_max:
-                break
-            size += len(frame)
-            count += 1
-        data = b"".join(output[:count]) if count > 1 else output[0]
-        del output[:count]
-        return data
 
 
 _OPS: Final = {

@@ -72,6 +72,7 @@ from bookie.errors import (
     TooManyRequests,
     error_for_status,
 )
+from bookie.outbox import Outbox
 from bookie.wire.codec import FrameDecoder, decode_response, encode_request
 from bookie.wire.messages import (
     ADD_FLAG_RECOVERY,
@@ -137,8 +138,11 @@ class BookieConnection:
         # of `_deadlines` that holds the request's deadline.
         self._inflight: dict[int, tuple[OnResponse, int]] = {}
         self._deadlines: dict[int, dict[int, int]] = {}
-        self._output: list[bytes] = []
-        self._writer_wakeup: anyio.Event | None = None
+        self._outbox = Outbox(
+            stream,
+            coalesce_bytes_max=limits.socket_send_coalesce_bytes_max,
+            send_timeout_ms=limits.socket_send_timeout_ms,
+        )
         self._failure: str | None = None
         """Why the connection failed; each caller gets its own exception saying so."""
         self._failed = anyio.Event()
@@ -268,11 +272,7 @@ class BookieConnection:
         if bucket is None:
             bucket = self._deadlines[timeout_ms] = {}
         bucket[request_id] = self._clock_ms + timeout_ms + _SWEEP_INTERVAL_MS
-        self._output.append(frame)
-        wakeup = self._writer_wakeup
-        if wakeup is not None:
-            self._writer_wakeup = None
-            wakeup.set()
+        self._outbox.put(frame)
 
     # --- awaitable API ------------------------------------------------------------------------
 
@@ -404,33 +404,10 @@ class BookieConnection:
             self._fail(f"bookie {self.address} broke the protocol: {error}")
 
     async def _write_loop(self) -> None:
-        stream = self._stream
-        timeout_s = limits.socket_send_timeout_ms / 1000
         try:
-            while True:
-                if not self._output:
-                    wakeup = self._writer_wakeup = anyio.Event()
-                    await wakeup.wait()
-                    continue
-                data = self._take_output()
-                with anyio.fail_after(timeout_s):
-                    await stream.send(data)
+            await self._outbox.run()
         except _CONNECTION_ERRORS as error:
             self._fail(f"cannot send to bookie {self.address}: {error!r}")
-
-    def _take_output(self) -> bytes:
-        """Up to `socket_send_coalesce_bytes_max` bytes of queued frames, joined."""
-        output = self._output
-        size = 0
-        count = 0
-        for frame in output:
-            if count and size + len(frame) > limits.socket_send_coalesce_bytes_max:
-                break
-            size += len(frame)
-            count += 1
-        data = b"".join(output[:count]) if count > 1 else output[0]
-        del output[:count]
-        return data
 
     async def _sweep_loop(self) -> None:
         interval_s = limits.request_timeout_sweep_interval_ms / 1000
@@ -469,7 +446,7 @@ class BookieConnection:
         inflight = list(self._inflight.values())
         self._inflight.clear()
         self._deadlines.clear()
-        self._output.clear()
+        self._outbox.clear()
         self._loops_scope.cancel()
         for on_response, _ in inflight:
             on_response(BookieUnavailable(reason))

@@ -4,9 +4,10 @@ A `ServerConnection` runs two loops on one TCP stream:
 
 * the reader receives up to `limits.socket_receive_bytes` at a time, splits
   frames with `FrameDecoder` and hands each body to the `RequestProcessor`;
-* the writer sends every queued response frame in one `send` (up to
-  `limits.socket_send_coalesce_bytes_max` bytes), so a group commit that
-  releases a thousand acknowledgements costs one system call, not a thousand.
+* the writer (`bookie.outbox.Outbox`) sends every queued response frame
+  in one `send` (up to `limits.socket_send_coalesce_bytes_max` bytes), so a group
+  commit that releases a thousand acknowledgements costs one system call, not a
+  thousand.
 
 Responses carry their request id, so they go out in whatever order they are
 ready: a read is answered while earlier adds still wait for their sync.
@@ -35,6 +36,7 @@ import anyio.abc
 
 from bookie import limits
 from bookie.errors import RemoteProtocolError
+from bookie.outbox import Outbox
 from bookie.server.processor import PendingItem, RequestProcessor, now_ms
 from bookie.wire.codec import FrameDecoder
 
@@ -60,13 +62,11 @@ class ServerConnection:
         self._stream = stream
         self._processor = processor
         self._pending: deque[PendingItem] = deque()
-        self._output: list[bytes] = []
-        self._output_bytes = 0
-        self._writer_wakeup: anyio.Event | None = None
-        self._drained: anyio.Event | None = None
-        """Set when the output falls back under the bound the reader waits on."""
-        self._flushed: anyio.Event | None = None
-        """Set when the output is empty (graceful shutdown waits on it)."""
+        self._outbox = Outbox(
+            stream,
+            coalesce_bytes_max=limits.socket_send_coalesce_bytes_max,
+            send_timeout_ms=limits.socket_send_timeout_ms,
+        )
         self._reader_scope = anyio.CancelScope()
         self._scope = anyio.CancelScope()
 
@@ -79,12 +79,7 @@ class ServerConnection:
         return self._pending
 
     def send(self, frame: bytes) -> None:
-        self._output.append(frame)
-        self._output_bytes += len(frame)
-        wakeup = self._writer_wakeup
-        if wakeup is not None:
-            self._writer_wakeup = None
-            wakeup.set()
+        self._outbox.put(frame)
 
     # --- lifetime -----------------------------------------------------------------------------
 
@@ -111,9 +106,7 @@ class ServerConnection:
 
     async def flushed(self) -> None:
         """Return once every queued answer has been handed to the socket."""
-        while self._output_bytes:
-            flushed = self._flushed = anyio.Event()
-            await flushed.wait()
+        await self._outbox.flushed()
 
     # --- loops --------------------------------------------------------------------------------
 
@@ -121,7 +114,7 @@ class ServerConnection:
         decoder = FrameDecoder()
         stream = self._stream
         process = self._processor.process
-        output_bytes_max = limits.socket_send_coalesce_bytes_max
+        outbox = self._outbox
         try:
             while True:
                 # No timeout: an idle client connection is healthy; every
@@ -132,55 +125,16 @@ class ServerConnection:
                     continue
                 now = now_ms()
                 for body in frames:
-                    if self._output_bytes > output_bytes_max:
-                        await self._wait_drained()
+                    if outbox.backlogged:
+                        await outbox.wait_drained()
                     process(self, body, now)
         except _CONNECTION_ERRORS:
             return
         except RemoteProtocolError as error:
             _log.warning("closing connection %d: %s", self._connection_id, error)
 
-    async def _wait_drained(self) -> None:
-        while self._output_bytes > limits.socket_send_coalesce_bytes_max:
-            drained = self._drained = anyio.Event()
-            await drained.wait()
-
     async def _write_loop(self) -> None:
-        stream = self._stream
-        timeout_s = limits.socket_send_timeout_ms / 1000
         try:
-            while True:
-                if not self._output:
-                    wakeup = self._writer_wakeup = anyio.Event()
-                    await wakeup.wait()
-                    continue
-                data = self._take_output()
-                with anyio.fail_after(timeout_s):
-                    await stream.send(data)
-                self._output_bytes -= len(data)
-                drained = self._drained
-                if drained is not None and (
-                    self._output_bytes <= limits.socket_send_coalesce_bytes_max
-                ):
-                    self._drained = None
-                    drained.set()
-                flushed = self._flushed
-                if flushed is not None and not self._output_bytes:
-                    self._flushed = None
-                    flushed.set()
+            await self._outbox.run()
         except _CONNECTION_ERRORS:
             self._scope.cancel()
-
-    def _take_output(self) -> bytes:
-        """Up to `socket_send_coalesce_bytes_max` bytes of queued frames, joined."""
-        output = self._output
-        size = 0
-        count = 0
-        for frame in output:
-            if count and size + len(frame) > limits.socket_send_coalesce_bytes_max:
-                break
-            size += len(frame)
-            count += 1
-        data = b"".join(output[:count]) if count > 1 else output[0]
-        del output[:count]
-        return data
