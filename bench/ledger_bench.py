@@ -67,9 +67,11 @@ from bookie_bench import (  # noqa: E402
     process_cpu_s,
 )
 
+from bookie import limits as bookie_limits  # noqa: E402
 from bookie.client.config import ClientConfig  # noqa: E402
 from bookie.client.ledger_client import LedgerClient  # noqa: E402
 from bookie.client.write_handle import WriteHandle  # noqa: E402
+from bookie.gc_tuning import tune_for_throughput  # noqa: E402
 from bookie.local_cluster import bookie_command  # noqa: E402
 from bookie.meta.zk import ZkMetadataStore  # noqa: E402
 from bookie.server.config import render_toml  # noqa: E402
@@ -342,7 +344,12 @@ def parse_quorum(text: str) -> tuple[int, int, int]:
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run")
-    parser.add_argument("--window", type=int, default=1000, help="adds pending per ledger")
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=bookie_limits.outstanding_adds_max_default,
+        help="adds pending per ledger (the client's default bound)",
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1024])
     parser.add_argument(
         "--quorums",
@@ -380,6 +387,7 @@ def main(argv: list[str]) -> None:
     config["fsync"] = True
     config["client_event_loop"] = "uvloop" if UVLOOP else "asyncio"
     config["cpus"] = os.cpu_count()
+    config["gc_tuned"] = True
     measured = next((item for item in results if item["name"] == TARGET_NAME), None)
     target = {
         "name": TARGET_NAME,

@@ -28,6 +28,7 @@ from pathlib import Path
 import anyio
 
 from bookie.errors import InvalidConfig
+from bookie.gc_tuning import tune_for_throughput
 from bookie.logs import configure, emit
 from bookie.server.config import (
     KEYS,
@@ -171,6 +172,7 @@ def _serve(arguments: argparse.Namespace) -> int:
         return load_config(config_file, flags)
 
     node = BookieNode(config, reload if config_file is not None else None)
+    tune_for_throughput()
     use_uvloop = config.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is not None
     code: int = anyio.run(node.run, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
     return code

@@ -253,6 +253,14 @@ metadata_watch_retry_delay_ms = 500
 """A client's watch on the bookie list or a ledger's metadata that failed (metadata service
 unavailable) is re-armed after this long."""
 
+# --- process tuning ---------------------------------------------------------------------------
+
+gc_young_collection_allocations = 50_000
+"""Net container allocations between two young-generation collections (CPython: 700)."""
+
+gc_older_collection_ratio = 20
+"""Collections of a generation between two of the next older one (CPython: 10)."""
+
 # --- relations --------------------------------------------------------------------------------
 
 assert entry_payload_bytes_max + 64 * KiB <= frame_size_bytes_max

@@ -59,6 +59,7 @@ import anyio
 from bookie import limits as bookie_limits
 from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError, NoNode
+from bookie.gc_tuning import tune_for_throughput
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
@@ -276,6 +277,7 @@ def _run(arguments: argparse.Namespace) -> int:
     )
     # uvloop (the `fast` extra) when installed: a replica is bound by its event loop.
     backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
+    tune_for_throughput()
     try:
         code: int = anyio.run(_serve, arguments, machine, config, backend_options=backend_options)
     except (RsmError, BookieError) as error:

@@ -48,6 +48,7 @@ import anyio
 from bookie import limits as bookie_limits
 from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError, NoNode
+from bookie.gc_tuning import tune_for_throughput
 from bookie.local_cluster import ClusterError
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
@@ -173,6 +174,7 @@ def _serve(arguments: argparse.Namespace) -> int:
     )
     # uvloop (the `fast` extra) when installed: a replica is bound by its event loop.
     backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
+    tune_for_throughput()
     try:
         code: int = anyio.run(
             _serve_node, arguments, settings, config, backend_options=backend_options
