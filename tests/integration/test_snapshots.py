@@ -104,7 +104,10 @@ def app_name(zk_root: str) -> str:
 
 def replica_config(**overrides: Any) -> ReplicaConfig:
     values: dict[str, Any] = {
+        # Segments roll by size too, so that a long log spans many of them however
+        # the leader batches it (truncation frees whole segments, never the open one).
         "segment_entries_max": 200,
+        "segment_bytes_max": 4 * 1024 * 1024,
         "snapshot_every_commands": 0,
         "snapshot_every_log_bytes": 0,
         "snapshot_every_ms": 0,
