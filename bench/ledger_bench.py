@@ -12,7 +12,9 @@ defaults to the ledger client's own bound on adds in flight
 a throughput benchmark measures the client saturated, as
 BenchThroughputLatency does with its 10,000 outstanding; with a window of
 1,000 the four processes left the CPU 15% idle waiting for acknowledgements
-and the run measured round trips, not throughput.  For each quorum
+and the run measured round trips, not throughput (1-KiB E3/Qw3/Qa2, three
+alternating runs each: 10,800, 11,700 and 12,800 entries/s on average at
+windows of 1,000, 2,000 and 5,000; p50 latency 91, 164 and 371 ms).  For each quorum
 configuration (E=3 Qw=3 Qa=2 and E=3 Qw=2 Qa=2) and entry size (100 B and
 1 KiB) it writes one ledger for `--seconds` after a short warm-up and reports
 confirmed entries per second and the p50/p99/p99.9 latency from
