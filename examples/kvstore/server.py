@@ -1,18 +1,28 @@
 """The RESP server shell: client connections in, commands to the router, replies out, in order.
 
-A `RespServer` accepts connections on an injected `Listener` (TCP in a
-process, the simulated network in the simulation) and serves each with a
-`RespConnection`, which runs two loops on its stream:
+A `RespServer` serves the TCP sockets of an injected anyio `Listener` with
+asyncio's protocol interface (anyio runs on asyncio here, with uvloop when
+installed): each connection is a `RespConnection`, an `asyncio.Protocol`
+whose callbacks run on the event loop, without a task of its own:
 
-* the reader receives up to `limits.read_bytes_max` bytes at a time (never
-  more than the parser has room for), feeds the parser (`kvstore.resp`) and
-  hands every complete command to `kvstore.dispatch.plan`, then carries out
-  the action: an immediate reply, or a write, read or transaction through
-  the `Router`; after each chunk it calls `Router.flush` once, so the leader
-  cuts one batch for everything that chunk carried;
-* the writer sends the replies that are ready, in request order, encoded
-  and joined into one send (up to `limits.send_bytes_max`), so a pipeline's
-  replies leave together.
+* `data_received` feeds the parser (`kvstore.resp`) at most `room_bytes` at a
+  time, hands every complete command to `kvstore.dispatch.plan` and carries
+  out the action: an immediate reply, or a write, read or transaction
+  through the `Router`; after each chunk it calls `Router.flush` once, so the
+  leader cuts one batch for everything that chunk carried;
+* replies that are ready, in request order, are encoded, joined and written
+  to the transport in one call: at the end of a chunk for immediate replies,
+  and once per event-loop iteration for the router's answers (`deliver`
+  schedules it), so a pipeline's replies leave together.
+
+Why protocols and not anyio streams: a stream needs a reading task and a
+writing task per connection, and every command then costs two task switches,
+a cancel-scope checkpoint and two epoll changes (the stream pauses and
+resumes the transport around each receive).  A RESP PING server written both
+ways spent 40 us of CPU per command on streams and 9-10 us as a protocol
+(redis-benchmark, 50 clients, uvloop, this repository's 2-core machine);
+for a key-value store whose commands cost a few microseconds, that overhead
+was most of the work.
 
 Replies are owed in request order: each command takes the next *ticket*;
 replies that arrive out of order (a stale read before an earlier write's
@@ -21,43 +31,49 @@ version (RESP2 or RESP3) the connection had when its command was read, so a
 pipelined `HELLO 3` changes only the replies after it.
 
 Bounds.  A connection owes at most `limits.connection_replies_max` replies:
-at the bound the reader stops reading until the writer has sent some, so a
-client that sends without reading is slowed by TCP, and a connection's
-writes in flight stay within its session's window (`kvstore.session`).  The
-parser holds at most `limits.buffered_bytes_max` bytes.  A send that
-stalls for `limits.send_timeout_ms` closes the connection: the server's
-watchdog looks at every connection's send in progress a few times per
-timeout, rather than each send running under its own `fail_after`, whose
-cancel scope costs more than the rest of a GET (tens of microseconds per
-reply).  WATCH waits for its read before the next command is dispatched
-(EXEC needs its position).
+at the bound it stops taking commands and pauses reading the socket until
+replies have been written, so a client that sends without reading is slowed
+by TCP, and a connection's writes in flight stay within its session's window
+(`kvstore.session`).  The parser holds at most `limits.buffered_bytes_max`
+bytes; bytes received beyond its room wait, with reading paused.  When the
+transport's write buffer passes its high-water mark, asyncio pauses the
+writing: replies stay owed (so the bound above holds reading too), and a
+connection whose writing stays paused for `limits.send_timeout_ms` is
+closed by the server's watchdog, which looks at every connection a few
+times per timeout.  WATCH waits for its read before the next command is
+dispatched (EXEC needs its position).
 
 Ends.  QUIT, and a protocol error (garbage: the parser's `ProtocolError`),
 stop the reading; the replies owed are sent, the protocol error's last,
-then the connection is closed.  Other connections are not affected: one
-connection's failure ends its own task only.  A client that closes its end
-closes the connection at once (replies still owed are dropped; commands
-already handed to the router complete anyway).  Over
-`limits.connections_max` connections, a new one is answered "ERR max number
-of clients reached" and closed, as Redis does (`ServerConfig.connections_max`).
+then the connection is closed.  Other connections are not affected.  A
+client that closes its end closes the connection at once (replies still
+owed are dropped; commands already handed to the router complete anyway).
+Over `limits.connections_max` connections, a new one is answered "ERR max
+number of clients reached" and closed, as Redis does
+(`ServerConfig.connections_max`).  Cancelling `serve` closes the listening
+sockets and aborts every connection.
 
 Invariants: every ticket is answered exactly once while the connection
-lives; the writer never sends a reply before an earlier one; the reader
-never has more than `connection_replies_max` replies owed.
+lives; replies are written in ticket order; no command is dispatched while
+`connection_replies_max` replies are owed or a WATCH read is unanswered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import anyio
 import anyio.abc
+from anyio.abc import SocketAttribute
+from anyio.streams.stapled import MultiListener
 
 from bookie.logs import emit
 from kvstore import limits
@@ -70,12 +86,6 @@ from rsm.core.sessions import Outcome
 
 logger = logging.getLogger(__name__)
 
-_CONNECTION_ERRORS: Final = (
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    OSError,
-)
 _TOO_MANY_CLIENTS: Final = b"-ERR max number of clients reached\r\n"
 _WATCHDOG_LOOKS_PER_TIMEOUT: Final = 4
 
@@ -171,31 +181,43 @@ class RespServer:
         self._connections: set[RespConnection] = set()
         self._next_client_id = 1
         self._started_s = time.monotonic()
+        self.view = _View(self)
 
     @property
     def connection_count(self) -> int:
         return len(self._connections)
 
     async def serve(self) -> None:
-        async with self._listener, anyio.create_task_group() as task_group:
-            task_group.start_soon(self._watchdog)
-            await self._listener.serve(self._serve, task_group)
+        loop = asyncio.get_running_loop()
+        servers: list[asyncio.AbstractServer] = []
+        try:
+            for sock in _raw_sockets(self._listener):
+                servers.append(await loop.create_server(self._accept, sock=sock))
+            await self._watchdog()
+        finally:
+            for server in servers:
+                server.close()
+            for connection in list(self._connections):
+                connection.abort()
+            await self._listener.aclose()
 
-    async def _serve(self, stream: anyio.abc.ByteStream) -> None:
-        async with stream:
-            if len(self._connections) >= self.config.connections_max:
-                await _refuse(stream)
-                return
-            connection = RespConnection(stream, self, self._next_client_id)
-            self._next_client_id += 1
-            self._connections.add(connection)
-            try:
-                await connection.run()
-            finally:
-                self._connections.discard(connection)
+    def _accept(self) -> RespConnection:
+        client_id = self._next_client_id
+        self._next_client_id += 1
+        return RespConnection(self, client_id)
+
+    def admit(self, connection: RespConnection) -> bool:
+        """Count a new connection in, or say no: the server is at `connections_max`."""
+        if len(self._connections) >= self.config.connections_max:
+            return False
+        self._connections.add(connection)
+        return True
+
+    def forget(self, connection: RespConnection) -> None:
+        self._connections.discard(connection)
 
     async def _watchdog(self) -> None:
-        """Close every connection whose send has not completed within the send timeout."""
+        """Close every connection whose writing has been paused for the send timeout."""
         timeout_s = limits.send_timeout_ms / 1000
         while True:
             await anyio.sleep(timeout_s / _WATCHDOG_LOOKS_PER_TIMEOUT)
@@ -229,6 +251,14 @@ class RespServer:
         return self._settings
 
 
+def _raw_sockets(listener: object) -> list[socket.socket]:
+    """The listening sockets behind an anyio TCP listener (several for a multi-address host)."""
+    if isinstance(listener, MultiListener):
+        return [sock for inner in listener.listeners for sock in _raw_sockets(inner)]
+    assert isinstance(listener, anyio.abc.SocketListener), "the RESP server serves TCP sockets"
+    return [listener.extra(SocketAttribute.raw_socket)]
+
+
 class _View:
     """The `ServerView` a connection's commands see (the server's, under Protocol's names)."""
 
@@ -247,24 +277,22 @@ class _View:
         return self._server.config_settings()
 
 
-async def _refuse(stream: anyio.abc.ByteStream) -> None:
-    try:
-        with anyio.fail_after(limits.send_timeout_ms / 1000):
-            await stream.send(_TOO_MANY_CLIENTS)
-    except _CONNECTION_ERRORS:
-        pass
-
-
-class RespConnection:
+class RespConnection(asyncio.Protocol):
     """One client connection (see the module docstring); the `Receiver` of its commands."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, server: RespServer, client_id: int) -> None:
-        self._stream = stream
+    def __init__(self, server: RespServer, client_id: int) -> None:
         self._server = server
         self._router = server.router
-        self._view = _View(server)
+        self._view = server.view
         self.client = ClientState(client_id)
-        self._lane = self._router.lane()
+        config = server.config
+        self._parser = RespParser(
+            request_bytes_max=config.request_bytes_max, bulk_bytes_max=config.bulk_bytes_max
+        )
+        self._transport: asyncio.Transport | None = None
+        self._lane: Lane | None = None
+        self._unfed = bytearray()
+        """Bytes received that the parser had no room for yet."""
         self._replies: deque[bytes | _Pending] = deque()
         """What is owed, in order: encoded replies, or `_Pending` for those not known yet."""
         self._first_ticket = 0
@@ -273,37 +301,64 @@ class RespConnection:
         """Tickets whose reply needs their action to be built (see `dispatch.finish`)."""
         self._watch_ticket: int | None = None
         """The WATCH whose read must be answered before the next command is dispatched."""
-        self._writer_wakeup: anyio.Event | None = None
-        self._reader_wakeup: anyio.Event | None = None
         self._draining = False
         """No more commands: send what is owed, then close."""
         self._closed = False
-        self._sending_since_s: float | None = None
-        """When the send in progress started (None: no send in progress), for the watchdog."""
-        self._scope: anyio.CancelScope | None = None
+        self._reading_paused = False
+        self._writing_paused_since_s: float | None = None
+        """When asyncio paused the writing (None: not paused), for the watchdog."""
+        self._servicing = False
+        self._service_again = False
+        self._service_scheduled = False
 
-    def close_if_stalled(self, started_before_s: float) -> None:
-        """The watchdog's check: a send that started before `started_before_s` is stuck."""
-        since_s = self._sending_since_s
-        if since_s is not None and since_s < started_before_s and self._scope is not None:
-            emit(logger, logging.INFO, "kvstore.send_timeout", client_id=self.client.client_id)
-            self._scope.cancel()
+    # --- asyncio.Protocol ---------------------------------------------------------------------
 
-    async def run(self) -> None:
-        try:
-            async with anyio.create_task_group() as task_group:
-                self._scope = task_group.cancel_scope
-                task_group.start_soon(self._write_loop, task_group)
-                try:
-                    await self._read_loop()
-                except _CONNECTION_ERRORS:
-                    task_group.cancel_scope.cancel()
-                    return
-                self._draining = True
-                self._wake_writer()
-        finally:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A TCP transport (uvloop's does not derive from asyncio.Transport).
+        transport = cast(asyncio.Transport, transport)
+        self._transport = transport
+        if not self._server.admit(self):
             self._closed = True
-            self._router.close_lane(self._lane)
+            transport.write(_TOO_MANY_CLIENTS)
+            transport.close()
+            return
+        self._lane = self._router.lane()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed or self._draining:
+            return
+        self._unfed += data
+        self._service()
+
+    def eof_received(self) -> bool:
+        return False  # the client left: close at once (see the module docstring)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        lane, self._lane = self._lane, None
+        if lane is not None:  # it was admitted
+            self._server.forget(self)
+            self._router.close_lane(lane)
+
+    def pause_writing(self) -> None:
+        self._writing_paused_since_s = anyio.current_time()
+
+    def resume_writing(self) -> None:
+        self._writing_paused_since_s = None
+        self._service()
+
+    # --- the server's controls ----------------------------------------------------------------
+
+    def close_if_stalled(self, paused_before_s: float) -> None:
+        """The watchdog's check: writing paused since before `paused_before_s` is stuck."""
+        since_s = self._writing_paused_since_s
+        if since_s is not None and since_s < paused_before_s:
+            emit(logger, logging.INFO, "kvstore.send_timeout", client_id=self.client.client_id)
+            self.abort()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
 
     # --- replies ------------------------------------------------------------------------------
 
@@ -316,11 +371,12 @@ class RespConnection:
         assert isinstance(marker, _Pending), "a ticket is answered once"
         action = self._actions.pop(ticket, None)
         reply: Reply
+        watch_answered = False
         if action is not None:
             reply = finish(action, outcome, self.client)
             if ticket == self._watch_ticket:
                 self._watch_ticket = None
-                self._wake_reader()
+                watch_answered = True
         elif outcome.ok:
             reply = outcome.value
         else:
@@ -328,8 +384,8 @@ class RespConnection:
         out = bytearray()
         encode_reply(reply, out, marker.resp3)
         self._replies[position] = bytes(out)
-        if position == 0:
-            self._wake_writer()
+        if position == 0 or watch_answered:
+            self._schedule_service()
 
     def _owe(self) -> int:
         """A ticket for a reply to come, in the current protocol version."""
@@ -341,59 +397,79 @@ class RespConnection:
         out = bytearray()
         encode_reply(reply, out, self.client.resp3)
         self._replies.append(bytes(out))
-        if len(self._replies) == 1:
-            self._wake_writer()
 
-    def _wake_writer(self) -> None:
-        wakeup = self._writer_wakeup
-        if wakeup is not None:
-            self._writer_wakeup = None
-            wakeup.set()
+    # --- the service: read commands, write replies, pause, close ------------------------------
 
-    def _wake_reader(self) -> None:
-        wakeup = self._reader_wakeup
-        if wakeup is not None:
-            self._reader_wakeup = None
-            wakeup.set()
+    def _schedule_service(self) -> None:
+        if self._servicing:
+            self._service_again = True
+        elif not self._service_scheduled:
+            self._service_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_service)
 
-    # --- reading ------------------------------------------------------------------------------
+    def _scheduled_service(self) -> None:
+        self._service_scheduled = False
+        self._service()
 
-    async def _read_loop(self) -> None:
-        """Read and dispatch until QUIT or a protocol error (returns) or the client leaves
-        (raises one of the connection errors)."""
-        config = self._server.config
-        parser = RespParser(
-            request_bytes_max=config.request_bytes_max, bulk_bytes_max=config.bulk_bytes_max
-        )
-        stream = self._stream
-        router = self._router
-        client = self.client
-        while True:
-            data = await stream.receive(min(limits.read_bytes_max, parser.room_bytes))
-            parser.feed(data)
-            try:
-                while (args := parser.next_command()) is not None:
-                    self._dispatch(args)
-                    if client.close_after_reply:
-                        return
-                    if (
-                        self._watch_ticket is not None
-                        or len(self._replies) >= limits.connection_replies_max
-                    ):
-                        router.flush()
-                        await self._wait_for_room()
-            except ProtocolError as error:
-                emit(logger, logging.INFO, "kvstore.bad_client", error=error.message)
-                self._reply_now(error)
-                return
-            finally:
-                router.flush()
+    def _service(self) -> None:
+        """Dispatch what can be, write what is ready, then pause, resume or close the transport.
 
-    async def _wait_for_room(self) -> None:
-        """Wait until WATCH's read is answered and fewer replies than the bound are owed."""
-        while self._watch_ticket is not None or len(self._replies) >= limits.connection_replies_max:
-            wakeup = self._reader_wakeup = anyio.Event()
-            await wakeup.wait()
+        Not reentrant: an answer delivered while it runs (the router may answer
+        at once) makes it go round again instead."""
+        if self._closed:
+            return
+        if self._servicing:
+            self._service_again = True
+            return
+        self._servicing = True
+        try:
+            while True:
+                self._service_again = False
+                self._take_commands()
+                self._write_ready()
+                if not self._service_again:
+                    break
+        finally:
+            self._servicing = False
+        self._settle()
+
+    def _blocked(self) -> bool:
+        return self._watch_ticket is not None or len(self._replies) >= limits.connection_replies_max
+
+    def _take_commands(self) -> None:
+        """Feed the parser and dispatch every complete command, until blocked or out of bytes."""
+        if self._draining:
+            return
+        parser = self._parser
+        unfed = self._unfed
+        dispatched = False
+        try:
+            while not self._blocked():
+                args = parser.next_command()
+                if args is None:
+                    if not unfed:
+                        break
+                    room = parser.room_bytes
+                    assert room > 0, "an incomplete request is below the bound, so room is left"
+                    if len(unfed) <= room:
+                        parser.feed(bytes(unfed))
+                        unfed.clear()
+                    else:
+                        parser.feed(bytes(unfed[:room]))
+                        del unfed[:room]
+                    continue
+                self._dispatch(args)
+                dispatched = True
+                if self.client.close_after_reply:
+                    self._draining = True
+                    break
+        except ProtocolError as error:
+            emit(logger, logging.INFO, "kvstore.bad_client", error=error.message)
+            self._reply_now(error)
+            self._draining = True
+        finally:
+            if dispatched:
+                self._router.flush()
 
     def _dispatch(self, args: list[bytes]) -> None:
         action = plan(args, self.client, self._view)
@@ -405,6 +481,7 @@ class RespConnection:
         ticket = self._owe()
         router = self._router
         lane = self._lane
+        assert lane is not None
         if kind is Write:
             assert isinstance(action, Write)
             router.call(lane, action.name, action.args, self, ticket)
@@ -421,34 +498,45 @@ class RespConnection:
             self._actions[ticket] = action
             router.call(lane, "exec", [action.watched, action.calls], self, ticket)
 
-    # --- writing ------------------------------------------------------------------------------
-
-    async def _write_loop(self, task_group: anyio.abc.TaskGroup) -> None:
-        stream = self._stream
+    def _write_ready(self) -> None:
+        """Write every reply that is ready at the head of the queue, in one call."""
         replies = self._replies
-        try:
-            while True:
-                if not replies or type(replies[0]) is _Pending:
-                    if self._draining and not replies:
-                        break
-                    wakeup = self._writer_wakeup = anyio.Event()
-                    await wakeup.wait()
-                    continue
-                chunks: list[bytes] = []
-                size = 0
-                while replies and size < limits.send_bytes_max:
-                    reply = replies[0]
-                    if type(reply) is _Pending:
-                        break
-                    assert isinstance(reply, bytes)
-                    chunks.append(reply)
-                    size += len(reply)
-                    replies.popleft()
-                self._first_ticket += len(chunks)
-                self._wake_reader()
-                self._sending_since_s = anyio.current_time()
-                await stream.send(b"".join(chunks) if len(chunks) > 1 else chunks[0])
-                self._sending_since_s = None
-        except _CONNECTION_ERRORS:
-            pass
-        task_group.cancel_scope.cancel()
+        if self._writing_paused_since_s is not None or not replies:
+            return
+        chunks: list[bytes] = []
+        while replies:
+            reply = replies[0]
+            if type(reply) is _Pending:
+                break
+            assert isinstance(reply, bytes)
+            chunks.append(reply)
+            replies.popleft()
+        if not chunks:
+            return
+        if len(replies) + len(chunks) >= limits.connection_replies_max:
+            self._service_again = True  # commands held back by the bound may go now
+        self._first_ticket += len(chunks)
+        transport = self._transport
+        assert transport is not None
+        transport.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+
+    def _settle(self) -> None:
+        """Close a drained connection; pause reading while blocked, resume once not."""
+        transport = self._transport
+        if self._closed or transport is None:
+            return
+        if self._draining:
+            if not self._replies:
+                self._closed = True
+                transport.close()  # after the buffered replies; connection_lost follows
+            elif not self._reading_paused:
+                self._reading_paused = True
+                transport.pause_reading()
+            return
+        hold = self._blocked() or bool(self._unfed)
+        if hold and not self._reading_paused:
+            self._reading_paused = True
+            transport.pause_reading()
+        elif not hold and self._reading_paused:
+            self._reading_paused = False
+            transport.resume_reading()

@@ -307,3 +307,28 @@ async def test_watch_is_answered_before_the_next_command_is_dispatched() -> None
             answer = await receive_exactly(stream, len(expected))
         assert answer == expected
         assert [name for name, _ in router.requests] == ["position", "exec"]
+
+
+async def test_a_client_that_stops_reading_is_disconnected_after_the_send_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits, "send_timeout_ms", 300)
+    value_bytes = 64 * 1024
+    gets = 1024
+    async with serving() as (_, port), redis_client(port) as other:
+        await other.set("big", b"x" * value_bytes)
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            # Far more reply bytes than the socket buffers hold, and nobody reads them.
+            await stream.send(b"GET big\r\n" * gets)
+            with anyio.fail_after(WAIT_S):
+                while (await other.info("clients"))["connected_clients"] > 1:
+                    await anyio.sleep(0.05)
+            received = 0
+            with anyio.fail_after(WAIT_S):
+                try:
+                    while True:
+                        received += len(await stream.receive())
+                except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    pass
+        assert received < gets * value_bytes, "the stalled connection was cut, not served"
+        assert await other.ping(), "other connections go on"
