@@ -48,8 +48,8 @@ sys.path.insert(0, str(REPOSITORY))
 
 from bookie.client.bookie_conn import BookieConnection  # noqa: E402
 from bookie.errors import BookieError  # noqa: E402
-from bookie.gc_tuning import tune_for_throughput  # noqa: E402
 from bookie.local_cluster import bookie_command  # noqa: E402
+from bookie.runtime_tuning import tune_for_throughput  # noqa: E402
 from bookie.server.config import render_toml  # noqa: E402
 from bookie.testing.zookeeper import LocalZooKeeper, free_port  # noqa: E402
 from bookie.wire.messages import AddRequest, Response  # noqa: E402
@@ -434,7 +434,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> None:
-    tune_for_throughput()  # as the bookies do; see bookie/gc_tuning.py
+    tune_for_throughput()  # as the bookies do; see bookie/runtime_tuning.py
     if argv[:1] == ["--group-commit-server"]:
         anyio.run(
             group_commit_server,

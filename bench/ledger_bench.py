@@ -79,9 +79,9 @@ from bookie import limits as bookie_limits  # noqa: E402
 from bookie.client.config import ClientConfig  # noqa: E402
 from bookie.client.ledger_client import LedgerClient  # noqa: E402
 from bookie.client.write_handle import WriteHandle  # noqa: E402
-from bookie.gc_tuning import tune_for_throughput  # noqa: E402
 from bookie.local_cluster import bookie_command  # noqa: E402
 from bookie.meta.zk import ZkMetadataStore  # noqa: E402
+from bookie.runtime_tuning import tune_for_throughput  # noqa: E402
 from bookie.server.config import render_toml  # noqa: E402
 from bookie.testing.zookeeper import LocalZooKeeper, free_port  # noqa: E402
 
@@ -375,7 +375,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> None:
-    tune_for_throughput()  # as the bookies do; see bookie/gc_tuning.py
+    tune_for_throughput()  # as the bookies do; see bookie/runtime_tuning.py
     arguments = parse(argv)
     parent = arguments.data_dir
     if parent is not None:

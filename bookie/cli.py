@@ -28,8 +28,8 @@ from pathlib import Path
 import anyio
 
 from bookie.errors import InvalidConfig
-from bookie.gc_tuning import tune_for_throughput
 from bookie.logs import configure, emit
+from bookie.runtime_tuning import tune_for_throughput
 from bookie.server.config import (
     KEYS,
     REQUIRED,

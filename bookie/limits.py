@@ -261,6 +261,9 @@ gc_young_collection_allocations = 50_000
 gc_older_collection_ratio = 20
 """Collections of a generation between two of the next older one (CPython: 10)."""
 
+gil_switch_interval_us = 500
+"""Longest a thread waits for the GIL while another runs Python (CPython: 5,000 us)."""
+
 # --- relations --------------------------------------------------------------------------------
 
 assert entry_payload_bytes_max + 64 * KiB <= frame_size_bytes_max

@@ -59,10 +59,10 @@ import anyio
 from bookie import limits as bookie_limits
 from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError, NoNode
-from bookie.gc_tuning import tune_for_throughput
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
+from bookie.runtime_tuning import tune_for_throughput
 from rsm import limits
 from rsm.client import Client, connect
 from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig

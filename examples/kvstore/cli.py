@@ -48,12 +48,12 @@ import anyio
 from bookie import limits as bookie_limits
 from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError, NoNode
-from bookie.gc_tuning import tune_for_throughput
 from bookie.local_cluster import ClusterError
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies
 from bookie.meta.zk import ZkMetadataStore
+from bookie.runtime_tuning import tune_for_throughput
 from kvstore import limits
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
 from kvstore.launcher import LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved

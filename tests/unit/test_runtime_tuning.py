@@ -1,24 +1,27 @@
-"""`tune_for_throughput`: start-up objects leave the collector's reach and collections get rarer,
-while reference cycles are still collected."""
+"""`tune_for_throughput`: start-up objects leave the collector's reach, collections get rarer
+while reference cycles are still collected, and the GIL switch interval is shortened."""
 
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 from collections.abc import Iterator
 
 import pytest
 
 from bookie import limits
-from bookie.gc_tuning import tune_for_throughput
+from bookie.runtime_tuning import tune_for_throughput
 
 
 @pytest.fixture
-def restored_gc() -> Iterator[None]:
+def restored_runtime() -> Iterator[None]:
     thresholds = gc.get_threshold()
+    switch_interval_s = sys.getswitchinterval()
     yield
     gc.unfreeze()
     gc.set_threshold(*thresholds)
+    sys.setswitchinterval(switch_interval_s)
 
 
 class Node:
@@ -26,14 +29,19 @@ class Node:
         self.other: Node | None = None
 
 
-def test_tuning_freezes_start_up_objects_and_raises_thresholds(restored_gc: None) -> None:
+def test_tuning_freezes_start_up_objects_and_raises_thresholds(restored_runtime: None) -> None:
     tune_for_throughput()
     assert gc.get_freeze_count() > 0
     ratio = limits.gc_older_collection_ratio
     assert gc.get_threshold() == (limits.gc_young_collection_allocations, ratio, ratio)
 
 
-def test_cycles_are_still_collected_without_an_explicit_collect(restored_gc: None) -> None:
+def test_tuning_shortens_the_gil_switch_interval(restored_runtime: None) -> None:
+    tune_for_throughput()
+    assert sys.getswitchinterval() == pytest.approx(limits.gil_switch_interval_us / 1_000_000)
+
+
+def test_cycles_are_still_collected_without_an_explicit_collect(restored_runtime: None) -> None:
     tune_for_throughput()
     first, second = Node(), Node()
     first.other, second.other = second, first
