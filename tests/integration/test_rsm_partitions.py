@@ -30,6 +30,7 @@ from .support.rsm_processes import (
     RsmProcesses,
     ZkProxy,
     check_exactly_once,
+    wait_for,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
@@ -129,8 +130,14 @@ async def test_a_leader_cut_from_zookeeper_stops_at_once_and_catches_up_after(
             # Back in touch, it learns its session expired, follows the new leader and,
             # once caught up, stands for election again.
             await old.wait_event("rsm.candidacy", since=since)
+            # Its status shows the log's epoch as of its last look at the election,
+            # which comes just after standing.
             async with cluster.client() as client:
-                status = await client.status(old.address)
-            assert (status["role"], status["epoch"]) == ("follower", epoch)
+
+                async def follows_the_new_epoch() -> bool:
+                    status = await client.status(old.address)
+                    return (status["role"], status["epoch"]) == ("follower", epoch)
+
+                await wait_for(follows_the_new_epoch)
         audit = await check_after(cluster, load)
         assert PINNED not in audit["seqs"]  # type: ignore[operator]
