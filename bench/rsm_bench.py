@@ -73,6 +73,7 @@ COMMAND_BYTES = 100
 WARMUP_S = 1.0
 START_TIMEOUT_S = 60.0
 RESULT_TIMEOUT_S = 120.0
+CANDIDATE_POLL_S = 0.01
 PROBE = ClientConfig(attempt_timeout_ms=300, backoff_ms_initial=5, backoff_ms_max=50)
 """The failover prober retries often, so it sees the new leader as soon as it serves."""
 
@@ -366,12 +367,21 @@ async def throughput(arguments: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _ready_to_lead(status: dict[str, Any]) -> bool:
+    return bool(status["candidate"]) and bool(status["caught_up"])
+
+
 async def handoffs(arguments: argparse.Namespace, replicas: Replicas) -> dict[str, Any]:
     windows: list[int] = []
     async with connect(APP, zk=arguments.zk) as client:
         for _ in range(arguments.handoffs):
             leader = (await client.status())["replica_id"]
             target = next(address for address in replicas.processes if address != leader)
+            # Only a caught-up candidate can take over; the replica demoted by the
+            # previous handoff, or a follower still applying the load, is one soon.
+            with anyio.fail_after(START_TIMEOUT_S):
+                while not _ready_to_lead(await client.status(target)):
+                    await anyio.sleep(CANDIDATE_POLL_S)
             result = await client.transfer_leadership(target)
             if result["window_ms"] is not None:
                 windows.append(result["window_ms"])
