@@ -468,7 +468,7 @@ def main(argv: list[str]) -> None:
     config["fsync"] = True
     config["client_event_loop"] = "uvloop" if UVLOOP else "asyncio"
     config["cpus"] = os.cpu_count()
-    config["gc_tuned"] = True
+    config["runtime_tuned"] = True
     print(
         json.dumps(
             {"benchmark": "bookie", "config": config, "results": results, "baselines": baselines}

@@ -396,7 +396,7 @@ def main(argv: list[str]) -> None:
     config["fsync"] = True
     config["client_event_loop"] = "uvloop" if UVLOOP else "asyncio"
     config["cpus"] = os.cpu_count()
-    config["gc_tuned"] = True
+    config["runtime_tuned"] = True
     measured = next((item for item in results if item["name"] == TARGET_NAME), None)
     target = {
         "name": TARGET_NAME,
