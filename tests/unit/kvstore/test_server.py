@@ -28,6 +28,7 @@ from kvstore.session import Session
 
 from rsm.core.sessions import Outcome
 from tests.unit.kvstore.replica import Replica
+from tests.unit.server.support import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -42,9 +43,12 @@ class StoreRouter:
         self.held: list[tuple[Receiver, int, Outcome]] | None = None
         self.requests: list[tuple[str, list[Any]]] = []
         self.flushes = 0
+        self.lanes: list[Lane] = []
 
     def lane(self) -> Lane:
-        return Lane(Session(b"s" * 16))
+        lane = Lane(Session(b"s" * 16))
+        self.lanes.append(lane)
+        return lane
 
     def call(self, lane: Lane, name: str, args: list[Any], receiver: Receiver, ticket: int) -> None:
         self.requests.append((name, args))
@@ -315,14 +319,15 @@ async def test_a_client_that_stops_reading_is_disconnected_after_the_send_timeou
     monkeypatch.setattr(limits, "send_timeout_ms", 300)
     value_bytes = 64 * 1024
     gets = 1024
-    async with serving() as (_, port), redis_client(port) as other:
+    async with serving() as (router, port), redis_client(port) as other:
         await other.set("big", b"x" * value_bytes)
         async with await anyio.connect_tcp("127.0.0.1", port) as stream:
             # Far more reply bytes than the socket buffers hold, and nobody reads them.
             await stream.send(b"GET big\r\n" * gets)
-            with anyio.fail_after(WAIT_S):
-                while (await other.info("clients"))["connected_clients"] > 1:
-                    await anyio.sleep(0.05)
+            await wait_for(lambda: len(router.lanes) == 2)
+            stalled = router.lanes[1]
+            # The server closes the connection (and its lane) on its own.
+            await wait_for(lambda: stalled.closed, WAIT_S)
             received = 0
             with anyio.fail_after(WAIT_S):
                 try:
