@@ -33,17 +33,22 @@ def outbox_on(stream: GatedStream, bound: int = 10) -> Outbox:
     )
 
 
-async def test_queued_frames_go_out_joined_up_to_the_bound() -> None:
-    stream = GatedStream()
-    outbox = outbox_on(stream)
-    for frame in (b"aaaa", b"bbbb", b"cc", b"dddddddd"):
-        outbox.put(frame)
+async def send_all(stream: GatedStream, outbox: Outbox) -> None:
+    """Open the stream and run the outbox until everything queued was sent."""
     stream.gate.set()
     async with anyio.create_task_group() as task_group:
         task_group.start_soon(outbox.run)
         with anyio.fail_after(5):
             await outbox.flushed()
         task_group.cancel_scope.cancel()
+
+
+async def test_queued_frames_go_out_joined_up_to_the_bound() -> None:
+    stream = GatedStream()
+    outbox = outbox_on(stream)
+    for frame in (b"aaaa", b"bbbb", b"cc", b"dddddddd"):
+        outbox.put(frame)
+    await send_all(stream, outbox)
     assert stream.sent == [b"aaaabbbbcc", b"dddddddd"]
     assert outbox.queued_bytes == 0
 
@@ -53,12 +58,7 @@ async def test_a_frame_larger_than_the_bound_goes_out_alone() -> None:
     outbox = outbox_on(stream, bound=4)
     outbox.put(b"0123456789")
     outbox.put(b"ab")
-    stream.gate.set()
-    async with anyio.create_task_group() as task_group:
-        task_group.start_soon(outbox.run)
-        with anyio.fail_after(5):
-            await outbox.flushed()
-        task_group.cancel_scope.cancel()
+    await send_all(stream, outbox)
     assert stream.sent == [b"0123456789", b"ab"]
 
 
