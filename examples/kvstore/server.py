@@ -289,6 +289,8 @@ class RespConnection(asyncio.Protocol):
         self._parser = RespParser(
             request_bytes_max=config.request_bytes_max, bulk_bytes_max=config.bulk_bytes_max
         )
+        self._loop = asyncio.get_running_loop()
+        """Looked up once: each lookup costs a getpid system call on CPython 3.11."""
         self._transport: asyncio.Transport | None = None
         self._lane: Lane | None = None
         self._unfed = bytearray()
@@ -405,7 +407,7 @@ class RespConnection(asyncio.Protocol):
             self._service_again = True
         elif not self._service_scheduled:
             self._service_scheduled = True
-            asyncio.get_running_loop().call_soon(self._scheduled_service)
+            self._loop.call_soon(self._scheduled_service)
 
     def _scheduled_service(self) -> None:
         self._service_scheduled = False
