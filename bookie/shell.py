@@ -16,7 +16,9 @@ they are safe on a running bookie and on one that refuses to start
   journal replay would start from;
 * `readjournal`: every journal record (kind, ledger, entry or LAC, size),
   plus where a file stops being valid and whether that is a torn tail (which
-  replay truncates) or corruption before the tail (which refuses to start).
+  replay truncates) or corruption before the tail (which refuses to start);
+  zeros after the newest file's last record are its space allocated ahead
+  (a running bookie always has some), which the next start trims.
 
 Each command builds one result (a dict of plain values); `--json` prints it as
 one JSON object for scripts, otherwise a few aligned lines for a human.
@@ -214,6 +216,11 @@ def _tail_verdict(tail: FileTail) -> str:
         return (
             f"CORRUPT before the tail: a valid record follows at offset "
             f"{tail.next_valid_offset}; the bookie refuses to start (see docs/operations.md)"
+        )
+    if tail.zeros:
+        return (
+            "zeros: space allocated ahead if this is the newest file (trimmed by the next"
+            " start), else CORRUPT (only the newest file may end early)"
         )
     return "torn or junk tail: truncated by the next start"
 

@@ -196,6 +196,11 @@ def find_journal_record(data: memoryview, start: int) -> int | None:
     return None
 
 
+def is_zeros(data: memoryview, start: int) -> bool:
+    """Whether every byte of `data` from `start` on is zero (true for none)."""
+    return _NON_ZERO.search(data, start) is None
+
+
 def iter_journal_records(data: memoryview, start: int) -> Iterator[JournalRecord]:
     """Every valid record from `start` on, stopping at the first offset that is not one."""
     offset = start

@@ -27,6 +27,7 @@ from bookie.storage.format import (
     decode_file_header,
     decode_journal_record,
     find_journal_record,
+    is_zeros,
 )
 from bookie.storage.index import read_checkpoint_mark
 from bookie.storage.journal import JournalMark, journal_files
@@ -69,6 +70,8 @@ class FileTail:
     next_valid_offset: int | None
     """Offset of a valid record after the damage (corruption before the tail), or None."""
     header_ok: bool
+    zeros: bool
+    """Every byte from `offset` on is zero (a journal's space allocated ahead, unused)."""
 
 
 def journal_records(path: Path) -> Iterator[JournalRecordInfo | FileTail]:
@@ -77,7 +80,14 @@ def journal_records(path: Path) -> Iterator[JournalRecordInfo | FileTail]:
     for file in paths:
         data = memoryview(file.read_bytes())
         if decode_file_header(JOURNAL_MAGIC, data) is None:
-            yield FileTail(file, 0, len(data), find_journal_record(data, 0), header_ok=False)
+            yield FileTail(
+                file,
+                0,
+                len(data),
+                find_journal_record(data, 0),
+                header_ok=False,
+                zeros=is_zeros(data, 0),
+            )
             continue
         offset = FILE_HEADER_BYTES
         while (record := decode_journal_record(data, offset)) is not None:
@@ -93,7 +103,12 @@ def journal_records(path: Path) -> Iterator[JournalRecordInfo | FileTail]:
             offset = record.end
         if offset < len(data):
             yield FileTail(
-                file, offset, len(data), find_journal_record(data, offset + 1), header_ok=True
+                file,
+                offset,
+                len(data),
+                find_journal_record(data, offset + 1),
+                header_ok=True,
+                zeros=is_zeros(data, offset),
             )
 
 
@@ -111,7 +126,7 @@ def entry_log_records(path: Path) -> Iterator[EntryLogRecordInfo | FileTail]:
     for file in paths:
         data = memoryview(file.read_bytes())
         if decode_file_header(ENTRY_LOG_MAGIC, data) is None:
-            yield FileTail(file, 0, len(data), None, header_ok=False)
+            yield FileTail(file, 0, len(data), None, header_ok=False, zeros=is_zeros(data, 0))
             continue
         offset = FILE_HEADER_BYTES
         while (record := decode_entry_log_record_at(data, offset)) is not None:
@@ -125,7 +140,9 @@ def entry_log_records(path: Path) -> Iterator[EntryLogRecordInfo | FileTail]:
             )
             offset = record.end
         if offset < len(data):
-            yield FileTail(file, offset, len(data), None, header_ok=True)
+            yield FileTail(
+                file, offset, len(data), None, header_ok=True, zeros=is_zeros(data, offset)
+            )
 
 
 def checkpoint_mark(ledger_dirs: Iterable[Path]) -> JournalMark | None:

@@ -79,10 +79,9 @@ def test_replay_starts_at_the_mark(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "tail",
     [
-        pytest.param(b"\x00" * 4096, id="zeros"),
         pytest.param(b"\xde\xad\xbe\xef" * 50, id="junk"),
         pytest.param(b"\x00\x00\x01\x00\x12\x34\x56\x78" + b"x" * 30, id="length-past-eof"),
-        pytest.param(b"\x00\x00", id="partial-length"),
+        pytest.param(b"\x00\x01", id="partial-length"),
     ],
 )
 def test_a_junk_tail_is_truncated_with_a_warning(
@@ -96,6 +95,22 @@ def test_a_junk_tail_is_truncated_with_a_warning(
         assert replay(tmp_path) == RECORDS
     assert path.stat().st_size == size
     assert "torn or junk tail" in caplog.text
+
+
+@pytest.mark.parametrize("zeros", [2, 4096, 1 << 20])
+def test_a_zero_tail_is_trimmed_without_a_warning(
+    tmp_path: Path, zeros: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    # What space allocated ahead and never written leaves (and many torn tails).
+    write_journal(tmp_path, 1, RECORDS)
+    path = journal_file_path(tmp_path, 1)
+    size = path.stat().st_size
+    append_bytes(path, bytes(zeros))
+    with caplog.at_level(logging.INFO):
+        assert replay(tmp_path) == RECORDS
+    assert path.stat().st_size == size
+    assert "unused space after its last record" in caplog.text
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
 
 
 def test_a_partial_final_record_is_truncated(tmp_path: Path) -> None:

@@ -1,0 +1,118 @@
+"""Journal space allocated ahead: groups are written inside it, finished files are cut
+back to their last record, a crash leaves zeros that replay trims, and a filesystem
+that refuses the allocation changes nothing but speed."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bookie.storage.format import FILE_HEADER_BYTES, JournalKind, append_journal_record
+from bookie.storage.journal import (
+    JournalMark,
+    JournalWriter,
+    journal_file_path,
+    replay_journal,
+    scan_journal,
+    truncate_junk_tails,
+)
+
+STEP = 64 * 1024
+
+
+def group_of(*entry_ids: int, payload_bytes: int = 100) -> bytearray:
+    group = bytearray()
+    for entry_id in entry_ids:
+        payload = bytes([entry_id % 256]) * payload_bytes
+        append_journal_record(group, JournalKind.ENTRY, 7, entry_id, payload)
+    return group
+
+
+def replayed_entry_ids(directory: Path) -> list[int]:
+    scans = scan_journal(directory, JournalMark(0, 0))
+    truncate_junk_tails(directory, scans)
+    entry_ids: list[int] = []
+    replay_journal(scans, lambda kind, ledger_id, argument, payload: entry_ids.append(argument))
+    return entry_ids
+
+
+def test_groups_go_into_space_allocated_ahead(tmp_path: Path) -> None:
+    writer = JournalWriter(tmp_path, 1, 1 << 30, preallocation_bytes=STEP)
+    writer.create()
+    path = journal_file_path(tmp_path, 1)
+    writer.write_group(group_of(0, 1))
+    assert path.stat().st_size == FILE_HEADER_BYTES + STEP
+    data = path.read_bytes()
+    assert not any(data[writer.end :])
+    # The next group fits: the size does not change.
+    writer.write_group(group_of(2))
+    assert path.stat().st_size == FILE_HEADER_BYTES + STEP
+    # A group bigger than a step gets the space it needs.
+    writer.write_group(group_of(3, payload_bytes=2 * STEP))
+    assert path.stat().st_size == writer.end
+    # The next one gets a step again.
+    writer.write_group(group_of(4))
+    assert path.stat().st_size == writer.end - len(group_of(4)) + STEP
+    writer.close()
+    assert path.stat().st_size == writer.end
+    assert replayed_entry_ids(tmp_path) == [0, 1, 2, 3, 4]
+
+
+def test_a_rolled_file_ends_at_its_last_record(tmp_path: Path) -> None:
+    writer = JournalWriter(tmp_path, 1, FILE_HEADER_BYTES + 1000, preallocation_bytes=STEP)
+    writer.create()
+    writer.write_group(group_of(0, 1, 2, 3, 4, 5, 6, 7, 8, 9))
+    first_end = writer.end
+    writer.write_group(group_of(10))
+    assert writer.file_id == 2
+    assert journal_file_path(tmp_path, 1).stat().st_size == first_end
+    # The newest file still has its space ahead, as after a crash.
+    assert journal_file_path(tmp_path, 2).stat().st_size > writer.end
+    newest_end = writer.end
+    assert replayed_entry_ids(tmp_path) == list(range(11))
+    assert journal_file_path(tmp_path, 2).stat().st_size == newest_end
+
+
+def test_a_crash_leaves_zeros_that_replay_trims_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    live = tmp_path / "live"
+    live.mkdir()
+    writer = JournalWriter(live, 1, 1 << 30, preallocation_bytes=STEP)
+    writer.create()
+    writer.write_group(group_of(0, 1, 2))
+    # What the disk holds if the process dies now (no close).
+    crashed = tmp_path / "crashed"
+    shutil.copytree(live, crashed)
+    writer.close()
+    assert journal_file_path(crashed, 1).stat().st_size > writer.end
+    with caplog.at_level(logging.INFO):
+        assert replayed_entry_ids(crashed) == [0, 1, 2]
+    assert journal_file_path(crashed, 1).stat().st_size == writer.end
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+
+
+def test_a_refused_allocation_only_costs_speed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[int, int]] = []
+
+    def refuse(fd: int, offset: int, length: int) -> None:
+        calls.append((offset, length))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", refuse)
+    writer = JournalWriter(tmp_path, 1, 1 << 30, preallocation_bytes=STEP)
+    writer.create()
+    writer.write_group(group_of(0))
+    writer.write_group(group_of(1))
+    path = journal_file_path(tmp_path, 1)
+    assert path.stat().st_size == writer.end
+    assert len(calls) == 2  # tried again for the next group
+    writer.close()
+    assert replayed_entry_ids(tmp_path) == [0, 1]
