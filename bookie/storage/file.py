@@ -370,7 +370,12 @@ class FileLedgerStorage:
 
     def _close_files(self) -> None:
         if self._writer is not None:
-            self._writer.close()
+            try:
+                self._writer.close()
+            except OSError as error:
+                # The newest journal file keeps its space allocated ahead; the next
+                # start trims it.  The other files still have to be closed.
+                logger.warning("journal file not trimmed at close: %s", error)
         for directory in self._directories:
             directory.logs.close()
             directory.index.close()

@@ -298,7 +298,12 @@ class JournalWriter:
         return JournalMark(self.file_id, self.end)
 
     def close(self) -> None:
-        """Cut the file back to its last record (made durable) and close it."""
+        """Cut the file back to its last record (made durable) and close it.
+
+        Raises `OSError` when the cut fails (the descriptor is closed anyway): the
+        file then keeps its zeros, which the next start trims as long as no newer
+        file was started after it, so a roll-over must not go on.
+        """
         if self._fd < 0:
             return
         try:

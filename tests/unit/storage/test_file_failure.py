@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
+from bookie import limits
 from bookie.errors import DiskFull, StorageError, StorageIOError
 from bookie.storage.file import FileLedgerStorage
 
@@ -124,3 +125,23 @@ async def test_a_checkpoint_fsync_failure_stops_the_storage(
         monkeypatch.undo()
     async with FileLedgerStorage.open(config) as restarted:
         assert restarted.read_entry(1, 0) == make_packet(1, 0)
+
+
+async def test_a_journal_that_cannot_be_trimmed_at_close_is_trimmed_by_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = make_config(tmp_path / "bookie")
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        storage.add_entry(1, 0, make_packet(1, 0))
+        await wait_synced(storage)
+        monkeypatch.setattr(os, "ftruncate", failing_for(".journal", errno.EIO, os.ftruncate))
+    # The storage closed anyway (entry logs and indexes too), saying why.
+    assert "journal file not trimmed at close" in caplog.text
+    monkeypatch.undo()
+    journal = max(config.journal_dir.glob("*.journal"))
+    # Still holding its space allocated ahead (a master key and one entry take < 1 KiB).
+    assert journal.stat().st_size >= limits.journal_preallocation_bytes
+    async with FileLedgerStorage.open(config) as storage:
+        assert storage.read_entry(1, 0) == make_packet(1, 0)
+    assert journal.stat().st_size < 1024
