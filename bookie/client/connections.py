@@ -7,10 +7,12 @@ to its write set).  The pool finds or opens the `BookieConnection` of that
 bookie; callers never hold a connection themselves.
 
 How a bookie is reached: its address comes from its registration
-(`set_address`, fed by the client's bookie watch); the byte stream comes from
-the injected `connector`, `async (address) -> ByteStream`, which is TCP by
-default and the simulated network under simulation.  Nothing here opens a
-socket or reads a clock other than through anyio.
+(`set_address`, fed by the client's bookie watch); without a `connector` the
+connection is TCP (`BookieConnection.connect`, driven as an asyncio
+protocol), with one (`async (address) -> ByteStream`: the simulated network
+under simulation, a wrapped stream) it runs over the streams the connector
+opens (`BookieConnection.over`).  Nothing here reads a clock other than
+through anyio.
 
 Each bookie's link is in one of four states:
 
@@ -44,7 +46,8 @@ from __future__ import annotations
 import enum
 import itertools
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Final
 
 import anyio
@@ -73,7 +76,8 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 async def tcp_connector(address: str) -> anyio.abc.ByteStream:
-    """The default connector: a TCP connection (with TCP_NODELAY, anyio's default)."""
+    """A TCP byte stream to "host:port", for connectors that wrap one (a recorder, a
+    fault injector): without a connector the pool connects over TCP by itself."""
     host, port = split_address(address)
     return await anyio.connect_tcp(host, port)
 
@@ -158,10 +162,12 @@ class ConnectionPool:
 
     def __init__(
         self,
-        connector: Connector,
+        connector: Connector | None,
         config: ClientConfig,
         task_group: anyio.abc.TaskGroup,
     ) -> None:
+        """`connector`: None for TCP, else what opens the byte streams (see the module
+        docstring)."""
         self._connector = connector
         self._config = config
         self._task_group = task_group
@@ -303,41 +309,56 @@ class ConnectionPool:
     async def _run_link(self, link: _Link, generation: int, scope: anyio.CancelScope) -> None:
         """Connect, serve the link until the connection fails, then back off."""
         failure = "connection closed"
+        connected = False
         with scope:
             try:
-                with anyio.fail_after(self._config.connect_timeout_ms / 1000):
-                    stream = await self._connector(link.address)
+                async with self._open(link.address) as connection:
+                    connected = True
+                    failure = await self._serve(link, generation, connection)
             except _CONNECT_ERRORS as error:
-                failure = f"cannot connect: {error!r}"
-            else:
-                try:
-                    failure = await self._serve(link, generation, stream)
-                except _CONNECT_ERRORS as error:
-                    # Closing a stream that broke may raise too; it is the same loss.
-                    failure = f"connection lost: {error!r}"
+                # Closing a stream that broke may raise too; it is the same loss.
+                failure = f"{'connection lost' if connected else 'cannot connect'}: {error!r}"
         if link.generation == generation:
             self._back_off(link, failure)
 
-    async def _serve(self, link: _Link, generation: int, stream: anyio.abc.ByteStream) -> str:
+    @asynccontextmanager
+    async def _open(self, address: str) -> AsyncIterator[BookieConnection]:
+        config = self._config
+        if self._connector is None:
+            host, port = split_address(address)
+            async with BookieConnection.connect(
+                host,
+                port,
+                connect_timeout_ms=config.connect_timeout_ms,
+                inflight_max=config.connection_inflight_max,
+                request_ids=self._request_ids,
+            ) as connection:
+                yield connection
+            return
+        with anyio.fail_after(config.connect_timeout_ms / 1000):
+            stream = await self._connector(address)
         async with BookieConnection.over(
             stream,
-            link.address,
-            inflight_max=self._config.connection_inflight_max,
+            address,
+            inflight_max=config.connection_inflight_max,
             request_ids=self._request_ids,
         ) as connection:
-            if link.generation != generation:
-                return "superseded"
-            link.connection = connection
-            link.state = _LinkState.CONNECTED
-            link.delay_ms = self._config.reconnect_delay_ms_min
-            queued, link.queued = link.queued, []
-            for request_id, frame, on_response, timeout_ms in queued:
-                try:
-                    connection.submit_frame(request_id, frame, on_response, timeout_ms)
-                except BookieError as error:
-                    self._defer(on_response, error)
-            await connection.wait_failed()
-            return connection.failure or "connection closed"
+            yield connection
+
+    async def _serve(self, link: _Link, generation: int, connection: BookieConnection) -> str:
+        if link.generation != generation:
+            return "superseded"
+        link.connection = connection
+        link.state = _LinkState.CONNECTED
+        link.delay_ms = self._config.reconnect_delay_ms_min
+        queued, link.queued = link.queued, []
+        for request_id, frame, on_response, timeout_ms in queued:
+            try:
+                connection.submit_frame(request_id, frame, on_response, timeout_ms)
+            except BookieError as error:
+                self._defer(on_response, error)
+        await connection.wait_failed()
+        return connection.failure or "connection closed"
 
     def _back_off(self, link: _Link, failure: str) -> None:
         link.connection = None

@@ -33,7 +33,7 @@ import anyio
 
 from bookie import limits
 from bookie.client.config import ClientConfig
-from bookie.client.connections import ConnectionPool, Connector, tcp_connector
+from bookie.client.connections import ConnectionPool, Connector
 from bookie.client.context import ClientContext
 from bookie.client.read_handle import ReadHandle
 from bookie.client.recovery import recover
@@ -85,14 +85,15 @@ class LedgerClient:
         """Open a client of the cluster rooted at `root` in `store`.
 
         Lists the registered bookies before the block starts (raises what the
-        store raises); `connector` opens byte streams to bookies (TCP by
-        default), `rng` drives placement (a fresh, OS-seeded one by default).
+        store raises); `connector` opens byte streams to bookies (without one
+        the client connects over TCP itself), `rng` drives placement (a fresh,
+        OS-seeded one by default).
         """
         config = ClientConfig() if config is None else config
         rng = random.Random() if rng is None else rng
         try:
             async with anyio.create_task_group() as task_group:
-                pool = ConnectionPool(connector or tcp_connector, config, task_group)
+                pool = ConnectionPool(connector, config, task_group)
                 registry = BookieRegistry(
                     store, root, pool, retry_delay_ms=config.metadata_retry_delay_ms
                 )

@@ -1,17 +1,22 @@
 """BookieConnection against scripted peers on real loopback sockets (and the real
 server where the answer matters): request ids, out-of-order answers, the
-timeout sweep, connection loss, the in-flight bound, send coalescing."""
+timeout sweep, connection loss, the in-flight bound, send coalescing, a
+stalled send.  Tests that take `open_connection` run with both drivers: TCP
+as an asyncio protocol (`connect`) and a TCP stream with tasks (`over`)."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from typing import Any
 
 import anyio
 import anyio.abc
 import pytest
 from anyio.abc import SocketAttribute
 
+from bookie import limits
 from bookie.client.bookie_conn import BookieConnection
 from bookie.errors import (
     BookieError,
@@ -25,6 +30,7 @@ from bookie.errors import (
 from bookie.storage.memory import MemoryLedgerStorage
 from bookie.wire.codec import FrameDecoder, decode_request, encode_response
 from bookie.wire.messages import (
+    AddRequest,
     GetBookieInfoRequest,
     ReadLacRequest,
     ReadLacResponse,
@@ -37,6 +43,22 @@ from tests.unit.server.support import KEY, packet, running_server, wait_for
 pytestmark = pytest.mark.anyio
 
 Peer = Callable[[anyio.abc.SocketStream], Awaitable[None]]
+Opener = Callable[..., AbstractAsyncContextManager[BookieConnection]]
+
+
+@asynccontextmanager
+async def over_tcp_stream(port: int, **options: Any) -> AsyncIterator[BookieConnection]:
+    stream = await anyio.connect_tcp("127.0.0.1", port)
+    async with BookieConnection.over(stream, f"127.0.0.1:{port}", **options) as connection:
+        yield connection
+
+
+@pytest.fixture(params=["protocol", "stream"])
+def open_connection(request: pytest.FixtureRequest) -> Opener:
+    """Opens a connection to a loopback port with one driver or the other."""
+    if request.param == "stream":
+        return over_tcp_stream
+    return lambda port, **options: BookieConnection.connect("127.0.0.1", port, **options)
 
 
 @asynccontextmanager
@@ -102,7 +124,9 @@ async def test_an_error_in_the_block_comes_out_unwrapped() -> None:
 # --- request ids and matching -----------------------------------------------------------------
 
 
-async def test_answers_in_any_order_reach_the_callback_of_their_request() -> None:
+async def test_answers_in_any_order_reach_the_callback_of_their_request(
+    open_connection: Opener,
+) -> None:
     async def reverse(stream: anyio.abc.SocketStream) -> None:
         requests = await receive_requests(stream, 5)
         assert len({request.request_id for request in requests}) == 5
@@ -113,7 +137,7 @@ async def test_answers_in_any_order_reach_the_callback_of_their_request() -> Non
 
     async with (
         scripted_bookie(reverse) as port,
-        BookieConnection.connect("127.0.0.1", port) as connection,
+        open_connection(port) as connection,
     ):
         collectors = [Collector() for _ in range(5)]
         for ledger_id, collector in enumerate(collectors):
@@ -127,14 +151,16 @@ async def test_answers_in_any_order_reach_the_callback_of_their_request() -> Non
         assert connection.inflight == 0
 
 
-async def test_submit_returns_distinct_request_ids_replacing_the_given_one() -> None:
+async def test_submit_returns_distinct_request_ids_replacing_the_given_one(
+    open_connection: Opener,
+) -> None:
     async def silent(stream: anyio.abc.SocketStream) -> None:
         await receive_requests(stream, 3)
         await receive_requests(stream, 1)
 
     async with (
         scripted_bookie(silent) as port,
-        BookieConnection.connect("127.0.0.1", port) as connection,
+        open_connection(port) as connection,
     ):
         ids = [connection.submit(GetBookieInfoRequest(7), Collector(), 5_000) for _ in range(3)]
         assert len(set(ids)) == 3
@@ -144,7 +170,9 @@ async def test_submit_returns_distinct_request_ids_replacing_the_given_one() -> 
 # --- timeouts ---------------------------------------------------------------------------------
 
 
-async def test_a_request_without_answer_times_out_once_and_a_late_answer_is_dropped() -> None:
+async def test_a_request_without_answer_times_out_once_and_a_late_answer_is_dropped(
+    open_connection: Opener,
+) -> None:
     late_answer_sent = anyio.Event()
 
     async def slow(stream: anyio.abc.SocketStream) -> None:
@@ -157,7 +185,7 @@ async def test_a_request_without_answer_times_out_once_and_a_late_answer_is_drop
 
     async with (
         scripted_bookie(slow) as port,
-        BookieConnection.connect("127.0.0.1", port) as connection,
+        open_connection(port) as connection,
     ):
         timed_out = Collector()
         connection.submit(ReadLacRequest(0, 1), timed_out, 30)
@@ -168,30 +196,34 @@ async def test_a_request_without_answer_times_out_once_and_a_late_answer_is_drop
         answered = Collector()
         connection.submit(ReadLacRequest(0, 2), answered, 5_000)
         await wait_for(lambda: bool(answered.outcomes))
-        assert late_answer_sent.is_set()
+        # The late answer went out before this one, on the same stream: it was dropped.
+        with anyio.fail_after(5):
+            await late_answer_sent.wait()
         assert len(timed_out.outcomes) == 1
         assert connection.is_usable
 
 
-async def test_awaitable_api_raises_client_timeout() -> None:
+async def test_awaitable_api_raises_client_timeout(open_connection: Opener) -> None:
     async def silent(stream: anyio.abc.SocketStream) -> None:
         await receive_requests(stream, 2)
 
     async with (
         scripted_bookie(silent) as port,
-        BookieConnection.connect("127.0.0.1", port) as connection,
+        open_connection(port) as connection,
     ):
         with pytest.raises(ClientTimeout):
             await connection.read_lac(1, timeout_ms=20)
 
 
-async def test_requests_with_different_timeouts_each_expire_on_their_own() -> None:
+async def test_requests_with_different_timeouts_each_expire_on_their_own(
+    open_connection: Opener,
+) -> None:
     async def silent(stream: anyio.abc.SocketStream) -> None:
         await receive_requests(stream, 3)
 
     async with (
         scripted_bookie(silent) as port,
-        BookieConnection.connect("127.0.0.1", port) as connection,
+        open_connection(port) as connection,
     ):
         long_wait, short_wait = Collector(), Collector()
         connection.submit(ReadLacRequest(0, 1), long_wait, 60_000)
@@ -204,14 +236,16 @@ async def test_requests_with_different_timeouts_each_expire_on_their_own() -> No
 # --- connection loss --------------------------------------------------------------------------
 
 
-async def test_connection_loss_fails_every_request_in_flight_exactly_once() -> None:
+async def test_connection_loss_fails_every_request_in_flight_exactly_once(
+    open_connection: Opener,
+) -> None:
     async def hang_up(stream: anyio.abc.SocketStream) -> None:
         await receive_requests(stream, 10)
         await stream.aclose()
 
     async with (
         scripted_bookie(hang_up) as port,
-        BookieConnection.connect("127.0.0.1", port) as connection,
+        open_connection(port) as connection,
     ):
         collectors = [Collector() for _ in range(10)]
         for ledger_id, collector in enumerate(collectors):
@@ -226,19 +260,21 @@ async def test_connection_loss_fails_every_request_in_flight_exactly_once() -> N
             await connection.read_lac(1)
 
 
-async def test_leaving_the_block_fails_requests_still_in_flight() -> None:
+async def test_leaving_the_block_fails_requests_still_in_flight(open_connection: Opener) -> None:
     async def silent(stream: anyio.abc.SocketStream) -> None:
         await receive_requests(stream, 2)
 
     collector = Collector()
     async with scripted_bookie(silent) as port:
-        async with BookieConnection.connect("127.0.0.1", port) as connection:
+        async with open_connection(port) as connection:
             connection.submit(ReadLacRequest(0, 1), collector, 60_000)
         (outcome,) = collector.outcomes
         assert isinstance(outcome, BookieUnavailable)
 
 
-async def test_undecodable_bytes_from_the_bookie_fail_the_connection() -> None:
+async def test_undecodable_bytes_from_the_bookie_fail_the_connection(
+    open_connection: Opener,
+) -> None:
     async def garbage(stream: anyio.abc.SocketStream) -> None:
         await receive_requests(stream, 1)
         await stream.send(b"\x00\x00\x00\x02\xff\xff")
@@ -246,7 +282,7 @@ async def test_undecodable_bytes_from_the_bookie_fail_the_connection() -> None:
 
     async with (
         scripted_bookie(garbage) as port,
-        BookieConnection.connect("127.0.0.1", port) as connection,
+        open_connection(port) as connection,
     ):
         collector = Collector()
         connection.submit(ReadLacRequest(0, 1), collector, 60_000)
@@ -258,7 +294,9 @@ async def test_undecodable_bytes_from_the_bookie_fail_the_connection() -> None:
 # --- bounds and coalescing --------------------------------------------------------------------
 
 
-async def test_submit_past_the_in_flight_bound_raises_and_sends_nothing() -> None:
+async def test_submit_past_the_in_flight_bound_raises_and_sends_nothing(
+    open_connection: Opener,
+) -> None:
     received: list[Request] = []
 
     async def record(stream: anyio.abc.SocketStream) -> None:
@@ -267,7 +305,7 @@ async def test_submit_past_the_in_flight_bound_raises_and_sends_nothing() -> Non
 
     async with (
         scripted_bookie(record) as port,
-        BookieConnection.connect("127.0.0.1", port, inflight_max=2) as connection,
+        open_connection(port, inflight_max=2) as connection,
     ):
         rejected = Collector()
         connection.submit(ReadLacRequest(0, 1), Collector(), 60_000)
@@ -279,13 +317,13 @@ async def test_submit_past_the_in_flight_bound_raises_and_sends_nothing() -> Non
         assert [request.ledger_id for request in received] == [1, 2]  # type: ignore[union-attr]
 
 
-async def test_a_field_out_of_range_is_refused_by_submit() -> None:
+async def test_a_field_out_of_range_is_refused_by_submit(open_connection: Opener) -> None:
     async def silent(stream: anyio.abc.SocketStream) -> None:
         await receive_requests(stream, 1)
 
     async with (
         scripted_bookie(silent) as port,
-        BookieConnection.connect("127.0.0.1", port) as connection,
+        open_connection(port) as connection,
     ):
         with pytest.raises(LocalProtocolError):
             connection.submit(ReadLacRequest(0, -5), Collector(), 1_000)
@@ -327,6 +365,32 @@ async def test_requests_queued_in_one_turn_of_the_loop_go_out_in_one_send() -> N
                 connection.submit(ReadLacRequest(0, ledger_id), Collector(), 60_000)
             await wait_for(lambda: len(received) == 100)
             assert recorder.sends == 1
+
+
+async def test_a_send_that_stalls_past_the_send_timeout_fails_the_connection(
+    open_connection: Opener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "socket_send_timeout_ms", 300)
+    stop_reading = anyio.Event()
+
+    async def deaf(stream: anyio.abc.SocketStream) -> None:
+        # A small receive buffer, and never a read: the client's sends back up.
+        stream.extra(SocketAttribute.raw_socket).setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVBUF, 4096
+        )
+        await stop_reading.wait()
+
+    async with scripted_bookie(deaf) as port, open_connection(port) as connection:
+        collector = Collector()
+        payload = b"x" * 1_000_000
+        for entry_id in range(20):  # more than the socket buffers hold
+            connection.submit(AddRequest(0, 1, entry_id, KEY, 0, payload), collector, 60_000)
+        await wait_for(lambda: not connection.is_usable, timeout_s=10)
+        # As a protocol the sweep finds the writing paused; a stream's send times out.
+        assert any(word in (connection.failure or "") for word in ("stalled", "TimeoutError"))
+        assert len(collector.outcomes) == 20
+        assert all(isinstance(outcome, BookieUnavailable) for outcome in collector.outcomes)
+        stop_reading.set()
 
 
 # --- against the real server ------------------------------------------------------------------
