@@ -307,6 +307,8 @@ def pysyncobj_node(arguments: argparse.Namespace) -> None:
     lock = threading.Lock()
     state = {"next": 0, "done": 0, "failed": 0, "stop": False}
     finished = threading.Event()
+    committing = threading.Event()
+    """Set by the first write that succeeds: the cluster commits, the warm-up may start."""
 
     def issue() -> None:
         with lock:
@@ -319,6 +321,7 @@ def pysyncobj_node(arguments: argparse.Namespace) -> None:
                 if error == FAIL_REASON_SUCCESS:
                     latencies.append(time.monotonic() - started)
                     state["done"] += 1
+                    committing.set()
                 else:
                     state["failed"] += 1
                 stop = state["stop"]
@@ -329,10 +332,14 @@ def pysyncobj_node(arguments: argparse.Namespace) -> None:
 
         replicated.set(key, value, callback=done)
 
-    warmup_end = time.monotonic() + 0.5
     for _ in range(arguments.clients):
         issue()
-    time.sleep(max(0.0, warmup_end - time.monotonic()))
+    # A leader that has just been elected may not commit yet (its followers have
+    # not caught up, or it is about to lose the election): measuring from then
+    # on could count nothing at all in a short run.
+    if not committing.wait(60):
+        raise SystemExit(f"pysyncobj: no write committed within 60 s ({state['failed']} failed)")
+    time.sleep(0.5)  # warm-up once writes commit
     with lock:
         start_done = state["done"]
         latencies.clear()
