@@ -213,7 +213,6 @@ class BookieConnection:
     def __init__(
         self,
         address: str,
-        sink: _FrameSink | None = None,
         *,
         inflight_max: int,
         request_ids: Iterator[int] | None = None,
@@ -225,7 +224,8 @@ class BookieConnection:
         """The stream `over` runs on (None for a TCP connection driven as a protocol)."""
         self._link: _TransportLink | None = None
         """The protocol `connect` runs (None over a stream)."""
-        self._sink = sink or _NoSink()
+        self._sink: _FrameSink = _NoSink()
+        """Where frames go: set by `connect` (the protocol) or `over` (an `Outbox`)."""
         self._inflight_max = inflight_max
         self._request_ids = itertools.count(1) if request_ids is None else request_ids
         # request id -> (on_response, timeout_ms); the timeout names the bucket
@@ -288,13 +288,13 @@ class BookieConnection:
         For streams that are not plain TCP: the simulated network, a recorder in
         tests, the ledger client's injected connector.
         """
-        outbox = Outbox(
+        connection = cls(address, inflight_max=inflight_max, request_ids=request_ids)
+        connection._stream = stream
+        connection._sink = Outbox(
             stream,
             coalesce_bytes_max=limits.socket_send_coalesce_bytes_max,
             send_timeout_ms=limits.socket_send_timeout_ms,
         )
-        connection = cls(address, outbox, inflight_max=inflight_max, request_ids=request_ids)
-        connection._stream = stream
         async with stream, connection._serving():
             yield connection
 

@@ -40,6 +40,13 @@ def failing_for(suffix: str, code: int, real: Callable[..., Any]) -> Callable[..
     return call
 
 
+async def write_entry_zero(storage: FileLedgerStorage) -> None:
+    """Ledger 1 with its key and entry 0, durable."""
+    storage.set_master_key(1, KEY)
+    storage.add_entry(1, 0, make_packet(1, 0))
+    await wait_synced(storage)
+
+
 async def wait_failed(storage: FileLedgerStorage) -> StorageError:
     failed = anyio.Event()
     storage.add_sync_listener(lambda _: failed.set() if storage.failure is not None else None)
@@ -68,9 +75,7 @@ async def test_a_journal_failure_stops_the_storage(
 ) -> None:
     config = make_config(tmp_path / "bookie")
     async with FileLedgerStorage.open(config) as storage:
-        storage.set_master_key(1, KEY)
-        storage.add_entry(1, 0, make_packet(1, 0))
-        await wait_synced(storage)
+        await write_entry_zero(storage)
         synced = storage.synced_ticket
         real = getattr(os, function)
         monkeypatch.setattr(os, function, failing_for(".journal", code, real))
@@ -116,9 +121,7 @@ async def test_a_checkpoint_fsync_failure_stops_the_storage(
 ) -> None:
     config = make_config(tmp_path / "bookie")
     async with FileLedgerStorage.open(config) as storage:
-        storage.set_master_key(1, KEY)
-        storage.add_entry(1, 0, make_packet(1, 0))
-        await wait_synced(storage)
+        await write_entry_zero(storage)
         monkeypatch.setattr(os, "fdatasync", failing_for(".log", errno.EIO, os.fdatasync))
         await storage.checkpoint()
         assert isinstance(storage.failure, StorageIOError)
@@ -132,9 +135,7 @@ async def test_a_journal_that_cannot_be_trimmed_at_close_is_trimmed_by_the_next_
 ) -> None:
     config = make_config(tmp_path / "bookie")
     async with FileLedgerStorage.open(config) as storage:
-        storage.set_master_key(1, KEY)
-        storage.add_entry(1, 0, make_packet(1, 0))
-        await wait_synced(storage)
+        await write_entry_zero(storage)
         monkeypatch.setattr(os, "ftruncate", failing_for(".journal", errno.EIO, os.ftruncate))
     # The storage closed anyway (entry logs and indexes too), saying why.
     assert "journal file not trimmed at close" in caplog.text

@@ -116,3 +116,23 @@ def test_a_refused_allocation_only_costs_speed(
     assert len(calls) == 2  # tried again for the next group
     writer.close()
     assert replayed_entry_ids(tmp_path) == [0, 1]
+
+
+def test_an_allocation_that_fails_after_growing_the_file_is_still_cut_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = os.posix_fallocate
+
+    def grow_then_fail(fd: int, offset: int, length: int) -> None:
+        real(fd, offset, length // 2)  # some space was allocated before the error
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", grow_then_fail)
+    writer = JournalWriter(tmp_path, 1, 1 << 30, preallocation_bytes=STEP)
+    writer.create()
+    writer.write_group(group_of(0, 1))
+    path = journal_file_path(tmp_path, 1)
+    assert path.stat().st_size > writer.end
+    writer.close()
+    assert path.stat().st_size == writer.end
+    assert replayed_entry_ids(tmp_path) == [0, 1]
