@@ -32,7 +32,6 @@ never in the middle of one (apply has no await).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any, NamedTuple, Protocol
 
@@ -195,11 +194,10 @@ class Applier:
         leader answering a linearizable read passes its own clock, so a key
         whose expiry time has passed is gone even if nothing was logged since.
         """
-        position = self.position
-        if time_ms is not None and time_ms > position.time_ms:
-            position = dataclasses.replace(position, time_ms=time_ms)
         try:
-            return answer_query(self.machine, name, args, kwargs, applied=position)
+            return answer_query(
+                self.machine, name, args, kwargs, applied=self.position, time_ms=time_ms
+            )
         except StatusError as error:
             return Outcome.failure(error)
 

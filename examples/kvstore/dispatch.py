@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from kvstore import commands, connection, limits
 from kvstore.commands import CommandSpec, Route
@@ -66,19 +66,16 @@ _IMMEDIATE_IN_TRANSACTION: Final = frozenset({"multi", "exec", "discard", "watch
 """Commands that act at once inside MULTI instead of being queued."""
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(NamedTuple):
     reply: Reply
 
 
-@dataclass(frozen=True, slots=True)
-class Write:
+class Write(NamedTuple):
     name: str
     args: list[bytes]
 
 
-@dataclass(frozen=True, slots=True)
-class Read:
+class Read(NamedTuple):
     name: str
     args: list[bytes]
     stale: bool

@@ -151,11 +151,13 @@ def answer_query(
     kwargs: Mapping[str, Any] | None = None,
     *,
     applied: AppliedPosition | None = None,
+    time_ms: int | None = None,
 ) -> Outcome:
     """Run query `name` on local state; errors become outcomes exactly as for commands.
 
     With `applied` (the replica's position) the query sees it as a read-only
-    `self.context`; without it, `self.context` raises `ContextUnavailable`.
+    `self.context`, with `time_ms` as its time when that is later; without
+    it, `self.context` raises `ContextUnavailable`.
     Raises `UnknownCommand` / `BadArguments` for a query that does not exist or
     does not take these arguments (the caller's mistake, not the query's).
     """
@@ -164,7 +166,10 @@ def answer_query(
     operation.check_arguments(args, keywords)
     if applied is None:
         return _call(machine, operation, args, keywords)
-    machine._rsm_context = Context.for_query(applied.index, applied.time_ms, applied.epoch)
+    query_time_ms = applied.time_ms
+    if time_ms is not None and time_ms > query_time_ms:
+        query_time_ms = time_ms
+    machine._rsm_context = Context.for_query(applied.index, query_time_ms, applied.epoch)
     try:
         return _call(machine, operation, args, keywords)
     finally:
