@@ -6,7 +6,9 @@ or the simulation overrides a field with `ReplicaConfig(segment_entries_max=...)
 
 Settings that decide what a replica *applies* (`session_ttl_ms`,
 `sessions_max`, `session_results_max`) must be equal on every replica of an
-application, or replicas diverge.  The others may differ per replica.
+application, or replicas diverge; so must `read_lease_ms`, since a successor
+waits out its predecessor's lease with its own setting.  The others may
+differ per replica.
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ class ReplicaConfig:
     session_ttl_ms: int = limits.session_ttl_ms_default
     sessions_max: int = limits.sessions_max_default
     session_results_max: int = limits.session_results_max_default
+
+    # --- reads (equal on every replica: a successor waits for its predecessor's lease) ---
+    read_lease_ms: int = limits.read_lease_ms_default
+    """How long after a confirmation round started the leader answers linearizable reads
+    without another round; 0: every linearizable read waits for a round of its own."""
 
     # --- snapshots, truncation and state hashes (0 turns a criterion off) ---
     snapshot_every_commands: int = limits.snapshot_every_commands_default
@@ -85,6 +92,10 @@ class ReplicaConfig:
         for name, (value, value_max) in bounded.items():
             if not 1 <= value <= value_max:
                 raise InvalidConfig(f"{name} must be 1..{value_max}, not {value}")
+        if not 0 <= self.read_lease_ms <= limits.read_lease_ms_max:
+            raise InvalidConfig(
+                f"read_lease_ms must be 0..{limits.read_lease_ms_max}, not {self.read_lease_ms}"
+            )
         positive = {
             "segment_entries_max": self.segment_entries_max,
             "segment_bytes_max": self.segment_bytes_max,

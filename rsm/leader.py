@@ -22,6 +22,11 @@ command or per batch:
   every read that arrived before it started, from the state as applied
   then, at the leader's clock (rsm/core/reads.py).  A round on a handle that
   a rollover replaced meanwhile proves nothing about the log and is redone.
+  A round that confirms also gives the term a read lease (`ReadLease`):
+  until `read_lease_ms` after the round started, by the replica's lease
+  clock, `read_now` and `submit_read` answer at once from the applied state;
+  once the lease is half used, a read wakes the loop to renew it ahead of
+  time.
 
 The first batch of a term is the leader-start marker; a term serves nothing
 before it is applied (`wait_started`).
@@ -51,7 +56,8 @@ cannot see the term's last confirmed batches.  The term
 stops accepting at once; commands never sent are answered NotLeader (they
 were not logged), those in flight OutcomeUnknown (they may be in the log;
 retrying with the same session seq is safe), waiting linearizable reads
-NotLeader.  A read round that finds the ledger fenced steps down too.
+NotLeader, and the read lease is revoked.  A read round that finds the
+ledger fenced steps down too.
 Everything already applied stays applied: it was confirmed, so it is in the
 log whatever a successor's recovery decides (G6).
 
@@ -64,6 +70,7 @@ truncation and handover changes the log at a time.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import logging
@@ -88,7 +95,7 @@ from rsm.core.batching import Batcher, OutgoingBatch
 from rsm.core.commands import prepare_command
 from rsm.core.entry_format import encode_leader_start, encode_log
 from rsm.core.log_state import Log, Segment
-from rsm.core.reads import LinearizableReads
+from rsm.core.reads import LinearizableReads, ReadLease
 from rsm.core.sessions import Outcome
 from rsm.errors import NotLeader, OutcomeUnknown, StatusError
 from rsm.log import LogStore, decode_entry, discard_ledger
@@ -117,6 +124,7 @@ class LeaderTerm:
         config: ReplicaConfig,
         rng: random.Random,
         wall_clock_ms: Callable[[], int],
+        lease_clock_s: Callable[[], float],
     ) -> None:
         segment = log.open_segment
         assert segment is not None
@@ -146,6 +154,13 @@ class LeaderTerm:
             batch_bytes_max=config.batch_bytes_max,
         )
         self._reads: LinearizableReads[Read] = LinearizableReads()
+        self._lease = ReadLease(config.read_lease_ms)
+        self._lease_clock_s = lease_clock_s
+        self._loop_time_s = asyncio.get_running_loop().time
+        """The clock of timers (virtual under simulation); read directly, since anyio's
+        `current_time` costs a library lookup per call."""
+        self._renew_lease = False
+        """A read found the lease half used: the read loop starts a round without waiting reads."""
         self._in_flight: deque[tuple[OutgoingBatch[Ticket], int]] = deque()
         """(batch, entry id) appended and not yet applied, in append order."""
         self.accepting = False
@@ -164,7 +179,7 @@ class LeaderTerm:
         self._reads_wakeup: anyio.Event | None = None
         self._segment_entries = 0
         self._segment_bytes = 0
-        self._segment_started_s = anyio.current_time()
+        self._segment_started_s = self._loop_time_s()
         self._scope = anyio.CancelScope()
         self._task_group: anyio.abc.TaskGroup | None = None
         self.rollovers = 0
@@ -251,6 +266,7 @@ class LeaderTerm:
         self.stepped_down = True
         self.stand_aside = stand_aside
         self.accepting = False
+        self._lease.revoke()
         unsent, in_flight = self._batcher.abandon()
         not_logged = Outcome.failure(NotLeader(f"the leader stepped down ({reason})"))
         unknown = Outcome.failure(
@@ -275,6 +291,7 @@ class LeaderTerm:
         if self._ended is None:
             self._ended = reason
             self.accepting = False
+            self._lease.revoke()
             self._finish()
 
     def _finish(self) -> None:
@@ -334,9 +351,27 @@ class LeaderTerm:
         except StatusError as error:
             answerer.answer(Op.CALL, request_id, Outcome.failure(error), 0)
 
-    def submit_read(self, read: Read) -> None:
-        """Queue a linearizable read: answered once an entry sent after it is applied."""
+    def read_now(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Outcome | None:
+        """A linearizable read's outcome at once, under the lease; None when it needs a round."""
         assert self.accepting
+        now_s = self._lease_clock_s()
+        lease = self._lease
+        if not lease.holds(now_s):
+            return None
+        time_ms = self._batcher.advance_time(self._wall_clock_ms())
+        outcome = self._applier.query(name, args, kwargs, time_ms=time_ms)
+        if lease.wants_renewal(now_s) and not self._renew_lease:
+            self._renew_lease = True
+            self._wake_reads()
+        return outcome
+
+    def submit_read(self, read: Read) -> None:
+        """Answer a linearizable read now under the lease, or queue it for the next round."""
+        outcome = self.read_now(read.name, read.args, read.kwargs)
+        if outcome is not None:
+            applied_index = self._applier.applied_index
+            read.answerer.answer(Op.QUERY, read.request_id, outcome, applied_index)
+            return
         try:
             self._reads.add(read)
         except StatusError as error:
@@ -346,9 +381,9 @@ class LeaderTerm:
 
     def pump(self) -> None:
         """Append every batch the batcher lets go now (none while paused or ended)."""
-        if self._paused or self._ended is not None:
-            return
         batcher = self._batcher
+        if self._paused or self._ended is not None or not batcher.pending_count:
+            return
         handle = self._handle
         in_flight = self._in_flight
         wall_clock_ms = self._wall_clock_ms
@@ -422,11 +457,13 @@ class LeaderTerm:
         reads = self._reads
         retry_delay_s = self._config.retry_delay_ms / 1000
         for sequence in itertools.count():
-            while not reads.needs_round or self._paused or not self._started:
+            while not (reads.needs_round or self._renew_lease) or self._paused or not self._started:
                 wakeup = self._reads_wakeup = anyio.Event()
                 await wakeup.wait()
             handle = self._handle
             reads.start_round(sequence)
+            self._renew_lease = False
+            started_s = self._lease_clock_s()
             try:
                 await handle.confirm_writer()
             except LedgerFenced as error:
@@ -443,6 +480,7 @@ class LeaderTerm:
                 reads.round_failed(sequence)
                 continue
             self.read_rounds += 1
+            self._lease.confirmed(started_s)
             time_ms = self._batcher.advance_time(self._wall_clock_ms())
             applier = self._applier
             for read in reads.confirmed(sequence):
@@ -550,7 +588,7 @@ class LeaderTerm:
         if self._rolling or not self._segment_entries:
             return None
         due_s = self._segment_started_s + self._config.segment_age_ms_max / 1000
-        return max(0.0, max(due_s, self._rollover_retry_s) - anyio.current_time())
+        return max(0.0, max(due_s, self._rollover_retry_s) - self._loop_time_s())
 
     def _maybe_roll_over(self) -> None:
         if (
@@ -561,7 +599,7 @@ class LeaderTerm:
         ):
             return
         config = self._config
-        now_s = anyio.current_time()
+        now_s = self._loop_time_s()
         if now_s < self._rollover_retry_s:
             return
         age_ms = (now_s - self._segment_started_s) * 1000
@@ -593,9 +631,9 @@ class LeaderTerm:
                 raise
             emit(logger, logging.WARNING, "rsm.rollover_delayed", error=repr(error))
             self._rolling = False
-            self._rollover_retry_s = anyio.current_time() + config.retry_delay_ms / 1000
+            self._rollover_retry_s = self._loop_time_s() + config.retry_delay_ms / 1000
             return
-        paused_s = anyio.current_time()
+        paused_s = self._loop_time_s()
         self._paused = True
         await self._wait(lambda: not self._in_flight)
         if self._ended is not None:
@@ -635,12 +673,12 @@ class LeaderTerm:
         self._segment = segment
         self._segment_entries = 0
         self._segment_bytes = 0
-        self._segment_started_s = anyio.current_time()
+        self._segment_started_s = self._loop_time_s()
         self._rolling = False
         self._paused = False
         self._wake_reads()
         self.rollovers += 1
-        self.rollover_pause_ms = round((anyio.current_time() - paused_s) * 1000)
+        self.rollover_pause_ms = round((self._loop_time_s() - paused_s) * 1000)
         emit(
             logger,
             logging.INFO,

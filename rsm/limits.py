@@ -106,6 +106,20 @@ session_results_max_default = 1_024
 linearizable_read_waiters_max = 10_000
 """Linearizable reads waiting for a confirmation round on one leader; over it: Overloaded."""
 
+read_lease_ms_default = 0
+"""How long after a confirmation round started a leader answers linearizable reads without
+another round.  Off by default (0), so that no safety property depends on a clock; with a
+lease, linearizable reads depend on `lease_clock_rate_error`.  A successor that fences waits
+slightly longer than the lease (rsm/core/reads.py)."""
+
+read_lease_ms_max = 60_000
+
+lease_clock_rate_error = 0.1
+"""How far (as a fraction) two replicas' monotonic clocks may disagree on the length of an
+interval.  Running clocks disagree by well under 0.001; a machine frozen whole (a paused
+virtual machine whose monotonic clock does not count the pause) breaks any such bound
+(docs/guarantees.md, "Read leases")."""
+
 index_waiters_max = 10_000
 """read_your_writes reads waiting for an index to be applied on one replica; over it: Overloaded."""
 

@@ -47,6 +47,7 @@ runs in a process (`rsm run`) and in the seeded simulation.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
 import logging
@@ -131,6 +132,9 @@ class _LocalAnswer:
         self.event.set()
 
 
+_LEASE_WAIT_STEP_S = 0.001
+
+
 class Replica:
     """One replica of application `app`; see the module docstring.
 
@@ -140,7 +144,10 @@ class Replica:
     arguments.  `listener` replaces the TCP listener on `listen`
     ("host:port", port 0: any free one); with it, `advertise` is required.
     `advertise` is the address clients and other replicas are told (default:
-    the listening address); `replica_id` defaults to it.
+    the listening address); `replica_id` defaults to it.  `lease_clock_s`
+    (seconds, monotonic) measures read leases and a successor's wait for them
+    (rsm/core/reads.py); by default the event loop's clock, which is what a
+    test replaces to give replicas clocks of different rates.
     """
 
     def __init__(
@@ -157,6 +164,7 @@ class Replica:
         config: ReplicaConfig | None = None,
         rng: random.Random | None = None,
         wall_clock_ms: Callable[[], int] = system_wall_clock_ms,
+        lease_clock_s: Callable[[], float] | None = None,
         rsm_root: str = RSM_ROOT,
     ) -> None:
         if listener is not None and advertise is None:
@@ -181,6 +189,7 @@ class Replica:
         self._requested_id = replica_id
         self._rng = rng if rng is not None else random.Random()
         self._wall_clock_ms = wall_clock_ms
+        self._lease_clock_s = lease_clock_s
         self._role = Role.FOLLOWER
         self._term: LeaderTerm | None = None
         self._elected = False
@@ -222,6 +231,8 @@ class Replica:
 
     @contextlib.asynccontextmanager
     async def _run(self) -> AsyncIterator[Replica]:
+        if self._lease_clock_s is None:
+            self._lease_clock_s = asyncio.get_running_loop().time
         await self._log_store.ensure_layout()
         listener, address = await self._open_listener()
         try:
@@ -296,6 +307,11 @@ class Replica:
         return listener, self._advertise or f"{host}:{port}"
 
     # --- state --------------------------------------------------------------------------------
+
+    @property
+    def _lease_clock(self) -> Callable[[], float]:
+        assert self._lease_clock_s is not None, "set when the replica starts"
+        return self._lease_clock_s
 
     @property
     def _election(self) -> Leadership:
@@ -426,6 +442,16 @@ class Replica:
         self._applier.answer_read(read)
         return None
 
+    def read_now(
+        self, name: str, args: list[Any], kwargs: dict[str, Any] | None = None
+    ) -> Outcome | None:
+        """A linearizable read answered at once by a leader under its read lease, or None
+        (not leading, or the read needs a confirmation round: use `handle_query`)."""
+        term = self._term
+        if term is None or not term.accepting:
+            return None
+        return term.read_now(name, args, kwargs or {})
+
     def cancel_read(self, ticket: int) -> None:
         self._applier.cancel_read(ticket)
 
@@ -529,6 +555,7 @@ class Replica:
                         app=self.app,
                         config=self.config,
                         still_elected=lambda: self._elected and not self._stopping,
+                        lease_clock_s=self._lease_clock,
                     )
                 except Truncated as error:
                     await self._reload(error)
@@ -559,6 +586,7 @@ class Replica:
             config=self.config,
             rng=self._rng,
             wall_clock_ms=self._wall_clock_ms,
+            lease_clock_s=self._lease_clock,
         )
         self._term = term
         self._role = Role.LEADER
@@ -568,7 +596,7 @@ class Replica:
             # its ledger is closed like any other.
             term.step_down("no longer leader-elect", stand_aside=False)
         async with anyio.create_task_group() as task_group:
-            task_group.start_soon(self._serve, term, taken.recovered)
+            task_group.start_soon(self._serve, term, taken)
             task_group.start_soon(self.snapshots.truncation_loop, term)
             await term.run()
             task_group.cancel_scope.cancel()
@@ -577,8 +605,17 @@ class Replica:
         if term.stepped_down:
             await self._after_step_down(term)
 
-    async def _serve(self, term: LeaderTerm, recovered: bool) -> None:
+    async def _serve(self, term: LeaderTerm, taken: Takeover) -> None:
         if not await term.wait_started():
+            return
+        # Whatever the fenced leader's read lease still covers must run out
+        # before this term acknowledges anything (rsm/core/reads.py).  The
+        # lease clock may run slower than the loop's: sleep until it agrees,
+        # in steps of at least a millisecond (waiting longer is safe).
+        clock_s = self._lease_clock
+        while (remaining_s := taken.serve_from_s - clock_s()) > 0:
+            await anyio.sleep(max(remaining_s, _LEASE_WAIT_STEP_S))
+        if term.ended is not None:
             return
         try:
             await self._election.publish(term.epoch)
@@ -593,7 +630,7 @@ class Replica:
             epoch=term.epoch,
             ledger_id=term.segment.ledger_id,
             first_index=term.segment.first_index,
-            recovered=recovered,
+            recovered=taken.recovered,
         )
 
     async def _after_step_down(self, term: LeaderTerm) -> None:

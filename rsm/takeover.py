@@ -7,6 +7,11 @@ Step 4 (the leader-start marker, then publishing and serving) belongs to the
    that fences the old writer (it can get nothing more acknowledged) and finds
    the ledger's true end; a ledger its writer already closed (rollover or
    handoff not yet recorded in the log) just yields its end, with no fencing.
+   The old leader may still hold a read lease given by a round that started
+   before the fencing finished: the new term acknowledges nothing until
+   `successor_wait_ms` after the recovery returned (`Takeover.serve_from_s`,
+   see rsm/core/reads.py).  A log whose last segment is CLOSED was handed
+   over: its leader stopped answering before it closed the segment.
 2. Replay from the replica's applied position to that end, through every
    CLOSED segment on the way.
 3. Create the next ledger, then one CAS from v: close the OPEN segment at the
@@ -25,6 +30,7 @@ replica a follower whose state is still a prefix of the log.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +43,7 @@ from rsm.config import ReplicaConfig
 from rsm.core import log_state
 from rsm.core.entry_format import Handoff, encode_handoff, encode_log
 from rsm.core.log_state import Log
+from rsm.core.reads import successor_wait_ms
 from rsm.log import LogStore, SegmentReader, discard_ledger, replay_log
 
 logger = logging.getLogger(__name__)
@@ -51,6 +58,9 @@ class Takeover:
     log_version: int
     recovered: bool
     """Whether an OPEN segment had to be recovered (False after a graceful handoff)."""
+    serve_from_s: float
+    """When, by the replica's lease clock, the term may first acknowledge anything: once any
+    read lease of the leader it fenced has run out (-inf when it fenced nobody)."""
 
 
 async def take_over(
@@ -63,6 +73,7 @@ async def take_over(
     app: str,
     config: ReplicaConfig,
     still_elected: Callable[[], bool],
+    lease_clock_s: Callable[[], float],
 ) -> Takeover | None:
     """Steps 1-3; None when the CAS was lost or the replica stopped being leader-elect.
 
@@ -73,8 +84,10 @@ async def take_over(
     current = log.open_segment
     recovered = None
     recovered_last_index = None
+    serve_from_s = -math.inf
     if current is not None:
         recovered = await reader.open(current, recovery=True)
+        serve_from_s = lease_clock_s() + successor_wait_ms(config.read_lease_ms) / 1000
     await replay_log(log, reader, applier, recovered)
     if current is not None:
         recovered_last_index = applier.applied_index
@@ -115,4 +128,6 @@ async def take_over(
         ledger_id=successor.ledger_id,
         recovered_last_index=recovered_last_index,
     )
-    return Takeover(successor, taken, version + 1, recovered=current is not None)
+    return Takeover(
+        successor, taken, version + 1, recovered=current is not None, serve_from_s=serve_from_s
+    )

@@ -18,11 +18,26 @@ started, however many, and costs a round trip with no entry appended and no
 fsync.  A round that cannot confirm (too few answers, an ensemble change)
 hands its reads back (`round_failed`) to the next round.
 
+Read leases (leader only), `ReadLease`: a round that confirms the writer
+also proves that no successor can get anything acknowledged before the
+round's start plus the *successor's wait* (`successor_wait_ms`): a new leader
+that had to fence an OPEN segment waits that long after its fencing finished
+before it acknowledges anything (rsm/takeover.py).  So for `read_lease_ms`
+after a confirmed round *started*, by this leader's clock, a read may be
+answered at once from the applied state, with no round: every command
+acknowledged before it arrived, by anyone, is in that state.  The wait covers
+clocks whose rates differ by up to `limits.lease_clock_rate_error`
+(docs/guarantees.md, "Read leases").  A round is started ahead of time once a
+lease is half used while reads keep coming, so a busy leader never waits for
+one.  A lease of 0 ms turns this off: every read waits for a round.
+
 Read-your-writes (any replica), `IndexWaiters`: a read carries the index
 token its writer got back and waits until the replica has applied that index.
 
 Invariants: a read is released only by a round started after it arrived (it
-is attached only by a `start_round` that follows its `add`); at most one round
+is attached only by a `start_round` that follows its `add`), or answered
+under a lease whose round started at most `read_lease_ms` before it (by the
+clock the lease was given); a lease never moves back; at most one round
 is in flight; reads are released in arrival order; neither structure holds
 more waiters than its bound (`add` raises `Overloaded` instead); an index
 waiter is released only once `applied_index` reaches its index.
@@ -31,6 +46,7 @@ waiter is released only once `applied_index` reaches its index.
 from __future__ import annotations
 
 import heapq
+import math
 from typing import Generic, TypeVar
 
 from rsm import limits
@@ -101,6 +117,53 @@ class LinearizableReads(Generic[T]):
         self._unattached = []
         self._count = 0
         return reads
+
+
+def successor_wait_ms(read_lease_ms: int) -> int:
+    """How long a successor that fenced an OPEN segment waits before it acknowledges anything.
+
+    A lease of L ms by the old leader's clock lasts at most L / (1 - e) real
+    ms; the successor's clock measures at least W / (1 + e) real ms in W of
+    its own; so W = L * (1 + e) / (1 - e), rounded up (e is
+    `limits.lease_clock_rate_error`).
+    """
+    assert read_lease_ms >= 0
+    error = limits.lease_clock_rate_error
+    return math.ceil(read_lease_ms * (1 + error) / (1 - error))
+
+
+class ReadLease:
+    """Until when a leader may answer linearizable reads without a round (clock in seconds)."""
+
+    __slots__ = ("_duration_s", "_until_s", "_renew_from_s")
+
+    def __init__(self, read_lease_ms: int) -> None:
+        assert read_lease_ms >= 0
+        self._duration_s = read_lease_ms / 1000
+        self._until_s = -math.inf
+        self._renew_from_s = -math.inf
+
+    def holds(self, now_s: float) -> bool:
+        """Whether a read arriving at `now_s` may be answered at once."""
+        return now_s < self._until_s
+
+    def wants_renewal(self, now_s: float) -> bool:
+        """Whether to start a round now, ahead of the lease's end (it is half used)."""
+        return now_s >= self._renew_from_s
+
+    def confirmed(self, round_started_s: float) -> None:
+        """A round that started at `round_started_s` confirmed the writer."""
+        if self._duration_s == 0:
+            return
+        until_s = round_started_s + self._duration_s
+        if until_s > self._until_s:
+            self._until_s = until_s
+            self._renew_from_s = round_started_s + self._duration_s / 2
+
+    def revoke(self) -> None:
+        """The term ends: no read is answered under this lease any more."""
+        self._until_s = -math.inf
+        self._renew_from_s = -math.inf
 
 
 class IndexWaiters(Generic[T]):

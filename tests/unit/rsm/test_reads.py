@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsm.core.reads import IndexWaiters, LinearizableReads
+from rsm import limits
+from rsm.core.reads import IndexWaiters, LinearizableReads, ReadLease, successor_wait_ms
 from rsm.errors import Overloaded
 
 
@@ -95,6 +96,66 @@ def test_every_read_is_released_once_by_a_round_started_after_it_arrived(data: A
         rounds += 1
     assert sorted(released) == sorted(arrived_at)
     assert len(released) == len(set(released))
+
+
+def test_a_lease_holds_from_a_confirmed_round_for_its_length_after_the_round_started() -> None:
+    lease = ReadLease(1_000)
+    assert not lease.holds(0.0), "no round confirmed yet"
+    lease.confirmed(10.0)
+    assert lease.holds(10.5)
+    assert lease.holds(10.999)
+    assert not lease.holds(11.0), "measured from the round's start, not its answer"
+    assert not lease.wants_renewal(10.4)
+    assert lease.wants_renewal(10.5), "renewed ahead of time once half used"
+
+
+def test_a_lease_never_moves_back_and_a_revoked_one_holds_no_more() -> None:
+    lease = ReadLease(1_000)
+    lease.confirmed(10.0)
+    lease.confirmed(9.5)  # an older round confirmed late
+    assert lease.holds(10.9)
+    lease.revoke()
+    assert not lease.holds(10.1)
+    assert not lease.holds(-1.0)
+
+
+def test_a_lease_of_zero_never_holds() -> None:
+    lease = ReadLease(0)
+    lease.confirmed(10.0)
+    assert not lease.holds(10.0)
+
+
+@given(
+    lease_ms=st.integers(0, limits.read_lease_ms_max),
+    leader_rate=st.floats(1 - limits.lease_clock_rate_error, 1 + limits.lease_clock_rate_error),
+    successor_rate=st.floats(1 - limits.lease_clock_rate_error, 1 + limits.lease_clock_rate_error),
+    round_started_s=st.floats(0, 1e6),
+    fenced_after_s=st.floats(0, 100),
+)
+def test_a_successor_serves_only_after_every_lease_of_its_predecessor_ran_out(
+    lease_ms: int,
+    leader_rate: float,
+    successor_rate: float,
+    round_started_s: float,
+    fenced_after_s: float,
+) -> None:
+    """In real (virtual) time: a round that confirmed started before the successor's
+    fencing finished; the successor then waits `successor_wait_ms` by its own clock.
+    Each clock runs at a rate within the bound; neither is stopped."""
+    lease = ReadLease(lease_ms)
+    lease.confirmed(round_started_s * leader_rate)
+    fenced_s = round_started_s + fenced_after_s
+    serve_from_s = fenced_s + successor_wait_ms(lease_ms) / 1000 / successor_rate
+    # The last real instant at which the old leader's clock says the lease holds:
+    lease_end_s = round_started_s + lease_ms / 1000 / leader_rate
+    rounding_s = 1e-6  # floating point, at the exact bound
+    assert serve_from_s + rounding_s >= lease_end_s
+    assert not lease.holds((serve_from_s + rounding_s) * leader_rate)
+
+
+def test_the_successor_wait_covers_the_clock_rate_error() -> None:
+    assert successor_wait_ms(0) == 0
+    assert successor_wait_ms(1_000) == 1_223, "1000 * 1.1 / 0.9, rounded up"
 
 
 def test_index_waiters_release_in_index_order_once_applied() -> None:

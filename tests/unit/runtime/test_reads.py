@@ -1,6 +1,6 @@
 """Read consistency per call: linearizable on the leader after a shared confirmation
-round (no entry appended), read_your_writes on any replica once it applied the token,
-stale at once."""
+round (no entry appended) or under the read lease such a round gave, read_your_writes on
+any replica once it applied the token, stale at once."""
 
 from __future__ import annotations
 
@@ -10,15 +10,21 @@ import pytest
 from rsm.config import ReplicaConfig
 from rsm.errors import NotLeader
 from rsm.replica import Replica
-from tests.unit.runtime.harness import replica_cluster, wait_until
-from tests.unit.runtime.test_failover import start_three
+from tests.unit.runtime.harness import Replicas, replica_cluster, replica_config, wait_until
+from tests.unit.runtime.test_failover import NAMES, start_three
 
 pytestmark = pytest.mark.anyio
 
 
+async def start_three_with(replicas: Replicas, config: ReplicaConfig) -> Replica:
+    for name in NAMES:
+        await replicas.start(name, config=config)
+    return await replicas.wait_leader()
+
+
 async def test_linearizable_reads_run_on_the_leader_share_rounds_and_append_nothing() -> None:
     async with replica_cluster() as replicas:
-        leader = await start_three(replicas)
+        leader = await start_three_with(replicas, replica_config(read_lease_ms=0))
         follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
         async with replicas.client() as client:
             for _ in range(3):
@@ -103,9 +109,48 @@ async def test_stale_reads_answer_at_once_from_local_state() -> None:
             assert await client.query("get", consistency="stale", replica=follower.address) == 4
 
 
+async def test_reads_under_the_read_lease_take_no_round() -> None:
+    async with replica_cluster() as replicas:
+        leader = await start_three_with(replicas, replica_config(read_lease_ms=60_000))
+        term = leader.term
+        assert term is not None
+        assert await leader.call("add", 2) == 2
+        assert await leader.query("get") == 2, "the first read waits for a round"
+        rounds_before = term.read_rounds
+        assert rounds_before >= 1
+        async with replicas.client() as client:
+            answers = [await client.query("get") for _ in range(50)]
+            assert await client.call("add", 1) == 3
+            assert await client.query("get") == 3, "a lease read sees every acknowledged write"
+        assert answers == [2] * 50
+        assert term.read_rounds == rounds_before, "no round while the lease holds"
+
+
+async def test_a_successor_waits_out_the_lease_of_a_leader_that_missed_its_session_expiry() -> None:
+    """The old leader is cut off from ZooKeeper and its ZooKeeper client tells it nothing
+    (starved, paused), so it still serves; the successor must not acknowledge anything
+    while the old leader's lease could still answer a read without the newer write."""
+    async with replica_cluster() as replicas:
+        old = await start_three_with(replicas, replica_config(read_lease_ms=500))
+        assert await old.call("add", 1) == 1
+        assert await old.query("get") == 1, "a round: the old leader holds a lease from here"
+        store = replicas.memory_store(old.replica_id)
+        store.hold_session_events()
+        store.suspend()  # cut off from ZooKeeper, and never told
+        store.expire_session()
+        new = await replicas.wait_leader(exclude=old.replica_id)
+        await wait_until(lambda: new.term is not None and new.term.accepting)
+        assert await new.call("add", 1) == 2
+        assert old.is_leader, "it still knows nothing"
+        with pytest.raises(NotLeader):
+            await old.query("get")  # not 1: its lease ran out before the write above
+        store.release_session_events()
+
+
 async def test_a_fenced_leader_answers_no_linearizable_read_and_steps_down() -> None:
     async with replica_cluster() as replicas:
-        leader = await start_three(replicas)
+        # Without a lease: the read's own round finds the fence at once.
+        leader = await start_three_with(replicas, replica_config(read_lease_ms=0))
         await leader.call("add", 1)
         term = leader.term
         assert term is not None
