@@ -581,13 +581,34 @@ class MemoryMetadataStore:
     Use `MemoryMetadataServer().client()` for clients that share a tree, or
     `MemoryMetadataStore()` for a private one.  `async with` closes the session
     at the end.  `expire_session`, `suspend` and `resume` are the test hooks of
-    `MemorySession`, synchronous and immediate.
+    `MemorySession`, synchronous and immediate; `hold_session_events` and
+    `release_session_events` model a client that notices late (its ZooKeeper
+    thread starved, its process paused): its readers of `session_events` hear
+    nothing in between, then every transition held, in order.
     """
 
     def __init__(self, session: MemorySession | None = None) -> None:
         self._session = session if session is not None else MemoryMetadataServer().session()
         self._feed = SessionEventFeed()
-        self._listener = self._session.add_session_listener(self._feed.publish)
+        self._held_states: list[SessionState] | None = None
+        self._listener = self._session.add_session_listener(self._publish)
+
+    def _publish(self, state: SessionState) -> None:
+        if self._held_states is not None:
+            self._held_states.append(state)
+        else:
+            self._feed.publish(state)
+
+    def hold_session_events(self) -> None:
+        """Hold session transitions back from this client's readers (see the class docstring)."""
+        if self._held_states is None:
+            self._held_states = []
+
+    def release_session_events(self) -> None:
+        """Publish the transitions held since `hold_session_events`, and stop holding."""
+        held, self._held_states = self._held_states, None
+        for state in held or ():
+            self._feed.publish(state)
 
     @property
     def session(self) -> MemorySession:
@@ -609,6 +630,7 @@ class MemoryMetadataStore:
         """End the session (its ephemeral nodes vanish) and every `session_events` reader."""
         self._listener.cancel()
         self._session.close()
+        self._held_states = None  # nobody is left to hear them
         self._feed.close()
 
     async def get(self, path: str) -> Versioned:

@@ -42,12 +42,13 @@ program order; collections are lists and dicts.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
 import itertools
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,6 +200,8 @@ class RsmCluster:
     client_config: RsmClientConfig
     session_timeout_ms: int
     replica_count: int = 3
+    lease_clock_rates: tuple[float, ...] = ()
+    """Per replica, in order: how fast its lease clock runs against the loop's (default 1)."""
     replicas: dict[str, SimReplica] = field(init=False)
     applied: dict[str, list[Applied]] = field(init=False)
     """Incarnation label -> the commands it applied, in order."""
@@ -214,6 +217,7 @@ class RsmCluster:
 
     def __post_init__(self) -> None:
         assert self.replica_count >= 1
+        assert len(self.lease_clock_rates) in (0, self.replica_count)
         assert self.session_timeout_ms > 0
         names = [f"replica-{number}" for number in range(1, self.replica_count + 1)]
         self.replicas = {name: SimReplica(name) for name in names}
@@ -348,6 +352,7 @@ class RsmCluster:
                         config=self.replica_config,
                         rng=world.derive_rng(),
                         wall_clock_ms=world.wall_clock_ms,
+                        lease_clock_s=self._lease_clock(sim.name),
                     ) as replica,
                     anyio.create_task_group() as tasks,
                 ):
@@ -367,6 +372,12 @@ class RsmCluster:
                 self._cuts.pop(sim.name, None)
                 with anyio.CancelScope(shield=True):
                     await store.aclose()
+
+    def _lease_clock(self, name: str) -> Callable[[], float]:
+        rates = dict(zip(self.replicas, self.lease_clock_rates, strict=False))
+        rate = rates.get(name, 1.0)  # every replica's, or none's (checked above)
+        loop = asyncio.get_running_loop()
+        return lambda: loop.time() * rate
 
     def _observe(self, sim: SimReplica, incarnation: int, applied: Applied) -> None:
         replica = sim.replica if sim.incarnation == incarnation else None
@@ -420,13 +431,31 @@ class RsmCluster:
     def cut_hosts(self) -> list[str]:
         return list(self._cuts)
 
-    def expire(self, host: str) -> bool:
-        """Expire `host`'s session now; False if it has none."""
+    def expire(self, host: str, *, unnoticed_ms: float = 0) -> bool:
+        """Expire `host`'s session now; False if it has none.
+
+        With `unnoticed_ms`, `host` is cut off from the metadata service and
+        hears nothing of it (its ZooKeeper client stalled, its process paused)
+        for that long: then it reconnects and hears the whole story at once.
+        """
         store = self.store_of(host)
         if store is None:
             return False
+        if unnoticed_ms > 0:
+            if store.session_state is not SessionState.CONNECTED:
+                return False
+            store.hold_session_events()
+            store.suspend()
+            assert self._task_group is not None
+            self._task_group.start_soon(self._notice_after, host, store, unnoticed_ms)
         store.expire_session()
         return True
+
+    async def _notice_after(self, host: str, store: MemoryMetadataStore, delay_ms: float) -> None:
+        await anyio.sleep(delay_ms / 1000)
+        if store is self.store_of(host) and store.session_state is SessionState.SUSPENDED:
+            store.resume()
+        store.release_session_events()
 
     async def _expire_if_still_cut(
         self, host: str, store: MemoryMetadataStore, number: int

@@ -17,7 +17,8 @@ injects a new one of the kinds it was given:
   the session timeout expires the session.  Repaired by healing everything.
 * RESET: break every connection of one host (what is in flight is lost).
 * SESSION_EXPIRY: the metadata service expires the session of the leader,
-  of a follower or of a client.
+  of a follower or of a client; a leader may hear of it only a while later
+  ("session-expiry-leader-unnoticed").
 * TRANSFER: the leader is asked for a graceful handover, to a given replica
   or to anyone.
 * LATENCY_SPIKE: every link gets much slower for a while.
@@ -68,6 +69,8 @@ _LEADER_PROBABILITY = 0.6
 """Chance that a fault aimed at one replica picks the leader (when there is one)."""
 
 _SLOW_DISK_DELAYS_MS = (50.0, 300.0, 2_000.0)
+_UNNOTICED_MS = (200.0, 1_000.0, 3_000.0)
+"""How long a leader whose session expired may go on without hearing of it."""
 _LATENCY_SPIKE_MS_MAX = (20.0, 100.0, 400.0)
 
 
@@ -283,16 +286,23 @@ class RsmNemesis:
         choices: Sequence[str] = [replica.name for replica in cluster.up()] + list(
             cluster.client_stores
         )
+        unnoticed_ms = 0.0
         if leader is not None and self._rng.random() < 0.5:
             host = leader.name
+            if self._rng.random() < 0.5:
+                # The leader hears of it late, and serves as leader meanwhile: what
+                # a successor's wait for the old leader's read lease is for.
+                unnoticed_ms = self._rng.choice(_UNNOTICED_MS)
         else:
             host = self._rng.choice(choices)
-        if not cluster.expire(host):
+        if not cluster.expire(host, unnoticed_ms=unnoticed_ms):
             return
         if host in cluster.replicas:
             what = "leader" if leader is not None and host == leader.name else "follower"
         else:
             what = "client"
+        if unnoticed_ms:
+            what += "-unnoticed"
         self._record(f"session-expiry-{what}", f"expire the session of {host}")
 
     def _transfer(self) -> None:

@@ -48,6 +48,7 @@ failure the seed, the invariant and the command that replays it.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sys
 import zlib
@@ -113,6 +114,8 @@ POLL_S = 0.01
 
 LINEARIZABILITY_NODES_MAX = 2_000_000
 
+REPLICAS = 3
+
 
 @dataclass(frozen=True, slots=True)
 class SimOptions:
@@ -151,6 +154,9 @@ class Scenario:
     replicas_down_max: int
     bookies_down_max: int
     nemesis_pause_ms_max: float
+    lease_clock_rates: tuple[float, ...]
+    """Per replica: how fast its lease clock runs against virtual time, within the bound
+    (`limits.lease_clock_rate_error`) that a successor's wait for a read lease assumes."""
 
 
 def draw_scenario(rng: random.Random, options: SimOptions) -> Scenario:
@@ -219,6 +225,13 @@ def draw_scenario(rng: random.Random, options: SimOptions) -> Scenario:
         think_ms_mean=rng.uniform(0.3, 1.0) * nemesis_ms * clients * slots / ops_max,
         read_fraction=rng.choice([0.1, 0.3]),
     )
+    # Drawn last, so that the draws above stay what they were before leases.
+    replica_config = dataclasses.replace(replica_config, read_lease_ms=rng.choice([0, 200, 2_000]))
+    error = limits.lease_clock_rate_error
+    lease_clock_rates = tuple(
+        rng.choice([1 - error, 1.0, 1 + error, rng.uniform(1 - error, 1 + error)])
+        for _ in range(REPLICAS)
+    )
     return Scenario(
         world=world,
         replica_config=replica_config,
@@ -229,6 +242,7 @@ def draw_scenario(rng: random.Random, options: SimOptions) -> Scenario:
         replicas_down_max=rng.choice([1, 2]),
         bookies_down_max=rng.choice([1, 1, 2]),
         nemesis_pause_ms_max=nemesis_pause_ms_max,
+        lease_clock_rates=lease_clock_rates,
     )
 
 
@@ -333,6 +347,8 @@ async def _run(
         ledger_config=scenario.ledger_config,
         client_config=scenario.client_config,
         session_timeout_ms=scenario.session_timeout_ms,
+        replica_count=REPLICAS,
+        lease_clock_rates=scenario.lease_clock_rates,
     )
     workload = KvWorkload(
         scenario.workload, random.Random(rng.getrandbits(64)), world.trace, cluster.client

@@ -41,6 +41,7 @@ EXPECTED_EVENTS = (
     "reset",
     "session-expiry-leader",
     "session-expiry-follower",
+    "session-expiry-leader-unnoticed",
     "transfer-done",
     "latency-spike",
     "slow-disk",
@@ -50,9 +51,10 @@ EXPECTED_EVENTS = (
     "rsm.rollover",
 )
 """What a batch of seeds must have done at least once, or it did not test what it claims:
-each fault kind and shape, a successor that recovered (fenced) its predecessor's ledger, a
-leader that stepped down when its session was in trouble, a retry logged twice and applied
-once (session dedup), a rollover."""
+each fault kind and shape (a leader that hears of its expired session late among them), a
+successor that recovered (fenced) its predecessor's ledger, a leader that stepped down when
+its session was in trouble, a retry logged twice and applied once (session dedup), a
+rollover."""
 
 
 def test_seeds_hold_every_invariant_and_meet_every_fault() -> None:
