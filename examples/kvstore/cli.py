@@ -136,6 +136,12 @@ def _parser() -> argparse.ArgumentParser:
         default=bookie_limits.zk_session_timeout_ms_default,
         help="ZooKeeper session timeout: how long a dead leader holds its znodes",
     )
+    serve.add_argument(
+        "--read-lease-ms",
+        type=int,
+        default=limits.read_lease_ms_default,
+        help="the leader's read lease (0: a bookie round per read); equal on every replica",
+    )
     serve.add_argument("--log-level", choices=LEVELS, default="info")
     serve.add_argument("--log-format", choices=FORMATS, default="json")
 
@@ -168,6 +174,7 @@ def _serve(arguments: argparse.Namespace) -> int:
         ensemble_size=arguments.ensemble,
         write_quorum=arguments.write_quorum,
         ack_quorum=arguments.ack_quorum,
+        read_lease_ms=arguments.read_lease_ms,
         # KVStore keeps its state hash up to date change by change, so checking
         # replicas against the leader often costs nothing.
         state_hash_every_commands=limits.state_hash_every_commands,

@@ -48,6 +48,9 @@ class FakeReplica:
         self.script: deque[StatusError] = deque()
         self.calls: list[CallRequest] = []
         self.queries: list[QueryRequest] = []
+        self.lease = False
+        """Whether `read_now` answers (a leader under its read lease)."""
+        self.applied_index = 7
 
     @property
     def is_leader(self) -> bool:
@@ -71,6 +74,11 @@ class FakeReplica:
         else:
             outcome = Outcome.failure(NotLeader("not me", self.hint))
         answerer.answer(Op.QUERY, request.request_id, outcome, 7)
+        return None
+
+    def read_now(self, name: str, args: list[Any]) -> Outcome | None:
+        if self.leader and self.lease:
+            return Outcome(RsmStatus.OK, ["now", name])
         return None
 
     def cancel_read(self, ticket: int) -> None:
@@ -214,6 +222,7 @@ async def test_an_unknown_outcome_at_the_deadline_is_a_timeout() -> None:
 async def test_commands_after_a_parked_one_wait_behind_it() -> None:
     inbox = Inbox()
     local = FakeReplica(leader=True)
+    local.lease = True  # even a read the leader could answer at once waits its turn
     local.script.append(Overloaded("busy"))
     async with running(router_of(local)) as router:
         lane = router.lane()
@@ -228,6 +237,20 @@ async def test_commands_after_a_parked_one_wait_behind_it() -> None:
         await inbox.wait(4)
     assert [call.seq for call in local.calls] == [1, 1, 1, 2], "a, c (another lane), a again, b"
     assert [ticket for ticket, _ in inbox.delivered] == [9, 0, 1, 2]
+
+
+async def test_a_leader_under_its_read_lease_answers_reads_at_once() -> None:
+    inbox = Inbox()
+    local = FakeReplica(leader=True)
+    async with running(router_of(local)) as router:
+        lane = router.lane()
+        router.read(lane, "get", [b"k"], inbox, 0, stale=False)
+        local.lease = True
+        router.read(lane, "get", [b"k"], inbox, 1, stale=False)
+        assert inbox.delivered[-1] == (1, Outcome(RsmStatus.OK, ["now", "get"])), "synchronously"
+        await inbox.wait(2)
+    assert [query.name for query in local.queries] == ["get"], "only the first took a query"
+    assert inbox.delivered[0] == (0, Outcome(RsmStatus.OK, ["read", "get"]))
 
 
 async def test_an_expired_session_is_renewed_and_the_command_goes_again() -> None:
