@@ -225,6 +225,8 @@ class LeaderTerm:
             "batches_in_flight": len(self._in_flight),
             "waiting_linearizable_reads": len(self._reads),
             "read_rounds": self.read_rounds,
+            "read_lease_ms": self._config.read_lease_ms,
+            "read_lease_held": self._lease.holds(self._lease_clock_s()),
             "rollovers": self.rollovers,
             "last_rollover_pause_ms": self.rollover_pause_ms,
         }

@@ -124,6 +124,9 @@ async def test_reads_under_the_read_lease_take_no_round() -> None:
             assert await client.query("get") == 3, "a lease read sees every acknowledged write"
         assert answers == [2] * 50
         assert term.read_rounds == rounds_before, "no round while the lease holds"
+        status = term.status()
+        assert status["read_lease_ms"] == 60_000
+        assert status["read_lease_held"] is True
 
 
 async def test_a_successor_waits_out_the_lease_of_a_leader_that_missed_its_session_expiry() -> None:
