@@ -310,6 +310,8 @@ class RespConnection(asyncio.Protocol):
         self._writing_paused_since_s: float | None = None
         """When asyncio paused the writing (None: not paused), for the watchdog."""
         self._servicing = False
+        self._taking = False
+        """Inside `_take_commands`: a reply delivered now is written right after it."""
         self._service_again = False
         self._service_scheduled = False
 
@@ -329,7 +331,11 @@ class RespConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed or self._draining:
             return
-        self._unfed += data
+        parser = self._parser
+        if not self._unfed and len(data) <= parser.room_bytes:
+            parser.feed(data)  # the common case: no copy into `_unfed` and out again
+        else:
+            self._unfed += data
         self._service()
 
     def eof_received(self) -> bool:
@@ -404,7 +410,8 @@ class RespConnection(asyncio.Protocol):
 
     def _schedule_service(self) -> None:
         if self._servicing:
-            self._service_again = True
+            if not self._taking:
+                self._service_again = True
         elif not self._service_scheduled:
             self._service_scheduled = True
             self._loop.call_soon(self._scheduled_service)
@@ -417,7 +424,8 @@ class RespConnection(asyncio.Protocol):
         """Dispatch what can be, write what is ready, then pause, resume or close the transport.
 
         Not reentrant: an answer delivered while it runs (the router may answer
-        at once) makes it go round again instead."""
+        at once) makes it go round again instead, unless it came while commands
+        were being taken, since the writing that follows takes it along."""
         if self._closed:
             return
         if self._servicing:
@@ -445,6 +453,7 @@ class RespConnection(asyncio.Protocol):
         parser = self._parser
         unfed = self._unfed
         dispatched = False
+        self._taking = True
         try:
             while not self._blocked():
                 args = parser.next_command()
@@ -470,6 +479,7 @@ class RespConnection(asyncio.Protocol):
             self._reply_now(error)
             self._draining = True
         finally:
+            self._taking = False
             if dispatched:
                 self._router.flush()
 
