@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kvstore import limits
 from kvstore.errors import ProtocolError, RedisError
+from kvstore.numbers import parse_int
 from kvstore.resp import (
     NULL_ARRAY,
     Reply,
@@ -171,6 +172,27 @@ def test_any_chunking_gives_the_same_commands(
 )
 def test_malformed_requests_get_redis_errors(data: bytes, message: str) -> None:
     assert protocol_error(data)[0] == message
+
+
+@given(st.text(alphabet="0123456789+- x", max_size=22))
+def test_counts_follow_redis_integer_rules(text: str) -> None:
+    """A multibulk or bulk count is whatever `parse_int` makes of it (the parser's fast path
+    for plain digits must agree); one it refuses, or one out of bounds, is a protocol error."""
+    count = parse_int(text.encode())
+    parser = RespParser()
+    parser.feed(b"*" + text.encode() + b"\r\n")
+    if count is None or count > parser.multibulk_args_max:
+        with pytest.raises(ProtocolError, match="invalid multibulk length"):
+            parser.next_command()
+    else:
+        assert parser.next_command() is None, "waits for the arguments (or skips an empty one)"
+    parser = RespParser()
+    parser.feed(b"*1\r\n$" + text.encode() + b"\r\n")
+    if count is None or count < 0 or count > parser.bulk_bytes_max:
+        with pytest.raises(ProtocolError, match="invalid bulk length"):
+            parser.next_command()
+    else:
+        assert parser.next_command() is None, "waits for the argument's bytes"
 
 
 def test_commands_before_a_protocol_error_are_still_returned() -> None:
