@@ -220,6 +220,43 @@ async def test_watch_waits_through_a_suspension() -> None:
 
 
 @pytest.mark.anyio
+async def test_held_session_events_are_heard_in_order_once_released() -> None:
+    async with MemoryMetadataStore() as store:
+        events = store.session_events()
+        heard: list[SessionState] = []
+
+        async def listen() -> None:
+            async for state in events:
+                heard.append(state)
+
+        with anyio.fail_after(1):
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(listen)
+                store.hold_session_events()
+                store.suspend()
+                store.expire_session()
+                store.resume()
+                assert store.session_state is SessionState.CONNECTED
+                await anyio.wait_all_tasks_blocked()
+                assert heard == [], "nothing is heard while held"
+                store.release_session_events()
+                await anyio.wait_all_tasks_blocked()
+                task_group.cancel_scope.cancel()
+        assert heard == [SessionState.SUSPENDED, SessionState.LOST, SessionState.CONNECTED]
+
+
+@pytest.mark.anyio
+async def test_transitions_held_when_the_store_closes_are_dropped() -> None:
+    store = MemoryMetadataStore()
+    events = store.session_events()
+    store.hold_session_events()
+    store.suspend()
+    await store.aclose()
+    store.release_session_events()
+    assert [state async for state in events] == []
+
+
+@pytest.mark.anyio
 async def test_closing_the_store_ends_session_event_readers() -> None:
     store = MemoryMetadataStore()
     events = store.session_events()

@@ -25,9 +25,9 @@ pytestmark = pytest.mark.anyio
 NAMES = ("a", "b", "c")
 
 
-async def start_three(replicas: Replicas) -> Replica:
+async def start_three(replicas: Replicas, config: ReplicaConfig | None = None) -> Replica:
     for name in NAMES:
-        await replicas.start(name)
+        await replicas.start(name, config=config)
     return await replicas.wait_leader()
 
 

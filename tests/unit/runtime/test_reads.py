@@ -10,21 +10,16 @@ import pytest
 from rsm.config import ReplicaConfig
 from rsm.errors import NotLeader
 from rsm.replica import Replica
-from tests.unit.runtime.harness import Replicas, replica_cluster, replica_config, wait_until
-from tests.unit.runtime.test_failover import NAMES, start_three
+from tests.unit.runtime.harness import replica_cluster, replica_config, wait_until
+from tests.unit.runtime.test_failover import start_three
+from tests.unit.runtime.test_transfer import everyone_stands
 
 pytestmark = pytest.mark.anyio
 
 
-async def start_three_with(replicas: Replicas, config: ReplicaConfig) -> Replica:
-    for name in NAMES:
-        await replicas.start(name, config=config)
-    return await replicas.wait_leader()
-
-
 async def test_linearizable_reads_run_on_the_leader_share_rounds_and_append_nothing() -> None:
     async with replica_cluster() as replicas:
-        leader = await start_three_with(replicas, replica_config(read_lease_ms=0))
+        leader = await start_three(replicas, replica_config(read_lease_ms=0))
         follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
         async with replicas.client() as client:
             for _ in range(3):
@@ -111,7 +106,7 @@ async def test_stale_reads_answer_at_once_from_local_state() -> None:
 
 async def test_reads_under_the_read_lease_take_no_round() -> None:
     async with replica_cluster() as replicas:
-        leader = await start_three_with(replicas, replica_config(read_lease_ms=60_000))
+        leader = await start_three(replicas, replica_config(read_lease_ms=60_000))
         term = leader.term
         assert term is not None
         assert await leader.call("add", 2) == 2
@@ -134,7 +129,7 @@ async def test_a_successor_waits_out_the_lease_of_a_leader_that_missed_its_sessi
     (starved, paused), so it still serves; the successor must not acknowledge anything
     while the old leader's lease could still answer a read without the newer write."""
     async with replica_cluster() as replicas:
-        old = await start_three_with(replicas, replica_config(read_lease_ms=500))
+        old = await start_three(replicas, replica_config(read_lease_ms=500))
         assert await old.call("add", 1) == 1
         assert await old.query("get") == 1, "a round: the old leader holds a lease from here"
         store = replicas.memory_store(old.replica_id)
@@ -150,10 +145,29 @@ async def test_a_successor_waits_out_the_lease_of_a_leader_that_missed_its_sessi
         store.release_session_events()
 
 
+async def test_a_handover_ends_the_lease_and_its_successor_serves_without_waiting() -> None:
+    async with replica_cluster() as replicas:
+        # A minute's lease: a successor that waited for it would not serve within the test.
+        old = await start_three(replicas, replica_config(read_lease_ms=60_000))
+        await everyone_stands(replicas)
+        assert await old.call("add", 1) == 1
+        assert await old.query("get") == 1
+        term = old.term
+        assert term is not None
+        assert term.status()["read_lease_held"] is True
+        await old.transfer_leadership()
+        assert term.status()["read_lease_held"] is False, "revoked when the term ended"
+        with pytest.raises(NotLeader):
+            await old.query("get")
+        new = await replicas.wait_leader(exclude=old.replica_id)
+        await wait_until(lambda: new.term is not None and new.term.accepting)
+        assert await new.call("add", 1) == 2
+
+
 async def test_a_fenced_leader_answers_no_linearizable_read_and_steps_down() -> None:
     async with replica_cluster() as replicas:
         # Without a lease: the read's own round finds the fence at once.
-        leader = await start_three_with(replicas, replica_config(read_lease_ms=0))
+        leader = await start_three(replicas, replica_config(read_lease_ms=0))
         await leader.call("add", 1)
         term = leader.term
         assert term is not None
