@@ -1,6 +1,9 @@
-"""One client connection of the bookie server: socket in, frames to the processor, socket out.
+"""One client connection of the bookie server over an anyio byte stream: stream in,
+frames to the processor, stream out.
 
-A `ServerConnection` runs two loops on one TCP stream:
+The server uses it for listeners that are not plain TCP (the simulated
+network); TCP clients get the callback-driven `TransportConnection`, which
+keeps the same invariants.  A `ServerConnection` runs two loops on one stream:
 
 * the reader receives up to `limits.socket_receive_bytes` at a time, splits
   frames with `FrameDecoder` and hands each body to the `RequestProcessor`;
@@ -77,6 +80,11 @@ class ServerConnection:
     @property
     def pending(self) -> deque[PendingItem]:
         return self._pending
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes of answers queued and not yet handed to the stream."""
+        return self._outbox.queued_bytes
 
     def send(self, frame: bytes) -> None:
         self._outbox.put(frame)

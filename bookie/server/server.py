@@ -1,11 +1,13 @@
 """`BookieServer`: the bookie's TCP server, with an `async with` lifetime.
 
 It listens on a host and port, accepts up to `connections_max` client
-connections (later ones are closed at once), serves each with a
-`ServerConnection`, and runs one timer task that answers long-poll READs whose
-deadline passed.  Requests flow connection -> `RequestProcessor` ->
-`BookieHandler` (protocol decisions) -> storage; this module only wires them
-together and owns the tasks.
+connections (later ones are closed at once), serves each TCP client with a
+`TransportConnection` (an asyncio protocol; no task per connection) and each
+client of an injected listener (the simulated network) with a
+`ServerConnection` (two tasks over a byte stream), and runs one timer task
+that answers long-poll READs whose deadline passed.  Requests flow connection
+-> `RequestProcessor` -> `BookieHandler` (protocol decisions) -> storage; this
+module only wires them together and owns the tasks.
 
 What it does not do: ZooKeeper registration, cookies, configuration files or
 the command line.  Those wrap a `BookieServer` from outside; the constructor
@@ -28,19 +30,43 @@ at once and their clients see the connection drop.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from collections import deque
 from types import TracebackType
+from typing import Protocol
 
 import anyio
 import anyio.abc
-from anyio.abc import SocketAttribute
 
 from bookie import limits
 from bookie.core.bookie_handler import BookieHandler
 from bookie.errors import Status
 from bookie.server.connection import ServerConnection
-from bookie.server.processor import DiskSpace, RequestProcessor, now_ms
+from bookie.server.processor import DiskSpace, PendingItem, RequestProcessor, now_ms
+from bookie.server.transport_connection import TransportConnection
 from bookie.storage.api import LedgerStorage
+
+
+class _Served(Protocol):
+    """What the server needs of a connection it serves (either driver)."""
+
+    @property
+    def connection_id(self) -> int: ...
+
+    @property
+    def pending(self) -> deque[PendingItem]: ...
+
+    @property
+    def queued_bytes(self) -> int: ...
+
+    def send(self, frame: bytes) -> None: ...
+
+    def stop_reading(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    async def flushed(self) -> None: ...
 
 
 class BookieServer:
@@ -88,11 +114,14 @@ class BookieServer:
             pending_requests_total_max=pending_requests_total_max,
             pending_bytes_total_max=pending_bytes_total_max,
         )
-        self._connections: dict[int, ServerConnection] = {}
+        self._connections: dict[int, _Served] = {}
         self._connection_ids = itertools.count(1)
         self._injected_listener = listener
-        self._listener: anyio.abc.Listener[anyio.abc.ByteStream] | None = None
+        self._tcp_server: asyncio.Server | None = None
+        self._all_gone: anyio.Event | None = None
+        """Set when the last TCP connection is gone (the server waits for it at the end)."""
         self._port = 0
+        self._started = False
         self._task_group: anyio.abc.TaskGroup | None = None
         self._accept_scope = anyio.CancelScope()
         self._timer_scope = anyio.CancelScope()
@@ -103,21 +132,21 @@ class BookieServer:
     # --- lifetime -----------------------------------------------------------------------------
 
     async def __aenter__(self) -> BookieServer:
-        listener: anyio.abc.Listener[anyio.abc.ByteStream]
-        if self._injected_listener is not None:
-            listener = self._injected_listener
-            self._port = self._requested_port
-        else:
-            tcp_listener = await anyio.create_tcp_listener(
-                local_host=self._host, local_port=self._requested_port
+        listener = self._injected_listener
+        if listener is None:
+            loop = asyncio.get_running_loop()
+            tcp_server = self._tcp_server = await loop.create_server(
+                self._new_transport_connection, self._host, self._requested_port
             )
-            self._port = tcp_listener.extra(SocketAttribute.local_port)
-            listener = tcp_listener
+            self._port = tcp_server.sockets[0].getsockname()[1]
+        else:
+            self._port = self._requested_port
         self._processor.start()
-        self._listener = listener
+        self._started = True
         task_group = self._task_group = anyio.create_task_group()
         await task_group.__aenter__()
-        task_group.start_soon(self._accept_loop, listener, task_group)
+        if listener is not None:
+            task_group.start_soon(self._accept_loop, listener, task_group)
         task_group.start_soon(self._timer_loop)
         return self
 
@@ -136,10 +165,17 @@ class BookieServer:
             except BaseException as error:  # cancelled from outside: still close everything
                 drain_error = error
                 exc_type, exc, traceback = type(error), error, error.__traceback__
-        self._accept_scope.cancel()
+        self._stop_accepting()
         self._timer_scope.cancel()
         for connection in list(self._connections.values()):
             connection.close()
+        if self._tcp_server is not None:
+            # An aborted transport tells its protocol in the next turn of the loop;
+            # shielded, as the task group must be left in this same call.
+            with anyio.CancelScope(shield=True):
+                while self._connections:
+                    gone = self._all_gone = anyio.Event()
+                    await gone.wait()
         self._processor.close()
         try:
             suppressed = await task_group.__aexit__(exc_type, exc, traceback)
@@ -157,7 +193,7 @@ class BookieServer:
         """Steps 1-4 of the graceful shutdown in the module docstring."""
         deadline_s = anyio.current_time() + self._shutdown_drain_ms / 1000
         self._draining = True
-        self._accept_scope.cancel()
+        self._stop_accepting()
         self._timer_scope.cancel()
         for connection in self._connections.values():
             connection.stop_reading()
@@ -182,7 +218,7 @@ class BookieServer:
     @property
     def port(self) -> int:
         """The port actually bound (useful when constructed with port 0)."""
-        assert self._listener is not None, "the server is not started"
+        assert self._started, "the server is not started"
         return self._port
 
     @property
@@ -209,6 +245,11 @@ class BookieServer:
         return self._processor.pending_total
 
     @property
+    def queued_answer_bytes(self) -> int:
+        """Bytes of answers the connections hold, not yet taken by the kernel."""
+        return sum(connection.queued_bytes for connection in self._connections.values())
+
+    @property
     def parked_reads(self) -> int:
         return self._handler.parked_reads
 
@@ -218,6 +259,35 @@ class BookieServer:
         Raises what `LedgerStorage.delete_ledger` raises (then nothing changed).
         """
         self._processor.delete_ledger(ledger_id)
+
+    # --- connections --------------------------------------------------------------------------
+
+    def _stop_accepting(self) -> None:
+        self._accept_scope.cancel()
+        if self._tcp_server is not None:
+            self._tcp_server.close()
+
+    def _new_transport_connection(self) -> TransportConnection:
+        return TransportConnection(
+            next(self._connection_ids),
+            self._processor,
+            on_open=self._transport_opened,
+            on_close=self._transport_closed,
+        )
+
+    def _transport_opened(self, connection: TransportConnection) -> bool:
+        if len(self._connections) >= self._connections_max or self._accept_scope.cancel_called:
+            return False
+        self._connections[connection.connection_id] = connection
+        self._processor.connection_opened(connection)
+        return True
+
+    def _transport_closed(self, connection: TransportConnection) -> None:
+        del self._connections[connection.connection_id]
+        self._processor.connection_closed(connection)
+        if not self._connections and self._all_gone is not None:
+            self._all_gone.set()
+            self._all_gone = None
 
     # --- tasks --------------------------------------------------------------------------------
 

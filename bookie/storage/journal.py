@@ -4,7 +4,8 @@ Every mutation is appended, encoded (bookie/storage/format.py), to an
 in-memory buffer on the event loop and gets a *ticket*.  One background task,
 `Journal.run`, owns all journal I/O: it takes the whole buffer as one *group*,
 writes it with one `os.write` and makes it durable with one `os.fdatasync`,
-both in a worker thread so the loop keeps serving while the disk works, and
+both in the journal's own thread (`IoThread`) so the loop keeps serving while
+the disk works, and
 then, back on the loop, advances `synced_ticket` to the group's last ticket
 and calls the sync listeners.  While one group is being synced the next one
 fills, so groups grow with the load by themselves.
@@ -53,7 +54,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-import anyio.to_thread
 
 from bookie import limits
 from bookie.errors import JournalCorrupt, StorageBusy, StorageError
@@ -69,6 +69,7 @@ from bookie.storage.format import (
     is_zeros,
     iter_journal_records,
 )
+from bookie.storage.io_thread import IoThread
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +232,7 @@ def delete_journal_files_before(journal_dir: Path, file_id: int, kept: int) -> l
 
 
 class JournalWriter:
-    """Blocking writes of journal files; used by one worker thread at a time.
+    """Blocking writes of journal files; used by the journal's thread only.
 
     Space is allocated ahead of the records (`limits.journal_preallocation_bytes`
     at a time, with `posix_fallocate`, which reads back as zeros): a group
@@ -356,6 +357,7 @@ class Journal:
         assert group_wait_ms >= 0
         assert 0 < group_bytes <= buffer_bytes_max
         self._writer = writer
+        self._io = IoThread("bookie-journal")
         self._group_wait_s = group_wait_ms / 1000
         self._group_bytes = group_bytes
         self._flush_when_queue_empty = flush_when_queue_empty
@@ -498,7 +500,7 @@ class Journal:
             # Shielded: a group handed to the disk is accounted for even when the
             # task is being cancelled, or its tickets would never be synced.
             with anyio.CancelScope(shield=True):
-                position = await anyio.to_thread.run_sync(self._writer.write_group, group)
+                position = await self._io.call(self._writer.write_group, group)
         except OSError as error:
             self.fail(storage_error(error, f"journal write to file {self._writer.file_id:016x}"))
             return
@@ -525,5 +527,6 @@ class Journal:
             await self._stopped.wait()
         while self._buffer and self._failure is None:
             await self._write_group()
+        self._io.stop()
         if self._failure is None:
             assert self._synced_ticket == self._ticket

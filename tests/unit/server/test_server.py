@@ -42,6 +42,7 @@ from bookie.wire.messages import (
     Response,
 )
 from tests.unit.server.support import (
+    DIGEST,
     DISK_FREE_BYTES,
     DISK_TOTAL_BYTES,
     KEY,
@@ -375,6 +376,64 @@ async def test_requests_over_the_per_connection_bound_get_etoomanyrequests() -> 
         storage.sync()
         await wait_for(lambda: len(collector.outcomes) == 8)
         assert collector.statuses()[3:] == [Status.EOK] * 5
+
+
+BIG_PAYLOAD_BYTES = 128 * 1024
+
+
+async def _store_big_entry(server: BookieServer, storage: MemoryLedgerStorage) -> None:
+    """Entry 0 of LEDGER with a 128 KiB payload, synced."""
+    big = DIGEST.build_entry(LEDGER, 0, -1, BIG_PAYLOAD_BYTES, b"b" * BIG_PAYLOAD_BYTES)
+    async with BookieConnection.connect("127.0.0.1", server.port) as writer:
+        collector = Collector()
+        writer.submit(AddRequest(0, LEDGER, 0, KEY, 0, big), collector, 5_000)
+        await wait_for(lambda: server.pending_requests == 1)
+        storage.sync()
+        await wait_for(lambda: len(collector.outcomes) == 1)
+        assert collector.statuses() == [Status.EOK]
+
+
+def _big_reads(count: int) -> bytes:
+    return b"".join(
+        encode_request(ReadRequest(request_id, LEDGER, 0, 0, None, None, None))
+        for request_id in range(1, count + 1)
+    )
+
+
+async def test_a_client_reading_no_answers_gets_no_more_than_the_send_bound_queued() -> None:
+    # 400 reads of a 128 KiB entry: 50 MiB of answers for a client that reads none.
+    reads = 400
+    bound = limits.socket_send_coalesce_bytes_max
+    storage = MemoryLedgerStorage()
+    async with running_server(storage) as server:
+        await _store_big_entry(server, storage)
+        stream = await anyio.connect_tcp("127.0.0.1", server.port)
+        async with stream:
+            await stream.send(_big_reads(reads))
+            await wait_for(lambda: server.queued_answer_bytes > bound)
+            # The requests not yet answered wait unread instead of their answers
+            # piling up: at most the bound in the transport's buffer, and the
+            # bound plus one answer handed to it at once.
+            assert server.queued_answer_bytes <= 2 * bound + 2 * BIG_PAYLOAD_BYTES
+            items = await read_bodies(stream, reads, timeout_s=30)
+        # [version, op, request_id, status, ...]: every read answered once, in full.
+        assert sorted(item[2] for item in items) == list(range(1, reads + 1))
+        assert {item[3] for item in items} == {Status.EOK}
+
+
+async def test_a_client_that_stops_reading_is_disconnected_after_the_send_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits, "socket_send_timeout_ms", 300)
+    storage = MemoryLedgerStorage()
+    async with running_server(storage) as server:
+        await _store_big_entry(server, storage)
+        stream = await anyio.connect_tcp("127.0.0.1", server.port)
+        async with stream:
+            await stream.send(_big_reads(400))
+            await wait_for(lambda: server.queued_answer_bytes > 0)
+            await wait_for(lambda: server.connection_count == 0, timeout_s=10)
+            assert server.queued_answer_bytes == 0
 
 
 async def test_requests_over_the_total_bounds_get_etoomanyrequests() -> None:
