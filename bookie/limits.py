@@ -228,6 +228,10 @@ explicit_lac_interval_ms_default = 200
 ensemble_changes_max_default = 1_000
 """Ensemble changes one write handle may make before it gives up."""
 
+ensemble_change_retry_interval_ms_default = 1_000
+"""A writer whose ensemble change found no replacement (and goes on with the bookies left)
+asks for it again this often."""
+
 recovery_read_batch_max = 64
 """Entries a recovery reads (with fencing) ahead of its recovery adds."""
 

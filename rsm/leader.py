@@ -49,8 +49,10 @@ the newest hash it recorded that the log does not carry yet
 
 Step-down (`step_down`): EFENCED or any other refusal of the ledger, a lost
 CAS, or a reason from outside (session trouble, election lost).  A ledger
-that fails while the term is idle (its last add's slow bookie timed out and
-no replacement exists) is noticed at once through `WriteHandle.on_failure`,
+that fails while the term is idle (its last add's slow bookie timed out, no
+replacement exists and too few bookies are left for Qa; with enough left, the
+ledger defers the change and the term goes on) is noticed at once through
+`WriteHandle.on_failure`,
 not at the next command: until a successor recovers that ledger, followers
 cannot see the term's last confirmed batches.  The term
 stops accepting at once; commands never sent are answered NotLeader (they
@@ -221,6 +223,7 @@ class LeaderTerm:
         return {
             "ledger_id": self._segment.ledger_id,
             "segment_first_index": self._segment.first_index,
+            "ensemble_change_deferred": self._handle.change_deferred,
             "queued_commands": self._batcher.pending_count,
             "batches_in_flight": len(self._in_flight),
             "waiting_linearizable_reads": len(self._reads),

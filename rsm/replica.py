@@ -382,11 +382,13 @@ class Replica:
         `sessions` (clients in the session table), `waiting_reads`
         (read_your_writes waiting for their index), `takeovers`,
         `last_transfer_window_ms`, while leading `term`: the ledger
-        written, queued commands, batches in flight, rollovers and the last
-        rollover's pause; `snapshots` (taken, loaded, skipped, the last ones,
-        truncations) and `state_hashes` (the newest recorded, checks against
-        the log, and `diverged_at`: the first index where this replica's
-        state differed from the leader's, or None).
+        written (and `ensemble_change_deferred`: a failed bookie of its
+        ensemble has no replacement, so entries get fewer copies), queued
+        commands, batches in flight, rollovers and the last rollover's pause;
+        `snapshots` (taken, loaded, skipped, the last ones, truncations) and
+        `state_hashes` (the newest recorded, checks against the log, and
+        `diverged_at`: the first index where this replica's state differed
+        from the leader's, or None).
         """
         leadership = self._election
         leader = leadership.leader

@@ -12,16 +12,19 @@ carries out its effects and feeds back what happened:
   `writer_ensemble_change_transform`; the outcome goes back as
   `on_ensemble_changed` / `on_ensemble_change_failed`.
 * `SendExplicitLac`: WRITE_LAC to the ensemble (best effort: answers are not
-  needed); a timer task calls `tick` when the core says it is due.
+  needed); a timer task calls `tick` when the core says it is due (which is
+  also how a deferred ensemble change, one that found no replacement, is
+  asked for again).
 * `CloseLedger`: the CAS loop with `writer_close_transform`, then `on_closed` /
   `on_close_failed`.
 * `AddsConfirmed` / `AddsFailed` / `CloseFailed`: wake whoever waits.
 
 A writer that fails while it has nothing to append (the last add's slow
-bookie times out and no replacement exists, say) would not find out until
-its next append, and meanwhile readers cannot see its last confirmed
-entries: their LAC was never published, and only the writer's close or a
-recovery publishes it.  `on_failure(listener)` tells the owner at once.
+bookie times out, no replacement exists and too few bookies are left for
+Qa, say) would not find out until its next append, and meanwhile readers
+cannot see its last confirmed entries: their LAC was never published, and
+only the writer's close or a recovery publishes it.  `on_failure(listener)`
+tells the owner at once.
 
 Two ways to append.  `await append(payload)` returns the entry id once it is
 confirmed (Qa acks and every earlier entry confirmed).  For throughput,
@@ -51,6 +54,7 @@ import contextlib
 import functools
 import heapq
 import itertools
+import logging
 from collections.abc import Callable
 from types import TracebackType
 
@@ -85,6 +89,7 @@ from bookie.errors import (
     Status,
     WriterNotConfirmed,
 )
+from bookie.logs import emit
 from bookie.wire.messages import (
     AddResponse,
     LedgerStateRequest,
@@ -93,6 +98,8 @@ from bookie.wire.messages import (
     WriteLacRequest,
 )
 from bookie.wire.packet import Digest, master_key
+
+logger = logging.getLogger(__name__)
 
 _NOT_FENCED_STATUSES = (Status.EOK, Status.ENOLEDGER)
 """A bookie that holds nothing of the ledger has not fenced it: a fence creates it."""
@@ -144,7 +151,10 @@ class WriteHandle:
         self._failure_listeners: list[Callable[[BookieError], None]] = []
         self._processing = False
         self._timer_scope = anyio.CancelScope()
-        context.task_group.start_soon(self._tick_explicit_lac)
+        self._tick_wakeup: anyio.Event | None = None
+        """Set to wake the timer task when the core gets a due time it did not have."""
+        self._deferral_logged = False
+        context.task_group.start_soon(self._tick)
 
     # --- state --------------------------------------------------------------------------------
 
@@ -156,6 +166,13 @@ class WriteHandle:
     def metadata(self) -> LedgerMetadata:
         """The ledger's metadata as this handle last wrote or read it."""
         return self._metadata
+
+    @property
+    def change_deferred(self) -> bool:
+        """A failed bookie has no replacement yet: entries go to the bookies left (at least
+        Qa of each write set) and the change is asked for again every
+        `limits.ensemble_change_retry_interval_ms_default`."""
+        return self._writer.change_deferred
 
     @property
     def last_add_confirmed(self) -> int:
@@ -487,9 +504,26 @@ class WriteHandle:
             )
         except BookieError as error:
             self._writer.on_ensemble_change_failed(error)
+            if self._writer.change_deferred:
+                # Once per deferral, not per retry: a warning a second says nothing new.
+                level = logging.DEBUG if self._deferral_logged else logging.WARNING
+                self._deferral_logged = True
+                emit(
+                    logger,
+                    level,
+                    "ledger.ensemble_change_deferred",
+                    ledger_id=self._ledger_id,
+                    failed=sorted(effect.failed.values()),
+                    reason=str(error),
+                )
+                wakeup = self._tick_wakeup
+                if wakeup is not None:
+                    self._tick_wakeup = None
+                    wakeup.set()
         else:
             self._metadata = metadata
             self._writer.on_ensemble_changed(metadata)
+            self._deferral_logged = False
         self._process()
 
     async def _close_metadata(self, effect: CloseLedger) -> None:
@@ -511,10 +545,19 @@ class WriteHandle:
         assert done is not None, "the core closes only after close()"
         done.set()
 
-    async def _tick_explicit_lac(self) -> None:
+    async def _tick(self) -> None:
+        """Call the core's `tick` when it says it is due, until it never will be."""
         writer = self._writer
         with self._timer_scope:
-            while (due_ms := writer.next_tick_ms) is not None:
+            while True:
+                due_ms = writer.next_tick_ms
+                if due_ms is None:
+                    if writer.state is not WriterState.WRITABLE:
+                        return
+                    # Nothing timed (no explicit LAC) until a change is deferred.
+                    wakeup = self._tick_wakeup = anyio.Event()
+                    await wakeup.wait()
+                    continue
                 delay_ms = due_ms - now_ms()
                 if delay_ms > 0:
                     await anyio.sleep(delay_ms / 1000)

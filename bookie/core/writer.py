@@ -39,7 +39,16 @@ Rules of the pipeline:
    replaced index forgets the replaced bookie's ack and is re-sent to the
    replacement, which is then the only copy the metadata points readers to.
 6. A failed ensemble change fails every pending add with its error;
-   `LedgerFenced` when the metadata says a recovery took the ledger.
+   `LedgerFenced` when the metadata says a recovery took the ledger.  One
+   exception: when no replacement bookie exists (`NotEnoughBookies`) and
+   every write set still has Qa bookies that did not fail, nothing fails.
+   The change is *deferred*: the failed bookies stay skipped, the
+   confirmations held back go out, entries keep being confirmed by the
+   bookies left (as BookKeeper's `delayEnsembleChange` does), and
+   `retry_deferred_change` (the writer's `tick`, every
+   `change_retry_interval_ms`) asks for the change again, since a bookie may
+   have joined since.  Entries written meanwhile have fewer than Qw copies,
+   never fewer than Qa.
 
 The writer adds:
 
@@ -48,7 +57,9 @@ The writer adds:
    (`capacity` says how many more may be appended now).
 8. Explicit LAC: `tick(now_ms)` sends the LAC to every bookie of the ensemble
    when it is newer than the LAC the last add carried, at most once per
-   `explicit_lac_interval_ms`, so tailing readers see the last entry.
+   `explicit_lac_interval_ms`, so tailing readers see the last entry.  It
+   also retries a deferred ensemble change (rule 6) once
+   `change_retry_interval_ms` passed.
 9. `close()` stops appends, waits for the pending adds, then asks for the
    metadata CAS to CLOSED at the LAC (`CloseLedger`).
 """
@@ -67,6 +78,7 @@ from bookie.errors import (
     LedgerClosed,
     LedgerFenced,
     LocalProtocolError,
+    NotEnoughBookies,
     Status,
     TooManyEnsembleChanges,
 )
@@ -200,6 +212,7 @@ class AddPipeline:
         "_replace_after_ack_quorum",
         "_ensemble_changes",
         "_ensemble_changes_max",
+        "change_deferred",
     )
 
     def __init__(
@@ -242,6 +255,8 @@ class AddPipeline:
         self._replace_after_ack_quorum = replace_after_ack_quorum
         self._ensemble_changes = 0
         self._ensemble_changes_max = ensemble_changes_max
+        self.change_deferred = False
+        """A change found no replacement and waits for `retry_deferred_change` (rule 6)."""
 
     def _use_ensemble(self, ensemble: tuple[str, ...]) -> None:
         self._ensemble = ensemble
@@ -364,8 +379,23 @@ class AddPipeline:
 
     def on_ensemble_change_failed(self, error: BookieError) -> None:
         """The change asked for by `ChangeEnsemble` cannot happen (rule 6)."""
-        assert self.error is not None or self._changing is not None
+        changing = self._changing
+        assert self.error is not None or changing is not None
+        if self.error is not None or changing is None:
+            return
+        if isinstance(error, NotEnoughBookies) and self._writes_can_complete():
+            self._failed.update(changing)
+            self._changing = None
+            self.change_deferred = True
+            self._confirm()
+            return
         self.fail(error)
+
+    def retry_deferred_change(self) -> None:
+        """Ask again for the change that found no replacement (rule 6)."""
+        if self.change_deferred and self.error is None:
+            self._change_due = True
+            self._maybe_start_change()
 
     def fail(self, error: BookieError) -> None:
         """Fail every pending add with `error` and stop."""
@@ -415,6 +445,14 @@ class AddPipeline:
                 self._change_after = entry_id if after is None else min(after, entry_id)
         self._maybe_start_change()
 
+    def _writes_can_complete(self) -> bool:
+        """Whether every write set keeps at least Qa bookies that have not failed."""
+        failed_mask = self._failed_mask
+        ack_failed = self._quorum.ack_failed
+        return not any(
+            ack_failed((mask & failed_mask).bit_count()) for mask in self._quorum.write_masks
+        )
+
     def _an_add_cannot_complete(self) -> bool:
         """Whether some pending add lost so many bookies that it cannot reach Qa (rule 4)."""
         failed_mask = self._failed_mask
@@ -462,6 +500,7 @@ class AddPipeline:
         self._failed.clear()
         self._change_due = False
         self._change_after = None
+        self.change_deferred = False
         self._effects.append(
             ChangeEnsemble(self.last_add_confirmed + 1, self._ensemble, dict(self._changing))
         )
@@ -496,6 +535,8 @@ class Writer:
         "_explicit_lac_interval_ms",
         "_explicit_lac_due_ms",
         "_lac_published",
+        "_change_retry_interval_ms",
+        "_change_retry_ms",
     )
 
     def __init__(
@@ -506,10 +547,12 @@ class Writer:
         outstanding_adds_max: int = limits.outstanding_adds_max_default,
         explicit_lac_interval_ms: int = limits.explicit_lac_interval_ms_default,
         ensemble_changes_max: int = limits.ensemble_changes_max_default,
+        change_retry_interval_ms: int = limits.ensemble_change_retry_interval_ms_default,
     ) -> None:
         assert metadata.state is LedgerState.OPEN
         assert outstanding_adds_max >= 1
         assert explicit_lac_interval_ms >= 0
+        assert change_retry_interval_ms > 0
         self._metadata = metadata
         self._digest = digest
         self._effects: list[WriterEffect] = []
@@ -530,6 +573,9 @@ class Writer:
         self._explicit_lac_due_ms = 0
         self._lac_published = -1
         """The newest LAC sent to bookies, in an add's header or explicitly."""
+        self._change_retry_interval_ms = change_retry_interval_ms
+        self._change_retry_ms: int | None = None
+        """When a deferred ensemble change is asked for again (None: not scheduled yet)."""
 
     # --- state --------------------------------------------------------------------------------
 
@@ -581,11 +627,22 @@ class Writer:
         return max(0, self._outstanding_adds_max - self._pipeline.outstanding)
 
     @property
+    def change_deferred(self) -> bool:
+        """An ensemble change found no replacement; writes go on without it (rule 6)."""
+        return self._pipeline.change_deferred
+
+    @property
     def next_tick_ms(self) -> int | None:
-        """When `tick` has work next (explicit LAC), or None when it never will."""
-        if self._explicit_lac_interval_ms == 0 or self._state is not WriterState.WRITABLE:
+        """When `tick` has work next (explicit LAC, a deferred change), or None when it
+        never will."""
+        if self._state is not WriterState.WRITABLE:
             return None
-        return self._explicit_lac_due_ms
+        due_ms = None if self._explicit_lac_interval_ms == 0 else self._explicit_lac_due_ms
+        if self._pipeline.change_deferred:
+            # Not scheduled yet: tick now, which schedules it.
+            retry_ms = 0 if self._change_retry_ms is None else self._change_retry_ms
+            due_ms = retry_ms if due_ms is None else min(due_ms, retry_ms)
+        return due_ms
 
     def take_effects(self) -> list[WriterEffect]:
         """Every effect produced since the last call, in the order to carry them out."""
@@ -644,7 +701,11 @@ class Writer:
         self._settle()
 
     def tick(self, now_ms: int) -> None:
-        """Timer input: publish the LAC explicitly when adds stopped carrying it (rule 8)."""
+        """Timer input: publish the LAC explicitly when adds stopped carrying it, retry a
+        deferred ensemble change (rule 8)."""
+        if self._state is not WriterState.WRITABLE:
+            return
+        self._retry_deferred_change(now_ms)
         interval = self._explicit_lac_interval_ms
         if interval == 0 or self._state is not WriterState.WRITABLE:
             return
@@ -686,6 +747,17 @@ class Writer:
         self._state = WriterState.FENCED if isinstance(error, LedgerFenced) else WriterState.BROKEN
 
     # --- rules --------------------------------------------------------------------------------
+
+    def _retry_deferred_change(self, now_ms: int) -> None:
+        pipeline = self._pipeline
+        if not pipeline.change_deferred:
+            self._change_retry_ms = None
+        elif self._change_retry_ms is None:
+            self._change_retry_ms = now_ms + self._change_retry_interval_ms
+        elif now_ms >= self._change_retry_ms:
+            self._change_retry_ms = None
+            pipeline.retry_deferred_change()
+            self._settle()
 
     def _refusal(self) -> BookieError:
         error = self._pipeline.error

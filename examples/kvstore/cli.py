@@ -400,6 +400,14 @@ def render_status(report: dict[str, Any]) -> str:
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
     for row in rows:
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    if any(
+        (entry.get("term") or {}).get("ensemble_change_deferred") for entry in report["replicas"]
+    ):
+        lines += [
+            "",
+            "warning: a bookie of the leader's ledger failed and none can replace it: writes",
+            "go to the bookies left (still on 2 disks each, but not 3); start another bookie",
+        ]
     return "\n".join(line.rstrip() for line in lines)
 
 

@@ -158,3 +158,27 @@ def test_a_killed_leader_comes_back_as_a_follower_and_catches_up(store: Store) -
         assert client.mget([f"before:{i}" for i in range(50)]) == [b"%d" % i for i in range(50)]
         assert client.mget([f"after:{i}" for i in range(50)]) == [b"%d" % i for i in range(50)]
         assert client.info("replication")["rsm_role"] == "follower"
+
+
+def test_writes_go_on_after_one_of_the_three_bookies_is_killed(store: Store) -> None:
+    """kill -9 of a bookie: with three, none can replace it, so the leader's ledger writes
+    to the two left (each write still on two disks before it is acknowledged) and no
+    client sees an error; followers keep reading the log from those two."""
+    leader = store.leader()
+    client = store.client(leader, socket_timeout=WAIT_S)
+    follower = store.client(next(name for name in store.names if name != leader))
+    for number in range(50):
+        assert client.set(f"before:{number}", str(number))
+    bookie = store.cluster.bookies.bookies[0]
+    assert bookie.process is not None
+    bookie.process.kill()
+    for number in range(200):
+        assert client.set(f"after:{number}", str(number))
+    assert store.leader() == leader, "the leader never stepped down"
+    wait_for(lambda: follower.get("after:199") == b"199")
+    assert command(follower, "DBSIZE") == 250
+    assert [follower.get(f"before:{number}") for number in range(50)] == [
+        str(number).encode() for number in range(50)
+    ]
+    client.close()
+    follower.close()

@@ -36,6 +36,7 @@ from tests.unit.core.client_fakes import (
     EUA,
     LEDGER_ID,
     Cluster,
+    FakeBookie,
     ledger_length,
     make_metadata,
     payload_of,
@@ -350,6 +351,87 @@ def test_rule6_a_change_refused_because_recovery_started_fences_the_writer() -> 
     assert sorted(failed) == [1, 2]
     assert all(isinstance(error, LedgerFenced) for error in failed.values())
     assert writer.state is WriterState.FENCED
+
+
+def defer_a_change(cluster: Cluster, writer: Writer) -> None:
+    """Entries 0 and 1; b1 times out on entry 1, which b2 and b3 confirm; no spare."""
+    cluster.append("w", 2)
+    cluster.deliver(entry_id=0)
+    cluster.time_out(bookie_id="b1", entry_id=1)
+    cluster.deliver_all_but("b1")
+    assert writer.change_deferred
+
+
+def test_rule6_no_replacement_defers_the_change_while_the_bookies_left_reach_qa() -> None:
+    cluster, writer = cluster_with_writer(spare=(), explicit_lac_interval_ms=0)
+    cluster.append("w", 3)
+    cluster.deliver(entry_id=0)
+    cluster.time_out(bookie_id="b1", entry_id=1)
+    # b2 and b3 are Qa = 2: entries 1 and 2 are confirmed without b1, then the
+    # (delayed) change finds no bookie to replace b1 with.
+    cluster.deliver_all_but("b1")
+    assert writer.state is WriterState.WRITABLE
+    assert writer.change_deferred
+    assert cluster.logs["w"].failed == {}
+    assert cluster.logs["w"].confirmed == [0, 1, 2]
+    assert cluster.cell.metadata.ensembles == ((0, ("b1", "b2", "b3")),)
+    # New entries skip b1 and are confirmed by the two others.
+    cluster.append("w", 2)
+    assert {r.bookie_id for r in cluster.pending("w", op="add")} - {"b1"} == {"b2", "b3"}
+    assert not cluster.pending("w", bookie_id="b1", entry_id=3)
+    cluster.deliver_all_but("b1")
+    assert cluster.logs["w"].confirmed == [0, 1, 2, 3, 4]
+    assert cluster.bookies["b2"].entries.keys() >= {3, 4}
+
+
+def test_rule6_a_deferred_change_is_asked_for_again_and_takes_a_bookie_that_joined() -> None:
+    cluster, writer = cluster_with_writer(
+        spare=(), explicit_lac_interval_ms=0, change_retry_interval_ms=500
+    )
+    defer_a_change(cluster, writer)
+    cluster.append("w")
+    assert writer.next_tick_ms == 0, "the retry is scheduled at the next tick"
+    writer.tick(1_000)
+    assert writer.next_tick_ms == 1_500
+    writer.tick(1_499)
+    assert writer.take_effects() == []
+    # Still no bookie: asked again, deferred again.
+    writer.tick(1_500)
+    cluster.pump("w")
+    assert writer.change_deferred
+    assert writer.state is WriterState.WRITABLE
+    cluster.bookies["b4"] = FakeBookie("b4")
+    cluster.available["b4"] = None
+    writer.tick(2_000)
+    writer.tick(2_500)
+    cluster.pump("w")
+    assert not writer.change_deferred
+    assert cluster.cell.metadata.ensembles[-1] == (2, ("b4", "b2", "b3"))
+    # Entry 2, still pending, went to the newcomer too.
+    assert cluster.pending("w", bookie_id="b4", entry_id=2)
+    cluster.deliver_all()
+    assert cluster.logs["w"].confirmed == [0, 1, 2]
+    assert writer.next_tick_ms is None
+
+
+def test_rule6_a_second_failure_while_deferred_breaks_the_writer() -> None:
+    cluster, writer = cluster_with_writer(spare=())
+    defer_a_change(cluster, writer)
+    cluster.append("w")
+    cluster.time_out(bookie_id="b2", entry_id=2)
+    assert isinstance(cluster.logs["w"].failed[2], NotEnoughBookies)
+    assert writer.state is WriterState.BROKEN
+
+
+def test_rule6_no_deferral_when_a_write_set_is_left_below_qa() -> None:
+    # Qw = Qa = 2 of E = 3: every write set holding b1 loses its quorum.
+    cluster, writer = cluster_with_writer(write_quorum=2, ack_quorum=2, spare=())
+    cluster.append("w", 2)
+    cluster.deliver(entry_id=0)
+    cluster.time_out(bookie_id="b2", entry_id=1)
+    assert not writer.change_deferred
+    assert writer.state is WriterState.BROKEN
+    assert isinstance(cluster.logs["w"].failed[1], NotEnoughBookies)
 
 
 def test_rule6_no_replacement_bookie_breaks_the_writer_which_can_still_close() -> None:

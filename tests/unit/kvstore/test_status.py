@@ -64,3 +64,11 @@ def test_the_status_table_names_each_replicas_redis_port() -> None:
         "kv-2     127.0.0.1:6380  leader              2      42       0    redis-cli -p 6380",
         "kv-3     ?               Timeout: no answer",
     ]
+
+
+def test_the_status_warns_when_the_leaders_ledger_writes_to_fewer_bookies() -> None:
+    leader = {**REPORT["replicas"][1], "term": {"ensemble_change_deferred": True}}  # type: ignore[dict-item]
+    report = {**REPORT, "replicas": [REPORT["replicas"][0], leader]}  # type: ignore[index]
+    lines = render_status(report).splitlines()
+    assert lines[-2].startswith("warning: a bookie of the leader's ledger failed")
+    assert "warning" not in render_status(REPORT)

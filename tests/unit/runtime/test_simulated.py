@@ -115,12 +115,13 @@ def test_a_seed_replays_exactly() -> None:
     assert first[12] != first[5], "another replica leads after the crash"
 
 
-def test_a_leader_whose_ledger_breaks_after_its_last_write_steps_down_by_itself() -> None:
-    """Three bookies, E = Qw = 3, Qa = 2.  The leader's last add is confirmed by two
-    bookies while the third is cut off from the leader; that add times out and, with no
-    bookie left to replace it, the ledger breaks.  No command follows, so nothing but
-    `WriteHandle.on_failure` tells the leader: it must step down by itself (a successor
-    then recovers the ledger), not sit on a ledger that takes nothing more."""
+def test_a_leader_cut_off_from_one_bookie_goes_on_and_from_two_steps_down() -> None:
+    """Three bookies, E = Qw = 3, Qa = 2.  Cut off from one bookie, the leader's adds
+    are confirmed by the two others; with no bookie to replace the third, its ledger
+    defers the ensemble change and the leader goes on leading.  Cut off from a second
+    one, no write set keeps Qa: the ledger breaks and the leader steps down by itself;
+    a successor recovers the ledger, and the write that was in flight is applied
+    once."""
 
     async def main() -> None:
         rng = random.Random(5)
@@ -152,11 +153,20 @@ def test_a_leader_whose_ledger_breaks_after_its_last_write_steps_down_by_itself(
             leader = next(replica for replica in replicas if replica.is_leader)
             network.partition([leader.replica_id], [BOOKIES[2]])
             assert await client.call("add", 1) == 2, "confirmed by the two other bookies"
-            await wait_until(lambda: not leader.is_leader, timeout_s=30)
-            network.heal()
-            assert await client.call("add", 1) == 3
+            # The cut-off bookie's add times out: no bookie can replace it.
             await wait_until(
-                lambda: {replica.machine.value for replica in replicas} == {3},  # type: ignore[attr-defined]
+                lambda: leader.status()["term"]["ensemble_change_deferred"], timeout_s=30
+            )
+            for expected in range(3, 12):
+                assert await client.call("add", 1) == expected, "confirmed by two bookies"
+            assert leader.is_leader
+            network.partition([leader.replica_id], [BOOKIES[1]])
+            assert await client.call("add", 1) == 12, "applied once, by a successor"
+            assert not leader.is_leader
+            network.heal()
+            assert await client.call("add", 1) == 13
+            await wait_until(
+                lambda: {replica.machine.value for replica in replicas} == {13},  # type: ignore[attr-defined]
                 timeout_s=30,
             )
 
