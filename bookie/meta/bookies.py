@@ -250,6 +250,13 @@ class Registration:
                         # ZooKeeper deletes it when that session expires.
                         await self._store.watch(path, await self._version(path))
             except TimeoutError as error:
+                if self._store.session_state is not SessionState.CONNECTED:
+                    # Cut off while waiting: the znode may be long gone, and its
+                    # deletion is not heard until the session is back.
+                    raise MetadataUnavailable(
+                        f"{path}: lost the metadata session while waiting "
+                        f"{self._stale_wait_ms} ms for another session's znode to go"
+                    ) from error
                 raise NodeExists(
                     f"{path}: held by another session for over {self._stale_wait_ms} ms; "
                     f"is another bookie running with id {self._bookie_id!r}?"

@@ -64,7 +64,7 @@ import anyio.abc
 from bookie import limits
 from bookie.client.config import ClientConfig
 from bookie.client.ledger_client import LedgerClient
-from bookie.errors import StorageError
+from bookie.errors import MetadataUnavailable, StorageError
 from bookie.meta.api import SessionState
 from bookie.meta.bookies import BookieInfo, init_cluster, register
 from bookie.meta.memory import MemoryMetadataServer, MemoryMetadataStore
@@ -414,16 +414,15 @@ class SimCluster:
             with scope:
                 async with server, anyio.create_task_group() as disk_tasks:
                     disk_tasks.start_soon(self._sync_disk, bookie, disk)
-                    async with register(
-                        store,
-                        bookie.bookie_id,
-                        BookieInfo(bookie.address),
-                        root=self.config.root,
-                        stale_wait_ms=4 * self.config.bookie_session_timeout_ms,
-                    ):
-                        self.trace.record(bookie.bookie_id, "registered")
-                        task_status.started()
-                        await anyio.sleep_forever()
+                    while True:
+                        try:
+                            await self._serve_registered(bookie, store, task_status)
+                        except MetadataUnavailable as error:
+                            # What a supervisor restarting the process would get to.
+                            self.trace.record(
+                                bookie.bookie_id, f"not registered ({error}); again once back"
+                            )
+                            await _connected(store)
         finally:
             # A crash handed the store to `_expire_later`; otherwise this incarnation owns it.
             if bookie.store is store:
@@ -432,6 +431,24 @@ class SimCluster:
                 with anyio.CancelScope(shield=True):
                     await store.aclose()
             stopped.set()
+
+    async def _serve_registered(
+        self,
+        bookie: SimBookie,
+        store: MemoryMetadataStore,
+        task_status: anyio.abc.TaskStatus[None],
+    ) -> None:
+        async with register(
+            store,
+            bookie.bookie_id,
+            BookieInfo(bookie.address),
+            root=self.config.root,
+            stale_wait_ms=4 * self.config.bookie_session_timeout_ms,
+        ):
+            self.trace.record(bookie.bookie_id, "registered")
+            task_status.started()
+            await anyio.sleep_forever()
+        raise AssertionError("a registered bookie serves until cancelled")
 
     async def _sync_disk(self, bookie: SimBookie, disk: SimDisk) -> None:
         while True:
@@ -481,6 +498,16 @@ class SimCluster:
                 yield client
             finally:
                 del self.clients[name]
+
+
+async def _connected(store: MemoryMetadataStore) -> None:
+    """Return once `store`'s session is connected (at once if it is)."""
+    events = store.session_events()
+    if store.session_state is SessionState.CONNECTED:
+        return
+    async for state in events:
+        if state is SessionState.CONNECTED:
+            return
 
 
 def _disk_space() -> tuple[int, int]:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookie.errors import BadMetadata, MetadataVersionConflict, NodeExists
+from bookie.errors import BadMetadata, MetadataUnavailable, MetadataVersionConflict, NodeExists
 from bookie.meta.api import NO_NODE_VERSION
 from bookie.meta.bookies import (
     BookieInfo,
@@ -192,6 +192,39 @@ async def test_registration_gives_up_on_a_live_duplicate(
     with pytest.raises(NodeExists, match="is another bookie running with id 'b1'"):
         async with register(store, "b1", INFO, stale_wait_ms=50):
             pass
+
+
+async def test_registration_cut_off_while_waiting_says_so_not_duplicate(
+    server: MemoryMetadataServer, store: MemoryMetadataStore
+) -> None:
+    """The stale znode's session expires while this one is cut off: the deletion is not
+    heard until it is back, so the wait ends as a metadata outage, not as a duplicate."""
+    previous_process = server.client()
+    await previous_process.create(
+        "/ledgers/available/b1",
+        encode_registration(INFO, previous_process.session_id),
+        ephemeral=True,
+    )
+    failures: list[BaseException] = []
+
+    async def start_bookie() -> None:
+        try:
+            async with register(store, "b1", INFO, stale_wait_ms=200):
+                pass
+        except MetadataUnavailable as error:
+            failures.append(error)
+
+    with anyio.fail_after(WAIT_S):
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(start_bookie)
+            await anyio.wait_all_tasks_blocked()
+            store.suspend()
+            previous_process.expire_session()
+    assert len(failures) == 1
+    assert "lost the metadata session" in str(failures[0])
+    store.resume()
+    async with register(store, "b1", INFO, stale_wait_ms=50) as registration:
+        assert registration.registered
 
 
 async def test_registration_adopts_its_own_znode(store: MemoryMetadataStore) -> None:
