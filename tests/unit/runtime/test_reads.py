@@ -10,7 +10,7 @@ import pytest
 from rsm.config import ReplicaConfig
 from rsm.errors import NotLeader
 from rsm.replica import Replica
-from tests.unit.runtime.harness import replica_cluster, replica_config, wait_until
+from tests.unit.runtime.harness import WAIT_S, replica_cluster, replica_config, wait_until
 from tests.unit.runtime.test_failover import start_three
 from tests.unit.runtime.test_transfer import everyone_stands
 
@@ -143,6 +143,43 @@ async def test_a_successor_waits_out_the_lease_of_a_leader_that_missed_its_sessi
         with pytest.raises(NotLeader):
             await old.query("get")  # not 1: its lease ran out before the write above
         store.release_session_events()
+
+
+async def test_a_failed_renewal_does_not_extend_the_lease() -> None:
+    """Two of three bookies stop: renewal rounds fail.  Reads go on under the lease until
+    it ends, never after: then a read waits for a round, which succeeds once the bookies
+    are back."""
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas, replica_config(read_lease_ms=400))
+        term = leader.term
+        assert term is not None
+        assert await leader.call("add", 1) == 1
+        assert await leader.query("get") == 1
+        stopped = term.handle.metadata.current_ensemble[1:]
+        for bookie_id in stopped:
+            await replicas.cluster.stop_bookie(bookie_id)
+        rounds = term.read_rounds
+
+        async def read_and_check_held() -> bool:
+            # Reads keep asking for renewals (each fails) while the lease lasts.
+            if term.status()["read_lease_held"]:
+                assert await leader.query("get") == 1
+                return False
+            return True
+
+        with anyio.fail_after(WAIT_S):
+            while not await read_and_check_held():
+                await anyio.sleep(0.02)
+        assert term.read_rounds == rounds, "no round succeeded"
+        with anyio.move_on_after(0.3) as waiting:
+            await leader.query("get")
+        assert waiting.cancelled_caught, "no lease, no round: the read waits"
+        for bookie_id in stopped:
+            await replicas.cluster.restart_bookie(bookie_id)
+        with anyio.fail_after(WAIT_S):
+            assert await leader.query("get") == 1
+        assert term.read_rounds > rounds
+        assert term.status()["read_lease_held"] is True
 
 
 async def test_a_handover_ends_the_lease_and_its_successor_serves_without_waiting() -> None:
