@@ -32,7 +32,9 @@ not closed, so its registration lingers until the session expires
 `bookie_session_timeout_ms` later, as it would in ZooKeeper; a client may
 still pick the dead bookie meanwhile.  `restart(bookie_id)` starts a new
 incarnation on the same address from the crashed disk; it registers again
-once the old session's znode is gone.
+once the old session's znode is gone.  A registration that ends in a metadata
+outage (`MetadataUnavailable`) is tried again once the session is back, which
+is what a supervisor restarting the process would get to.
 
 Determinism.  Every random choice comes from `Random`s derived, in a fixed
 order, from the one given to `SimCluster`; the world keeps its collections in

@@ -406,7 +406,8 @@ def render_status(report: dict[str, Any]) -> str:
         lines += [
             "",
             "warning: a bookie of the leader's ledger failed and none can replace it: writes",
-            "go to the bookies left (still on 2 disks each, but not 3); start another bookie",
+            "go to the bookies left (each on the ack quorum's disks, fewer than the write",
+            "quorum's); start another bookie",
         ]
     return "\n".join(line.rstrip() for line in lines)
 

@@ -70,5 +70,5 @@ def test_the_status_warns_when_the_leaders_ledger_writes_to_fewer_bookies() -> N
     leader = {**REPORT["replicas"][1], "term": {"ensemble_change_deferred": True}}  # type: ignore[dict-item]
     report = {**REPORT, "replicas": [REPORT["replicas"][0], leader]}  # type: ignore[index]
     lines = render_status(report).splitlines()
-    assert lines[-2].startswith("warning: a bookie of the leader's ledger failed")
+    assert lines[-3].startswith("warning: a bookie of the leader's ledger failed")
     assert "warning" not in render_status(REPORT)
