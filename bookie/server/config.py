@@ -127,6 +127,13 @@ KEYS: Final[Mapping[str, Key]] = {
         "group commit: fsync when the oldest waiting add has waited this long",
         bounds=(0, limits.journal_group_wait_ms_max),
     ),
+    "journal_sync_on_loop_us_max": Key(
+        "int",
+        limits.journal_sync_on_loop_us_default,
+        "sync journal groups on the event loop while the last one took at most this long"
+        " (0: always in the journal's thread)",
+        bounds=(0, limits.journal_sync_on_loop_us_max),
+    ),
     "group_bytes": Key(
         "int",
         limits.journal_group_bytes_default,
@@ -233,6 +240,7 @@ class BookieConfig:
     zk_root: str
     zk_session_timeout_ms: int
     group_wait_ms: int
+    journal_sync_on_loop_us_max: int
     group_bytes: int
     flush_when_queue_empty: bool
     journal_file_size_bytes_max: int
@@ -268,6 +276,7 @@ class BookieConfig:
             journal_dir=self.journal_dir,
             ledger_dirs=self.ledger_dirs,
             group_wait_ms=self.group_wait_ms,
+            journal_sync_on_loop_us_max=self.journal_sync_on_loop_us_max,
             group_bytes=self.group_bytes,
             flush_when_queue_empty=self.flush_when_queue_empty,
             journal_file_size_bytes_max=self.journal_file_size_bytes_max,

@@ -98,6 +98,7 @@ class StorageConfig:
     journal_dir: Path
     ledger_dirs: tuple[Path, ...]
     group_wait_ms: int = limits.journal_group_wait_ms_default
+    journal_sync_on_loop_us_max: int = limits.journal_sync_on_loop_us_default
     group_bytes: int = limits.journal_group_bytes_default
     flush_when_queue_empty: bool = limits.journal_flush_when_queue_empty_default
     journal_buffer_bytes_max: int = limits.journal_buffer_bytes_max
@@ -249,6 +250,7 @@ class FileLedgerStorage:
             journal = Journal(
                 storage._writer,
                 group_wait_ms=config.group_wait_ms,
+                sync_on_loop_us_max=config.journal_sync_on_loop_us_max,
                 group_bytes=config.group_bytes,
                 flush_when_queue_empty=config.flush_when_queue_empty,
                 buffer_bytes_max=config.journal_buffer_bytes_max,

@@ -4,11 +4,21 @@ Every mutation is appended, encoded (bookie/storage/format.py), to an
 in-memory buffer on the event loop and gets a *ticket*.  One background task,
 `Journal.run`, owns all journal I/O: it takes the whole buffer as one *group*,
 writes it with one `os.write` and makes it durable with one `os.fdatasync`,
-both in the journal's own thread (`IoThread`) so the loop keeps serving while
-the disk works, and
-then, back on the loop, advances `synced_ticket` to the group's last ticket
-and calls the sync listeners.  While one group is being synced the next one
-fills, so groups grow with the load by themselves.
+then advances `synced_ticket` to the group's last ticket and calls the sync
+listeners.  While one group is being synced the next one fills, so groups
+grow with the load by themselves.
+
+Where a group is written.  On a fast disk, on the event loop itself, as
+Redis's `appendfsync always` does: the loop stops for the sync (requests
+arriving meanwhile wait in the socket buffers and make the next group), and
+no thread is woken.  On a slow one, in the journal's own thread (`IoThread`),
+so the loop keeps serving reads while the disk works.  The rule: a group goes
+on the loop when the last *plain* group (one write and one sync into space
+already allocated, no new file) took at most `sync_on_loop_us_max`; the
+first group, and every group that starts a file or allocates space, goes to
+the thread.  Groups in the thread are timed too, so a disk that becomes fast
+again brings the groups back to the loop.  A disk that stalls without warning
+stalls the loop once, for one group, before the groups move to the thread.
 
 Group rules (BookKeeper's): a group is written as soon as the task finds the
 buffer non-empty when `flush_when_queue_empty` is on (the default); otherwise
@@ -282,6 +292,11 @@ class JournalWriter:
         self.end = self._allocated_end = FILE_HEADER_BYTES
         return JournalMark(self.file_id, self.end)
 
+    def is_plain(self, group_bytes: int) -> bool:
+        """Whether a group of this size is one write and one sync: no new file, no allocation."""
+        end = self.end
+        return end < self._file_size_bytes_max and end + group_bytes <= self._allocated_end
+
     def write_group(self, group: bytearray) -> JournalMark:
         """Append one group and make it durable; returns the position after it."""
         assert self._fd >= 0
@@ -353,11 +368,18 @@ class Journal:
         group_bytes: int,
         flush_when_queue_empty: bool,
         buffer_bytes_max: int,
+        sync_on_loop_us_max: int = limits.journal_sync_on_loop_us_default,
     ) -> None:
         assert group_wait_ms >= 0
         assert 0 < group_bytes <= buffer_bytes_max
+        assert sync_on_loop_us_max >= 0
         self._writer = writer
         self._io = IoThread("bookie-journal")
+        self._sync_on_loop_s_max = sync_on_loop_us_max / 1_000_000
+        self._plain_sync_s = _NEVER
+        """How long the last plain group took to write and sync (never: none yet)."""
+        self.groups_on_loop = 0
+        self.groups_in_thread = 0
         self._group_wait_s = group_wait_ms / 1000
         self._group_bytes = group_bytes
         self._flush_when_queue_empty = flush_when_queue_empty
@@ -497,10 +519,16 @@ class Journal:
         self._inflight_bytes = len(group)
         self._group_started_s = time.monotonic()
         try:
-            # Shielded: a group handed to the disk is accounted for even when the
-            # task is being cancelled, or its tickets would never be synced.
-            with anyio.CancelScope(shield=True):
-                position = await self._io.call(self._writer.write_group, group)
+            if self._plain_sync_s <= self._sync_on_loop_s_max and self._writer.is_plain(len(group)):
+                position = self._timed_write(group, True)
+                self.groups_on_loop += 1
+            else:
+                # Shielded: a group handed to the disk is accounted for even when the
+                # task is being cancelled, or its tickets would never be synced.
+                with anyio.CancelScope(shield=True):
+                    plain = self._writer.is_plain(len(group))
+                    position = await self._io.call(self._timed_write, group, plain)
+                self.groups_in_thread += 1
         except OSError as error:
             self.fail(storage_error(error, f"journal write to file {self._writer.file_id:016x}"))
             return
@@ -513,6 +541,14 @@ class Journal:
         assert last_ticket > self._synced_ticket
         self._synced_ticket = last_ticket
         self._notify()
+
+    def _timed_write(self, group: bytearray, plain: bool) -> JournalMark:
+        """Write and sync `group`; a plain group's time sets where the next one goes."""
+        started_s = time.monotonic()
+        position = self._writer.write_group(group)
+        if plain:
+            self._plain_sync_s = time.monotonic() - started_s
+        return position
 
     async def close(self) -> None:
         """Sync everything appended so far (unless failed) and stop `run`.

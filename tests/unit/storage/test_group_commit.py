@@ -1,7 +1,9 @@
-"""Group commit of the journal: batching, the byte and wait rules, file rolling, close."""
+"""Group commit of the journal: batching, the byte and wait rules, file rolling, close, and
+where groups are synced (the loop or the journal's thread)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import pytest
 
 from bookie.storage.file import FileLedgerStorage
 from bookie.storage.inspect import JournalRecordInfo, journal_records
-from bookie.storage.journal import journal_files
+from bookie.storage.journal import JournalMark, JournalWriter, journal_files
 
 from .helpers import KEY, make_config, make_packet, wait_synced
 
@@ -101,3 +103,55 @@ async def test_cancelling_the_owner_still_syncs_what_is_pending(tmp_path: Path) 
     assert synced[-1] == ticket
     async with FileLedgerStorage.open(config) as reopened:
         assert reopened.read_entry(1, 0) == make_packet(1, 0)
+
+
+async def test_groups_are_synced_on_the_loop_while_the_disk_is_fast(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where each group is written: the thread until a plain group was timed fast, then the
+    loop; after a slow group (a stalling disk, played by a sleep) the thread again, until a
+    group there is fast again."""
+    slow_disk_s = 0.4
+    config = make_config(tmp_path / "bookie", journal_sync_on_loop_us_max=200_000)
+    stalling = False
+    where: list[str] = []
+    write_group = JournalWriter.write_group
+
+    def observed(writer: JournalWriter, group: bytearray) -> JournalMark:
+        where.append("loop" if threading.get_ident() == loop_thread else "thread")
+        if stalling:
+            time.sleep(slow_disk_s)
+        return write_group(writer, group)
+
+    monkeypatch.setattr(JournalWriter, "write_group", observed)
+    loop_thread = threading.get_ident()
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        for entry_id in range(7):
+            stalling = entry_id in (3, 4)
+            storage.add_entry(1, entry_id, make_packet(1, entry_id))
+            await wait_synced(storage)
+    # 0: the first group allocates space, so it is not timed; 1: timed in the thread;
+    # 3: stalls on the loop; 4: stalls in the thread; 5: fast in the thread.
+    assert where[:7] == ["thread", "thread", "loop", "loop", "thread", "thread", "loop"]
+
+
+async def test_a_zero_bound_keeps_every_group_in_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_config(tmp_path / "bookie", journal_sync_on_loop_us_max=0)
+    threads: set[int] = set()
+    write_group = JournalWriter.write_group
+
+    def observed(writer: JournalWriter, group: bytearray) -> JournalMark:
+        threads.add(threading.get_ident())
+        return write_group(writer, group)
+
+    monkeypatch.setattr(JournalWriter, "write_group", observed)
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        for entry_id in range(5):
+            storage.add_entry(1, entry_id, make_packet(1, entry_id))
+            await wait_synced(storage)
+    assert threads
+    assert threading.get_ident() not in threads
