@@ -35,6 +35,8 @@ class ReplicaConfig:
     pipeline_batches_max: int = limits.pipeline_batches_max_default
     batch_commands_max: int = limits.batch_commands_max
     batch_bytes_max: int = limits.batch_bytes_max
+    batch_linger_ms: int = limits.batch_linger_ms_default
+    """Longest the next batch waits for the clients the last one answered (0: no wait)."""
 
     # --- rollover ---
     segment_entries_max: int = limits.segment_entries_max_default
@@ -92,6 +94,11 @@ class ReplicaConfig:
         for name, (value, value_max) in bounded.items():
             if not 1 <= value <= value_max:
                 raise InvalidConfig(f"{name} must be 1..{value_max}, not {value}")
+        if not 0 <= self.batch_linger_ms <= limits.batch_linger_ms_max:
+            raise InvalidConfig(
+                f"batch_linger_ms must be 0..{limits.batch_linger_ms_max},"
+                f" not {self.batch_linger_ms}"
+            )
         if not 0 <= self.read_lease_ms <= limits.read_lease_ms_max:
             raise InvalidConfig(
                 f"read_lease_ms must be 0..{limits.read_lease_ms_max}, not {self.read_lease_ms}"

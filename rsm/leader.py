@@ -9,7 +9,10 @@ command or per batch:
   readers or from in-process calls) queue work in the pure cores: the
   `Batcher` (group commit) and `LinearizableReads` (read rounds); `pump`
   then cuts every batch the batcher allows and appends it with the ledger's
-  pipelined `append_nowait`, so several batches are in flight at once.
+  pipelined `append_nowait`, so several batches are in flight at once.  While
+  the batcher holds the next batch for the clients just answered
+  (`batch_linger_ms`), the confirmation loop's idle wait ends in time to cut
+  it.
 * One confirmation loop waits for the oldest batch in flight to be confirmed
   (Qa bookies and every earlier entry), then takes every batch the ledger's
   LAC now covers, in order: decodes it from the bytes that were sent (so the
@@ -154,6 +157,7 @@ class LeaderTerm:
             pipeline_batches_max=config.pipeline_batches_max,
             batch_commands_max=config.batch_commands_max,
             batch_bytes_max=config.batch_bytes_max,
+            linger_ms=config.batch_linger_ms,
         )
         self._reads: LinearizableReads[Read] = LinearizableReads()
         self._lease = ReadLease(config.read_lease_ms)
@@ -394,9 +398,15 @@ class LeaderTerm:
         wall_clock_ms = self._wall_clock_ms
         rng = self._rng
         hashes = self._applier.hashes
+        lingering = batcher.linger_until_ms is not None
         appended = False
         while True:
-            sent = batcher.cut(wall_clock_ms(), rng, state_hash=hashes.unlogged())
+            sent = batcher.cut(
+                wall_clock_ms(),
+                rng,
+                state_hash=hashes.unlogged(),
+                linger_clock_ms=self._linger_clock_ms(),
+            )
             if sent is None:
                 break
             if sent.state_hash is not None:
@@ -410,7 +420,8 @@ class LeaderTerm:
             self._segment_entries += 1
             self._segment_bytes += len(sent.payload)
             appended = True
-        if appended:
+        if appended or (not lingering and batcher.linger_until_ms is not None):
+            # Batches to confirm, or a wait for answered clients to time.
             wakeup = self._wakeup
             if wakeup is not None:
                 self._wakeup = None
@@ -440,9 +451,11 @@ class LeaderTerm:
                     return
                 self._notify_progress()
                 wakeup = self._wakeup = anyio.Event()
-                with anyio.move_on_after(self._age_timer_s()):
+                with anyio.move_on_after(self._idle_timer_s()):
                     await wakeup.wait()
                 self._wakeup = None
+                if self._handle_failure is None:
+                    self.pump()  # a batch held for answered clients may be due
                 self._maybe_roll_over()
                 continue
             handle = self._handle
@@ -587,6 +600,18 @@ class LeaderTerm:
             self._notify_progress()
 
     # --- rollover -----------------------------------------------------------------------------
+
+    def _linger_clock_ms(self) -> int:
+        return int(self._loop_time_s() * 1000)
+
+    def _idle_timer_s(self) -> float | None:
+        """Seconds until an idle leader must cut a held batch or look at the segment's age."""
+        age_s = self._age_timer_s()
+        until_ms = self._batcher.linger_until_ms
+        if until_ms is None:
+            return age_s
+        linger_s = max(0.0, (until_ms - self._linger_clock_ms()) / 1000)
+        return linger_s if age_s is None else min(age_s, linger_s)
 
     def _age_timer_s(self) -> float | None:
         """Seconds until an idle leader must look at the segment's age again (None: never)."""

@@ -15,6 +15,22 @@ When a batch is cut, and why:
   next completion makes room and the whole queue goes out in one entry.
   Batches therefore grow with the load by themselves, which is what keeps
   the number of bookie round trips (and journal syncs) per command low.
+* Except while the batcher *waits for the answered clients* (with
+  `linger_ms` > 0).  When a completion frees the pipeline, the clients whose
+  commands it answered usually send their next command right after their
+  answer (a Redis client, a synchronous RPC: a closed loop).  Cut at once,
+  the next batch would hold only the commands that queued meanwhile, and
+  the answered clients' commands would make the batch after it: with a
+  pipeline of one, the clients split into two groups taking turns, and every
+  log entry costs its round of bookie writes, syncs and follower reads for
+  half of them.  So the next cut waits until as many commands are queued as
+  were queued at the completion plus the ones it answered, or for
+  `linger_ms` after the first cut it refused, whichever comes first.  A lone
+  client's next command is that count by itself and goes at once; clients
+  that do not come back cost at most `linger_ms`.  With 50 Redis clients
+  setting keys (redis-benchmark against `kvstore up`) entries went from 25
+  commands to 50, the bookies' CPU per SET from 14 to 8.5 us, and SETs per
+  second up by about 5% (three alternating pairs of runs).
 * A batch that is already full (`batch_commands_max` items or
   `batch_bytes_max` bytes queued) is cut even with the pipeline full, up to
   the hard bound `outstanding_batches_max`: waiting could not make it bigger.
@@ -84,6 +100,9 @@ class Batcher(Generic[T]):
         "_batch_bytes_max",
         "_pending_commands_max",
         "_pending_bytes_max",
+        "_linger_ms",
+        "_awaited_count",
+        "_linger_until_ms",
     )
 
     def __init__(
@@ -98,13 +117,16 @@ class Batcher(Generic[T]):
         batch_bytes_max: int = limits.batch_bytes_max,
         pending_commands_max: int = limits.pending_commands_max,
         pending_bytes_max: int = limits.pending_command_bytes_max,
+        linger_ms: int = 0,
     ) -> None:
-        """`next_index`: the index the first command will take; `timestamp_ms`: last logged time."""
+        """`next_index`: the index the first command will take; `timestamp_ms`: last logged time;
+        `linger_ms`: the longest wait for answered clients (0: none, see the module docstring)."""
         assert epoch >= 1
         assert next_index >= 1
         assert 1 <= pipeline_batches_max <= outstanding_batches_max
         assert 1 <= batch_commands_max <= pending_commands_max
         assert 1 <= batch_bytes_max <= pending_bytes_max
+        assert linger_ms >= 0
         self._epoch = epoch
         self._next_index = next_index
         self._timestamp_ms = timestamp_ms
@@ -118,6 +140,11 @@ class Batcher(Generic[T]):
         self._batch_bytes_max = batch_bytes_max
         self._pending_commands_max = pending_commands_max
         self._pending_bytes_max = pending_bytes_max
+        self._linger_ms = linger_ms
+        self._awaited_count = 0
+        """Commands the next cut waits for (0: none): see the module docstring."""
+        self._linger_until_ms: int | None = None
+        """Until when the cut waits for them, set by the first cut it refused."""
 
     @property
     def next_index(self) -> int:
@@ -149,18 +176,28 @@ class Batcher(Generic[T]):
         self._queue.append((item, ticket))
         self._queued_bytes += size_bytes
 
+    @property
+    def linger_until_ms(self) -> int | None:
+        """While the cut waits for answered clients (`cut` refused one): until when, by the
+        clock of `cut`'s `linger_clock_ms`; the shell calls `cut` again then."""
+        return self._linger_until_ms
+
     def cut(
         self,
         now_ms: int,
         rng: random.Random,
         *,
         state_hash: StateHash | None = None,
+        linger_clock_ms: int | None = None,
     ) -> OutgoingBatch[T] | None:
         """The next batch to append now, or None when nothing should be sent yet.
 
         Call again until it returns None: several full batches may be ready at once.
-        `state_hash` (the leader's hash at an index already applied) goes into
-        the batch if one is cut; `OutgoingBatch.state_hash` says whether it did.
+        `now_ms` (wall clock) stamps the batch; `linger_clock_ms` (a monotonic
+        clock) times the wait for answered clients (required with `linger_ms` >
+        0).  `state_hash` (the leader's hash at an index already applied) goes
+        into the batch if one is cut; `OutgoingBatch.state_hash` says whether it
+        did.
         """
         queue = self._queue
         if not queue:
@@ -168,8 +205,18 @@ class Batcher(Generic[T]):
         outstanding = len(self._in_flight)
         if outstanding >= self._outstanding_batches_max:
             return None
-        if outstanding >= self._pipeline_batches_max and not self._queue_fills_a_batch():
+        fills_a_batch = self._queue_fills_a_batch()
+        if outstanding >= self._pipeline_batches_max and not fills_a_batch:
             return None
+        if len(queue) < self._awaited_count and not fills_a_batch:
+            assert linger_clock_ms is not None, "a batcher that lingers needs its clock"
+            until_ms = self._linger_until_ms
+            if until_ms is None:
+                until_ms = self._linger_until_ms = linger_clock_ms + self._linger_ms
+            if linger_clock_ms < until_ms:
+                return None
+        self._awaited_count = 0
+        self._linger_until_ms = None
         items: list[bytes] = []
         tickets: list[T] = []
         size_bytes = 0
@@ -227,6 +274,11 @@ class Batcher(Generic[T]):
         assert self._in_flight, "an acknowledgement with no batch in flight"
         batch = self._in_flight.popleft()
         assert batch.sequence == sequence, (batch.sequence, sequence)
+        if self._linger_ms and len(self._in_flight) < self._pipeline_batches_max:
+            # The pipeline has room: wait for the clients this batch answers.
+            if not self._awaited_count:
+                self._awaited_count = len(self._queue)
+            self._awaited_count += len(batch.tickets)
         return batch
 
     def abandon(self) -> tuple[list[T], list[T]]:
@@ -240,4 +292,6 @@ class Batcher(Generic[T]):
         self._queue.clear()
         self._queued_bytes = 0
         self._in_flight.clear()
+        self._awaited_count = 0
+        self._linger_until_ms = None
         return unsent, in_flight

@@ -1,4 +1,5 @@
-"""Adaptive group commit: lone commands go at once, batches grow under load, nothing lost."""
+"""Adaptive group commit: lone commands go at once, batches grow under load, the next batch
+waits a little for the clients just answered, nothing lost."""
 
 from __future__ import annotations
 
@@ -135,6 +136,77 @@ def test_abandon_separates_unsent_from_in_flight() -> None:
     assert (batcher.pending_count, batcher.outstanding_count) == (0, 0)
 
 
+def test_the_next_cut_waits_for_the_clients_just_answered() -> None:
+    batcher: Batcher[int] = Batcher(epoch=1, next_index=1, linger_ms=4)
+    rng = random.Random(0)
+    for number in range(3):
+        batcher.submit(item(number), number)
+    first = batcher.cut(0, rng, linger_clock_ms=100)
+    assert first is not None
+    for number in (3, 4):  # queued while the first batch is in flight
+        batcher.submit(item(number), number)
+    batcher.acknowledged(first.sequence)
+    # Waits for the 2 queued plus the 3 answered clients.
+    assert batcher.cut(0, rng, linger_clock_ms=101) is None
+    assert batcher.linger_until_ms == 105
+    for number in (5, 6):
+        batcher.submit(item(number), number)
+        assert batcher.cut(0, rng, linger_clock_ms=102) is None
+    batcher.submit(item(7), 7)
+    second = batcher.cut(0, rng, linger_clock_ms=102)
+    assert second is not None
+    assert second.tickets == (3, 4, 5, 6, 7)
+    assert batcher.linger_until_ms is None
+
+
+def test_the_wait_ends_after_linger_ms() -> None:
+    batcher: Batcher[int] = Batcher(epoch=1, next_index=1, linger_ms=4)
+    rng = random.Random(0)
+    for number in range(3):
+        batcher.submit(item(number), number)
+    first = batcher.cut(0, rng, linger_clock_ms=0)
+    assert first is not None
+    batcher.acknowledged(first.sequence)
+    batcher.submit(item(3), 3)
+    assert batcher.cut(0, rng, linger_clock_ms=50) is None  # the wait starts at its first refusal
+    assert batcher.cut(0, rng, linger_clock_ms=53) is None
+    late = batcher.cut(0, rng, linger_clock_ms=54)
+    assert late is not None
+    assert late.tickets == (3,)
+
+
+def test_a_lone_client_does_not_wait() -> None:
+    batcher: Batcher[int] = Batcher(epoch=1, next_index=1, linger_ms=4)
+    rng = random.Random(0)
+    for number in range(3):
+        batcher.submit(item(number), number)
+        batch = batcher.cut(0, rng, linger_clock_ms=0)
+        assert batch is not None
+        assert batch.tickets == (number,)
+        batcher.acknowledged(batch.sequence)
+
+
+def test_a_full_batch_does_not_wait_and_abandon_ends_the_wait() -> None:
+    batcher: Batcher[int] = Batcher(epoch=1, next_index=1, linger_ms=4, batch_commands_max=2)
+    rng = random.Random(0)
+    for number in range(2):
+        batcher.submit(item(number), number)
+    first = batcher.cut(0, rng, linger_clock_ms=0)
+    assert first is not None
+    batcher.acknowledged(first.sequence)
+    batcher.submit(item(2), 2)
+    assert batcher.cut(0, rng, linger_clock_ms=0) is None
+    batcher.submit(item(3), 3)  # a full batch, though 2 answered clients + 0 queued are awaited
+    full = batcher.cut(0, rng, linger_clock_ms=0)
+    assert full is not None
+    assert full.tickets == (2, 3)
+    batcher.acknowledged(full.sequence)
+    batcher.submit(item(4), 4)
+    assert batcher.cut(0, rng, linger_clock_ms=0) is None
+    assert batcher.abandon() == ([4], [])
+    assert batcher.linger_until_ms is None
+
+
 @settings(max_examples=120)
 @given(st.data())
 def test_every_command_is_sent_once_in_order_with_dense_indexes(data: Any) -> None:
@@ -146,7 +218,9 @@ def test_every_command_is_sent_once_in_order_with_dense_indexes(data: Any) -> No
         outstanding_batches_max=pipeline_max + data.draw(st.integers(0, 3)),
         batch_commands_max=data.draw(st.integers(1, 8)),
         batch_bytes_max=data.draw(st.integers(200, 400)),
+        linger_ms=(linger_ms := data.draw(st.sampled_from([0, 0, 3]))),
     )
+    clock_ms = 0
     rng = random.Random(data.draw(st.integers(0, 2**32)))
     submitted: list[int] = []
     sent: list[OutgoingBatch[int]] = []
@@ -164,10 +238,15 @@ def test_every_command_is_sent_once_in_order_with_dense_indexes(data: Any) -> No
         elif action == "cut":
             had_room = batcher.outstanding_count < pipeline_max
             had_work = batcher.pending_count > 0
-            batch = batcher.cut(now_ms, rng)
-            # Nothing ever waits for a timer: room and work mean a batch now.
-            if had_room and had_work:
-                assert batch is not None
+            clock_ms += data.draw(st.integers(0, 2))
+            batch = batcher.cut(now_ms, rng, linger_clock_ms=clock_ms)
+            # Room and work mean a batch now, unless waiting for answered clients
+            # (and never past the linger).
+            if had_room and had_work and batch is None:
+                until_ms = batcher.linger_until_ms
+                assert linger_ms
+                assert until_ms is not None
+                assert clock_ms < until_ms <= clock_ms + linger_ms
             if not had_work:
                 assert batch is None
             if batch is not None:
@@ -188,7 +267,8 @@ def test_every_command_is_sent_once_in_order_with_dense_indexes(data: Any) -> No
         if batcher.outstanding_count:
             batcher.acknowledged(sent[acked].sequence)
             acked += 1
-        batch = batcher.cut(now_ms, rng)
+        clock_ms += linger_ms
+        batch = batcher.cut(now_ms, rng, linger_clock_ms=clock_ms)
         if batch is not None:
             assert batch.first_index == expected_index
             expected_index = batch.next_index

@@ -213,3 +213,22 @@ async def test_one_process_hosts_replicas_of_two_apps() -> None:
                 assert await client.call("add", 1) == 5
             assert await first.query("get") == 3
             assert first.address != second.address
+
+
+async def test_a_batch_waiting_for_answered_clients_goes_after_the_linger() -> None:
+    """Eight concurrent calls are answered; the leader's next batch then waits for eight
+    commands.  One alone comes: it is logged once the linger runs out, not before, and not
+    only when something else happens (the leader's loop times the wait)."""
+    linger_ms = 300
+    async with replica_cluster() as replicas:
+        await replicas.start("a", config=replica_config(batch_linger_ms=linger_ms))
+        await replicas.wait_leader()
+        async with replicas.client() as client:
+            async with anyio.create_task_group() as calls:
+                for _ in range(8):
+                    calls.start_soon(client.call, "add", 1)
+            started_s = anyio.current_time()
+            # Ten lingers: without its own timer the wait lasted until the client's retry.
+            with anyio.fail_after(linger_ms * 10 / 1000):
+                assert await client.call("add", 1) == 9
+            assert anyio.current_time() - started_s >= linger_ms / 1000 * 0.9
