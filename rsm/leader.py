@@ -399,16 +399,18 @@ class LeaderTerm:
         rng = self._rng
         hashes = self._applier.hashes
         lingering = batcher.linger_until_ms is not None
+        linger_clock_ms = self._linger_clock_ms()
         appended = False
-        while True:
+        # `due` first: most calls (one per arriving command while a batch is in
+        # flight or held) cut nothing, and the inputs of a cut cost more.
+        while batcher.due(linger_clock_ms):
             sent = batcher.cut(
                 wall_clock_ms(),
                 rng,
                 state_hash=hashes.unlogged(),
-                linger_clock_ms=self._linger_clock_ms(),
+                linger_clock_ms=linger_clock_ms,
             )
-            if sent is None:
-                break
+            assert sent is not None
             if sent.state_hash is not None:
                 hashes.logged(sent.state_hash.index)
             try:

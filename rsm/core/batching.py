@@ -199,22 +199,9 @@ class Batcher(Generic[T]):
         into the batch if one is cut; `OutgoingBatch.state_hash` says whether it
         did.
         """
+        if not self.due(linger_clock_ms):
+            return None
         queue = self._queue
-        if not queue:
-            return None
-        outstanding = len(self._in_flight)
-        if outstanding >= self._outstanding_batches_max:
-            return None
-        fills_a_batch = self._queue_fills_a_batch()
-        if outstanding >= self._pipeline_batches_max and not fills_a_batch:
-            return None
-        if len(queue) < self._awaited_count and not fills_a_batch:
-            assert linger_clock_ms is not None, "a batcher that lingers needs its clock"
-            until_ms = self._linger_until_ms
-            if until_ms is None:
-                until_ms = self._linger_until_ms = linger_clock_ms + self._linger_ms
-            if linger_clock_ms < until_ms:
-                return None
         self._awaited_count = 0
         self._linger_until_ms = None
         items: list[bytes] = []
@@ -256,6 +243,29 @@ class Batcher(Generic[T]):
         assert len(self._in_flight) <= self._outstanding_batches_max
         assert self._queued_bytes >= 0
         return batch
+
+    def due(self, linger_clock_ms: int | None = None) -> bool:
+        """Whether `cut` would cut a batch now (the shell asks before computing its inputs).
+
+        The first refusal while waiting for answered clients starts the linger.
+        """
+        queue = self._queue
+        if not queue:
+            return False
+        outstanding = len(self._in_flight)
+        if outstanding >= self._outstanding_batches_max:
+            return False
+        fills_a_batch = self._queue_fills_a_batch()
+        if outstanding >= self._pipeline_batches_max and not fills_a_batch:
+            return False
+        if len(queue) < self._awaited_count and not fills_a_batch:
+            assert linger_clock_ms is not None, "a batcher that lingers needs its clock"
+            until_ms = self._linger_until_ms
+            if until_ms is None:
+                until_ms = self._linger_until_ms = linger_clock_ms + self._linger_ms
+            if linger_clock_ms < until_ms:
+                return False
+        return True
 
     def advance_time(self, now_ms: int) -> int:
         """The time a read answered now may assume: `now_ms`, but never earlier than a

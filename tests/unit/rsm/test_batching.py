@@ -239,7 +239,9 @@ def test_every_command_is_sent_once_in_order_with_dense_indexes(data: Any) -> No
             had_room = batcher.outstanding_count < pipeline_max
             had_work = batcher.pending_count > 0
             clock_ms += data.draw(st.integers(0, 2))
+            due = batcher.due(clock_ms)
             batch = batcher.cut(now_ms, rng, linger_clock_ms=clock_ms)
+            assert (batch is not None) == due
             # Room and work mean a batch now, unless waiting for answered clients
             # (and never past the linger).
             if had_room and had_work and batch is None:
