@@ -1,10 +1,12 @@
 """KVStore's state hash: kept up to date change by change, equal to the hash computed
 from scratch, independent of how the contents were reached, and rebuilt after a
-snapshot is restored."""
+snapshot is restored; likewise the SCAN order, merged lazily."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
+from kvstore.glob import key_hash
 from kvstore.state_machine import KVStore, content_hash
 
 from rsm.core.commands import apply_batch
@@ -25,13 +27,27 @@ def test_the_running_hash_equals_the_hash_from_scratch_after_every_batch(log: Lo
 
 
 @settings(max_examples=100, deadline=None)
+@given(log=logs, walk_after=st.integers(0, 4))
+def test_the_scan_order_holds_every_key_once_however_lazily_it_was_merged(
+    log: Log, walk_after: int
+) -> None:
+    store = KVStore()
+    sessions = SessionTable()
+    for number, entry in enumerate(encode(log)):
+        apply_batch(store, decode_batch(entry), sessions)
+        if number % (walk_after + 1) == 0:  # sometimes merge in between, sometimes not
+            assert list(store._scan_order()) == sorted((key_hash(k), k) for k in store.values)
+    assert list(store._scan_order()) == sorted((key_hash(k), k) for k in store.values)
+
+
+@settings(max_examples=100, deadline=None)
 @given(log=logs)
 def test_a_restored_snapshot_has_the_same_hash_and_indexes(log: Log) -> None:
     original, _ = replay(encode(log))
     restored = KVStore()
     restored.restore(original.snapshot())
     assert restored.state_hash() == original.state_hash()
-    assert list(restored._scan_index) == list(original._scan_index)
+    assert list(restored._scan_order()) == list(original._scan_order())
     assert list(restored._expiry_queue) == list(original._expiry_queue)
 
 
