@@ -675,6 +675,11 @@ class Replica:
 
     async def _wake_election_after(self, delay_ms: int) -> None:
         await anyio.sleep(delay_ms / 1000)
+        # A timer may fire a hair before its deadline (asyncio runs timers due
+        # within its clock's resolution; a virtual clock rounds): wait out what
+        # is left, or `_may_stand` refuses and nothing wakes the election again.
+        while (remaining_s := self._stand_not_before_s - anyio.current_time()) > 0:
+            await anyio.sleep(remaining_s)
         self._wake_election()
 
     # --- snapshots ----------------------------------------------------------------------------

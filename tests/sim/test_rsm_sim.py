@@ -123,3 +123,13 @@ def test_replicas_whose_terms_fail_at_once_back_off() -> None:
     # dozen terms in ten seconds at most (thousands per millisecond without the back-off).
     assert epochs < 40
     assert served
+
+
+def test_replicas_that_all_stood_aside_stand_again() -> None:
+    """Seed 9256: a slow bookie made every replica's term fail in turn, so each stood aside
+    for a while.  A stand-aside timer fired a hair before the deadline it was set for,
+    `_may_stand` refused, nothing woke the election again, and no replica led for the
+    rest of the run: the final writes were never acknowledged."""
+    summary = run_seeds([9256], SimOptions(steps=8))
+    assert not summary.failures, "\n\n".join(str(failure) for failure in summary.failures)
+    assert summary.acknowledged > 0
