@@ -136,6 +136,16 @@ def test_abandon_separates_unsent_from_in_flight() -> None:
     assert (batcher.pending_count, batcher.outstanding_count) == (0, 0)
 
 
+def answer_a_batch(batcher: Batcher[int], rng: random.Random, commands: int) -> None:
+    """Submit `commands`, cut them into one batch and acknowledge it."""
+    for number in range(commands):
+        batcher.submit(item(number), number)
+    batch = batcher.cut(0, rng, linger_clock_ms=0)
+    assert batch is not None
+    assert len(batch.tickets) == commands
+    batcher.acknowledged(batch.sequence)
+
+
 def test_the_next_cut_waits_for_the_clients_just_answered() -> None:
     batcher: Batcher[int] = Batcher(epoch=1, next_index=1, linger_ms=4)
     rng = random.Random(0)
@@ -162,11 +172,7 @@ def test_the_next_cut_waits_for_the_clients_just_answered() -> None:
 def test_the_wait_ends_after_linger_ms() -> None:
     batcher: Batcher[int] = Batcher(epoch=1, next_index=1, linger_ms=4)
     rng = random.Random(0)
-    for number in range(3):
-        batcher.submit(item(number), number)
-    first = batcher.cut(0, rng, linger_clock_ms=0)
-    assert first is not None
-    batcher.acknowledged(first.sequence)
+    answer_a_batch(batcher, rng, 3)
     batcher.submit(item(3), 3)
     assert batcher.cut(0, rng, linger_clock_ms=50) is None  # the wait starts at its first refusal
     assert batcher.cut(0, rng, linger_clock_ms=53) is None
@@ -189,11 +195,7 @@ def test_a_lone_client_does_not_wait() -> None:
 def test_a_full_batch_does_not_wait_and_abandon_ends_the_wait() -> None:
     batcher: Batcher[int] = Batcher(epoch=1, next_index=1, linger_ms=4, batch_commands_max=2)
     rng = random.Random(0)
-    for number in range(2):
-        batcher.submit(item(number), number)
-    first = batcher.cut(0, rng, linger_clock_ms=0)
-    assert first is not None
-    batcher.acknowledged(first.sequence)
+    answer_a_batch(batcher, rng, 2)
     batcher.submit(item(2), 2)
     assert batcher.cut(0, rng, linger_clock_ms=0) is None
     batcher.submit(item(3), 3)  # a full batch, though 2 answered clients + 0 queued are awaited
