@@ -195,10 +195,14 @@ def test_a_lone_client_does_not_wait() -> None:
 def test_a_full_batch_does_not_wait_and_abandon_ends_the_wait() -> None:
     batcher: Batcher[int] = Batcher(epoch=1, next_index=1, linger_ms=4, batch_commands_max=2)
     rng = random.Random(0)
-    answer_a_batch(batcher, rng, 2)
-    batcher.submit(item(2), 2)
-    assert batcher.cut(0, rng, linger_clock_ms=0) is None
-    batcher.submit(item(3), 3)  # a full batch, though 2 answered clients + 0 queued are awaited
+    for number in range(2):
+        batcher.submit(item(number), number)
+    first = batcher.cut(0, rng, linger_clock_ms=0)
+    assert first is not None
+    for number in (2, 3):  # queued while the first is in flight: a full batch
+        batcher.submit(item(number), number)
+    batcher.acknowledged(first.sequence)
+    # 2 queued + 2 answered are awaited, but waiting could not make the batch bigger.
     full = batcher.cut(0, rng, linger_clock_ms=0)
     assert full is not None
     assert full.tickets == (2, 3)
