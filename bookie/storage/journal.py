@@ -378,8 +378,6 @@ class Journal:
         self._sync_on_loop_s_max = sync_on_loop_us_max / 1_000_000
         self._plain_sync_s = _NEVER
         """How long the last plain group took to write and sync (never: none yet)."""
-        self.groups_on_loop = 0
-        self.groups_in_thread = 0
         self._group_wait_s = group_wait_ms / 1000
         self._group_bytes = group_bytes
         self._flush_when_queue_empty = flush_when_queue_empty
@@ -519,16 +517,14 @@ class Journal:
         self._inflight_bytes = len(group)
         self._group_started_s = time.monotonic()
         try:
-            if self._plain_sync_s <= self._sync_on_loop_s_max and self._writer.is_plain(len(group)):
-                position = self._timed_write(group, True)
-                self.groups_on_loop += 1
+            plain = self._writer.is_plain(len(group))
+            if plain and self._plain_sync_s <= self._sync_on_loop_s_max:
+                position = self._timed_write(group, plain)
             else:
                 # Shielded: a group handed to the disk is accounted for even when the
                 # task is being cancelled, or its tickets would never be synced.
                 with anyio.CancelScope(shield=True):
-                    plain = self._writer.is_plain(len(group))
                     position = await self._io.call(self._timed_write, group, plain)
-                self.groups_in_thread += 1
         except OSError as error:
             self.fail(storage_error(error, f"journal write to file {self._writer.file_id:016x}"))
             return

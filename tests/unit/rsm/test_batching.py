@@ -136,26 +136,28 @@ def test_abandon_separates_unsent_from_in_flight() -> None:
     assert (batcher.pending_count, batcher.outstanding_count) == (0, 0)
 
 
-def answer_a_batch(batcher: Batcher[int], rng: random.Random, commands: int) -> None:
-    """Submit `commands`, cut them into one batch and acknowledge it."""
+def answer_a_batch(
+    batcher: Batcher[int],
+    rng: random.Random,
+    commands: int,
+    queued_meanwhile: tuple[int, ...] = (),
+) -> None:
+    """Submit `commands` (tickets 0, 1, ...), cut them into one batch, submit the tickets
+    `queued_meanwhile` while it is in flight, then acknowledge it."""
     for number in range(commands):
         batcher.submit(item(number), number)
     batch = batcher.cut(0, rng, linger_clock_ms=0)
     assert batch is not None
     assert len(batch.tickets) == commands
+    for number in queued_meanwhile:
+        batcher.submit(item(number), number)
     batcher.acknowledged(batch.sequence)
 
 
 def test_the_next_cut_waits_for_the_clients_just_answered() -> None:
     batcher: Batcher[int] = Batcher(epoch=1, next_index=1, linger_ms=4)
     rng = random.Random(0)
-    for number in range(3):
-        batcher.submit(item(number), number)
-    first = batcher.cut(0, rng, linger_clock_ms=100)
-    assert first is not None
-    for number in (3, 4):  # queued while the first batch is in flight
-        batcher.submit(item(number), number)
-    batcher.acknowledged(first.sequence)
+    answer_a_batch(batcher, rng, 3, queued_meanwhile=(3, 4))
     # Waits for the 2 queued plus the 3 answered clients.
     assert batcher.cut(0, rng, linger_clock_ms=101) is None
     assert batcher.linger_until_ms == 105
@@ -195,13 +197,7 @@ def test_a_lone_client_does_not_wait() -> None:
 def test_a_full_batch_does_not_wait_and_abandon_ends_the_wait() -> None:
     batcher: Batcher[int] = Batcher(epoch=1, next_index=1, linger_ms=4, batch_commands_max=2)
     rng = random.Random(0)
-    for number in range(2):
-        batcher.submit(item(number), number)
-    first = batcher.cut(0, rng, linger_clock_ms=0)
-    assert first is not None
-    for number in (2, 3):  # queued while the first is in flight: a full batch
-        batcher.submit(item(number), number)
-    batcher.acknowledged(first.sequence)
+    answer_a_batch(batcher, rng, 2, queued_meanwhile=(2, 3))  # a full batch queued meanwhile
     # 2 queued + 2 answered are awaited, but waiting could not make the batch bigger.
     full = batcher.cut(0, rng, linger_clock_ms=0)
     assert full is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,11 +30,16 @@ def fd_path(fd: int) -> str:
     return os.readlink(f"/proc/self/fd/{fd}")
 
 
-def failing_for(suffix: str, code: int, real: Callable[..., Any]) -> Callable[..., Any]:
-    """`real`, except that it raises OSError(code) on files whose name ends in `suffix`."""
+def failing_for(
+    suffix: str, code: int, real: Callable[..., Any], threads: list[int] | None = None
+) -> Callable[..., Any]:
+    """`real`, except that it raises OSError(code) on files whose name ends in `suffix`
+    (noting in `threads`, if given, the thread of each failed call)."""
 
     def call(fd: int, *args: Any) -> Any:
         if fd_path(fd).endswith(suffix):
+            if threads is not None:
+                threads.append(threading.get_ident())
             raise OSError(code, os.strerror(code))
         return real(fd, *args)
 
@@ -57,6 +63,7 @@ async def wait_failed(storage: FileLedgerStorage) -> StorageError:
     return storage.failure
 
 
+@pytest.mark.parametrize("on_loop", [False, True], ids=["in-thread", "on-loop"])
 @pytest.mark.parametrize(
     ("function", "code", "error"),
     [
@@ -69,29 +76,40 @@ async def wait_failed(storage: FileLedgerStorage) -> StorageError:
 async def test_a_journal_failure_stops_the_storage(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    *,
     function: str,
     code: int,
     error: type[StorageError],
+    on_loop: bool,
 ) -> None:
-    config = make_config(tmp_path / "bookie")
+    # A bound of a minute: any real sync counts as fast, so the failing group (the
+    # third) runs on the loop after the second, plain one, was timed; 0: in the thread.
+    config = make_config(
+        tmp_path / "bookie", journal_sync_on_loop_us_max=60_000_000 if on_loop else 0
+    )
     async with FileLedgerStorage.open(config) as storage:
         await write_entry_zero(storage)
+        storage.add_entry(1, 1, make_packet(1, 1))
+        await wait_synced(storage)
         synced = storage.synced_ticket
         real = getattr(os, function)
-        monkeypatch.setattr(os, function, failing_for(".journal", code, real))
-        storage.add_entry(1, 1, make_packet(1, 1))
+        threads: list[int] = []
+        monkeypatch.setattr(os, function, failing_for(".journal", code, real, threads))
+        storage.add_entry(1, 2, make_packet(1, 2))
         failure = await wait_failed(storage)
+        assert len(threads) == 1
+        assert (threads[0] == threading.get_ident()) is on_loop
         assert isinstance(failure, error)
         assert isinstance(failure.__cause__, OSError)
         assert storage.synced_ticket == synced
         with pytest.raises(error):
-            storage.add_entry(1, 2, make_packet(1, 2))
+            storage.add_entry(1, 3, make_packet(1, 3))
         # Reads go on: the bookie keeps serving what it has.
         assert storage.read_entry(1, 0) == make_packet(1, 0)
         monkeypatch.undo()
     async with FileLedgerStorage.open(config) as restarted:
         assert restarted.failure is None
-        assert restarted.read_entry(1, 0) == make_packet(1, 0)
+        assert restarted.read_entry(1, 1) == make_packet(1, 1)
         restarted.add_entry(1, 2, make_packet(1, 2))
         await wait_synced(restarted)
 
