@@ -245,16 +245,19 @@ class JournalWriter:
     """Blocking writes of journal files; used by the journal's thread only.
 
     Space is allocated ahead of the records (`limits.journal_preallocation_bytes`
-    at a time, with `posix_fallocate`, which reads back as zeros): a group
-    written inside allocated space does not change the file's size, so its
-    fdatasync need not write the inode too (on ext4 and this repository's
-    machine, 100-byte write + fdatasync: 5,900/s appending, 8,600-10,100/s
-    inside allocated space, and 40 -> 25 us of CPU each).  A file that is
+    at a time) by writing zeros: a group written there overwrites blocks the
+    file already has, so its fdatasync writes the data and nothing else: not
+    the file's size, and not the conversion of blocks reserved but unwritten
+    (what `posix_fallocate` leaves, which ext4 must journal on the first write
+    into them).  On ext4 and this repository's machine, 5,000-byte groups with
+    fdatasync each: appending 0.31 ms a sync, into `posix_fallocate`d space
+    0.21 ms, into zeros 0.11 ms (three writers at once: 0.45 / 0.37 /
+    0.26 ms); 100,000-byte groups: 172 MB/s into `posix_fallocate`d space,
+    206 MB/s zeroing 1 MiB steps ahead.  A file that is
     finished (rolled or closed) is cut back to its last record, so only the
     newest file can end in unused zeros, which replay trims like a torn tail.
-    Allocation is an optimisation only: when the filesystem refuses it (full,
-    or unsupported), records are appended as before and the write itself
-    reports a full disk.
+    Allocation is an optimisation only: when the filesystem refuses it (full),
+    records are appended as before and the write itself reports a full disk.
     """
 
     def __init__(
@@ -331,20 +334,20 @@ class JournalWriter:
             self._fd = -1
 
     def _allocate(self, needed_end: int) -> None:
-        """Allocate at least up to `needed_end`, a step ahead, within the file size bound."""
-        target = max(
-            needed_end,
-            min(self._allocated_end + self._preallocation_bytes, self._file_size_bytes_max),
-        )
+        """Write a step of zeros after `needed_end` (the end of the group about to be written,
+        which fills the space before it), within the file size bound."""
+        start = max(self._allocated_end, needed_end)
+        target = min(start + self._preallocation_bytes, self._file_size_bytes_max)
         try:
-            os.posix_fallocate(self._fd, self._allocated_end, target - self._allocated_end)
+            for offset in range(start, target, len(_ZEROS)):
+                _write_all_at(self._fd, _ZEROS[: target - offset], offset)
         except OSError as error:
-            # Some of the space may have been allocated: the size is unknown, but
-            # `close` (and replay) cut whatever follows the last record anyway.
+            # Some zeros may have been written: the size is unknown, but `close`
+            # (and replay) cut whatever follows the last record anyway.
             self._allocated_end = max(self._allocated_end, os.fstat(self._fd).st_size)
             logger.debug("journal space not allocated ahead: %s", error)
             return
-        self._allocated_end = target
+        self._allocated_end = max(start, target)
 
 
 def _write_all(fd: int, data: bytes | bytearray) -> None:
@@ -352,6 +355,17 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def _write_all_at(fd: int, view: memoryview, offset: int) -> None:
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
+_ZEROS = memoryview(bytes(limits.journal_preallocation_bytes))
+"""What allocating ahead writes (one step's worth, so one write per step)."""
 
 
 # --- group commit -----------------------------------------------------------------------------
