@@ -373,9 +373,9 @@ def resolve_command(machine_class: type[StateMachine], name: str) -> Operation:
     return operation
 
 
-def command_for_key(machine_class: type[StateMachine], key: str) -> Operation | None:
-    """The command a logged key names (any version), or None."""
-    return machine_class._rsm_commands.get(key)
+def commands_by_key(machine_class: type[StateMachine]) -> Mapping[str, Operation]:
+    """Every command (every version) by the key it is logged under."""
+    return machine_class._rsm_commands
 
 
 def resolve_query(machine_class: type[StateMachine], name: str) -> Operation:

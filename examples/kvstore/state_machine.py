@@ -556,12 +556,13 @@ class KVStore(StateMachine):
     def _command_time_ms(self) -> int:
         """The logged time of the command being applied, after active expiry of due keys."""
         now_ms = self.context.time_ms
-        queue = self._expiry_queue
-        for _ in range(limits.active_expiry_keys_max):
-            if not queue or queue[0][0] > now_ms:
-                break
-            expire_at_ms, key = queue[0]
-            self._delete(key, expired_at_ms=expire_at_ms)
+        if self.expire_at_ms:  # (the queue holds the same keys; a dict's test costs less)
+            queue = self._expiry_queue
+            for _ in range(limits.active_expiry_keys_max):
+                if not queue or queue[0][0] > now_ms:
+                    break
+                expire_at_ms, key = queue[0]
+                self._delete(key, expired_at_ms=expire_at_ms)
         return now_ms
 
     def _query_time_ms(self) -> int:
@@ -587,7 +588,7 @@ class KVStore(StateMachine):
         return self.values.get(key)
 
     def _store(self, key: bytes, value: bytes, *, keep_ttl: bool) -> None:
-        if not keep_ttl:
+        if not keep_ttl and key in self.expire_at_ms:
             self._persist(key)
         old = self.values.get(key)
         if old is None:

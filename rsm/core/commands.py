@@ -53,7 +53,7 @@ from rsm.state_machine import (
     Context,
     Operation,
     StateMachine,
-    command_for_key,
+    commands_by_key,
     resolve_command,
     resolve_query,
 )
@@ -119,25 +119,30 @@ def apply_batch(machine: StateMachine, batch: Batch, sessions: SessionTable) -> 
     A leader-start marker changes nothing and has an OK outcome with no value.
     """
     time_ms = batch.timestamp_ms
+    epoch = batch.epoch
+    seed = batch.seed
     sessions.expire(time_ms)
+    commands = commands_by_key(type(machine))
     outcomes: list[Outcome] = []
     index = batch.first_index
     for item in batch.items:
         if isinstance(item, LeaderStart):
             outcome = _MARKER_OUTCOME
-        elif item.client_id is None:
-            context = Context(index, time_ms, batch.epoch, batch.seed)
-            outcome = _apply(machine, item, context)
         else:
-            assert item.seq is not None
-            assert item.ack_seq is not None
-            early = sessions.begin(item.client_id, item.seq, item.ack_seq, time_ms)
-            if early is None:
-                context = Context(index, time_ms, batch.epoch, batch.seed)
-                outcome = _apply(machine, item, context)
-                sessions.record(item.client_id, item.seq, outcome)
+            client_id = item.client_id
+            if client_id is None:
+                outcome = _apply(machine, commands, item, Context(index, time_ms, epoch, seed))
             else:
-                outcome = early
+                seq = item.seq
+                assert seq is not None
+                assert item.ack_seq is not None
+                early = sessions.begin(client_id, seq, item.ack_seq, time_ms)
+                if early is None:
+                    context = Context(index, time_ms, epoch, seed)
+                    outcome = _apply(machine, commands, item, context)
+                    sessions.record(client_id, seq, outcome)
+                else:
+                    outcome = early
         outcomes.append(outcome)
         index += 1
     assert len(outcomes) == len(batch.items)
@@ -176,12 +181,14 @@ def answer_query(
         del machine._rsm_context
 
 
-def _apply(machine: StateMachine, item: CommandItem, context: Context) -> Outcome:
-    machine_class = type(machine)
-    operation = command_for_key(machine_class, item.name)
+def _apply(
+    machine: StateMachine, commands: Mapping[str, Operation], item: CommandItem, context: Context
+) -> Outcome:
+    """Apply one command item; `commands` is the machine class's, by logged key."""
+    operation = commands.get(item.name)
     if operation is None:
         return Outcome.failure(
-            UnknownCommand(f"{machine_class.__qualname__} has no command {item.name!r}")
+            UnknownCommand(f"{type(machine).__qualname__} has no command {item.name!r}")
         )
     machine._rsm_context = context
     try:

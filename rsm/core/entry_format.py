@@ -373,7 +373,7 @@ def decode_batch(data: bytes | bytearray | memoryview) -> Batch:
         raise MalformedValue("log entry items are not an array")
     if first_index + len(raw_items) >= _U63_END:
         raise MalformedValue("log entry indexes overflow u63")
-    items = tuple(_decode_item(raw, first_index + k) for k, raw in enumerate(raw_items))
+    items = tuple([_decode_item(raw, first_index + k) for k, raw in enumerate(raw_items)])
     return Batch(epoch, first_index, timestamp_ms, seed, items, _decode_state_hash(raw_hash))
 
 
@@ -383,13 +383,21 @@ def _decode_item(raw: Any, index: int) -> Item:
     kind = raw[0]
     if kind == ITEM_COMMAND and len(raw) == 7:
         _, name, args, kwargs, client_id, seq, ack_seq = raw
-        if not _text(name, limits.command_name_chars_max):
+        if not (type(name) is str and 1 <= len(name) <= limits.command_name_chars_max):
             raise MalformedValue(f"item at index {index}: command name {name!r:.80} is not valid")
         if type(args) is not list:
             raise MalformedValue(f"item at index {index}: args are not an array")
         if type(kwargs) is not dict or (kwargs and any(type(key) is not str for key in kwargs)):
             raise MalformedValue(f"item at index {index}: kwargs are not a map with text keys")
-        if client_id is not None or seq is not None or ack_seq is not None:
+        if not (
+            # What `_session_problem` accepts with a session, tested inline (this runs for
+            # every command on every replica); anything else gets its verdict.
+            type(client_id) is bytes
+            and 1 <= len(client_id) <= limits.client_id_bytes_max
+            and type(seq) is int
+            and type(ack_seq) is int
+            and 0 <= ack_seq < seq < _U63_END
+        ):
             problem = _session_problem(client_id, seq, ack_seq)
             if problem is not None:
                 raise MalformedValue(f"item at index {index}: {problem}")

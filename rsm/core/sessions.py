@@ -222,7 +222,11 @@ class SessionTable:
         StaleRequest / SessionExpired error).
         """
         assert 0 <= ack_seq < seq
-        now_ms = self._advance(now_ms)
+        # `_advance`, inline: this runs for every command on every replica.
+        if now_ms > self._clock_ms:
+            self._clock_ms = now_ms
+        else:
+            now_ms = self._clock_ms
         sessions = self._sessions
         session = sessions.get(client_id)
         if session is None:
@@ -239,7 +243,8 @@ class SessionTable:
         else:
             session.last_active_ms = now_ms
             sessions.move_to_end(client_id)
-        session.raise_floor(ack_seq)
+        if ack_seq > session.floor_seq:
+            session.raise_floor(ack_seq)
         recorded = session.results.get(seq)
         if recorded is not None:
             return recorded

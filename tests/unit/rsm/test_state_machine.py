@@ -13,7 +13,7 @@ from rsm.state_machine import (
     Context,
     StateMachine,
     command,
-    command_for_key,
+    commands_by_key,
     query,
     resolve_command,
     resolve_query,
@@ -24,8 +24,8 @@ from tests.unit.rsm.counter import Counter
 def test_registry_is_built_at_class_creation() -> None:
     assert resolve_command(Counter, "add").key == "add"
     assert resolve_query(Counter, "get").name == "get"
-    assert command_for_key(Counter, "fail") is not None
-    assert command_for_key(Counter, "get") is None
+    assert commands_by_key(Counter).get("fail") is not None
+    assert commands_by_key(Counter).get("get") is None
     with pytest.raises(UnknownCommand):
         resolve_command(Counter, "get")
     with pytest.raises(UnknownCommand):
@@ -41,10 +41,10 @@ def test_versions_log_under_their_own_key_and_new_calls_use_the_newest() -> None
         def put(self, key: str, value: int) -> None: ...
 
     assert resolve_command(Store, "put").key == "put@3"
-    assert command_for_key(Store, "put") is not None
-    assert command_for_key(Store, "put").function is Store.put_v1  # type: ignore[union-attr]
-    assert command_for_key(Store, "put@3").function is Store.put  # type: ignore[union-attr]
-    assert command_for_key(Store, "put_v1") is None
+    assert commands_by_key(Store).get("put") is not None
+    assert commands_by_key(Store).get("put").function is Store.put_v1  # type: ignore[union-attr]
+    assert commands_by_key(Store).get("put@3").function is Store.put  # type: ignore[union-attr]
+    assert commands_by_key(Store).get("put_v1") is None
 
 
 def test_subclasses_inherit_and_override_operations() -> None:
@@ -58,10 +58,10 @@ def test_subclasses_inherit_and_override_operations() -> None:
         def reset(self) -> None:
             self.value = 0
 
-    assert command_for_key(Doubling, "add").function is Doubling.add  # type: ignore[union-attr]
-    assert command_for_key(Doubling, "roll") is not None
-    assert command_for_key(Doubling, "reset") is not None
-    assert command_for_key(Counter, "reset") is None
+    assert commands_by_key(Doubling).get("add").function is Doubling.add  # type: ignore[union-attr]
+    assert commands_by_key(Doubling).get("roll") is not None
+    assert commands_by_key(Doubling).get("reset") is not None
+    assert commands_by_key(Counter).get("reset") is None
 
 
 def test_duplicate_names_are_refused() -> None:
