@@ -16,6 +16,16 @@ connection, the queued answers whose ticket is now synced: no task, event or
 future per add.  When storage fails, every queued answer is answered EIO and
 the handler refuses every later mutation.
 
+Reads woken by a write wait for it too.  An ADD or WRITE_LAC that raises a
+ledger's LAC also answers the long polls it wakes (`ReadEntry` effects after
+the mutation).  Nothing requires those reads to wait (the entry they read is
+older, and durable already), but they are queued behind the write's sync like
+its own answer: the write path's sync and acknowledgement go first, and the
+work the reads start (reading the entry, sending it, the tailing reader's
+apply, on a machine they share) comes after, instead of delaying the sync a
+writer waits for.  On the local key-value store under redis-benchmark SET
+this took a bookie's add-to-acknowledgement time from 1.19 to 0.90 ms (p50).
+
 Back-pressure.  A request is *pending* while its answer waits for a sync.  A
 request that arrives while its connection has
 `pending_requests_per_connection_max` pending, or the bookie has
@@ -187,6 +197,7 @@ class RequestProcessor:
         """Carry out effects in order (`request_bytes` is charged to a deferred answer)."""
         storage = self._storage
         index = 0
+        mutated = False  # a mutation of these effects is applied: reads after it wait for it
         while index < len(effects):
             effect = effects[index]
             try:
@@ -195,6 +206,7 @@ class RequestProcessor:
                     self._last_ticket = storage.add_entry(
                         effect.ledger_id, effect.entry_id, effect.packet
                     )
+                    mutated = True
                 elif isinstance(effect, ReplyWhenSynced):
                     self._defer(effect, request_bytes)
                 elif isinstance(effect, Reply):
@@ -202,16 +214,21 @@ class RequestProcessor:
                 elif isinstance(effect, ReadEntry):
                     if effect.wait_for_sync:
                         self._defer(effect, request_bytes)
+                    elif mutated:
+                        self._defer(effect, 0)  # a woken long poll (see the module docstring)
                     else:
                         self._answer(effect)
                 elif isinstance(effect, SetMasterKey):
                     self._last_ticket = storage.set_master_key(effect.ledger_id, effect.master_key)
+                    mutated = True
                 elif isinstance(effect, Fence):
                     self._last_ticket = storage.fence(effect.ledger_id)
+                    mutated = True
                 elif isinstance(effect, StoreExplicitLac):
                     self._last_ticket = storage.set_explicit_lac(
                         effect.ledger_id, effect.lac, effect.packet
                     )
+                    mutated = True
                 elif isinstance(effect, Parked):
                     self._on_parked(effect.deadline_ms)
                 else:

@@ -532,6 +532,10 @@ async def test_long_poll_is_woken_by_an_add_that_passes_its_lac() -> None:
             task_group.start_soon(poll)
             await wait_for(lambda: server.parked_reads == 1)
             writer.submit(add_request(2), Collector(), 5_000)
+            # Woken, but queued behind the sync of the add that woke it, like its answer.
+            await wait_for(lambda: server.parked_reads == 0 and server.pending_requests == 4)
+            assert not polled
+            storage.sync()
         (response,) = polled
         assert (response.status, response.packet, response.lac) == (
             Status.EOK,
