@@ -116,15 +116,21 @@ _PLAIN_COUNT_DIGITS_MAX: Final = 18
 """Up to this many digits, a count is below 2**63 whatever they are."""
 
 
+def _plain_count(raw: bytearray) -> int | None:
+    """A count in the usual form, ASCII digits without a leading zero, or None."""
+    if raw.isdigit() and len(raw) <= _PLAIN_COUNT_DIGITS_MAX and (raw[0] != _ZERO or len(raw) == 1):
+        return int(raw)
+    return None
+
+
 def _count(raw: bytearray) -> int | None:
     """A multibulk or bulk count: an integer by Redis's rules (`parse_int`), or None.
 
-    The common case (ASCII digits without a leading zero) skips `parse_int`'s
-    pattern match, a few percent of the server's CPU per command.
+    The usual form skips `parse_int`'s pattern match, a few percent of the server's
+    CPU per command.
     """
-    if raw.isdigit() and len(raw) <= _PLAIN_COUNT_DIGITS_MAX and (raw[0] != _ZERO or len(raw) == 1):
-        return int(raw)
-    return parse_int(raw)
+    count = _plain_count(raw)
+    return parse_int(raw) if count is None else count
 
 
 class RespParser:
@@ -206,10 +212,12 @@ class RespParser:
                 buffer = self._buffer
                 if self._position == len(buffer):
                     return None
-                if self._remaining == 0 and buffer[self._position] != _STAR:
+                if self._remaining:
+                    command = self._multibulk_command()
+                elif buffer[self._position] != _STAR:
                     command = self._inline_command()
                 else:
-                    command = self._multibulk_command()
+                    command = self._whole_multibulk() or self._multibulk_command()
                 if command is None:
                     return None
                 if command:
@@ -239,6 +247,44 @@ class RespParser:
         if arguments is None:
             raise self._fail("unbalanced quotes in request")
         self._position = newline + 1
+        return arguments
+
+    def _whole_multibulk(self) -> list[bytes] | None:
+        """The usual case in one pass: a whole multibulk command with plain counts (digits,
+        no leading zero) within the bounds is buffered.  None, with nothing consumed, for
+        anything else, which `_multibulk_command` then reads by the same rules (or rejects).
+
+        Lines end where `_multibulk_command` says they do: at the first CR, with one more
+        byte (the LF, not checked) after it."""
+        buffer = self._buffer
+        size = len(buffer)
+        position = self._position
+        line_end = buffer.find(b"\r", position)
+        if line_end < 0 or line_end + 1 >= size:
+            return None
+        count = _plain_count(buffer[position + 1 : line_end])
+        if count is None or not 0 < count <= self.multibulk_args_max:
+            return None
+        position = line_end + 2
+        bulk_bytes_max = self.bulk_bytes_max
+        room = self.request_bytes_max
+        arguments: list[bytes] = []
+        for _ in range(count):
+            if position >= size or buffer[position] != _DOLLAR:
+                return None
+            line_end = buffer.find(b"\r", position)
+            if line_end < 0 or line_end + 1 >= size:
+                return None
+            length = _plain_count(buffer[position + 1 : line_end])
+            if length is None or length > bulk_bytes_max or length > room:
+                return None
+            room -= length
+            start = line_end + 2
+            position = start + length + 2
+            if position > size:
+                return None
+            arguments.append(bytes(buffer[start : start + length]))
+        self._position = position
         return arguments
 
     def _multibulk_command(self) -> list[bytes] | None:

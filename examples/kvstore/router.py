@@ -208,6 +208,8 @@ class Router:
         self._schedule_ids = itertools.count()
         self._wakeup = anyio.Event()
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._calls_unflushed = False
+        """A call went to the local replica since the last `flush`."""
 
     # --- the server's side ----------------------------------------------------------------------
 
@@ -265,8 +267,11 @@ class Router:
         )
 
     def flush(self) -> None:
-        """A run of commands was handed over: let the local leader cut its batch now."""
-        self._replica.flush()
+        """A run of commands was handed over: let the local leader cut its batch now (if any
+        of them was a call it took: reads and forwarded calls leave it nothing to cut)."""
+        if self._calls_unflushed:
+            self._calls_unflushed = False
+            self._replica.flush()
 
     def close_lane(self, lane: Lane) -> None:
         """The lane's connection closed: drop what waits for a retry."""
@@ -302,16 +307,13 @@ class Router:
             with anyio.move_on_after(delay_s):
                 await wakeup.wait()
             now_s = self._clock_s()
-            released = False
             while schedule and schedule[0][0] <= now_s:
                 _, _, lane = heapq.heappop(schedule)
                 lane.scheduled = False
                 parked, lane.parked = lane.parked, []
                 for attempt in parked:
                     self._send(attempt)
-                released = True
-            if released:
-                self._replica.flush()
+            self.flush()
 
     # --- attempts -----------------------------------------------------------------------------
 
@@ -345,6 +347,7 @@ class Router:
             )
             if local:
                 replica.handle_call(request, attempt)
+                self._calls_unflushed = True
                 return
         else:
             request = QueryRequest(

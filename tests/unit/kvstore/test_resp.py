@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from typing import Final
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -152,6 +153,56 @@ def test_any_chunking_gives_the_same_commands(
             parsed.append(command)
     assert parsed == commands
     assert parser.buffered_bytes == 0
+
+
+@st.composite
+def damaged_streams(draw: st.DrawFn) -> bytes:
+    """Multibulk commands with bytes overwritten, inserted or cut: counts that are not
+    plain, a CR without its LF, a missing '$', a short argument, a cut at any point."""
+    commands = draw(
+        st.lists(st.lists(st.binary(max_size=10), min_size=0, max_size=4), min_size=1, max_size=4)
+    )
+    data = bytearray(b"".join(multibulk(*command) for command in commands))
+    for _ in range(draw(st.integers(0, 3))):
+        marks = [i for i, byte in enumerate(data) if byte in b"*$\r\n0123456789"]
+        if marks and draw(st.booleans()):
+            at = draw(st.sampled_from(marks))  # mostly where the framing is
+        else:
+            at = draw(st.integers(0, len(data)))
+        damage = draw(st.sampled_from([b"\r", b"0", b"9", b"$", b"*", b"-", b"+", b"x", b""]))
+        if draw(st.booleans()) and at < len(data):
+            data[at : at + 1] = damage
+        else:
+            data[at:at] = damage
+    if draw(st.booleans()):
+        del data[draw(st.integers(0, len(data))) :]
+    return bytes(data)
+
+
+def outcome_of(data: bytes, cuts: list[int]) -> tuple[list[list[bytes]], str | None, int]:
+    """Commands parsed from `data` fed in `cuts`, the protocol error if any, bytes left."""
+    parser = RespParser(bulk_bytes_max=8, request_bytes_max=12, multibulk_args_max=3)
+    parsed: list[list[bytes]] = []
+    position = 0
+    try:
+        for size in [*cuts, len(data)]:
+            parser.feed(data[position : position + size])
+            position += size
+            while (command := parser.next_command()) is not None:
+                parsed.append(command)
+    except ProtocolError as error:
+        return parsed, error.message, parser.buffered_bytes
+    return parsed, None, parser.buffered_bytes
+
+
+@settings(max_examples=500)
+@given(data=damaged_streams(), cuts=st.lists(st.integers(1, 30), max_size=8))
+def test_the_one_pass_reading_of_whole_commands_agrees_with_the_general_one(
+    data: bytes, cuts: list[int]
+) -> None:
+    fast = outcome_of(data, cuts)
+    with mock.patch.object(RespParser, "_whole_multibulk", return_value=None):
+        assert outcome_of(data, cuts) == fast
 
 
 @pytest.mark.parametrize(
