@@ -1,9 +1,9 @@
 """Benchmark: the key-value store under the real redis-benchmark, against Redis and PySyncObj.
 
-    python bench/kvstore_bench.py [--seconds 3] [--clients 50] [--pipeline 16] [--zk HOSTS]
-                                  [--data-dir DIR]
+    python bench/kvstore_bench.py [--seconds 3] [--clients 50] [--pipeline 16] [--rounds 3]
+                                  [--zk HOSTS] [--data-dir DIR]
 
-What it runs, in this order, one at a time on this machine:
+What it runs, one run at a time on this machine:
 
 1. `kvstore up` (in process: `kvstore.launcher.LocalKvCluster`, the same
    launcher): a ZooKeeper (unless `--zk`), three bookies (journal fsync on,
@@ -19,7 +19,14 @@ What it runs, in this order, one at a time on this machine:
    leader's ledger is not fenced; no entry, no fsync; a round per read with
    `kvstore serve --read-lease-ms 0`).
 2. Baseline: Debian's `redis-server` with `appendonly yes` and `appendfsync
-   always` (one node, fsync per write batch), the same redis-benchmark runs.
+   always` (one node, fsync per write batch), the same redis-benchmark runs,
+   interleaved with the store's: it runs beside the store (each idles while
+   the other is measured) and every test goes `--rounds` times, store and
+   Redis one after the other, who goes first alternating.  This machine's
+   speed drifts by tens of percent over a minute; a baseline measured a
+   minute apart from the store could make the ratio look better or worse
+   than it is.  Each side reports its median run (every round's throughput
+   beside it), and each ratio to Redis is the median of the rounds' ratios.
 3. Baseline: PySyncObj's `ReplDict`, three processes on loopback (Raft,
    journal file on disk: PySyncObj writes it through mmap and never fsyncs
    it), driven from inside the leader's process by a load generator keeping
@@ -29,7 +36,7 @@ What it runs, in this order, one at a time on this machine:
    the target's baseline) and once tuned to 2 ms (reported beside it).
 
 redis-benchmark has no duration option: each run is first calibrated with a
-short one, then given enough requests for about `--seconds`.  Latencies are
+short one (which warms up too), then given enough requests for about `--seconds`.  Latencies are
 redis-benchmark's (p50, p99 from its CSV), or for PySyncObj measured per call.
 The machine is shared by everything above, so numbers are indicative and
 only their ratios, measured in the same run, are meant to be compared.
@@ -46,17 +53,20 @@ of output is ONE JSON object (DESIGN.md §10); progress goes to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import functools
 import io
 import json
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,37 +152,68 @@ def measure(
     return {"name": name, "pipeline": pipeline, "requests": requests, **measured}
 
 
-def suite(port: int, prefix: str, arguments: argparse.Namespace) -> list[dict[str, Any]]:
-    runs = []
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median throughput (the lower middle one of an even count), with every
+    round's throughput beside it."""
+    middle = dict(sorted(runs, key=lambda run: run["ops_per_s"])[(len(runs) - 1) // 2])
+    middle["rounds_ops_per_s"] = [run["ops_per_s"] for run in runs]
+    return middle
+
+
+def paired_suite(
+    store_port: int, redis_port: int, arguments: argparse.Namespace
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, float]]:
+    """SET and GET, without and with pipelining, on the store and on Redis in turn, every
+    test `--rounds` times: (the store's median runs, Redis's, each test's median ratio)."""
+    results: list[dict[str, Any]] = []
+    baselines: list[dict[str, Any]] = []
+    ratios: dict[str, float] = {}
     for pipeline in (1, arguments.pipeline):
         for test in ("set", "get"):
-            suffix = "" if pipeline == 1 else f"-P{pipeline}"
-            runs.append(
-                measure(
-                    port,
-                    f"{prefix}{test.upper()}{suffix}",
-                    test,
-                    clients=arguments.clients,
-                    pipeline=pipeline,
-                    seconds=arguments.seconds,
-                )
+            name = test.upper() + ("" if pipeline == 1 else f"-P{pipeline}")
+            ours: list[dict[str, Any]] = []
+            theirs: list[dict[str, Any]] = []
+            for round_number in range(arguments.rounds):
+                turns = [(ours, store_port, name), (theirs, redis_port, f"redis-fsync-{name}")]
+                if round_number % 2:
+                    turns.reverse()
+                for runs, port, label in turns:
+                    runs.append(
+                        measure(
+                            port,
+                            label,
+                            test,
+                            clients=arguments.clients,
+                            pipeline=pipeline,
+                            seconds=arguments.seconds,
+                        )
+                    )
+            results.append(median_run(ours))
+            baselines.append(median_run(theirs))
+            paired = zip(ours, theirs, strict=True)
+            ratios[name] = round(
+                statistics.median(a["ops_per_s"] / b["ops_per_s"] for a, b in paired), 3
             )
-    return runs
+    return results, baselines, ratios
 
 
 # --- the key-value store -----------------------------------------------------------------------
 
 
 async def kvstore_runs(
-    arguments: argparse.Namespace, data_dir: Path
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    arguments: argparse.Namespace, data_dir: Path, redis_port: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, float], dict[str, Any]]:
+    """The store's runs and the Redis runs interleaved with them (see the module docstring):
+    (results, Redis baselines, ratios to Redis by test, config)."""
     settings = KvSettings(base_port=0)
     log("kvstore: starting ZooKeeper, 3 bookies, 3 replicas ...")
     async with LocalKvCluster(data_dir, zk=arguments.zk, settings=settings) as cluster:
         leader = cluster.replica(cluster.leader or cluster.replicas[0].name)
         follower = next(r for r in cluster.replicas if r.name != leader.name)
         log(f"kvstore: leader {leader.name} on {leader.resp_address}")
-        runs = await anyio.to_thread.run_sync(suite, leader.resp_port, "", arguments)
+        results, baselines, ratios = await anyio.to_thread.run_sync(
+            paired_suite, leader.resp_port, redis_port, arguments
+        )
         for test in ("set", "get"):
             run = functools.partial(
                 measure,
@@ -183,7 +224,8 @@ async def kvstore_runs(
                 pipeline=1,
                 seconds=arguments.seconds,
             )
-            runs.append(await anyio.to_thread.run_sync(run))
+            runs = [await anyio.to_thread.run_sync(run) for _ in range(arguments.rounds)]
+            results.append(median_run(runs))
         config = {
             "replicas": len(cluster.replicas),
             "bookies": len(cluster.bookies.bookies),
@@ -193,13 +235,15 @@ async def kvstore_runs(
             "read_lease_ms": kv_limits.read_lease_ms_default,
             "zk": cluster.zk,
         }
-    return runs, config
+    return results, baselines, ratios, config
 
 
 # --- Redis with fsync --------------------------------------------------------------------------
 
 
-def redis_runs(arguments: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
+@contextlib.contextmanager
+def redis_server(directory: Path) -> Iterator[int]:
+    """A redis-server with appendonly yes and appendfsync always; its port."""
     port = free_port()
     log(f"redis-server: appendonly yes, appendfsync always, on port {port}")
     process = subprocess.Popen(
@@ -209,7 +253,7 @@ def redis_runs(arguments: argparse.Namespace, directory: Path) -> list[dict[str,
     )  # fmt: skip
     try:
         wait_port(port)
-        return suite(port, "redis-fsync-", arguments)
+        yield port
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -380,6 +424,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="per measurement (3)")
     parser.add_argument("--clients", type=int, default=50, help="concurrent connections (50)")
     parser.add_argument("--pipeline", type=int, default=16, help="-P of the pipelined runs (16)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="runs per test, store and Redis in turn (3)"
+    )
     parser.add_argument("--zk", help="use this ZooKeeper (HOST:PORT[/chroot]), not a local one")
     parser.add_argument("--data-dir", help="where the runs keep their data (a temporary dir)")
     parser.add_argument("--pysyncobj-node", type=int, help=argparse.SUPPRESS)
@@ -389,32 +436,34 @@ def main() -> None:
     if arguments.pysyncobj_node is not None:
         pysyncobj_node(arguments)
         return
+    if arguments.rounds < 1:
+        parser.error("--rounds must be at least 1")
     ensure_tools()
     with tempfile.TemporaryDirectory(prefix="kvstore-bench-", dir=arguments.data_dir) as scratch:
         base = Path(scratch)
         for name in ("kvstore", "redis", "pysyncobj"):
             (base / name).mkdir()
-        results, config = anyio.run(kvstore_runs, arguments, base / "kvstore")
-        baselines = redis_runs(arguments, base / "redis")
+        with redis_server(base / "redis") as redis_port:
+            results, baselines, to_redis, config = anyio.run(
+                kvstore_runs, arguments, base / "kvstore", redis_port
+            )
         baselines += pysyncobj_runs(arguments, base / "pysyncobj")
     everything = results + baselines
+    pipelined = arguments.pipeline
     ratios = {
-        "set_vs_redis": ratio(everything, "SET", "redis-fsync-SET"),
+        "set_vs_redis": to_redis["SET"],
         "set_vs_pysyncobj": ratio(everything, "SET", "pysyncobj-ReplDict-SET"),
         "set_vs_pysyncobj_tuned": ratio(everything, "SET", "pysyncobj-ReplDict-SET-tuned"),
-        "get_vs_redis": ratio(everything, "GET", "redis-fsync-GET"),
-        f"set_p{arguments.pipeline}_vs_redis": ratio(
-            everything, f"SET-P{arguments.pipeline}", f"redis-fsync-SET-P{arguments.pipeline}"
-        ),
-        f"get_p{arguments.pipeline}_vs_redis": ratio(
-            everything, f"GET-P{arguments.pipeline}", f"redis-fsync-GET-P{arguments.pipeline}"
-        ),
+        "get_vs_redis": to_redis["GET"],
+        f"set_p{pipelined}_vs_redis": to_redis[f"SET-P{pipelined}"],
+        f"get_p{pipelined}_vs_redis": to_redis[f"GET-P{pipelined}"],
     }
     print(json.dumps({
         "benchmark": "kvstore",
         "config": {
             "clients": arguments.clients, "value_bytes": VALUE_BYTES, "keyspace": KEYSPACE,
             "pipeline": arguments.pipeline, "seconds": arguments.seconds,
+            "rounds": arguments.rounds,
             "target": "the leader's Redis port (via-follower-*: a follower's)", **config,
         },
         "results": results,
@@ -429,7 +478,11 @@ def main() -> None:
             "SET: durable replicated write (log entry on 2 of 3 bookies' disks, fsync)",
             "GET: linearizable read under the leader's 1 s read lease (renewed by a "
             "confirmation round on the bookies, no log entry)",
-            "redis-fsync: one redis-server, appendonly yes, appendfsync always",
+            "redis-fsync: one redis-server, appendonly yes, appendfsync always; its runs "
+            "and the store's alternate, --rounds per test, who goes first alternating",
+            "ops_per_s: each side's median run (rounds_ops_per_s: every run); ratios to "
+            "Redis: the median of the rounds' ratios; to PySyncObj: the store's median over "
+            "PySyncObj's one run",
             "pysyncobj: 3 processes, ReplDict.set with callbacks, --clients in flight, "
             "journal via mmap without fsync, load generated inside the leader process; "
             "as it comes (appendEntriesPeriod 0.1 s, the target's baseline) and tuned (0.002 s)",

@@ -35,6 +35,8 @@ def test_bench_prints_one_json_object(
             "10",
             "--pipeline",
             "4",
+            "--rounds",
+            "2",
             "--zk",
             zookeeper.connect_string + zk_root,
             "--data-dir",
@@ -63,5 +65,10 @@ def test_bench_prints_one_json_object(
         assert entry["ops_per_s"] > 0, entry
         assert entry["p50_ms"] is not None
         assert entry["p99_ms"] is not None
+    # The store's runs and Redis's alternate, two rounds each; the reported run is one of them.
+    for entry in report["results"] + report["baselines"]:
+        if not entry["name"].startswith("pysyncobj"):
+            assert len(entry["rounds_ops_per_s"]) == 2, entry
+            assert entry["ops_per_s"] in entry["rounds_ops_per_s"]
     assert set(report["targets"]) <= set(report["ratios"])
     assert isinstance(report["meets_targets"], bool)
