@@ -63,6 +63,11 @@ _SCALARS: Final = frozenset({type(None), bool, int, float, str, bytes})
 
 _MARKER_OUTCOME: Final = Outcome(RsmStatus.OK, None)
 
+_OK: Final = RsmStatus.OK
+_new_tuple: Final = tuple.__new__
+"""Builds an `Outcome` in one C call (its own __new__ is Python): every command's outcome."""
+assert _new_tuple(Outcome, (_OK, 1, "", None)) == Outcome(RsmStatus.OK, 1)
+
 
 @dataclass(frozen=True, slots=True)
 class AppliedPosition:
@@ -209,7 +214,7 @@ def _call(
     except Exception as error:
         return _failure(error)
     if type(result) in _SCALARS:
-        return Outcome(RsmStatus.OK, result)
+        return _new_tuple(Outcome, (_OK, result, "", None))  # Outcome(OK, result), in C
     try:
         encoded = cbor2.dumps(result)
     except Exception as error:  # cbor2 raises several types for values it cannot encode
