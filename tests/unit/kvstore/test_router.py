@@ -51,6 +51,7 @@ class FakeReplica:
         self.lease = False
         """Whether `read_now` answers (a leader under its read lease)."""
         self.applied_index = 7
+        self.flushes = 0
 
     @property
     def is_leader(self) -> bool:
@@ -85,7 +86,7 @@ class FakeReplica:
         raise AssertionError("no read waits here")
 
     def flush(self) -> None:
-        pass
+        self.flushes += 1
 
     def status(self) -> dict[str, Any]:
         return {}
@@ -158,6 +159,24 @@ async def test_the_local_leader_takes_writes_with_the_connections_session() -> N
     assert (first.seq, first.ack_seq) == (1, 0)
     assert (second.seq, second.ack_seq) == (2, 1), "seq 1 was answered before seq 2 was sent"
     assert [outcome.value for _, outcome in inbox.delivered] == [["set", 1], ["incr", 2]]
+
+
+async def test_the_local_leader_is_asked_to_cut_a_batch_only_after_calls_it_took() -> None:
+    local = FakeReplica(leader=True)
+    local.lease = True
+    inbox = Inbox()
+    async with running(router_of(local)) as router:
+        lane = router.lane()
+        router.read(lane, "get", [b"k"], inbox, 0, stale=False)
+        router.read(lane, "get", [b"k"], inbox, 1, stale=True)
+        router.flush()
+        assert local.flushes == 0, "reads leave the leader nothing to cut"
+        router.call(lane, "set", [b"k", b"v"], inbox, 2)
+        router.call(lane, "set", [b"k", b"w"], inbox, 3)
+        router.flush()
+        router.flush()
+        assert local.flushes == 1, "once for the run of calls"
+        await inbox.wait(4)
 
 
 async def test_a_follower_forwards_to_the_leader_it_is_told_of() -> None:
