@@ -242,9 +242,10 @@ class LocalCluster:
                 )
             return LocalBookie(f"bookie-{number}", directory, port)
         preferred = limits.port_default + number - 1
-        port = preferred if preferred not in taken and port_is_free(preferred) else 0
-        while port == 0 or port in taken:
-            port = free_port(HOST)
+        if preferred in taken or not port_is_free(preferred):
+            port = free_port(HOST, taken=taken)
+        else:
+            port = preferred
         directory.mkdir(parents=True, exist_ok=True)
         config_file.write_text(
             render_toml(

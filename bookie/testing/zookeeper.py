@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Container
 from pathlib import Path
 from types import TracebackType
 
@@ -35,11 +36,16 @@ class ZooKeeperUnavailable(RuntimeError):
     """ZooKeeper (or Java) is not installed, or the server did not come up."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (the caller binds it soon after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+def free_port(host: str = "127.0.0.1", *, taken: Container[int] = ()) -> int:
+    """A TCP port nobody listens on right now (the caller binds it soon after), and not in
+    `taken`: ports handed out for servers not yet listening, which the system may give
+    out again meanwhile."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            port = int(probe.getsockname()[1])
+        if port not in taken:
+            return port
 
 
 def _zookeeper_classpath() -> str:

@@ -388,9 +388,7 @@ def _toml(values: dict[str, str | list[str] | list[int]]) -> str:
 def _port(preferred: int, taken: set[int]) -> int:
     """`preferred` if it is free (and > 0), else any free port."""
     usable = preferred > 0 and preferred not in taken and port_is_free(preferred)
-    port = preferred if usable else 0
-    while port == 0 or port in taken:
-        port = free_port(HOST)
+    port = preferred if usable else free_port(HOST, taken=taken)
     taken.add(port)
     return port
 

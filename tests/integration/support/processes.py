@@ -170,6 +170,9 @@ class BookieCluster:
         self._processes: list[BookieProcess] = []
         self._task_group: anyio.abc.TaskGroup | None = None
         self._count = 0
+        self._ports: set[int] = set()
+        """Ports given to this cluster's bookies: a bookie is known by its address, and
+        `free_port` may hand out a port again while the bookie it went to is not up yet."""
 
     async def __aenter__(self) -> BookieCluster:
         task_group = self._task_group = anyio.create_task_group()
@@ -204,10 +207,12 @@ class BookieCluster:
         self._count += 1
         name = f"bookie-{self._count}"
         directory = self.root / name
+        port = free_port(HOST, taken=self._ports)
+        self._ports.add(port)
         setup = BookieSetup(
             name=name,
             directory=directory,
-            port=free_port(HOST),
+            port=port,
             journal_dir=directory / "journal",
             ledger_dirs=tuple(directory / f"ledgers{index}" for index in range(ledger_dirs)),
         )

@@ -197,7 +197,9 @@ class RsmProcesses:
 
         `zk` replaces the ZooKeeper address (a `ZkProxy`'s, say)."""
         assert self._task_group is not None
-        port = self._ports.setdefault(name, free_port(HOST))
+        port = self._ports.get(name)
+        if port is None:
+            port = self._ports[name] = free_port(HOST, taken=set(self._ports.values()))
         address = f"{HOST}:{port}"
         command = [
             sys.executable,

@@ -1,0 +1,57 @@
+"""`free_port`: a port nobody listens on, and never one already handed out (`taken`).
+
+Servers get their ports before they bind them, so the system may hand the same port
+out twice meanwhile; a bookie then starts with another bookie's address (seen in CI:
+two bookies of one test given port 37347, the second refused by the first's cookie)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from types import TracebackType
+
+import pytest
+
+from bookie.testing import zookeeper
+from bookie.testing.zookeeper import free_port
+
+
+class RepeatingSockets:
+    """Stands in for `socket.socket`: binding to port 0 yields `ports` in turn."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self._ports: Iterator[int] = iter(ports)
+        self._port = 0
+
+    def __call__(self, family: int, kind: int) -> RepeatingSockets:
+        return self
+
+    def __enter__(self) -> RepeatingSockets:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        pass
+
+    def bind(self, address: tuple[str, int]) -> None:
+        self._port = next(self._ports)
+
+    def getsockname(self) -> tuple[str, int]:
+        return ("127.0.0.1", self._port)
+
+
+def test_a_port_handed_out_already_is_not_handed_out_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(zookeeper.socket, "socket", RepeatingSockets([5000, 5000, 5000, 5001]))
+    assert free_port(taken={5000}) == 5001
+
+
+def test_a_free_port_can_be_bound() -> None:
+    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind(("127.0.0.1", port))
