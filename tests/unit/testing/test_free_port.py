@@ -6,9 +6,9 @@ two bookies of one test given port 37347, the second refused by the first's cook
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator
-from types import TracebackType
 
 import pytest
 
@@ -23,19 +23,8 @@ class RepeatingSockets:
         self._ports: Iterator[int] = iter(ports)
         self._port = 0
 
-    def __call__(self, family: int, kind: int) -> RepeatingSockets:
-        return self
-
-    def __enter__(self) -> RepeatingSockets:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        pass
+    def __call__(self, family: int, kind: int) -> contextlib.nullcontext[RepeatingSockets]:
+        return contextlib.nullcontext(self)
 
     def bind(self, address: tuple[str, int]) -> None:
         self._port = next(self._ports)
