@@ -3,6 +3,8 @@ acknowledgement after sync, bad input, back-pressure, long polls, shutdown."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import struct
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from bookie.errors import (
 from bookie.server.server import BookieServer
 from bookie.storage.file import FileLedgerStorage, StorageConfig
 from bookie.storage.memory import MemoryLedgerStorage
-from bookie.wire.codec import decode_request, encode_request
+from bookie.wire.codec import FrameDecoder, decode_request, decode_response, encode_request
 from bookie.wire.messages import (
     ENTRY_ID_LAST,
     READ_FLAG_FENCE,
@@ -638,6 +640,73 @@ async def test_graceful_shutdown_answers_parked_long_polls_and_refuses_new_reque
     assert (answer.status, answer.packet, answer.lac) == (Status.EOK, None, -1)
     (refused,) = late.outcomes
     assert isinstance(refused, BookieUnavailable)
+
+
+async def _unread_answers(
+    server: BookieServer, storage: MemoryLedgerStorage
+) -> tuple[anyio.abc.SocketStream, bytes]:
+    """A raw client that asked for a 3 MiB entry twice and reads nothing: the answers fill
+    the kernel's socket buffers and the rest waits in the server's transport."""
+    big = DIGEST.build_entry(LEDGER, 0, -1, 3 * 2**20, b"b" * (3 * 2**20))
+    added = Collector()
+    async with BookieConnection.connect("127.0.0.1", server.port) as connection:
+        connection.submit(AddRequest(0, LEDGER, 0, KEY, 0, big), added, 5_000)
+        await wait_for(lambda: server.pending_requests == 1)
+        storage.sync()
+        await wait_for(lambda: added.statuses() == [Status.EOK])
+    stream = await anyio.connect_tcp("127.0.0.1", server.port)
+    stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(
+        socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024
+    )
+    # One send: both requests arrive in one read, so both are taken before the first
+    # answer pauses the transport's writing (a request read after that would be held).
+    await stream.send(
+        b"".join(
+            encode_request(ReadRequest(request_id, LEDGER, 0, 0, None, None, None))
+            for request_id in (1, 2)
+        )
+    )
+    await wait_for(lambda: server.queued_answer_bytes > 0)
+    return stream, big
+
+
+async def test_graceful_shutdown_delivers_answers_still_queued_for_a_slow_reader() -> None:
+    # Closing at once would drop what the transport holds: the client would get
+    # the kernel's part of an answer and then the end of the stream, mid-frame.
+    storage = MemoryLedgerStorage()
+    stop = anyio.Event()
+    async with anyio.create_task_group() as task_group:
+        server: BookieServer = await task_group.start(_serve_until, stop, storage, 5_000)
+        stream, big = await _unread_answers(server, storage)
+        async with stream:
+            stop.set()
+            await wait_for(lambda: server.draining)
+            decoder = FrameDecoder()
+            answers: list[Response] = []
+            with anyio.fail_after(10):
+                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                    while True:
+                        answers.extend(
+                            decode_response(body) for body in decoder.feed(await stream.receive())
+                        )
+    assert decoder.buffered_bytes == 0, "the stream ended inside an answer"
+    reads = [answer for answer in answers if isinstance(answer, ReadResponse)]
+    assert len(reads) == len(answers)
+    assert [(read.request_id, read.status) for read in reads] == [(1, Status.EOK), (2, Status.EOK)]
+    assert all(read.packet == big for read in reads)
+
+
+async def test_graceful_shutdown_stops_waiting_for_a_client_that_never_reads() -> None:
+    storage = MemoryLedgerStorage()
+    stop = anyio.Event()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as task_group:
+            server: BookieServer = await task_group.start(_serve_until, stop, storage, 200)
+            stream, _ = await _unread_answers(server, storage)
+            async with stream:
+                stop.set()
+                await wait_for(lambda: server.connection_count == 0)
+    assert server.queued_answer_bytes == 0
 
 
 async def test_a_server_going_away_fails_the_clients_requests_in_flight() -> None:
