@@ -37,15 +37,21 @@ fails (`BookieUnavailable`) once every bookie answered without completing.
 (rules 6-9):
 
 6. One long-poll READ at a time, for entry LAC + 1 with `previous_lac` = LAC,
-   to a member of that entry's write set, starting with the first.
+   to a member of that entry's write set: the bookie whose answer advanced
+   the LAC last if it is one, else the first member.
 7. An answer whose LAC (the bookie's, or the header of the verified packet it
    carries) passed the reader's LAC advances it (`LacAdvanced`, with the
    payload of entry LAC + 1 when the answer carried it and it is confirmed)
-   and the next poll goes out at once.  An answer without progress (the
-   bookie's poll timed out) polls the same bookie again.  Errors, timeouts,
-   corrupt packets and ENOLEDGER (a bookie that has seen nothing of the
-   ledger answers at once) move to the next member; after a whole write set
-   of those the tail waits `retry_delay_ms` before polling again.
+   and the next poll goes out at once, to the same bookie when it holds the
+   next entry.  An answer without progress (the bookie's poll timed out)
+   moves to the next member, without counting as a failure: a bookie can
+   miss entries for good (one the writer went on without when it failed and
+   no replacement was found: it never sees the LAC move again) while the
+   others are ahead, and polling it again would stall the tail until the
+   ledger closes.  Errors, timeouts, corrupt packets and ENOLEDGER (a bookie
+   that has seen nothing of the ledger answers at once) move to the next
+   member too, and after a whole write set of those the tail waits
+   `retry_delay_ms` before polling again.
 8. When the metadata says the ledger is closed, the LAC becomes its last
    entry and the tail ends (`TailEnded`).
 9. A segment that starts at entry s proves every entry before s confirmed (a
@@ -592,12 +598,14 @@ class LongPollTail:
                 return
             lac = max(lac, header_lac)
         if lac <= self._last_add_confirmed:
-            # The bookie's poll timed out: it is healthy, nothing was written.
+            # The bookie's poll timed out: it answers, but it may be one that misses
+            # entries for good, while another member is ahead (rule 7).
             self._misses = 0
+            self._cursor = (self._cursor + 1) % len(self._replicas)
             self._poll()
             return
         confirmed = payload if lac >= entry_id else None
-        self._advance(lac, entry_id if confirmed is not None else None, confirmed)
+        self._advance(lac, entry_id if confirmed is not None else None, confirmed, bookie_id)
 
     def on_read_timeout(self, bookie_id: str, entry_id: int, now_ms: int) -> None:
         """The long poll got no answer within its timeout plus the read timeout."""
@@ -655,10 +663,18 @@ class LongPollTail:
         self._cursor = 0
         self._misses = 0
 
-    def _advance(self, lac: int, entry_id: int | None, payload: bytes | None) -> None:
+    def _advance(
+        self,
+        lac: int,
+        entry_id: int | None,
+        payload: bytes | None,
+        answered_by: str | None = None,
+    ) -> None:
         self._last_add_confirmed = lac
         self._effects.append(LacAdvanced(lac, entry_id, payload))
         self._target_next_entry()
+        if answered_by in self._replicas:
+            self._cursor = self._replicas.index(answered_by)
         self._poll()
 
     def _miss(self, now_ms: int) -> None:

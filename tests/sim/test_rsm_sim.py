@@ -133,3 +133,13 @@ def test_replicas_that_all_stood_aside_stand_again() -> None:
     summary = run_seeds([9256], SimOptions(steps=8))
     assert not summary.failures, "\n\n".join(str(failure) for failure in summary.failures)
     assert summary.acknowledged > 0
+
+
+def test_a_follower_is_not_stalled_by_a_bookie_that_missed_entries() -> None:
+    """Seed 9647: a bookie of the open ledger crashed, no replacement was found (the
+    ensemble change was deferred), and the leader went on writing to the other two.  The
+    crashed bookie came back without those entries and never saw the LAC move again; a
+    follower whose long poll had been parked there polled it again after each timeout,
+    forever, and stayed three commands behind to the end of the run."""
+    summary = run_seeds([9647], SimOptions(steps=8))
+    assert not summary.failures, "\n\n".join(str(failure) for failure in summary.failures)

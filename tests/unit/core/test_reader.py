@@ -19,6 +19,7 @@ from bookie.core.reader import (
     SendRead,
     SendReadLac,
     TailEnded,
+    replicas_of,
 )
 from bookie.errors import (
     BookieUnavailable,
@@ -307,7 +308,9 @@ def test_rule7_a_confirmed_entry_in_the_answer_advances_and_polls_the_next() -> 
     t = tail(lac=4)
     t.take_effects()
     t.on_read_response("b3", 5, found(5, header_lac=4, bookie_lac=5), 0)
-    assert t.take_effects() == [LacAdvanced(5, 5, payload_of(5)), poll("b1", 5)]
+    assert t.take_effects() == [LacAdvanced(5, 5, payload_of(5)), poll("b3", 5)], (
+        "the bookie that answered holds entry 6 too: it is asked again"
+    )
     assert t.last_add_confirmed == 5
 
 
@@ -315,28 +318,60 @@ def test_rule7_an_answer_lac_past_the_carried_entry_advances_further() -> None:
     t = tail(lac=4)
     t.take_effects()
     t.on_read_response("b3", 5, found(5, header_lac=4, bookie_lac=8), 0)
-    assert t.take_effects() == [LacAdvanced(8, 5, payload_of(5)), poll("b1", 8)]
+    assert t.take_effects() == [LacAdvanced(8, 5, payload_of(5)), poll("b3", 8)]
 
 
 def test_rule7_an_unconfirmed_entry_is_not_delivered() -> None:
     t = tail(lac=4)
     t.take_effects()
     t.on_read_response("b3", 5, found(5, header_lac=4, bookie_lac=4), 0)
-    assert t.take_effects() == [poll("b3", 4)], "no progress: ask the same bookie again"
+    assert t.take_effects() == [poll("b1", 4)], "no progress: ask the next member"
 
 
 def test_rule7_no_entry_but_a_higher_lac_advances_without_payload() -> None:
     t = tail(lac=4)
     t.take_effects()
     t.on_read_response("b3", 5, status(ENOENTRY, 5, bookie_lac=6), 0)
-    assert t.take_effects() == [LacAdvanced(6), poll("b2", 6)]
+    assert t.take_effects() == [LacAdvanced(6), poll("b3", 6)]
 
 
-def test_rule7_poll_timeout_without_progress_polls_the_same_bookie() -> None:
+def timed_out(entry_id: int, bookie_lac: int) -> ReadResponse:
+    return ReadResponse(0, EOK, None, LEDGER_ID, entry_id, None, bookie_lac)
+
+
+def test_rule7_poll_timeout_without_progress_moves_on_without_counting_a_failure() -> None:
     t = tail(lac=4)
     t.take_effects()
-    t.on_read_response("b3", 5, ReadResponse(0, EOK, None, LEDGER_ID, 5, None, 4), 0)
-    assert t.take_effects() == [poll("b3", 4)]
+    for bookie, after in (("b3", "b1"), ("b1", "b2"), ("b2", "b3"), ("b3", "b1")):
+        t.on_read_response(bookie, 5, timed_out(5, 4), 0)
+        assert t.take_effects() == [poll(after, 4)]
+    assert t.next_tick_ms is None, "healthy bookies with nothing new: no retry wait"
+
+
+def test_rule7_a_bookie_that_misses_entries_for_good_does_not_stall_the_tail() -> None:
+    # b3 was left behind (the writer went on without it): it never sees the LAC move.
+    t = tail(lac=4)
+    t.take_effects()
+    t.on_read_response("b3", 5, timed_out(5, 4), 0)
+    assert t.take_effects() == [poll("b1", 4)]
+    t.on_read_response("b1", 5, found(5, header_lac=4, bookie_lac=7), 0)
+    assert replicas_of(make_metadata(), 8)[0] == "b3"
+    assert t.take_effects() == [LacAdvanced(7, 5, payload_of(5)), poll("b1", 7)], (
+        "entry 8's write set starts with b3, but b1 answered last: b1 is asked"
+    )
+
+
+def test_rule6_a_bookie_outside_the_next_write_set_is_not_asked_for_it() -> None:
+    t = tail(lac=4)
+    t.take_effects()
+    replaced = replace_bookies(make_metadata(), 5, {2: "b4"})  # b3 -> b4 from entry 5 on
+    t.on_metadata(replaced)
+    t.on_read_response("b3", 5, found(5, header_lac=4, bookie_lac=5), 0)
+    assert "b3" not in replicas_of(replaced, 6)
+    assert t.take_effects() == [
+        LacAdvanced(5, 5, payload_of(5)),
+        poll(replicas_of(replaced, 6)[0], 5),
+    ]
 
 
 def test_rule7_errors_move_to_the_next_member_then_wait_after_a_whole_round() -> None:
