@@ -92,6 +92,15 @@ def port_is_free(port: int, host: str = HOST) -> bool:
         return True
 
 
+def pick_port(preferred: int, taken: set[int]) -> int:
+    """`preferred` if it is above 0, free and not in `taken`, else any free port not in
+    `taken`; the port is added to `taken` (ports handed out, not yet bound)."""
+    usable = preferred > 0 and preferred not in taken and port_is_free(preferred)
+    port = preferred if usable else free_port(HOST, taken=taken)
+    taken.add(port)
+    return port
+
+
 @dataclass(slots=True)
 class LocalBookie:
     """One bookie process of the cluster."""
@@ -241,11 +250,7 @@ class LocalCluster:
                     f"bookie running?  Stop it (the port is in {config_file})"
                 )
             return LocalBookie(f"bookie-{number}", directory, port)
-        preferred = limits.port_default + number - 1
-        if preferred in taken or not port_is_free(preferred):
-            port = free_port(HOST, taken=taken)
-        else:
-            port = preferred
+        port = pick_port(limits.port_default + number - 1, taken)
         directory.mkdir(parents=True, exist_ok=True)
         config_file.write_text(
             render_toml(

@@ -48,9 +48,8 @@ import anyio.abc
 
 from bookie import limits as bookie_limits
 from bookie.errors import BookieError
-from bookie.local_cluster import ClusterError, LocalCluster, port_is_free
+from bookie.local_cluster import ClusterError, LocalCluster, pick_port, port_is_free
 from bookie.meta.zk import ZkMetadataStore
-from bookie.testing.zookeeper import free_port
 from kvstore.node import DEFAULT_APP
 from rsm.cli import split_zk
 from rsm.client import Client, connect
@@ -238,8 +237,8 @@ class LocalKvCluster:
             taken: set[int] = set()
             base = self.settings.base_port
             for number in range(1, self.settings.replicas + 1):
-                resp_port = _port(base + number - 1 if base else 0, taken)
-                port = _port(base + FRAMEWORK_PORT_OFFSET + number - 1 if base else 0, taken)
+                resp_port = pick_port(base + number - 1 if base else 0, taken)
+                port = pick_port(base + FRAMEWORK_PORT_OFFSET + number - 1 if base else 0, taken)
                 name = f"kv-{number}"
                 self.replicas.append(LocalReplica(name, self.data_dir / name, resp_port, port))
             path.write_text(
@@ -383,14 +382,6 @@ class LocalKvCluster:
 def _toml(values: dict[str, str | list[str] | list[int]]) -> str:
     """`key = value` lines; JSON's strings and arrays of strings or integers are valid TOML."""
     return "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
-
-
-def _port(preferred: int, taken: set[int]) -> int:
-    """`preferred` if it is free (and > 0), else any free port."""
-    usable = preferred > 0 and preferred not in taken and port_is_free(preferred)
-    port = preferred if usable else free_port(HOST, taken=taken)
-    taken.add(port)
-    return port
 
 
 def read_saved(data_dir: Path) -> dict[str, Any]:

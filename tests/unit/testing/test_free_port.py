@@ -1,4 +1,5 @@
-"""`free_port`: a port nobody listens on, and never one already handed out (`taken`).
+"""`free_port`: a port nobody listens on, and never one already handed out (`taken`); and
+`pick_port`, which prefers a given port.
 
 Servers get their ports before they bind them, so the system may hand the same port
 out twice meanwhile; a bookie then starts with another bookie's address (seen in CI:
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from bookie.local_cluster import pick_port
 from bookie.testing import zookeeper
 from bookie.testing.zookeeper import free_port
 
@@ -44,3 +46,19 @@ def test_a_free_port_can_be_bound() -> None:
     port = free_port()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
         server.bind(("127.0.0.1", port))
+
+
+def test_pick_port_takes_the_preferred_port_unless_it_is_handed_out_or_bound() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bound:
+        bound.bind(("127.0.0.1", 0))
+        bound.listen()
+        busy = bound.getsockname()[1]
+        preferred = free_port()
+        taken: set[int] = set()
+        assert pick_port(preferred, taken) == preferred
+        assert taken == {preferred}
+        other = pick_port(preferred, taken)
+        assert other != preferred
+        assert pick_port(busy, taken) not in {busy, preferred, other}
+        assert pick_port(0, taken) not in {busy, preferred, other, 0}
+        assert len(taken) == 4
