@@ -32,6 +32,8 @@ from bookie.storage.file import FileLedgerStorage, StorageConfig
 from bookie.testing.zookeeper import LocalZooKeeper
 from tests.unit.ledger_client.cluster import fast_config
 
+from .support.disk import file_bytes
+
 pytestmark = [pytest.mark.anyio, pytest.mark.zookeeper]
 
 BOOKIES = 3
@@ -55,9 +57,7 @@ class Bookie:
 
     def entry_log_bytes(self) -> int:
         directory = self.config.ledger_dirs[0]
-        return sum(
-            entry_log_path(directory, log_id).stat().st_size for log_id in entry_log_ids(directory)
-        )
+        return file_bytes(entry_log_path(directory, log_id) for log_id in entry_log_ids(directory))
 
 
 def storage_config(directory: Path) -> StorageConfig:

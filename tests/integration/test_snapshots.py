@@ -44,6 +44,7 @@ from rsm.replica import Replica
 from rsm.snapshots import read_snapshots
 from rsm.state_machine import StateMachine, command, query
 
+from .support.disk import file_bytes
 from .support.entries import read_all
 from .support.processes import HOST, WAIT_S, BookieCluster, BookieProcess, BookieSetup
 from .support.rsm_processes import wait_for
@@ -162,13 +163,12 @@ async def replica(
 
 def disk_bytes(setups: Sequence[BookieSetup]) -> int:
     """Bytes of the bookies' journals, entry logs and indexes."""
-    total = 0
-    for setup in setups:
-        for directory in (setup.journal_dir, *setup.ledger_dirs):
-            for path in directory.rglob("*"):
-                if path.is_file():
-                    total += path.stat().st_size
-    return total
+    return file_bytes(
+        path
+        for setup in setups
+        for directory in (setup.journal_dir, *setup.ledger_dirs)
+        for path in directory.rglob("*")
+    )
 
 
 async def put_all(leader: Replica, first: int, count: int) -> None:
