@@ -11,7 +11,9 @@ from a `queue.SimpleQueue` and answers through the loop's
 
 Calls run one at a time, in the order made.  A caller cancelled while its call
 runs stops waiting; the call itself finishes (a thread cannot be interrupted),
-and its result is dropped.  `stop()` lets the thread end after the calls
+and its result is dropped.  A call that finishes after its event loop closed
+(a storage abandoned with its loop) ends the thread: nobody can wait any
+more, and the loop cannot be told.  `stop()` lets the thread end after the calls
 already made; the thread is a daemon so that a storage never closed does not
 keep the interpreter alive.
 """

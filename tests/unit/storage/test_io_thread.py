@@ -1,5 +1,6 @@
 """IoThread: calls run in one thread, in order; outcomes reach the caller; a cancelled
-caller stops waiting while its call finishes."""
+caller stops waiting while its call finishes; a call outliving its event loop ends the
+thread without an error."""
 
 from __future__ import annotations
 
@@ -61,4 +62,31 @@ async def test_a_cancelled_caller_stops_waiting_and_the_call_still_finishes() ->
     release.set()
     # The next call runs after the abandoned one, which therefore finished.
     assert await io.call(finished.is_set)
+    io.stop()
+
+
+def test_a_call_finishing_after_its_loop_closed_ends_the_thread_quietly() -> None:
+    """The outcome has nowhere to go: the thread ends, with no error in it or the caller's."""
+    io = IoThread("test-io-closed-loop")
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(10)
+        return "done"
+
+    async def abandon() -> None:
+        with anyio.move_on_after(10) as scope:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(io.call, slow)
+                await anyio.to_thread.run_sync(started.wait, 10)
+                scope.cancel()
+        assert scope.cancelled_caught
+
+    anyio.run(abandon)
+    (thread,) = [thread for thread in threading.enumerate() if thread.name == "test-io-closed-loop"]
+    release.set()
+    thread.join(10)
+    assert not thread.is_alive()
     io.stop()
