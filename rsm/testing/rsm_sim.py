@@ -286,7 +286,9 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
     outcome = _Outcome()
 
     def violation(invariant: str, detail: str) -> InvariantViolation:
-        return InvariantViolation(seed, invariant, detail, trace.tail(TRACE_TAIL_LINES), replay)
+        found = InvariantViolation(seed, invariant, detail, trace.tail(TRACE_TAIL_LINES), replay)
+        found.trace = tuple(trace.lines)
+        return found
 
     async def main() -> tuple[RsmCluster, KvWorkload]:
         with anyio.fail_after(RUN_MS_MAX / 1000):
@@ -304,7 +306,8 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
 
     try:
         cluster, workload = run_simulation(main)
-    except InvariantViolation:
+    except InvariantViolation as found:
+        found.trace = tuple(trace.lines)
         raise
     except Exception as error:
         raise violation("unexpected-error", repr(error)) from error
