@@ -57,7 +57,7 @@ logger = logging.getLogger(__name__)
 ProgressListener = Callable[[bool], None]
 """Told, as the follower reads, whether it is caught up enough to stand for election: every
 CLOSED segment read to within the bound (in indexes), and the OPEN one to within the bound (in
-ledger entries behind its LAC)."""
+ledger entries behind its LAC), or read to its end when its ledger is already closed."""
 
 
 class LogStore:
@@ -266,7 +266,11 @@ class LogFollower:
             if handle.is_closed:
                 await self._reader.replay(segment, handle, entry, applier)
                 if segment.is_open:
-                    # Closed by its writer or a recovery; the log will say so next.
+                    # Closed by its writer or a recovery; the log will say so once a
+                    # takeover records it.  This replica holds all the ledger will ever
+                    # hold, so it may stand for that takeover: if caught-up replicas
+                    # waited for the log to move first, none would stand and it never would.
+                    self._on_progress(True)
                     return True
                 check_segment_end(segment, applier)
                 continue

@@ -143,3 +143,15 @@ def test_a_follower_is_not_stalled_by_a_bookie_that_missed_entries() -> None:
     forever, and stayed three commands behind to the end of the run."""
     summary = run_seeds([9647], SimOptions(steps=8))
     assert not summary.failures, "\n\n".join(str(failure) for failure in summary.failures)
+
+
+def test_replicas_stand_when_the_open_ledger_was_closed_before_the_log_says_so() -> None:
+    """Seed 20006 (120 steps): the leader's ledger refused an entry (no replacement
+    bookie), so its writer closed it, and the leader died before any takeover recorded
+    that in the log.  The one caught-up candidate died too; every replica started after it
+    read the closed ledger to its end and waited for the log to move before standing, so
+    none stood and no takeover ever moved the log: the final writes were never
+    acknowledged."""
+    summary = run_seeds([20006], SimOptions(steps=120))
+    assert not summary.failures, "\n\n".join(str(failure) for failure in summary.failures)
+    assert summary.acknowledged > 0

@@ -1,18 +1,22 @@
-"""Reading the log's ledgers: finding where to go on by index, and replaying from there."""
+"""Reading the log's ledgers: finding where to go on by index, replaying from there, and
+following the log (when a follower counts as caught up)."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from rsm.applier import Applier
 from rsm.config import ReplicaConfig
 from rsm.core.commands import AppliedPosition, prepare_command
-from rsm.core.entry_format import encode_batch
+from rsm.core.entry_format import encode_batch, encode_log
 from rsm.core.log_state import Log, Segment, SegmentState
 from rsm.errors import MalformedValue
-from rsm.log import SegmentReader, replay_log
+from rsm.layout import AppLayout
+from rsm.log import LogFollower, LogStore, SegmentReader, replay_log
 from tests.unit.ledger_client.cluster import memory_cluster
 from tests.unit.rsm.counter import Counter
+from tests.unit.runtime.harness import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -80,3 +84,40 @@ async def test_an_entry_of_another_epoch_than_its_segment_is_refused() -> None:
         with pytest.raises(MalformedValue, match="epoch"):
             await replay_log(log, SegmentReader(client, PASSWORD), applier, None)
         assert applier.applied_index == 0, "nothing of a mislabelled entry is applied"
+
+
+async def test_a_follower_that_read_a_closed_ledger_the_log_calls_open_is_caught_up() -> None:
+    """Seed 20006 of the rsm simulation: the leader's ledger was closed (its writer gave up)
+    and the leader died before any takeover recorded that in the log.  Replicas that read
+    the whole ledger waited for the log to move before counting as caught up, so none stood
+    for the election, no takeover came, and the log never moved."""
+    async with (
+        memory_cluster(3) as cluster,
+        cluster.client() as client,
+        cluster.store_factory() as store,
+    ):
+        writer = await client.create_ledger(3, 3, 2, password=PASSWORD)
+        for payload in payloads(1):
+            await writer.append(payload)
+        await writer.close()
+        log_store = LogStore(store, AppLayout.of("app"))
+        await log_store.ensure_layout()
+        _log, version = await log_store.read()
+        still_open = Log(1, (Segment(writer.ledger_id, 1, 1, SegmentState.OPEN, -1),))
+        await store.set(log_store.layout.log, encode_log(still_open), version)
+        applier = Applier(Counter(), ReplicaConfig())
+        progress: list[bool] = []
+        follower = LogFollower(
+            log_store,
+            SegmentReader(client, PASSWORD),
+            applier,
+            lag_entries_max=0,
+            retry_delay_ms=10,
+            on_progress=progress.append,
+        )
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(follower.run)
+            await wait_until(lambda: bool(progress) and progress[-1])
+            tasks.cancel_scope.cancel()
+        assert applier.applied_index == LAST_INDEX
+        assert (await log_store.read())[0] == still_open, "caught up without the log moving"
