@@ -9,7 +9,8 @@ size so rollovers happen, ledger and client timeouts).  While an
 shape, connection resets, session expiry of the leader or a follower,
 graceful transfers, latency spikes, slow disks), the clients send random
 key-value operations, each recorded in a history.  Then every fault ends,
-the clients stop, each client makes one more write, and every running replica
+the clients stop, each client makes one more write (sent again once if
+answered `SessionExpired`, as the client contract asks), and every running replica
 must catch up with the leader: that is the liveness check, and it must pass
 within `LIVENESS_MS` of virtual time.  Then the replicas stop abruptly and
 the final log is read and replayed by a fresh host.

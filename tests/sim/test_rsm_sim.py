@@ -20,6 +20,7 @@ from rsm.core.entry_format import decode_log
 from rsm.errors import RsmError
 from rsm.layout import AppLayout
 from rsm.testing.cluster import APP, RsmCluster
+from rsm.testing.nemesis import RsmFault
 from rsm.testing.rsm_sim import SimOptions, main, run_seed, run_seeds
 from tests.unit.runtime.harness import wait_until
 
@@ -155,3 +156,20 @@ def test_replicas_stand_when_the_open_ledger_was_closed_before_the_log_says_so()
     summary = run_seeds([20006], SimOptions(steps=120))
     assert not summary.failures, "\n\n".join(str(failure) for failure in summary.failures)
     assert summary.acknowledged > 0
+
+
+def test_a_final_write_answered_session_expired_is_sent_again() -> None:
+    """Seed 23006 (200 steps, crashes, slow disks, transfers): no leader for eleven
+    simulated seconds; every write of one client timed out, so it gave their seqs up and
+    its final write acknowledged them, while no replica had ever seen its session:
+    `SessionExpired`, which the client contract answers by sending again (the client has
+    a new session by then).  The workload counted that answer as a liveness failure."""
+    faults = (
+        RsmFault.BOOKIE_CRASH,
+        RsmFault.SLOW_DISK,
+        RsmFault.TRANSFER,
+        RsmFault.REPLICA_CRASH,
+    )
+    summary = run_seeds([23006], SimOptions(steps=200, faults=faults))
+    assert not summary.failures, "\n\n".join(str(failure) for failure in summary.failures)
+    assert summary.stats["client-SessionExpired"] == 1
