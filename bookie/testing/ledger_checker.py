@@ -78,6 +78,11 @@ class InvariantViolation(AssertionError):
             f"  replay: {replay}\n  last trace lines:\n{lines}"
         )
 
+    def with_trace(self, lines: Sequence[str]) -> InvariantViolation:
+        """This violation, with the run's whole trace (`lines`) filled in."""
+        self.trace = tuple(lines)
+        return self
+
 
 class LedgerChecker:
     """Everything observed about one ledger, checked as it comes; see the module docstring."""

@@ -112,14 +112,14 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
                     trace.record("world", f"end: fingerprint {cluster.fingerprint()}")
         except Exception as error:
             if run is not None and run.violation is not None:
-                raise _with_trace(run.violation, trace) from error
+                raise run.violation.with_trace(trace.lines) from error
             violation = InvariantViolation(
                 seed, "unexpected-error", repr(error), trace.tail(TRACE_TAIL_LINES), replay
             )
-            raise _with_trace(violation, trace) from error
+            raise violation.with_trace(trace.lines) from error
         assert run is not None
         if run.violation is not None:
-            raise _with_trace(run.violation, trace)
+            raise run.violation.with_trace(trace.lines)
         return RunReport(
             seed=seed,
             scenario=scenario,
@@ -130,11 +130,6 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
         )
 
     return run_simulation(main)
-
-
-def _with_trace(violation: InvariantViolation, trace: Trace) -> InvariantViolation:
-    violation.trace = tuple(trace.lines)
-    return violation
 
 
 # --- command line -----------------------------------------------------------------------------

@@ -288,8 +288,7 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
 
     def violation(invariant: str, detail: str) -> InvariantViolation:
         found = InvariantViolation(seed, invariant, detail, trace.tail(TRACE_TAIL_LINES), replay)
-        found.trace = tuple(trace.lines)
-        return found
+        return found.with_trace(trace.lines)
 
     async def main() -> tuple[RsmCluster, KvWorkload]:
         with anyio.fail_after(RUN_MS_MAX / 1000):
@@ -308,7 +307,7 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
     try:
         cluster, workload = run_simulation(main)
     except InvariantViolation as found:
-        found.trace = tuple(trace.lines)
+        found.with_trace(trace.lines)
         raise
     except Exception as error:
         raise violation("unexpected-error", repr(error)) from error
