@@ -26,9 +26,14 @@ replicas may forget those results.  A retry after a leader failure therefore
 returns the first result and the command is applied once (see
 rsm/core/sessions.py).  At most `outstanding_commands_max` seqs are open,
 counted from the oldest unanswered one (`call` waits past it), fewer than a
-session keeps results for.  When the
-session has expired (idle past the application's session TTL) the call
-raises `SessionExpired` and the client starts a new session.
+session keeps results for.
+
+Expired sessions.  When the replicas answer `SessionExpired` (the session was
+idle past the application's session TTL, or evicted at its session bound) the
+client starts a new session, and each call of the old one goes again under a
+new seq, unless one of its attempts may have been logged (a lost connection,
+an attempt's timeout, `OutcomeUnknown`): the old session's results are gone,
+so that call raises `Timeout` rather than risk applying it twice.
 
 Index tokens.  Every answer carries an index: a command's position in the log,
 or the index a replica had applied when it answered a query.  The client
@@ -66,6 +71,7 @@ from rsm.errors import (
     InvalidConfig,
     MalformedValue,
     NotLeader,
+    OutcomeUnknown,
     ProtocolViolation,
     SessionExpired,
     StatusError,
@@ -153,7 +159,15 @@ class _Pending:
 
 
 class _LinkLost(Exception):
-    """The connection to a replica failed; the request's outcome is unknown."""
+    """The connection to a replica failed.
+
+    `sent`: the request was handed to the connection, so it may have arrived
+    (its outcome is unknown); otherwise it never left the client.
+    """
+
+    def __init__(self, message: str, *, sent: bool) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 class _Link:
@@ -170,7 +184,7 @@ class _Link:
 
     def submit(self, request_id: int, frame: bytes) -> _Pending:
         if self.lost is not None:
-            raise _LinkLost(str(self.lost))
+            raise _LinkLost(str(self.lost), sent=False)
         pending = self._waiting[request_id] = _Pending()
         self._output.append(frame)
         wakeup = self._wakeup
@@ -193,7 +207,7 @@ class _Link:
                     await self._guard(self._read_loop)
         finally:
             if self.lost is None:
-                self.lost = _LinkLost(f"connection to {self.address} closed")
+                self.lost = _LinkLost(f"connection to {self.address} closed", sent=True)
             waiting, self._waiting = self._waiting, {}
             for pending in waiting.values():
                 pending.error = self.lost
@@ -232,26 +246,28 @@ class _Link:
 
 
 class _Session:
-    """The client's exactly-once session: client id, seqs, and which answers it holds.
+    """One exactly-once session of the client: its id, its seqs, and which answers it holds.
 
     At most `window_max` seqs are open at once, counted from the oldest one not
     yet answered (not merely how many are in flight): the session table keeps
     the results of the seqs above the client's `ack_seq` only up to a bound, so
     a slow command must hold back new ones or its own retry could be refused.
+    A session that expired is `retire`d: the client starts a new one, and the
+    calls still holding seqs of the old one keep its `ack_seq` until they move.
     """
 
-    def __init__(self, rng: random.Random, window_max: int) -> None:
-        self._rng = rng
+    def __init__(self, client_id: bytes, window_max: int) -> None:
+        self.client_id = client_id
         self._window_max = window_max
-        self.client_id = rng.randbytes(_CLIENT_ID_BYTES)
         self._next_seq = 1
         self._outstanding: list[int] = []
         self._finished: set[int] = set()
         self._moved: anyio.Event | None = None
+        self.retired = False
 
     async def begin(self) -> int:
-        """A new seq, once the window has room for it."""
-        while self._next_seq - self._oldest() >= self._window_max:
+        """A new seq, once the window has room for it (at once when retired)."""
+        while self._next_seq - self._oldest() >= self._window_max and not self.retired:
             moved = self._moved
             if moved is None:
                 moved = self._moved = anyio.Event()
@@ -261,19 +277,25 @@ class _Session:
         heapq.heappush(self._outstanding, seq)
         return seq
 
-    def end(self, client_id: bytes, seq: int) -> None:
+    def end(self, seq: int) -> None:
         """The answer of `seq` arrived, or the client gave up on it."""
-        if client_id != self.client_id:
-            return  # a seq of a session that expired meanwhile
         self._finished.add(seq)
-        moved = self._moved
-        if moved is not None and self._outstanding and self._outstanding[0] == seq:
-            self._moved = None
-            moved.set()
+        if self._outstanding and self._outstanding[0] == seq:
+            self._wake()
 
     def ack_seq(self) -> int:
         """The highest seq such that the client holds (or gave up on) every answer up to it."""
         return self._oldest() - 1
+
+    def retire(self) -> None:
+        """The replicas dropped this session: calls waiting for room stop waiting."""
+        self.retired = True
+        self._wake()
+
+    def _wake(self) -> None:
+        moved, self._moved = self._moved, None
+        if moved is not None:
+            moved.set()
 
     def _oldest(self) -> int:
         outstanding = self._outstanding
@@ -282,15 +304,17 @@ class _Session:
             finished.discard(heapq.heappop(outstanding))
         return outstanding[0] if outstanding else self._next_seq
 
-    def renew(self) -> None:
-        """Start a new session (the old one expired); calls in flight keep their old seqs."""
-        self.client_id = self._rng.randbytes(_CLIENT_ID_BYTES)
-        self._next_seq = 1
-        self._outstanding = []
-        self._finished = set()
-        moved, self._moved = self._moved, None
-        if moved is not None:
-            moved.set()
+
+class _Command:
+    """One `call` across its attempts: its session and seq, and whether an attempt may
+    have been logged (then a retry is safe only in the same session)."""
+
+    __slots__ = ("session", "seq", "maybe_logged")
+
+    def __init__(self, session: _Session, seq: int) -> None:
+        self.session = session
+        self.seq = seq
+        self.maybe_logged = False
 
 
 class Client:
@@ -314,7 +338,7 @@ class Client:
         self._rng = rng
         self._config = config
         self._task_group = task_group
-        self._session = _Session(rng, config.outstanding_commands_max)
+        self._session = _Session(rng.randbytes(_CLIENT_ID_BYTES), config.outstanding_commands_max)
         self._request_ids = itertools.count(1)
         self._links: dict[str, _Link] = {}
         self._connect_lock = anyio.Lock()
@@ -331,21 +355,27 @@ class Client:
         """Run command `name` on the leader through the log; its result.
 
         Raises `CommandFailed` (the command raised: same type name and message
-        on every replica), `UnknownCommand`, `BadArguments`, `SessionExpired`,
-        or `Timeout` when no attempt succeeded in time (outcome unknown).
+        on every replica), `UnknownCommand`, `BadArguments`, or `Timeout` when
+        no attempt succeeded in time (outcome unknown).
         """
         session = self._session
-        seq = await session.begin()
-        client_id = session.client_id
+        command = _Command(session, await session.begin())
         try:
             response = await self._request(
                 lambda request_id: CallRequest(
-                    request_id, name, list(args), kwargs, client_id, seq, session.ack_seq()
+                    request_id,
+                    name,
+                    list(args),
+                    kwargs,
+                    command.session.client_id,
+                    command.seq,
+                    command.session.ack_seq(),
                 ),
                 to_leader=True,
+                command=command,
             )
         finally:
-            session.end(client_id, seq)
+            command.session.end(command.seq)
         return self._result(response)
 
     async def query(
@@ -432,10 +462,7 @@ class Client:
         self.last_index = max(self.last_index, response.log_index)
         if response.ok:
             return response.value
-        error = response.error()
-        if isinstance(error, SessionExpired):
-            self._session.renew()
-        raise error
+        raise response.error()
 
     async def _request(
         self,
@@ -444,8 +471,13 @@ class Client:
         to_leader: bool,
         target: str | None = None,
         idempotent: bool = True,
+        command: _Command | None = None,
     ) -> Response:
-        """Send until an answer that is OK or not retryable; raise `Timeout` past the bounds."""
+        """Send until an answer that is OK or not retryable; raise `Timeout` past the bounds.
+
+        A `command` (a call) notes every attempt whose outcome is unknown, and
+        moves to a new session when its own expired (see `_follow_session`).
+        """
         config = self._config
         deadline_s = anyio.current_time() + config.deadline_ms / 1000
         attempt_s = config.attempt_timeout_ms / 1000 if idempotent else config.deadline_ms / 1000
@@ -455,6 +487,8 @@ class Client:
             remaining_s = deadline_s - anyio.current_time()
             if remaining_s <= 0:
                 break
+            if command is not None:
+                await self._follow_session(command, last_error)
             address = target or await self._choose(to_leader)
             if address is not None:
                 try:
@@ -462,20 +496,30 @@ class Client:
                         response = await self._exchange(address, build)
                 except TimeoutError:
                     last_error = Timeout(f"{address} did not answer in time")
+                    if command is not None:
+                        command.maybe_logged = True
                     if not idempotent:
                         raise last_error from None
                 except _LinkLost as lost:
                     last_error = Unavailable(f"connection to {address} failed: {lost}")
                     self._forget(address)
+                    if command is not None and lost.sent:
+                        command.maybe_logged = True
                     if not idempotent:
                         raise last_error from None
                 else:
                     if response.ok:
                         return response
                     refusal = response.error()
+                    if command is not None and isinstance(refusal, SessionExpired):
+                        last_error = refusal
+                        self._retire(command.session)
+                        continue
                     if not refusal.retryable or target is not None:
                         return response
                     last_error = refusal
+                    if command is not None and isinstance(refusal, OutcomeUnknown | Timeout):
+                        command.maybe_logged = True
                     if isinstance(refusal, NotLeader):
                         redirect = refusal.leader_address
                         self._hint = redirect if redirect != address else None
@@ -488,6 +532,33 @@ class Client:
             await self._pause(backoff_ms, deadline_s)
             backoff_ms = min(backoff_ms * 2, config.backoff_ms_max)
         raise Timeout(f"gave up on {self.app}: {last_error.message}") from last_error
+
+    async def _follow_session(self, command: _Command, last_error: StatusError) -> None:
+        """Move `command` to the client's current session if its own expired meanwhile.
+
+        The replicas dropped the old session, and with it the results of its
+        seqs; so the command goes again under a new seq only if none of its
+        attempts may have been logged.  Otherwise a retry could apply it twice,
+        and the call gives up with `Timeout` (its outcome unknown).
+        """
+        while command.session is not self._session:
+            if command.maybe_logged:
+                raise Timeout(
+                    f"gave up on {self.app}: the session expired after an attempt whose "
+                    "outcome is unknown"
+                ) from last_error
+            session = self._session
+            seq = await session.begin()
+            command.session.end(command.seq)
+            command.session, command.seq = session, seq
+
+    def _retire(self, session: _Session) -> None:
+        """The replicas dropped `session` (idle past the TTL, or evicted): start a new one."""
+        if session is self._session:
+            session.retire()
+            self._session = _Session(
+                self._rng.randbytes(_CLIENT_ID_BYTES), self._config.outstanding_commands_max
+            )
 
     async def _pause(self, backoff_ms: float, deadline_s: float) -> None:
         """Wait a jittered backoff, or less if the leader znode changes first."""
@@ -522,7 +593,7 @@ class Client:
         finally:
             link.forget(request_id)
         if pending.response is None:
-            raise _LinkLost(str(pending.error))
+            raise _LinkLost(str(pending.error), sent=True)
         return pending.response
 
     async def _link(self, address: str) -> _Link:
@@ -537,7 +608,7 @@ class Client:
                 with anyio.fail_after(self._config.connect_timeout_ms / 1000):
                     stream = await self._connector(address)
             except (OSError, TimeoutError) as error:
-                raise _LinkLost(f"cannot connect to {address}: {error!r}") from None
+                raise _LinkLost(f"cannot connect to {address}: {error!r}", sent=False) from None
             link = _Link(address, stream)
             self._links[address] = link
             self._task_group.start_soon(link.run)

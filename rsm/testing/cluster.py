@@ -68,7 +68,7 @@ from rsm.client import ClientConfig as RsmClientConfig
 from rsm.config import ReplicaConfig
 from rsm.core.entry_format import Batch, CommandItem, LeaderStart
 from rsm.core.log_state import Log, Segment
-from rsm.errors import RsmError
+from rsm.errors import RsmError, RsmStatus
 from rsm.layout import AppLayout
 from rsm.log import LogStore, SegmentReader, replay_log
 from rsm.replica import Replica
@@ -122,6 +122,8 @@ class FinalLog:
     """Epoch -> the replica id in the leader-start marker of its first segment."""
     command_items: int
     """Command items in the log, duplicates (a retry logged twice) included."""
+    sessions_expired: int
+    """Command items the session table refused with `SessionExpired` (applied nothing)."""
     end_index: int
     """The index of the log's last item (commands and leader-start markers)."""
     state_hash: bytes
@@ -129,16 +131,21 @@ class FinalLog:
 
 
 class _CountingApplier(Applier):
-    """An `Applier` that also counts the command items of the entries it applies."""
+    """An `Applier` that also counts the command items of the entries it applies, and
+    those refused because their session had expired."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.command_items = 0
+        self.sessions_expired = 0
 
     def apply(self, batch: Batch, ledger_id: int, entry_id: int) -> Any:
         outcomes = super().apply(batch, ledger_id, entry_id)
         if outcomes is not None:
             self.command_items += sum(isinstance(item, CommandItem) for item in batch.items)
+            self.sessions_expired += sum(
+                outcome.status == RsmStatus.SESSION_EXPIRED for outcome in outcomes
+            )
         return outcomes
 
 
@@ -531,6 +538,7 @@ class RsmCluster:
                 tuple(canonical),
                 markers,
                 applier.command_items,
+                applier.sessions_expired,
                 applier.applied_index,
                 applier.machine.state_hash(),
             )

@@ -9,8 +9,7 @@ size so rollovers happen, ledger and client timeouts).  While an
 shape, connection resets, session expiry of the leader or a follower,
 graceful transfers, latency spikes, slow disks), the clients send random
 key-value operations, each recorded in a history.  Then every fault ends,
-the clients stop, each client makes one more write (sent again once if
-answered `SessionExpired`, as the client contract asks), and every running replica
+the clients stop, each client makes one more write, and every running replica
 must catch up with the leader: that is the liveness check, and it must pass
 within `LIVENESS_MS` of virtual time.  Then the replicas stop abruptly and
 the final log is read and replayed by a fresh host.
@@ -322,9 +321,11 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
         raise violation("linearizable", result.explain())
     if result.verdict is Verdict.UNKNOWN:
         stats["linearizability-unknown"] += 1
-    duplicates = final.command_items - len(final.applied)
+    duplicates = final.command_items - len(final.applied) - final.sessions_expired
     if duplicates:
         stats["retry-deduplicated"] += duplicates
+    if final.sessions_expired:
+        stats["session-expired-refused"] += final.sessions_expired
     return RunReport(
         seed=seed,
         scenario=scenario,

@@ -48,7 +48,7 @@ import anyio.abc
 
 from bookie.testing.simcluster import Trace
 from rsm.client import Client
-from rsm.errors import RsmError, SessionExpired
+from rsm.errors import RsmError
 from rsm.state_machine import StateMachine, command, query
 from rsm.testing.history import HistoryRecorder, Value, freeze_value
 from rsm.testing.models import KV_OPERATIONS
@@ -236,22 +236,13 @@ class KvWorkload:
 
     async def final_round(self) -> list[str]:
         """One write per client, after the faults: the processes whose write was not
-        acknowledged (liveness wants none).
-
-        A write answered `SessionExpired` is sent once more, as rsm/client.py asks of
-        an application (the client has started a new session by then).  A long
-        leaderless stretch earns that answer with every replica working as it should:
-        a client whose writes all timed out gave their seqs up, so its next write
-        acknowledges them, and no replica ever saw its session.
-        """
+        acknowledged (liveness wants none)."""
         failed: list[str] = []
         for name, client in self._clients.items():
             process = f"{name}.final"
             key = self.keys[self._rng.randrange(self.plan.keys)]
             value = str(next(self._values))
             answer = await self._write(client, process, key, "set", [value])
-            if isinstance(answer, SessionExpired):
-                answer = await self._write(client, process, key, "set", [value])
             if isinstance(answer, RsmError):
                 failed.append(process)
         return failed
