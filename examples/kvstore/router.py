@@ -28,8 +28,12 @@ once (`redirects_max` times); otherwise the command waits a backoff (10 ms
 doubling to 500 ms, with jitter) and goes again, until its deadline
 (`limits.command_deadline_ms_default`): then the connection gets TRYAGAIN
 (never applied) or TIMEOUT (maybe applied), see `kvstore.dispatch`.
-`SessionExpired` (the connection was idle past the session TTL) means not
-applied: the connection starts a new session and the command goes again.
+`SessionExpired` (the connection was idle past the session TTL, or its
+session was evicted) means the replicas dropped the session: the connection
+starts a new one, and each of its writes goes again under a new seq, unless
+an attempt of it may have been logged (`OutcomeUnknown`, `Timeout`): the
+old session's results are gone, so a retry could apply it twice, and that
+write gets TIMEOUT instead.
 
 Order.  A connection's commands reach the leader in the order it sent them:
 once one of them waits for a retry, the connection's later ones wait behind
@@ -37,9 +41,9 @@ it (`Lane.parked`), and they go again together, in order.
 
 Invariants: every command handed to the router gets exactly one
 `Receiver.deliver`, unless its connection closed first; a write keeps its
-seq across all its attempts (except after `SessionExpired`, when nothing
-was applied); the router never sends a command of a lane while an earlier
-one of that lane is parked.
+seq across all its attempts, except that one of which nothing may have been
+logged moves to its lane's new session after `SessionExpired`; the router
+never sends a command of a lane while an earlier one of that lane is parked.
 """
 
 from __future__ import annotations
@@ -336,6 +340,10 @@ class Router:
         request_id = 0 if local else next(self._request_ids)
         request: CallRequest | QueryRequest
         if attempt.call:
+            if attempt.client_id != attempt.lane.session.client_id and not self._follow_session(
+                attempt
+            ):
+                return
             request = CallRequest(
                 request_id,
                 attempt.name,
@@ -394,12 +402,26 @@ class Router:
         self._park(attempt)
 
     def _renew_session(self, attempt: _Attempt) -> None:
-        """The session expired, so nothing of it is applied: go again under a new one."""
+        """The replicas dropped the attempt's session: the lane starts a new one (once)."""
         session = attempt.lane.session
         if attempt.client_id == session.client_id:
             session.renew(self._rng.randbytes(CLIENT_ID_BYTES))
+
+    def _follow_session(self, attempt: _Attempt) -> bool:
+        """Move a write whose session expired to its lane's new one; whether it may go.
+
+        The old session's results went with it, so a write none of whose attempts
+        may have been logged goes again under a new seq; one that may have been
+        logged would risk applying twice, so it gets `Timeout` (outcome unknown).
+        """
+        if attempt.maybe_logged:
+            error = Timeout("the session expired after an attempt whose outcome is unknown")
+            self._deliver(attempt, Outcome.failure(error), 0)
+            return False
+        session = attempt.lane.session
         attempt.client_id = session.client_id
         attempt.seq = session.begin()
+        return True
 
     def _park(self, attempt: _Attempt) -> None:
         lane = attempt.lane

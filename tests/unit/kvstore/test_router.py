@@ -289,6 +289,48 @@ async def test_an_expired_session_is_renewed_and_the_command_goes_again() -> Non
     assert lane.session.client_id != old
 
 
+async def test_a_write_that_may_be_logged_gets_timeout_when_its_session_expired() -> None:
+    inbox = Inbox()
+    local = FakeReplica(leader=True)
+    local.script.extend([OutcomeUnknown("leader lost"), SessionExpired("evicted")])
+    async with running(router_of(local)) as router:
+        lane = router.lane()
+        old = lane.session.client_id
+        router.call(lane, "incr", [b"n"], inbox, 0)
+        [(_, outcome)] = await inbox.wait(1)
+        router.call(lane, "incr", [b"n"], inbox, 1)
+        await inbox.wait(2)
+    assert outcome.status == RsmStatus.TIMEOUT, "a third attempt could apply it twice"
+    assert [(call.client_id, call.seq) for call in local.calls] == [
+        (old, 1),
+        (old, 1),
+        (lane.session.client_id, 1),
+    ]
+    assert lane.session.client_id != old
+
+
+async def test_writes_in_flight_when_their_session_expired_move_unless_maybe_logged() -> None:
+    inbox = Inbox()
+    async with remote_leader() as remote:
+        remote.script.extend([SessionExpired("idle for too long"), OutcomeUnknown("leader lost")])
+        local = FakeReplica()
+        local.hint = remote.address
+        async with running(router_of(local)) as router:
+            lane = router.lane()
+            old = lane.session.client_id
+            router.call(lane, "set", [b"k", b"v"], inbox, 0)  # answered SessionExpired
+            router.call(lane, "incr", [b"n"], inbox, 1)  # sent before that answer came
+            delivered = dict(await inbox.wait(2))
+    assert delivered[0].value == ["set", 1]
+    assert delivered[1].status == RsmStatus.TIMEOUT
+    assert [(call.name, call.client_id, call.seq) for call in remote.calls] == [
+        ("set", old, 1),
+        ("incr", old, 2),
+        ("set", lane.session.client_id, 1),
+    ]
+    assert remote.calls[2].ack_seq == 0
+
+
 async def test_stale_reads_are_answered_locally() -> None:
     inbox = Inbox()
     local = FakeReplica()
