@@ -56,7 +56,8 @@ def _timestamp(created: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{milliseconds:03d}Z"
 
 
-def _record_fields(record: logging.LogRecord) -> tuple[str, Mapping[str, object]]:
+def record_fields(record: logging.LogRecord) -> tuple[str, Mapping[str, object]]:
+    """A record's event name and fields (a plain `logging` call: its message, no fields)."""
     event = getattr(record, _EVENT_ATTRIBUTE, None)
     fields: Mapping[str, object] = getattr(record, _FIELDS_ATTRIBUTE, {})
     if event is None:
@@ -68,7 +69,7 @@ class JsonLinesFormatter(logging.Formatter):
     """Formats a record as one JSON object (see the module docstring)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        event, fields = _record_fields(record)
+        event, fields = record_fields(record)
         line: dict[str, object] = {
             "time": _timestamp(record.created),
             "level": record.levelname.lower(),
@@ -89,7 +90,7 @@ class TextFormatter(logging.Formatter):
     """Formats a record as one human-readable line (see the module docstring)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        event, fields = _record_fields(record)
+        event, fields = record_fields(record)
         clock = time.strftime("%H:%M:%S", time.localtime(record.created))
         milliseconds = int((record.created % 1) * 1000)
         parts = [f"{clock}.{milliseconds:03d}", f"{record.levelname.lower():<7}", event]

@@ -30,6 +30,7 @@ prints the whole trace); it exits 1 if any seed failed.
 
 from __future__ import annotations
 
+import logging
 import random
 import sys
 from collections import Counter
@@ -56,6 +57,7 @@ from bookie.testing.seeds import (
     run_each,
     seed_parser,
 )
+from bookie.testing.sim_logs import TraceLogHandler, logs_traced
 from bookie.testing.simcluster import SimCluster, Trace
 from bookie.testing.simloop import run_simulation
 
@@ -107,7 +109,9 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
                     random.Random(rng.getrandbits(64)), scenario.world, trace
                 ) as cluster:
                     run = LedgerWorkload(seed, replay, scenario, options, cluster)
-                    finished = await run.run()
+                    handler = TraceLogHandler(trace, cluster.stats, lambda: "log")
+                    with logs_traced(handler, {"bookie": logging.WARNING}):
+                        finished = await run.run()
                     stats = dict(sorted(cluster.stats.items()))
                     trace.record("world", f"end: fingerprint {cluster.fingerprint()}")
         except Exception as error:

@@ -3,9 +3,10 @@
 `SimCluster` puts the real shells together on `VirtualTimeLoop`
 (`bookie.testing.simloop`) so that a workload and a nemesis can drive them
 from one seed.  It is shared by every seeded simulation (the ledger
-simulation in `bookie.testing.ledger_sim` now, the state-machine one next),
-so it holds the world and the fault primitives, never a policy about which
-fault to inject when (that is `bookie.testing.nemesis`).
+simulation, `bookie.testing.ledger_sim`, and the state machines',
+`rsm.testing.rsm_sim`), so it holds the world and the fault primitives,
+never a policy about which fault to inject when (that is
+`bookie.testing.nemesis`).
 
 What is in the world:
 

@@ -48,7 +48,8 @@ import contextvars
 import functools
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,7 @@ from bookie.client.read_handle import ReadHandle
 from bookie.errors import BookieError
 from bookie.meta.api import SessionState
 from bookie.meta.memory import MemoryMetadataStore
+from bookie.testing.sim_logs import TraceLogHandler, logs_traced
 from bookie.testing.simcluster import SimCluster, Trace
 from rsm.applier import Applier
 from rsm.client import Client, connect
@@ -83,10 +85,6 @@ READ_LOG_RETRY_S = 0.5
 
 _HOST: contextvars.ContextVar[str] = contextvars.ContextVar("rsm_sim_host", default="world")
 """The incarnation (or client) whose task is running: who logged an event."""
-
-_EVENT_ATTRIBUTE = "bookie_event"
-_FIELDS_ATTRIBUTE = "bookie_fields"
-"""Where `bookie.logs.emit` puts an event's name and fields on the log record."""
 
 
 @dataclass(eq=False)
@@ -149,20 +147,11 @@ class _CountingApplier(Applier):
         return outcomes
 
 
-class _EventTrace(logging.Handler):
-    """Turns the framework's structured log events into trace lines and counts."""
+class _EventTrace(TraceLogHandler):
+    """Log events of the framework and the ledger client as trace lines and counts, plus
+    step-down causes and recovered takeovers."""
 
-    def __init__(self, trace: Trace, stats: Any) -> None:
-        super().__init__(logging.INFO)
-        self._trace = trace
-        self._stats = stats
-
-    def emit(self, record: logging.LogRecord) -> None:
-        event = getattr(record, _EVENT_ATTRIBUTE, None) or record.getMessage()
-        fields: dict[str, object] = getattr(record, _FIELDS_ATTRIBUTE, {})
-        text = " ".join(f"{key}={value}" for key, value in fields.items())
-        self._trace.record(_HOST.get(), f"{event} {text}".rstrip())
-        self._stats[event] += 1
+    def count(self, event: str, fields: Mapping[str, object]) -> None:
         if event == "rsm.step_down":
             self._stats[f"step-down-{_step_down_cause(str(fields.get('reason', '')))}"] += 1
         elif event == "rsm.leader" and fields.get("recovered"):
@@ -179,22 +168,12 @@ def _step_down_cause(reason: str) -> str:
     return "other"
 
 
-@contextlib.contextmanager
-def events_traced(trace: Trace, stats: Any) -> Iterator[None]:
-    """For the block, the framework's INFO events go to `trace` and `stats` (and nowhere
-    else: the simulation logs far more than a test log should hold)."""
-    framework = logging.getLogger("rsm")
-    handler = _EventTrace(trace, stats)
-    level, propagate = framework.level, framework.propagate
-    framework.addHandler(handler)
-    framework.setLevel(logging.INFO)
-    framework.propagate = False
-    try:
-        yield
-    finally:
-        framework.removeHandler(handler)
-        framework.setLevel(level)
-        framework.propagate = propagate
+def events_traced(trace: Trace, stats: Counter[str]) -> contextlib.AbstractContextManager[None]:
+    """For the block, the framework's INFO events and the ledger client's and bookies'
+    warnings go to `trace` and `stats` (and nowhere else: the simulation logs far more
+    than a test log should hold)."""
+    handler = _EventTrace(trace, stats, _HOST.get)
+    return logs_traced(handler, {"rsm": logging.INFO, "bookie": logging.WARNING})
 
 
 @dataclass(eq=False)
