@@ -37,11 +37,15 @@ typecheck: bootstrap
 bench: bootstrap
 	@for b in bookie ledger rsm recovery kvstore; do $(PY) bench/$${b}_bench.py || exit 1; done
 
-# Long seeded simulations under faults (not part of `make test`); SEEDS=N to change.
+# Long seeded simulations under faults (not part of `make test`): SEEDS seeds from
+# FIRST, STEPS nemesis steps each.  Short runs cover many scenarios; long ones
+# (STEPS=200: faults pile up) find what short ones do not.
 SEEDS ?= 2000
+FIRST ?= 0
+STEPS ?= 8
 soak: bootstrap
-	@$(PY) -m bookie.testing.ledger_sim --seeds $(SEEDS)
-	@$(PY) -m rsm.testing.rsm_sim --seeds $(SEEDS)
+	@$(PY) -m bookie.testing.ledger_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
+	@$(PY) -m rsm.testing.rsm_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
 
 clean:
 	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache build *.egg-info
