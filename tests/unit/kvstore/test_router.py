@@ -137,6 +137,16 @@ async def remote_leader() -> AsyncIterator[FakeReplica]:
         task_group.cancel_scope.cancel()
 
 
+@asynccontextmanager
+async def forwarding() -> AsyncIterator[tuple[Router, FakeReplica, FakeReplica]]:
+    """A running router beside a follower (`local`) whose hint names a remote fake leader."""
+    async with remote_leader() as remote:
+        local = FakeReplica()
+        local.hint = remote.address
+        async with running(router_of(local)) as router:
+            yield router, local, remote
+
+
 def router_of(replica: FakeReplica, *, deadline_ms: int = 5_000, seed: int = 1) -> Router:
     import random
 
@@ -181,16 +191,13 @@ async def test_the_local_leader_is_asked_to_cut_a_batch_only_after_calls_it_took
 
 async def test_a_follower_forwards_to_the_leader_it_is_told_of() -> None:
     inbox = Inbox()
-    async with remote_leader() as remote:
-        local = FakeReplica()
-        local.hint = remote.address
-        async with running(router_of(local)) as router:
-            lane = router.lane()
-            router.call(lane, "set", [b"k", b"v"], inbox, 0)
-            router.read(lane, "get", [b"k"], inbox, 1, stale=False)
-            router.call(lane, "del", [b"k"], inbox, 2)
-            await inbox.wait(3)
-            assert router.leader_hint == remote.address
+    async with forwarding() as (router, local, remote):
+        lane = router.lane()
+        router.call(lane, "set", [b"k", b"v"], inbox, 0)
+        router.read(lane, "get", [b"k"], inbox, 1, stale=False)
+        router.call(lane, "del", [b"k"], inbox, 2)
+        await inbox.wait(3)
+        assert router.leader_hint == remote.address
     assert [call.name for call in local.calls] == ["set"], "asked once who leads, then forwarded"
     assert [(call.name, call.seq) for call in remote.calls] == [("set", 1), ("del", 2)]
     assert remote.calls[0].client_id == lane.session.client_id
@@ -204,13 +211,10 @@ async def test_a_follower_forwards_to_the_leader_it_is_told_of() -> None:
 
 async def test_a_retry_after_an_unknown_outcome_keeps_the_seq() -> None:
     inbox = Inbox()
-    async with remote_leader() as remote:
+    async with forwarding() as (router, _, remote):
         remote.script.extend([OutcomeUnknown("leader stepped down"), Overloaded("busy")])
-        local = FakeReplica()
-        local.hint = remote.address
-        async with running(router_of(local)) as router:
-            router.call(router.lane(), "incr", [b"n"], inbox, 0)
-            [(_, outcome)] = await inbox.wait(1)
+        router.call(router.lane(), "incr", [b"n"], inbox, 0)
+        [(_, outcome)] = await inbox.wait(1)
     assert outcome.value == ["incr", 1]
     assert [(call.client_id, call.seq) for call in remote.calls] == [
         (remote.calls[0].client_id, 1)
@@ -311,16 +315,13 @@ async def test_a_write_that_may_be_logged_gets_timeout_when_its_session_expired(
 
 async def test_writes_in_flight_when_their_session_expired_move_unless_maybe_logged() -> None:
     inbox = Inbox()
-    async with remote_leader() as remote:
+    async with forwarding() as (router, _, remote):
         remote.script.extend([SessionExpired("idle for too long"), OutcomeUnknown("leader lost")])
-        local = FakeReplica()
-        local.hint = remote.address
-        async with running(router_of(local)) as router:
-            lane = router.lane()
-            old = lane.session.client_id
-            router.call(lane, "set", [b"k", b"v"], inbox, 0)  # answered SessionExpired
-            router.call(lane, "incr", [b"n"], inbox, 1)  # sent before that answer came
-            delivered = dict(await inbox.wait(2))
+        lane = router.lane()
+        old = lane.session.client_id
+        router.call(lane, "set", [b"k", b"v"], inbox, 0)  # answered SessionExpired
+        router.call(lane, "incr", [b"n"], inbox, 1)  # sent before that answer came
+        delivered = dict(await inbox.wait(2))
     assert delivered[0].value == ["set", 1]
     assert delivered[1].status == RsmStatus.TIMEOUT
     assert [(call.name, call.client_id, call.seq) for call in remote.calls] == [

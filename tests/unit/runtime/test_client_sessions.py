@@ -18,7 +18,7 @@ from anyio.abc import SocketAttribute
 
 from bookie.meta.memory import MemoryMetadataStore
 from rsm.applier import Answerer
-from rsm.client import Client, ClientConfig, connect
+from rsm.client import Client, ClientConfig, connect, tcp_connector
 from rsm.core.entry_format import LeaderInfo, encode_leader
 from rsm.core.sessions import Outcome
 from rsm.errors import NotLeader, OutcomeUnknown, SessionExpired, StatusError, Timeout
@@ -87,9 +87,26 @@ class ScriptedReplica:
         raise AssertionError("not used")
 
 
+class Connections:
+    """The client's connector: TCP, except that the next `refuse` connects fail; it keeps
+    the client's end of each connection so a test can cut it."""
+
+    def __init__(self) -> None:
+        self.refuse = 0
+        self.streams: list[anyio.abc.ByteStream] = []
+
+    async def __call__(self, address: str) -> anyio.abc.ByteStream:
+        if self.refuse:
+            self.refuse -= 1
+            raise OSError("connection refused (by the test)")
+        stream = await tcp_connector(address)
+        self.streams.append(stream)
+        return stream
+
+
 @asynccontextmanager
 async def scripted_client(
-    script: list[StatusError | str], **options: int
+    script: list[StatusError | str], connections: Connections | None = None, **options: int
 ) -> AsyncIterator[tuple[Client, ScriptedReplica]]:
     """A client whose leader znode names a `ScriptedReplica` served on a loopback port."""
     replica = ScriptedReplica(script)
@@ -100,7 +117,8 @@ async def scripted_client(
         task_group.start_soon(ReplicaServer(replica, listener).serve)
         leader = LeaderInfo("r1", address, 1)
         await store.create(AppLayout.of(APP).leader, encode_leader(leader), make_parents=True)
-        async with connect(APP, store=store, config=config) as client:
+        connector = connections if connections is not None else tcp_connector
+        async with connect(APP, store=store, config=config, connector=connector) as client:
             yield client, replica
         task_group.cancel_scope.cancel()
 
@@ -135,6 +153,37 @@ async def test_an_attempt_that_timed_out_counts_as_maybe_logged() -> None:
         with pytest.raises(Timeout):
             await client.call("add", 1)
     assert len(replica.calls) == 2
+
+
+async def test_an_attempt_whose_connection_broke_after_sending_counts_as_maybe_logged() -> None:
+    connections = Connections()
+    script: list[StatusError | str] = [HOLD, SessionExpired("evicted")]
+    async with scripted_client(script, connections, backoff_ms_initial=1) as (client, replica):
+        outcome: list[object] = []
+
+        async def add() -> None:
+            try:
+                outcome.append(await client.call("add", 1))
+            except Timeout as error:
+                outcome.append(error)
+
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(add)
+            await replica.wait_calls(1)
+            await connections.streams[0].aclose()
+    [error] = outcome
+    assert isinstance(error, Timeout)
+    assert len(replica.calls) == 2, "sent on a new connection, then not again"
+
+
+async def test_a_connection_that_never_came_up_sent_nothing() -> None:
+    connections = Connections()
+    connections.refuse = 1
+    script: list[StatusError | str] = [SessionExpired("idle too long")]
+    async with scripted_client(script, connections, backoff_ms_initial=1) as (client, replica):
+        assert await client.call("add", 1) == 1, "sent again under a new session"
+    assert len(replica.calls) == 2
+    assert replica.calls[0][0] != replica.calls[1][0]
 
 
 async def test_concurrent_calls_of_an_expired_session_start_one_new_session() -> None:
