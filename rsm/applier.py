@@ -85,6 +85,7 @@ class Applier:
         self.sessions = SessionTable(
             ttl_ms=config.session_ttl_ms,
             sessions_max=config.sessions_max,
+            evict_idle_ms=config.session_evict_idle_ms,
             results_max=config.session_results_max,
         )
         self.position: AppliedPosition = INITIAL_POSITION

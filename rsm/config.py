@@ -5,7 +5,7 @@ the runtime, the documentation and the tests agree on one number each; a test
 or the simulation overrides a field with `ReplicaConfig(segment_entries_max=...)`.
 
 Settings that decide what a replica *applies* (`session_ttl_ms`,
-`sessions_max`, `session_results_max`) must be equal on every replica of an
+`sessions_max`, `session_evict_idle_ms`, `session_results_max`) must be equal on every replica of an
 application, or replicas diverge; so must `read_lease_ms`, since a successor
 waits out its predecessor's lease with its own setting.  The others may
 differ per replica.
@@ -46,6 +46,9 @@ class ReplicaConfig:
     # --- sessions (equal on every replica) ---
     session_ttl_ms: int = limits.session_ttl_ms_default
     sessions_max: int = limits.sessions_max_default
+    session_evict_idle_ms: int = limits.session_evict_idle_ms_default
+    """A new session past `sessions_max` evicts the least recently active one only if it has
+    been idle this long, else it is refused; longer than any client's deadline."""
     session_results_max: int = limits.session_results_max_default
 
     # --- reads (equal on every replica: a successor waits for its predecessor's lease) ---
@@ -109,6 +112,7 @@ class ReplicaConfig:
             "segment_age_ms_max": self.segment_age_ms_max,
             "session_ttl_ms": self.session_ttl_ms,
             "sessions_max": self.sessions_max,
+            "session_evict_idle_ms": self.session_evict_idle_ms,
             "session_results_max": self.session_results_max,
             "candidate_lag_entries_max": self.candidate_lag_entries_max,
             "retry_delay_ms": self.retry_delay_ms,

@@ -110,7 +110,9 @@ class Timeout(StatusError):
 
 
 class Overloaded(StatusError):
-    """A bound of the replica (command queue, read waiters) is full; nothing was logged."""
+    """A bound of the replica is full, nothing was applied: the command queue or the read
+    waiters (nothing logged), or the session table, full of sessions too recent to evict, when
+    the command would start a new session (logged, refused by every replica alike)."""
 
     status = RsmStatus.OVERLOADED
     retryable = True

@@ -109,7 +109,13 @@ session_ttl_ms_default = 600_000
 """A session idle longer than this (by logged time) is dropped at apply."""
 
 sessions_max_default = 100_000
-"""Sessions kept; past it the least recently active one is evicted."""
+"""Sessions kept; past it the least recently active one is evicted, if it has been idle for
+`session_evict_idle_ms_default`, else the new session is refused (Overloaded)."""
+
+session_evict_idle_ms_default = 60_000
+"""How long (logged time) a session must have been idle before a new one may evict it.  Longer
+than a client retries one command (`client_deadline_ms_default`, kvstore's command deadline):
+a session evicted while its first commands are retried (ack_seq 0) would look new to a retry."""
 
 session_results_max_default = 1_024
 """Results kept per session (those of seqs above its ack_seq); past it the oldest is dropped."""
@@ -322,6 +328,7 @@ assert log_segments_max * segment_encoded_bytes_max + 64 <= bookie_limits.metada
 # session can expire.
 assert client_outstanding_commands_max_default <= session_results_max_default
 assert client_deadline_ms_default < session_ttl_ms_default
+assert client_deadline_ms_default < session_evict_idle_ms_default
 assert client_attempt_timeout_ms_default <= client_deadline_ms_default
 assert 0 < client_backoff_ms_initial <= client_backoff_ms_max
 assert candidate_lag_entries_max > 0

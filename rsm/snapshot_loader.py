@@ -116,6 +116,7 @@ async def load(
             {"v": PLAIN_VERSION, "clock_ms": header.clock_ms, "sessions": framework.sessions},
             ttl_ms=config.session_ttl_ms,
             sessions_max=config.sessions_max,
+            evict_idle_ms=config.session_evict_idle_ms,
             results_max=config.session_results_max,
         )
     except MalformedValue as error:

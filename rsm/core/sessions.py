@@ -29,7 +29,13 @@ Bounds, all deterministic:
   next batch applies (`expire`), in O(sessions dropped): sessions are kept in
   order of last activity, which logged time (never decreasing along the log)
   preserves.
-* At most `sessions_max` sessions: a new one evicts the least recently active.
+* At most `sessions_max` sessions: a new one evicts the least recently
+  active, if that one has been idle for `evict_idle_ms`; otherwise the new
+  session is refused (`Overloaded`, nothing applied, the client retries).
+  Evicting a recent session would be unsafe: a client whose first commands
+  are still retried (nothing acknowledged, `ack_seq` 0) would look like a new
+  session, and a retry of a command already applied would be applied again.
+  So `evict_idle_ms` must exceed how long a client retries one command.
 * At most `results_max` outcomes per session: past it the lowest seq's outcome
   is dropped and the floor rises to it.  Clients keep fewer commands
   outstanding than that (limits relation), so no retry can hit a forgotten seq.
@@ -49,6 +55,7 @@ from typing import Any, NamedTuple
 from rsm import limits
 from rsm.errors import (
     MalformedValue,
+    Overloaded,
     RsmStatus,
     SessionExpired,
     StaleRequest,
@@ -161,26 +168,36 @@ class _Session:
 class SessionTable:
     """Per-client dedup state, kept in order of last activity (least recent first).
 
-    `ttl_ms`, `sessions_max` and `results_max` decide what replicas apply, so
-    they must be equal on every replica of an application.
+    `ttl_ms`, `sessions_max`, `evict_idle_ms` and `results_max` decide what
+    replicas apply, so they must be equal on every replica of an application.
     """
 
-    __slots__ = ("_sessions", "_clock_ms", "ttl_ms", "sessions_max", "results_max")
+    __slots__ = (
+        "_sessions",
+        "_clock_ms",
+        "ttl_ms",
+        "sessions_max",
+        "evict_idle_ms",
+        "results_max",
+    )
 
     def __init__(
         self,
         *,
         ttl_ms: int = limits.session_ttl_ms_default,
         sessions_max: int = limits.sessions_max_default,
+        evict_idle_ms: int = limits.session_evict_idle_ms_default,
         results_max: int = limits.session_results_max_default,
     ) -> None:
         assert ttl_ms > 0
         assert sessions_max > 0
+        assert evict_idle_ms > 0
         assert results_max > 0
         self._sessions: OrderedDict[bytes, _Session] = OrderedDict()
         self._clock_ms = 0
         self.ttl_ms = ttl_ms
         self.sessions_max = sessions_max
+        self.evict_idle_ms = evict_idle_ms
         self.results_max = results_max
 
     def __len__(self) -> int:
@@ -238,7 +255,9 @@ class SessionTable:
                     )
                 )
             if len(sessions) >= self.sessions_max:
-                sessions.popitem(last=False)
+                refusal = self._make_room(now_ms)
+                if refusal is not None:
+                    return refusal
             session = sessions[client_id] = _Session(now_ms, 0)
         else:
             session.last_active_ms = now_ms
@@ -255,6 +274,22 @@ class SessionTable:
                     "acknowledged or the session no longer keeps"
                 )
             )
+        return None
+
+    def _make_room(self, now_ms: int) -> Outcome | None:
+        """Evict the least recently active session for a new one, or refuse the new one."""
+        sessions = self._sessions
+        least_recent = sessions[next(iter(sessions))]
+        idle_ms = now_ms - least_recent.last_active_ms
+        if idle_ms < self.evict_idle_ms:
+            return Outcome.failure(
+                Overloaded(
+                    f"{len(sessions)} sessions, the least recently active idle for only "
+                    f"{idle_ms} ms (< {self.evict_idle_ms}): no room for a new session; "
+                    "retry later"
+                )
+            )
+        sessions.popitem(last=False)
         return None
 
     def record(self, client_id: bytes, seq: int, outcome: Outcome) -> None:
@@ -306,10 +341,16 @@ class SessionTable:
         *,
         ttl_ms: int = limits.session_ttl_ms_default,
         sessions_max: int = limits.sessions_max_default,
+        evict_idle_ms: int = limits.session_evict_idle_ms_default,
         results_max: int = limits.session_results_max_default,
     ) -> SessionTable:
         """The table `to_plain` described; `MalformedValue` when the structure is off."""
-        table = cls(ttl_ms=ttl_ms, sessions_max=sessions_max, results_max=results_max)
+        table = cls(
+            ttl_ms=ttl_ms,
+            sessions_max=sessions_max,
+            evict_idle_ms=evict_idle_ms,
+            results_max=results_max,
+        )
         if (
             type(plain) is not dict
             or plain.keys() != {"v", "clock_ms", "sessions"}

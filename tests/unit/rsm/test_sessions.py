@@ -13,6 +13,7 @@ from rsm.core.sessions import Outcome, SessionTable
 from rsm.errors import (
     CommandFailed,
     MalformedValue,
+    Overloaded,
     RsmStatus,
     SessionExpired,
     StaleRequest,
@@ -154,15 +155,76 @@ def test_activity_keeps_a_session_alive() -> None:
     assert b"b" not in table
 
 
-def test_the_least_recently_active_session_is_evicted_at_the_bound() -> None:
-    table = SessionTable(sessions_max=2)
+def test_the_least_recently_active_session_is_evicted_at_the_bound_once_idle_long_enough() -> None:
+    table = SessionTable(sessions_max=2, evict_idle_ms=10)
     apply(table, b"a", 1, 0, now_ms=1)
     apply(table, b"b", 1, 0, now_ms=2)
     apply(table, b"a", 2, 1, now_ms=3)
-    apply(table, b"c", 1, 0, now_ms=4)
+    assert apply(table, b"c", 1, 0, now_ms=12).ok
     assert len(table) == 2
     assert b"b" not in table
     assert b"a" in table
+
+
+def test_a_new_session_is_refused_while_every_session_is_recent() -> None:
+    table = SessionTable(sessions_max=2, evict_idle_ms=100)
+    apply(table, b"a", 1, 0, now_ms=0)
+    apply(table, b"b", 1, 0, now_ms=10)
+    refused = apply(table, b"c", 1, 0, now_ms=99)
+    assert refused.status is RsmStatus.OVERLOADED
+    assert isinstance(refused.error, Overloaded)
+    assert b"c" not in table
+    assert table.recorded(b"a", 1) is not None
+    # Once the least recently active session has been idle long enough, it makes room.
+    assert apply(table, b"c", 1, 0, now_ms=100) == Outcome(RsmStatus.OK, [b"c".hex(), 1])
+    assert b"a" not in table
+    assert b"b" in table
+
+
+def test_a_retry_of_a_first_command_is_not_applied_again_when_the_table_fills() -> None:
+    # "a" never had an answer (ack_seq 0): had its session been evicted, its
+    # retry would have started a new session and applied seq 1 again.
+    table = SessionTable(sessions_max=2, evict_idle_ms=100)
+    first = apply(table, b"a", 1, 0, now_ms=0)
+    apply(table, b"b", 1, 0, now_ms=20)
+    assert apply(table, b"c", 1, 0, now_ms=40).status is RsmStatus.OVERLOADED
+    assert table.begin(b"a", 1, 0, 60) == first
+
+
+@settings(max_examples=200)
+@given(st.data())
+def test_commands_retried_within_the_eviction_idle_time_are_applied_once(data: Any) -> None:
+    evict_idle_ms = 100
+    table = SessionTable(sessions_max=2, evict_idle_ms=evict_idle_ms, results_max=10_000)
+    applied: dict[tuple[bytes, int], int] = {}
+    first_sent_ms: dict[tuple[bytes, int], int] = {}
+    next_seq = dict.fromkeys((b"a", b"b", b"c", b"d"), 1)
+    now_ms = 0
+    for _ in range(data.draw(st.integers(1, 60), label="steps")):
+        now_ms += data.draw(st.integers(0, 40), label="ms passing")
+        table.expire(now_ms)
+        client = data.draw(st.sampled_from(sorted(next_seq)), label="client")
+        # A client retries a command until its deadline, shorter than the eviction idle
+        # time; it never has an answer, so every command goes with ack_seq 0.
+        retryable = [
+            seq
+            for (who, seq), sent_ms in first_sent_ms.items()
+            if who == client and now_ms - sent_ms < evict_idle_ms
+        ]
+        if retryable and data.draw(st.booleans(), label="retry"):
+            seq = data.draw(st.sampled_from(retryable), label="seq")
+        else:
+            seq = next_seq[client]
+            next_seq[client] += 1
+            first_sent_ms[(client, seq)] = now_ms
+        early = table.begin(client, seq, 0, now_ms)
+        if early is None:
+            applied[(client, seq)] = applied.get((client, seq), 0) + 1
+            table.record(client, seq, Outcome(RsmStatus.OK, seq))
+        else:
+            assert early.status in (RsmStatus.OK, RsmStatus.OVERLOADED)
+        assert len(table) <= 2
+    assert all(count == 1 for count in applied.values())
 
 
 def test_results_per_session_are_bounded_and_the_floor_rises() -> None:

@@ -29,6 +29,25 @@ async def test_a_call_of_an_idle_expired_session_goes_again_under_a_new_one() ->
             assert len(leader.session_table) == 2
 
 
+async def test_a_new_session_waits_for_room_while_the_session_table_is_full_of_recent_ones() -> (
+    None
+):
+    clock_ms = [1_700_000_000_000]
+    config = replica_config(sessions_max=1, session_evict_idle_ms=1_000)
+    async with replica_cluster() as replicas:
+        leader = await replicas.start("a", config=config, wall_clock_ms=lambda: clock_ms[0])
+        await replicas.wait_leader()
+        async with replicas.client() as first, replicas.client(deadline_ms=300) as second:
+            assert await first.call("add", 1) == 1
+            with pytest.raises(Timeout):
+                await second.call("add", 1)
+            assert await first.query("get") == 1, "the refused command was never applied"
+            assert len(leader.session_table) == 1
+            clock_ms[0] += 1_000
+            assert await second.call("add", 1) == 2, "the idle session made room"
+            assert len(leader.session_table) == 1
+
+
 async def test_many_calls_wait_for_room_in_the_open_seq_window() -> None:
     async with replica_cluster() as replicas:
         await replicas.start("a")
