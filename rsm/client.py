@@ -140,6 +140,11 @@ class ClientConfig:
                 raise InvalidConfig(f"{name} must be positive, not {getattr(self, name)}")
         if self.backoff_ms_max < self.backoff_ms_initial:
             raise InvalidConfig("backoff_ms_max is below backoff_ms_initial")
+        if self.deadline_ms >= limits.session_evict_idle_ms_default:
+            raise InvalidConfig(
+                f"deadline_ms must be below {limits.session_evict_idle_ms_default}: the replicas "
+                "may drop a session idle that long, and a retry could then apply a command twice"
+            )
         if self.outstanding_commands_max > limits.session_results_max_default:
             raise InvalidConfig(
                 f"outstanding_commands_max may be at most {limits.session_results_max_default}: "

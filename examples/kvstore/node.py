@@ -76,6 +76,21 @@ class StoreSettings:
             raise InvalidConfig("the command deadline must be positive and below 300 s")
 
 
+def check_command_deadline(settings: StoreSettings, config: ReplicaConfig) -> None:
+    """`InvalidConfig` unless the server gives up on a command before its session may be dropped.
+
+    The framework drops a session idle past its TTL, or past `sessions_max` once idle for
+    `session_evict_idle_ms`; a write retried after that could be applied twice.
+    """
+    session_idle_ms_max = min(config.session_evict_idle_ms, config.session_ttl_ms)
+    if settings.command_deadline_ms >= session_idle_ms_max:
+        raise InvalidConfig(
+            f"the command deadline ({settings.command_deadline_ms} ms) must be below "
+            f"{session_idle_ms_max} ms, the sessions' eviction idle time and TTL: a session "
+            "dropped while a command is retried could apply it twice"
+        )
+
+
 class KvNode:
     """One replica of a key-value store and its Redis server (see the module docstring)."""
 
@@ -103,6 +118,8 @@ class KvNode:
             raise InvalidConfig("a node given its RESP listener must be given its RESP address")
         self.app = app
         self.settings = settings or StoreSettings()
+        config = config or ReplicaConfig()
+        check_command_deadline(self.settings, config)
         self._store = store
         self._rng = rng if rng is not None else random.Random()
         self.replica = Replica(

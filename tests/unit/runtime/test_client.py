@@ -5,7 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from rsm.client import connect
+from rsm import limits
+from rsm.client import ClientConfig, connect
 from rsm.errors import InvalidConfig, Timeout
 from tests.unit.runtime.harness import replica_cluster, replica_config
 
@@ -70,6 +71,12 @@ async def test_without_a_leader_a_call_gives_up_with_timeout() -> None:
             with pytest.raises(Timeout) as raised:
                 await client.call("add", 1)
         assert raised.value.retryable
+
+
+def test_a_deadline_must_end_before_the_replicas_may_evict_the_session() -> None:
+    assert ClientConfig(deadline_ms=limits.session_evict_idle_ms_default - 1).deadline_ms
+    with pytest.raises(InvalidConfig, match="deadline_ms must be below"):
+        ClientConfig(deadline_ms=limits.session_evict_idle_ms_default)
 
 
 async def test_connect_needs_a_metadata_store_or_zookeeper() -> None:
