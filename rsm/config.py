@@ -5,10 +5,10 @@ the runtime, the documentation and the tests agree on one number each; a test
 or the simulation overrides a field with `ReplicaConfig(segment_entries_max=...)`.
 
 Settings that decide what a replica *applies* (`session_ttl_ms`,
-`sessions_max`, `session_evict_idle_ms`, `session_results_max`) must be equal on every replica of an
-application, or replicas diverge; so must `read_lease_ms`, since a successor
-waits out its predecessor's lease with its own setting.  The others may
-differ per replica.
+`sessions_max`, `session_evict_idle_ms`, `session_results_max`) must be
+equal on every replica of an application, or replicas diverge; so must
+`read_lease_ms`, since a successor waits out its predecessor's lease with its
+own setting.  The others may differ per replica.
 """
 
 from __future__ import annotations
