@@ -279,7 +279,7 @@ class SessionTable:
     def _make_room(self, now_ms: int) -> Outcome | None:
         """Evict the least recently active session for a new one, or refuse the new one."""
         sessions = self._sessions
-        least_recent = sessions[next(iter(sessions))]
+        least_recent = next(iter(sessions.values()))
         idle_ms = now_ms - least_recent.last_active_ms
         if idle_ms < self.evict_idle_ms:
             return Outcome.failure(
