@@ -11,8 +11,11 @@ whose callbacks run on the event loop, without a task of its own:
   through the `Router`; after each chunk it calls `Router.flush` once, so the
   leader cuts one batch for everything that chunk carried;
 * replies that are ready, in request order, are encoded, joined and written
-  to the transport in one call: at the end of a chunk for immediate replies,
-  and once per event-loop iteration for the router's answers (`deliver`
+  to the transport in one call: at the end of a chunk for immediate replies;
+  for the router's answers, at once when the answer leaves no reply of the
+  connection waiting (a client with one command in flight gets its reply
+  while the leader is still answering the rest of the batch, so its next
+  command overlaps that work), else once per event-loop iteration (`deliver`
   schedules it), so a pipeline's replies leave together.
 
 Why protocols and not anyio streams: a stream needs a reading task and a
@@ -299,6 +302,8 @@ class RespConnection(asyncio.Protocol):
         """What is owed, in order: encoded replies, or `_Pending` for those not known yet."""
         self._first_ticket = 0
         """The ticket of `_replies[0]`."""
+        self._pending_count = 0
+        """The `_Pending` entries of `_replies`: answers the router still owes."""
         self._actions: dict[int, WatchRead | Execute] = {}
         """Tickets whose reply needs their action to be built (see `dispatch.finish`)."""
         self._watch_ticket: int | None = None
@@ -377,6 +382,7 @@ class RespConnection(asyncio.Protocol):
         position = ticket - self._first_ticket
         marker = self._replies[position]
         assert isinstance(marker, _Pending), "a ticket is answered once"
+        self._pending_count -= 1
         action = self._actions.pop(ticket, None)
         reply: Reply
         watch_answered = False
@@ -392,13 +398,19 @@ class RespConnection(asyncio.Protocol):
         out = bytearray()
         encode_reply(reply, out, marker.resp3)
         self._replies[position] = bytes(out)
-        if position == 0 or watch_answered:
+        if not self._pending_count and not self._servicing and not watch_answered:
+            # Nothing else owed is coming: write now rather than next iteration.
+            self._write_ready()
+            if self._service_again or self._reading_paused or self._draining or self._unfed:
+                self._schedule_service()
+        elif position == 0 or watch_answered:
             self._schedule_service()
 
     def _owe(self) -> int:
         """A ticket for a reply to come, in the current protocol version."""
         ticket = self._first_ticket + len(self._replies)
         self._replies.append(_PENDING_RESP3 if self.client.resp3 else _PENDING_RESP2)
+        self._pending_count += 1
         return ticket
 
     def _reply_now(self, reply: Reply) -> None:

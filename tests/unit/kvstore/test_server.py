@@ -23,7 +23,7 @@ from anyio import wait_all_tasks_blocked
 from anyio.abc import SocketAttribute
 from kvstore import limits
 from kvstore.router import Lane, Receiver
-from kvstore.server import ReplicaInfo, RespServer, ServerConfig
+from kvstore.server import ReplicaInfo, RespConnection, RespServer, ServerConfig
 from kvstore.session import Session
 
 from rsm.core.sessions import Outcome
@@ -254,6 +254,66 @@ async def test_a_pipelined_hello_changes_only_the_replies_after_it() -> None:
             received = await receive_exactly(stream, 5 + 104 + 3)
         assert received.startswith(b"$-1\r\n%7\r\n")
         assert received.endswith(b"*0\r\n_\r\n")
+
+
+class RecordingTransport:
+    """Keeps every write of a `RespConnection` driven by hand, to see when and how it writes."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass
+
+
+@asynccontextmanager
+async def hand_driven_connection() -> AsyncIterator[
+    tuple[StoreRouter, RespConnection, RecordingTransport]
+]:
+    """A connection fed by the test itself (no socket): the loop never runs in between."""
+    router = StoreRouter()
+    async with await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) as listener:
+        server = RespServer(listener, router, replica_info=lambda: INFO, config=ServerConfig())
+        connection = RespConnection(server, 1)
+        transport = RecordingTransport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        yield router, connection, transport
+
+
+async def test_a_lone_commands_reply_is_written_as_soon_as_it_is_answered() -> None:
+    # Not at the next loop iteration: the client's next command overlaps the
+    # rest of the leader's batch.
+    async with hand_driven_connection() as (router, connection, transport):
+        router.hold()
+        connection.data_received(b"SET a 1\r\n")
+        assert transport.writes == []
+        router.release()
+        assert transport.writes == [b"+OK\r\n"]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+async def test_a_pipelines_answers_leave_in_one_write(reverse: bool) -> None:
+    async with hand_driven_connection() as (router, connection, transport):
+        router.hold()
+        connection.data_received(b"SET a 1\r\nSET b 2\r\nGET a\r\n")
+        router.release(reverse=reverse)
+        await wait_all_tasks_blocked()
+        assert transport.writes == [b"+OK\r\n+OK\r\n$1\r\n1\r\n"]
 
 
 async def test_quit_answers_what_is_owed_then_closes() -> None:
