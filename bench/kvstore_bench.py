@@ -90,6 +90,10 @@ DEFAULT_PERIOD_S = 0.1
 """PySyncObj's own default appendEntriesPeriod: it sends new entries in rounds of this."""
 TUNED_PERIOD_S = 0.002
 """A period that lets PySyncObj commit about as fast as this machine allows (reported beside)."""
+PYSYNCOBJ_RETRY_S = 0.1
+"""PySyncObj retries a refused connection after 5 s by default: a node that starts before
+its peers listen stays cut off, runs elections, and deposes the first leader seconds into
+the run.  Retrying sooner lets start-up settle; it changes nothing once all are connected."""
 
 
 def log(message: str) -> None:
@@ -338,6 +342,7 @@ def pysyncobj_node(arguments: argparse.Namespace) -> None:
         journalFile=journal,
         dynamicMembershipChange=False,
         appendEntriesPeriod=arguments.pysyncobj_period,
+        connectionRetryTime=PYSYNCOBJ_RETRY_S,
     )
     syncobj = SyncObj(addresses[node], addresses[:node] + addresses[node + 1 :],
                       consumers=[replicated], conf=conf)  # fmt: skip
@@ -346,10 +351,12 @@ def pysyncobj_node(arguments: argparse.Namespace) -> None:
         if time.monotonic() > deadline:
             raise SystemExit("pysyncobj: no leader within 60 s")
         time.sleep(0.05)
-    if not syncobj._isLeader():
-        # A follower serves until the leader's load is done (and the parent ends it).
-        while True:
-            time.sleep(1)
+    # A follower serves until the leader's load is done (and the parent ends it).  It
+    # keeps watching for leadership rather than settling for good: at start-up the first
+    # leader it sees may be deposed before it leads, and then, if every node had settled,
+    # none would drive.
+    while not syncobj._isLeader():
+        time.sleep(0.05)
     value = "v" * VALUE_BYTES
     latencies: list[float] = []
     lock = threading.Lock()

@@ -41,6 +41,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import signal
 import statistics
@@ -74,6 +75,10 @@ WARMUP_S = 1.0
 START_TIMEOUT_S = 60.0
 RESULT_TIMEOUT_S = 120.0
 CANDIDATE_POLL_S = 0.01
+PYSYNCOBJ_RETRY_S = 0.1
+"""PySyncObj retries a refused connection after 5 s by default: a node that starts before
+its peers listen stays cut off, runs elections, and deposes the first leader seconds into
+the run.  Retrying sooner lets start-up settle; it changes nothing once all are connected."""
 PROBE = ClientConfig(attempt_timeout_ms=300, backoff_ms_initial=5, backoff_ms_max=50)
 """The failover prober retries often, so it sees the new leader as soon as it serves."""
 
@@ -163,7 +168,8 @@ def pysyncobj_node(arguments: argparse.Namespace) -> None:
 
     class Counter(SyncObj):  # type: ignore[misc]
         def __init__(self, address: str, partners: list[str]) -> None:
-            super().__init__(address, partners, SyncObjConf(dynamicMembershipChange=False))
+            conf = SyncObjConf(dynamicMembershipChange=False, connectionRetryTime=PYSYNCOBJ_RETRY_S)
+            super().__init__(address, partners, conf)
             self.value = 0
 
         @replicated  # type: ignore[untyped-decorator]
@@ -172,19 +178,20 @@ def pysyncobj_node(arguments: argparse.Namespace) -> None:
             return int(self.value)
 
     counter = Counter(arguments.node, arguments.partners.split(","))
-    counter.waitReady()
-    while counter._getLeader() is None:
+    # Only the leader drives the load: a follower would forward every command to it.  A
+    # node that is not leading keeps watching rather than settling for good: at start-up
+    # the first leader it sees may be deposed before it leads, and then, if every node
+    # had settled, none would drive.
+    while not counter._isLeader():
         time.sleep(0.01)
-    if not counter._isLeader():
-        # Only the leader drives the load: a follower would forward every command to it.
-        threading.Event().wait()
-        return
     pad = "x" * COMMAND_BYTES
     lock = threading.Lock()
     latencies_ms: list[float] = []
     counts = {"measured": 0, "acknowledged": 0, "errors": 0}
-    measure_from = time.perf_counter() + WARMUP_S
-    stop_at = measure_from + arguments.seconds
+    # A leader that has just been elected may not commit yet (its followers have not
+    # caught up, or it is about to be deposed), so the warm-up and the measured window
+    # start at the first commit, not at the first command.
+    measure_from = stop_at = math.inf
     finished = threading.Event()
     active = [arguments.clients]
 
@@ -193,9 +200,13 @@ def pysyncobj_node(arguments: argparse.Namespace) -> None:
         counter.add(pad, callback=lambda result, error: done(started, error))
 
     def done(started: float, error: int) -> None:
+        nonlocal measure_from, stop_at
         now = time.perf_counter()
         with lock:
             if error == FAIL_REASON.SUCCESS:
+                if measure_from == math.inf:
+                    measure_from = now + WARMUP_S
+                    stop_at = measure_from + arguments.seconds
                 counts["acknowledged"] += 1
                 if started >= measure_from and now <= stop_at:
                     counts["measured"] += 1
