@@ -317,8 +317,12 @@ def pysyncobj_run(
                 process.terminate()
                 process.wait(timeout=30)
     outputs = [process.stdout.read() if process.stdout else "" for process in nodes]
-    [line] = [output.strip() for output in outputs if output.strip()]
-    measured = json.loads(line)
+    # Normally one line; two if the driving leader was deposed and its successor drove
+    # too (each measured a whole window: either will do).
+    lines = [output.strip() for output in outputs if output.strip()]
+    if not lines:
+        raise RuntimeError("pysyncobj: no node printed a result")
+    measured = json.loads(lines[0])
     log(
         f"  {name}: {measured['ops_per_s']:.0f} ops/s, p50 {measured['p50_ms']} ms, "
         f"p99 {measured['p99_ms']} ms"

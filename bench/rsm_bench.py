@@ -223,7 +223,9 @@ def pysyncobj_node(arguments: argparse.Namespace) -> None:
     for _ in range(arguments.clients):
         submit()
     finished.wait(arguments.seconds + RESULT_TIMEOUT_S)
-    partial = arguments.result.with_suffix(".partial")
+    # Per process: if the driving leader was deposed, its successor drives and writes too
+    # (each measured a whole window: either result will do).
+    partial = arguments.result.with_suffix(f".{os.getpid()}.partial")
     partial.write_text(json.dumps({**counts, "latencies_ms": latencies_ms}))
     partial.rename(arguments.result)
     os._exit(0)  # PySyncObj's threads do not stop by themselves
