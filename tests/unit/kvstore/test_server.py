@@ -306,6 +306,18 @@ async def test_a_lone_commands_reply_is_written_as_soon_as_it_is_answered() -> N
         assert transport.writes == [b"+OK\r\n"]
 
 
+async def test_an_answer_waits_while_writing_is_paused_and_leaves_on_resume() -> None:
+    async with hand_driven_connection() as (router, connection, transport):
+        router.hold()
+        connection.data_received(b"SET a 1\r\nSET b 2\r\n")
+        connection.pause_writing()
+        router.release()
+        await wait_all_tasks_blocked()
+        assert transport.writes == []
+        connection.resume_writing()
+        assert transport.writes == [b"+OK\r\n+OK\r\n"]
+
+
 @pytest.mark.parametrize("reverse", [False, True])
 async def test_a_pipelines_answers_leave_in_one_write(reverse: bool) -> None:
     async with hand_driven_connection() as (router, connection, transport):
