@@ -38,6 +38,15 @@ What it runs, one run at a time on this machine:
 redis-benchmark has no duration option: each run is first calibrated with a
 short one (which warms up too), then given enough requests for about `--seconds`.  Latencies are
 redis-benchmark's (p50, p99 from its CSV), or for PySyncObj measured per call.
+
+Every redis-benchmark run also reports `cpu_us_per_request`: the CPU time
+(user + system, from /proc, in clock ticks) each serving process spent during
+the run, divided by its requests: the store's `leader`, `followers` and
+`bookies` (lists in the cluster's order), or `redis_server`; the
+`redis_benchmark` client's own (from this process's finished children); and
+`machine_busy_pct`, how busy the machine was, in % of one core (/proc/stat).
+Kernel work done outside those processes (the disks' journal threads, for
+one) shows only in the machine's figure.
 The machine is shared by everything above, so numbers are indicative and
 only their ratios, measured in the same run, are meant to be compared.
 
@@ -58,6 +67,8 @@ import csv
 import functools
 import io
 import json
+import os
+import resource
 import shutil
 import socket
 import statistics
@@ -67,10 +78,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
@@ -90,6 +103,9 @@ DEFAULT_PERIOD_S = 0.1
 """PySyncObj's own default appendEntriesPeriod: it sends new entries in rounds of this."""
 TUNED_PERIOD_S = 0.002
 """A period that lets PySyncObj commit about as fast as this machine allows (reported beside)."""
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+"""The unit of /proc's CPU times."""
+CORES = os.cpu_count() or 1
 PYSYNCOBJ_RETRY_S = 0.1
 """PySyncObj retries a refused connection after 5 s by default: a node that starts before
 its peers listen stays cut off, runs elections, and deposes the first leader seconds into
@@ -142,18 +158,89 @@ def redis_benchmark(
     }
 
 
+# --- CPU per request ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a run drives: a Redis port, and the processes serving it by role (a role of one
+    process is reported as a number, of several as a list, in `processes` order)."""
+
+    port: int
+    processes: dict[str, list[int]]
+
+
+def process_cpu_s(pid: int) -> float:
+    """User plus system CPU time of process `pid` so far, all its threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, all) CPU time of the machine so far, summed over its cores (/proc/stat)."""
+    fields = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields) - idle) / TICKS_PER_S, sum(fields) / TICKS_PER_S
+
+
+def children_cpu_s() -> float:
+    """CPU time of this process's finished children (here: the redis-benchmark runs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_snapshot(target: Target) -> dict[str, Any]:
+    return {
+        "processes": {
+            role: [process_cpu_s(pid) for pid in pids] for role, pids in target.processes.items()
+        },
+        "client": children_cpu_s(),
+        "machine": machine_cpu_s(),
+    }
+
+
+def cpu_per_request(before: dict[str, Any], after: dict[str, Any], requests: int) -> dict[str, Any]:
+    """CPU microseconds per request by role, and how busy the machine was (% of one core)."""
+
+    def per_request(seconds: float) -> float:
+        return round(seconds * 1e6 / requests, 1)
+
+    report: dict[str, Any] = {}
+    for role, ending in after["processes"].items():
+        starts = before["processes"][role]
+        spent = [per_request(end - start) for start, end in zip(starts, ending, strict=True)]
+        report[role] = spent[0] if len(spent) == 1 else spent
+    report["redis_benchmark"] = per_request(after["client"] - before["client"])
+    busy_s = after["machine"][0] - before["machine"][0]
+    all_s = after["machine"][1] - before["machine"][1]
+    report["machine_busy_pct"] = round(100 * CORES * busy_s / all_s) if all_s else None
+    return report
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+
 def measure(
-    port: int, name: str, test: str, *, clients: int, pipeline: int, seconds: float
+    target: Target, name: str, test: str, *, clients: int, pipeline: int, seconds: float
 ) -> dict[str, Any]:
     """One redis-benchmark run of about `seconds`, after a short calibration."""
+    port = target.port
     calibration = redis_benchmark(port, test, clients, pipeline, CALIBRATION_REQUESTS * pipeline)
     requests = max(CALIBRATION_REQUESTS, int(calibration["ops_per_s"] * seconds))
+    before = cpu_snapshot(target)
     measured = redis_benchmark(port, test, clients, pipeline, requests)
+    cpu = cpu_per_request(before, cpu_snapshot(target), requests)
     log(
         f"  {name}: {measured['ops_per_s']:.0f} ops/s, p50 {measured['p50_ms']} ms, "
-        f"p99 {measured['p99_ms']} ms ({requests} requests)"
+        f"p99 {measured['p99_ms']} ms ({requests} requests); CPU us per request {cpu}"
     )
-    return {"name": name, "pipeline": pipeline, "requests": requests, **measured}
+    return {
+        "name": name,
+        "pipeline": pipeline,
+        "requests": requests,
+        **measured,
+        "cpu_us_per_request": cpu,
+    }
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -165,7 +252,7 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def paired_suite(
-    store_port: int, redis_port: int, arguments: argparse.Namespace
+    store: Target, redis: Target, arguments: argparse.Namespace
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, float]]:
     """SET and GET, without and with pipelining, on the store and on Redis in turn, every
     test `--rounds` times: (the store's median runs, Redis's, each test's median ratio)."""
@@ -178,13 +265,13 @@ def paired_suite(
             ours: list[dict[str, Any]] = []
             theirs: list[dict[str, Any]] = []
             for round_number in range(arguments.rounds):
-                turns = [(ours, store_port, name), (theirs, redis_port, f"redis-fsync-{name}")]
+                turns = [(ours, store, name), (theirs, redis, f"redis-fsync-{name}")]
                 if round_number % 2:
                     turns.reverse()
-                for runs, port, label in turns:
+                for runs, target, label in turns:
                     runs.append(
                         measure(
-                            port,
+                            target,
                             label,
                             test,
                             clients=arguments.clients,
@@ -205,7 +292,7 @@ def paired_suite(
 
 
 async def kvstore_runs(
-    arguments: argparse.Namespace, data_dir: Path, redis_port: int
+    arguments: argparse.Namespace, data_dir: Path, redis: Target
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, float], dict[str, Any]]:
     """The store's runs and the Redis runs interleaved with them (see the module docstring):
     (results, Redis baselines, ratios to Redis by test, config)."""
@@ -213,15 +300,21 @@ async def kvstore_runs(
     log("kvstore: starting ZooKeeper, 3 bookies, 3 replicas ...")
     async with LocalKvCluster(data_dir, zk=arguments.zk, settings=settings) as cluster:
         leader = cluster.replica(cluster.leader or cluster.replicas[0].name)
-        follower = next(r for r in cluster.replicas if r.name != leader.name)
+        followers = [r for r in cluster.replicas if r.name != leader.name]
+        follower = followers[0]
         log(f"kvstore: leader {leader.name} on {leader.resp_address}")
+        processes = {
+            "leader": [pid_of(leader.process)],
+            "followers": [pid_of(replica.process) for replica in followers],
+            "bookies": [pid_of(bookie.process) for bookie in cluster.bookies.bookies],
+        }
         results, baselines, ratios = await anyio.to_thread.run_sync(
-            paired_suite, leader.resp_port, redis_port, arguments
+            paired_suite, Target(leader.resp_port, processes), redis, arguments
         )
         for test in ("set", "get"):
             run = functools.partial(
                 measure,
-                follower.resp_port,
+                Target(follower.resp_port, processes),
                 f"via-follower-{test.upper()}",
                 test,
                 clients=arguments.clients,
@@ -245,9 +338,14 @@ async def kvstore_runs(
 # --- Redis with fsync --------------------------------------------------------------------------
 
 
+def pid_of(process: anyio.abc.Process | None) -> int:
+    assert process is not None, "the cluster's processes run while it is up"
+    return process.pid
+
+
 @contextlib.contextmanager
-def redis_server(directory: Path) -> Iterator[int]:
-    """A redis-server with appendonly yes and appendfsync always; its port."""
+def redis_server(directory: Path) -> Iterator[Target]:
+    """A redis-server with appendonly yes and appendfsync always."""
     port = free_port()
     log(f"redis-server: appendonly yes, appendfsync always, on port {port}")
     process = subprocess.Popen(
@@ -257,7 +355,7 @@ def redis_server(directory: Path) -> Iterator[int]:
     )  # fmt: skip
     try:
         wait_port(port)
-        yield port
+        yield Target(port, {"redis_server": [process.pid]})
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -454,9 +552,9 @@ def main() -> None:
         base = Path(scratch)
         for name in ("kvstore", "redis", "pysyncobj"):
             (base / name).mkdir()
-        with redis_server(base / "redis") as redis_port:
+        with redis_server(base / "redis") as redis:
             results, baselines, to_redis, config = anyio.run(
-                kvstore_runs, arguments, base / "kvstore", redis_port
+                kvstore_runs, arguments, base / "kvstore", redis
             )
         baselines += pysyncobj_runs(arguments, base / "pysyncobj")
     everything = results + baselines
@@ -491,6 +589,8 @@ def main() -> None:
             "confirmation round on the bookies, no log entry)",
             "redis-fsync: one redis-server, appendonly yes, appendfsync always; its runs "
             "and the store's alternate, --rounds per test, who goes first alternating",
+            "cpu_us_per_request: CPU time of each serving process, and of redis-benchmark, "
+            "per request of the run; machine_busy_pct: % of one core",
             "ops_per_s: each side's median run (rounds_ops_per_s: every run); ratios to "
             "Redis: the median of the rounds' ratios; to PySyncObj: the store's median over "
             "PySyncObj's one run",

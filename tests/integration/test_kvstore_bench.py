@@ -70,5 +70,19 @@ def test_bench_prints_one_json_object(
         if not entry["name"].startswith("pysyncobj"):
             assert len(entry["rounds_ops_per_s"]) == 2, entry
             assert entry["ops_per_s"] in entry["rounds_ops_per_s"]
+    # Each redis-benchmark run says where the CPU went: every serving process by role.
+    for entry in report["results"]:
+        cpu = entry["cpu_us_per_request"]
+        assert set(cpu) == {"leader", "followers", "bookies", "redis_benchmark", "machine_busy_pct"}
+        assert cpu["leader"] > 0, entry
+        assert len(cpu["followers"]) == 2, entry
+        assert len(cpu["bookies"]) == 3, entry
+        assert min(cpu["followers"] + cpu["bookies"] + [cpu["redis_benchmark"]]) >= 0, entry
+        assert cpu["machine_busy_pct"] > 0, entry
+    for entry in report["baselines"]:
+        if entry["name"].startswith("redis-fsync"):
+            cpu = entry["cpu_us_per_request"]
+            assert set(cpu) == {"redis_server", "redis_benchmark", "machine_busy_pct"}, entry
+            assert cpu["redis_server"] >= 0, entry
     assert set(report["targets"]) <= set(report["ratios"])
     assert isinstance(report["meets_targets"], bool)
