@@ -116,14 +116,19 @@ _PLAIN_COUNT_DIGITS_MAX: Final = 18
 """Up to this many digits, a count is below 2**63 whatever they are."""
 
 
-def _plain_count(raw: bytearray) -> int | None:
+_SMALL_COUNTS: Final = {b"%d" % count: count for count in range(1024)}
+"""Counts in their usual form up to 1023, by their text: one dict lookup instead of
+`_plain_count`'s checks and `int`."""
+
+
+def _plain_count(raw: bytes | bytearray) -> int | None:
     """A count in the usual form, ASCII digits without a leading zero, or None."""
     if raw.isdigit() and len(raw) <= _PLAIN_COUNT_DIGITS_MAX and (raw[0] != _ZERO or len(raw) == 1):
         return int(raw)
     return None
 
 
-def _count(raw: bytearray) -> int | None:
+def _count(raw: bytes | bytearray) -> int | None:
     """A multibulk or bulk count: an integer by Redis's rules (`parse_int`), or None.
 
     The usual form skips `parse_int`'s pattern match, a few percent of the server's
@@ -169,7 +174,7 @@ class RespParser:
         assert 0 < bulk_bytes_max <= request_bytes_max
         assert inline_bytes_max > 0
         assert buffered_bytes_max > request_bytes_max + inline_bytes_max
-        self._buffer = bytearray()
+        self._buffer: bytes | bytearray = b""
         self._position = 0
         """Where the next unparsed byte is; bytes before it are consumed."""
         self._arguments: list[bytes] = []
@@ -198,10 +203,18 @@ class RespParser:
     def feed(self, data: bytes) -> None:
         """Add bytes received from the client."""
         assert len(data) <= self.room_bytes, "read at most room_bytes, after taking every command"
-        if self._position:
-            del self._buffer[: self._position]
-            self._position = 0
-        self._buffer += data
+        buffer = self._buffer
+        position = self._position
+        self._position = 0
+        if position == len(buffer):
+            # All fed before is consumed (the usual case): parse `data` itself, whose
+            # slices are the arguments, without copying it into a buffer first.
+            self._buffer = data if type(data) is bytes else bytes(data)
+        elif type(buffer) is bytearray:
+            del buffer[:position]
+            buffer += data
+        else:
+            self._buffer = bytearray(buffer[position:]) + data
 
     def next_command(self) -> list[bytes] | None:
         """The next complete command's arguments, or None when more bytes are needed."""
@@ -251,18 +264,25 @@ class RespParser:
 
     def _whole_multibulk(self) -> list[bytes] | None:
         """The usual case in one pass: a whole multibulk command with plain counts (digits,
-        no leading zero) within the bounds is buffered.  None, with nothing consumed, for
-        anything else, which `_multibulk_command` then reads by the same rules (or rejects).
+        no leading zero) within the bounds, in a buffer that is the received bytes
+        themselves.  None, with nothing consumed, for anything else (a buffer gathered from
+        several reads too), which `_multibulk_command` then reads by the same rules (or
+        rejects).
 
         Lines end where `_multibulk_command` says they do: at the first CR, with one more
         byte (the LF, not checked) after it."""
         buffer = self._buffer
+        if type(buffer) is not bytes:
+            return None
         size = len(buffer)
         position = self._position
         line_end = buffer.find(b"\r", position)
         if line_end < 0 or line_end + 1 >= size:
             return None
-        count = _plain_count(buffer[position + 1 : line_end])
+        raw = buffer[position + 1 : line_end]
+        count = _SMALL_COUNTS.get(raw)
+        if count is None:
+            count = _plain_count(raw)
         if count is None or not 0 < count <= self.multibulk_args_max:
             return None
         position = line_end + 2
@@ -275,7 +295,10 @@ class RespParser:
             line_end = buffer.find(b"\r", position)
             if line_end < 0 or line_end + 1 >= size:
                 return None
-            length = _plain_count(buffer[position + 1 : line_end])
+            raw = buffer[position + 1 : line_end]
+            length = _SMALL_COUNTS.get(raw)
+            if length is None:
+                length = _plain_count(raw)
             if length is None or length > bulk_bytes_max or length > room:
                 return None
             room -= length
@@ -283,7 +306,7 @@ class RespParser:
             position = start + length + 2
             if position > size:
                 return None
-            arguments.append(bytes(buffer[start : start + length]))
+            arguments.append(buffer[start : start + length])
         self._position = position
         return arguments
 

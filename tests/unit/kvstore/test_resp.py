@@ -155,6 +155,15 @@ def test_any_chunking_gives_the_same_commands(
     assert parser.buffered_bytes == 0
 
 
+def test_the_parser_keeps_no_reference_to_what_it_was_fed() -> None:
+    parser = RespParser()
+    fed = bytearray(b"*1\r\n$4\r\nPI")
+    parser.feed(fed)
+    fed[:] = b"*1\r\n$4\r\nXX"
+    parser.feed(b"NG\r\n")
+    assert parser.next_command() == [b"PING"]
+
+
 @st.composite
 def damaged_streams(draw: st.DrawFn) -> bytes:
     """Multibulk commands with bytes overwritten, inserted or cut: counts that are not
