@@ -398,7 +398,9 @@ async def application_status(store: MetadataStore, client: Client) -> dict[str, 
         try:
             with anyio.fail_after(_STATUS_TIMEOUT_S):
                 entry.update(await client.status(address))
-        except (TimeoutError, RsmError) as error:
+        except TimeoutError:
+            entry["error"] = f"no answer within {_STATUS_TIMEOUT_S:g} s"
+        except RsmError as error:
             entry["error"] = f"{type(error).__name__}: {error}"
         replicas.append(entry)
     leader_index = max(

@@ -56,7 +56,7 @@ from bookie.meta.zk import ZkMetadataStore
 from bookie.runtime_tuning import tune_for_throughput
 from kvstore import limits
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
-from kvstore.launcher import LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
+from kvstore.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
 from kvstore.node import DEFAULT_APP, KvNode, StoreSettings
 from rsm.cli import application_status, split_zk
 from rsm.client import connect
@@ -312,6 +312,7 @@ def _shown(path: Path) -> str:
 async def _status(arguments: argparse.Namespace) -> int:
     app = arguments.app
     zk = arguments.zk
+    saved: dict[str, Any] | None = None
     if zk is None:
         saved = read_saved(arguments.data_dir or Path("data"))
         zk = saved["zk"]
@@ -328,11 +329,25 @@ async def _status(arguments: argparse.Namespace) -> int:
         endpoints = await _endpoints(store, app)
         for entry in report["replicas"]:
             entry["resp"] = endpoints.get(entry["replica_id"])
+    if saved is not None and app == saved["app"]:
+        report["replicas"] += not_registered(saved, report["replicas"])
     if arguments.json:
         print(json.dumps(report, sort_keys=True, default=str))
     else:
         print(render_status(report))
     return EXIT_OK
+
+
+def not_registered(saved: dict[str, Any], replicas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Status rows for the data directory's replicas that ZooKeeper does not list: not
+    running (or not yet, or cut off from ZooKeeper for longer than a session), which a
+    status read from ZooKeeper alone would leave out without a word."""
+    listed = {entry["replica_id"] for entry in replicas}
+    return [
+        {"replica_id": name, "resp": f"{HOST}:{port}", "error": "down (not registered)"}
+        for name, port in zip(saved["replicas"], saved["resp_ports"], strict=True)
+        if name not in listed
+    ]
 
 
 async def _bookies(store: MetadataStore) -> dict[str, list[str]]:

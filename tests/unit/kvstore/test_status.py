@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from kvstore.cli import render_status
+from kvstore.cli import not_registered, render_status
 from kvstore.endpoints import Endpoint, decode_endpoint, encode_endpoint, endpoint_path
 
 from rsm.errors import InvalidConfig, MalformedValue
@@ -20,7 +22,7 @@ def test_endpoints_round_trip_and_junk_is_refused() -> None:
         endpoint_path("kv", "a/b")
 
 
-REPORT = {
+REPORT: dict[str, Any] = {
     "app": "kv",
     "zk": "127.0.0.1:2181",
     "epoch": 2,
@@ -67,8 +69,24 @@ def test_the_status_table_names_each_replicas_redis_port() -> None:
 
 
 def test_the_status_warns_when_the_leaders_ledger_writes_to_fewer_bookies() -> None:
-    leader = {**REPORT["replicas"][1], "term": {"ensemble_change_deferred": True}}  # type: ignore[dict-item]
-    report = {**REPORT, "replicas": [REPORT["replicas"][0], leader]}  # type: ignore[index]
+    leader = {**REPORT["replicas"][1], "term": {"ensemble_change_deferred": True}}
+    report = {**REPORT, "replicas": [REPORT["replicas"][0], leader]}
     lines = render_status(report).splitlines()
     assert lines[-3].startswith("warning: a bookie of the leader's ledger failed")
     assert "warning" not in render_status(REPORT)
+
+
+def test_a_data_directorys_replicas_that_zookeeper_does_not_list_show_as_down() -> None:
+    saved = {
+        "app": "kv",
+        "replicas": ["kv-1", "kv-2", "kv-3", "kv-4"],
+        "resp_ports": [6379, 6380, 6381, 6382],
+    }
+    rows = not_registered(saved, REPORT["replicas"])
+    assert rows == [
+        {"replica_id": "kv-4", "resp": "127.0.0.1:6382", "error": "down (not registered)"}
+    ]
+    report = {**REPORT, "replicas": [*REPORT["replicas"], *rows]}
+    assert render_status(report).splitlines()[-1] == (
+        "kv-4     127.0.0.1:6382  down (not registered)"
+    )
