@@ -329,8 +329,11 @@ async def _status(arguments: argparse.Namespace) -> int:
         endpoints = await _endpoints(store, app)
         for entry in report["replicas"]:
             entry["resp"] = endpoints.get(entry["replica_id"])
-    if saved is not None and app == saved["app"]:
-        report["replicas"] += not_registered(saved, report["replicas"])
+    if saved is not None:
+        registered = report["bookies"]["writable"] + report["bookies"]["read_only"]
+        report["bookies"]["down"] = [b for b in saved["bookies"] if b not in registered]
+        if app == saved["app"]:
+            report["replicas"] += not_registered(saved, report["replicas"])
     if arguments.json:
         print(json.dumps(report, sort_keys=True, default=str))
     else:
@@ -386,6 +389,8 @@ def render_status(report: dict[str, Any]) -> str:
     bookie_text = ", ".join(bookies["writable"]) or "none"
     if bookies["read_only"]:
         bookie_text += "; read-only: " + ", ".join(bookies["read_only"])
+    if bookies.get("down"):
+        bookie_text += "; down (not registered): " + ", ".join(bookies["down"])
     lines = [
         f"store {report['app']}  ZooKeeper {report['zk']}  epoch {report['epoch']}  "
         f"leader {leader_text}",

@@ -48,7 +48,13 @@ import anyio.abc
 
 from bookie import limits as bookie_limits
 from bookie.errors import BookieError
-from bookie.local_cluster import ClusterError, LocalCluster, pick_port, port_is_free
+from bookie.local_cluster import (
+    BOOKIE_CONFIG_FILE,
+    ClusterError,
+    LocalCluster,
+    pick_port,
+    port_is_free,
+)
 from bookie.meta.zk import ZkMetadataStore
 from kvstore.node import DEFAULT_APP
 from rsm.cli import split_zk
@@ -385,7 +391,9 @@ def _toml(values: dict[str, str | list[str] | list[int]]) -> str:
 
 
 def read_saved(data_dir: Path) -> dict[str, Any]:
-    """`kvstore.toml` and `cluster.toml` of a data directory, merged (for `kvstore status`)."""
+    """`kvstore.toml` and `cluster.toml` of a data directory, merged, with `bookies`: each
+    bookie's address (its id) from `bookie-N/bookie.toml`, in N's order (for `kvstore
+    status`)."""
     kv_file = data_dir / KV_FILE
     if not kv_file.exists():
         raise ClusterError(f"{data_dir} holds no key-value store (no {KV_FILE}); run kvstore up")
@@ -395,4 +403,13 @@ def read_saved(data_dir: Path) -> dict[str, Any]:
         cluster = tomllib.load(handle)
     if not saved["zk"]:
         saved["zk"] = f"{HOST}:{cluster['zk_port']}"
+    saved["bookies"] = []
+    numbered = (
+        (int(directory.name.removeprefix("bookie-")), directory)
+        for directory in data_dir.glob("bookie-*")
+        if directory.name.removeprefix("bookie-").isdigit()
+    )
+    for _, directory in sorted(numbered):
+        with (directory / BOOKIE_CONFIG_FILE).open("rb") as handle:
+            saved["bookies"].append(str(tomllib.load(handle)["listen_address"]))
     return saved

@@ -1,12 +1,14 @@
-"""What `kvstore status` reads and prints: endpoint records and the status table."""
+"""What `kvstore status` reads and prints: endpoint records, a data directory and the table."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kvstore.cli import not_registered, render_status
 from kvstore.endpoints import Endpoint, decode_endpoint, encode_endpoint, endpoint_path
+from kvstore.launcher import read_saved
 
 from rsm.errors import InvalidConfig, MalformedValue
 
@@ -90,3 +92,27 @@ def test_a_data_directorys_replicas_that_zookeeper_does_not_list_show_as_down() 
     assert render_status(report).splitlines()[-1] == (
         "kv-4     127.0.0.1:6382  down (not registered)"
     )
+
+
+def test_bookies_that_zookeeper_does_not_list_show_as_down() -> None:
+    bookies = {**REPORT["bookies"], "down": ["127.0.0.1:3184"]}
+    line = render_status({**REPORT, "bookies": bookies}).splitlines()[2]
+    assert line == (
+        "bookies: 127.0.0.1:3181, 127.0.0.1:3182; read-only: 127.0.0.1:3183; "
+        "down (not registered): 127.0.0.1:3184"
+    )
+
+
+def test_a_data_directory_names_its_replicas_and_its_bookies_in_order(tmp_path: Path) -> None:
+    (tmp_path / "kvstore.toml").write_text(
+        'app = "kv"\nzk = ""\nreplicas = ["kv-1"]\nresp_ports = [6379]\nports = [7379]\n'
+    )
+    (tmp_path / "cluster.toml").write_text('zk_port = 2181\nzk_root = "/ledgers"\n')
+    for number in (10, 2, 1):
+        directory = tmp_path / f"bookie-{number}"
+        directory.mkdir()
+        (directory / "bookie.toml").write_text(f'listen_address = "127.0.0.1:{3180 + number}"\n')
+    saved = read_saved(tmp_path)
+    assert saved["zk"] == "127.0.0.1:2181"
+    assert saved["replicas"] == ["kv-1"]
+    assert saved["bookies"] == ["127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3190"]
