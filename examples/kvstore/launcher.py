@@ -405,11 +405,12 @@ def read_saved(data_dir: Path) -> dict[str, Any]:
         saved["zk"] = f"{HOST}:{cluster['zk_port']}"
     saved["bookies"] = []
     numbered = (
-        (int(directory.name.removeprefix("bookie-")), directory)
+        (int(directory.name.removeprefix("bookie-")), directory / BOOKIE_CONFIG_FILE)
         for directory in data_dir.glob("bookie-*")
         if directory.name.removeprefix("bookie-").isdigit()
     )
-    for _, directory in sorted(numbered):
-        with (directory / BOOKIE_CONFIG_FILE).open("rb") as handle:
-            saved["bookies"].append(str(tomllib.load(handle)["listen_address"]))
+    for _, config_file in sorted(numbered):
+        if config_file.exists():  # else the bookie was never set up: there is nothing to show
+            with config_file.open("rb") as handle:
+                saved["bookies"].append(str(tomllib.load(handle)["listen_address"]))
     return saved

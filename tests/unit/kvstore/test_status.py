@@ -112,6 +112,7 @@ def test_a_data_directory_names_its_replicas_and_its_bookies_in_order(tmp_path: 
         directory = tmp_path / f"bookie-{number}"
         directory.mkdir()
         (directory / "bookie.toml").write_text(f'listen_address = "127.0.0.1:{3180 + number}"\n')
+    (tmp_path / "bookie-4").mkdir()  # never set up: no bookie.toml
     saved = read_saved(tmp_path)
     assert saved["zk"] == "127.0.0.1:2181"
     assert saved["replicas"] == ["kv-1"]
