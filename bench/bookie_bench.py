@@ -46,6 +46,8 @@ import anyio.abc
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
+from proc_cpu import process_cpu_s  # noqa: E402
+
 from bookie.client.bookie_conn import BookieConnection  # noqa: E402
 from bookie.errors import BookieError  # noqa: E402
 from bookie.local_cluster import bookie_command  # noqa: E402
@@ -296,13 +298,6 @@ async def bookie_process(
                     process.terminate()
         finally:
             await process.wait()
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds used so far by process `pid` (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    ticks = int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 async def drive_bookie(

@@ -39,6 +39,9 @@ redis-benchmark has no duration option: each run is first calibrated with a
 short one (which warms up too), then given enough requests for about `--seconds`.  Latencies are
 redis-benchmark's (p50, p99 from its CSV), or for PySyncObj measured per call.
 
+The machine is shared by everything above, so numbers are indicative and
+only their ratios, measured in the same run, are meant to be compared.
+
 Every redis-benchmark run also reports `cpu_us_per_request`: the CPU time
 (user + system, from /proc, in clock ticks) each serving process spent during
 the run, divided by its requests: the store's `leader`, `followers` and
@@ -47,8 +50,6 @@ the run, divided by its requests: the store's `leader`, `followers` and
 `machine_busy_pct`, how busy the machine was, in % of one core (/proc/stat).
 Kernel work done outside those processes (the disks' journal threads, for
 one) shows only in the machine's figure.
-The machine is shared by everything above, so numbers are indicative and
-only their ratios, measured in the same run, are meant to be compared.
 
 The targets (the issue's): replicated SET at least 25% of Redis-with-fsync
 SET and at least 2x PySyncObj's; linearizable GET at least 30% of Redis's
@@ -91,6 +92,7 @@ sys.path.insert(0, str(REPOSITORY / "examples"))
 
 from kvstore import limits as kv_limits  # noqa: E402
 from kvstore.launcher import KvSettings, LocalKvCluster  # noqa: E402
+from proc_cpu import machine_cpu_s, process_cpu_s  # noqa: E402
 
 from bookie.testing.zookeeper import free_port  # noqa: E402
 
@@ -103,8 +105,6 @@ DEFAULT_PERIOD_S = 0.1
 """PySyncObj's own default appendEntriesPeriod: it sends new entries in rounds of this."""
 TUNED_PERIOD_S = 0.002
 """A period that lets PySyncObj commit about as fast as this machine allows (reported beside)."""
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-"""The unit of /proc's CPU times."""
 CORES = os.cpu_count() or 1
 PYSYNCOBJ_RETRY_S = 0.1
 """PySyncObj retries a refused connection after 5 s by default: a node that starts before
@@ -170,23 +170,15 @@ class Target:
     processes: dict[str, list[int]]
 
 
-def process_cpu_s(pid: int) -> float:
-    """User plus system CPU time of process `pid` so far, all its threads (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
-
-
-def machine_cpu_s() -> tuple[float, float]:
-    """(busy, all) CPU time of the machine so far, summed over its cores (/proc/stat)."""
-    fields = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    idle = fields[3] + fields[4]  # idle, iowait
-    return (sum(fields) - idle) / TICKS_PER_S, sum(fields) / TICKS_PER_S
-
-
 def children_cpu_s() -> float:
     """CPU time of this process's finished children (here: the redis-benchmark runs)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
+
+
+def pid_of(process: anyio.abc.Process | None) -> int:
+    assert process is not None, "the cluster's processes run while it is up"
+    return process.pid
 
 
 def cpu_snapshot(target: Target) -> dict[str, Any]:
@@ -336,11 +328,6 @@ async def kvstore_runs(
 
 
 # --- Redis with fsync --------------------------------------------------------------------------
-
-
-def pid_of(process: anyio.abc.Process | None) -> int:
-    assert process is not None, "the cluster's processes run while it is up"
-    return process.pid
 
 
 @contextlib.contextmanager

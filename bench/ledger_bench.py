@@ -82,8 +82,8 @@ from bookie_bench import (  # noqa: E402
     fdatasync_rate,
     log,
     percentile,
-    process_cpu_s,
 )
+from proc_cpu import process_cpu_s  # noqa: E402
 
 from bookie import limits as bookie_limits  # noqa: E402
 from bookie.client.config import ClientConfig  # noqa: E402
