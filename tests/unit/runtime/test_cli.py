@@ -1,12 +1,18 @@
-"""The `rsm` command's own parsing and rendering (the commands themselves run against
-ZooKeeper in test_zookeeper.py)."""
+"""The `rsm` command's own parsing and rendering, and its status report against an
+in-memory ZooKeeper (the commands themselves run against ZooKeeper in test_zookeeper.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import anyio
 import pytest
 
 from rsm import cli
 from rsm.errors import InvalidConfig
+from rsm.layout import AppLayout
+from rsm.log import LogStore
+from tests.unit.ledger_client.cluster import memory_cluster
 from tests.unit.rsm.counter import Counter
 
 
@@ -86,3 +92,29 @@ def test_usage_errors_exit_with_2(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["call", "--app", "x"])
     assert raised.value.code == cli.EXIT_USAGE
     assert "--zk" in capsys.readouterr().err
+
+
+class SilentReplicaClient:
+    """A client of app "app" whose one registered replica never answers STATUS."""
+
+    app = "app"
+
+    async def replicas(self) -> dict[str, str]:
+        return {"a": "h:1"}
+
+    async def status(self, replica: str | None = None) -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.anyio
+async def test_a_replica_that_does_not_answer_its_status_gets_a_row_saying_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cli, "_STATUS_TIMEOUT_S", 0.05)
+    async with memory_cluster(3) as cluster, cluster.store_factory() as store:
+        await LogStore(store, AppLayout.of("app")).ensure_layout()
+        report = await cli.application_status(store, SilentReplicaClient())  # type: ignore[arg-type]
+    assert report["replicas"] == [
+        {"replica_id": "a", "address": "h:1", "error": "no answer within 0.05 s"}
+    ]
