@@ -15,9 +15,11 @@ command or per batch:
   it.
 * One confirmation loop waits for the oldest batch in flight to be confirmed
   (Qa bookies and every earlier entry), then takes every batch the ledger's
-  LAC now covers, in order: decodes it from the bytes that were sent (so the
-  leader applies exactly what followers will read), applies it through the
-  `Applier`, answers its commands, and pumps again.  Answers to one
+  LAC now covers, in order: applies it through the `Applier`, answers its
+  commands, and pumps again.  Each batch is applied as decoded from the bytes
+  that were sent (so the leader applies exactly what followers will read);
+  the decoding is done as soon as the batch is written to the bookies, while
+  the leader would otherwise wait for them.  Answers to one
   connection are queued together and leave in one send.
 * One read loop runs confirmation rounds while linearizable reads wait: each
   round asks the ledger's bookies whether it is fenced
@@ -82,6 +84,7 @@ import logging
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -98,7 +101,7 @@ from rsm.config import ReplicaConfig
 from rsm.core import log_state
 from rsm.core.batching import Batcher, OutgoingBatch
 from rsm.core.commands import prepare_command
-from rsm.core.entry_format import encode_leader_start, encode_log
+from rsm.core.entry_format import Batch, encode_leader_start, encode_log
 from rsm.core.log_state import Log, Segment
 from rsm.core.reads import LinearizableReads, ReadLease
 from rsm.core.sessions import Outcome
@@ -111,6 +114,16 @@ logger = logging.getLogger(__name__)
 
 Ticket = tuple[Answerer, int] | None
 """Who waits for a command's answer and under which request id; None for the marker."""
+
+
+@dataclass(slots=True)
+class _Appended:
+    """A batch appended to the ledger and not yet applied."""
+
+    sent: OutgoingBatch[Ticket]
+    entry_id: int
+    decoded: Batch | None = None
+    """The batch decoded from `sent.payload`, once `_decode_in_flight` did it."""
 
 
 class LeaderTerm:
@@ -167,8 +180,9 @@ class LeaderTerm:
         `current_time` costs a library lookup per call."""
         self._renew_lease = False
         """A read found the lease half used: the read loop starts a round without waiting reads."""
-        self._in_flight: deque[tuple[OutgoingBatch[Ticket], int]] = deque()
-        """(batch, entry id) appended and not yet applied, in append order."""
+        self._in_flight: deque[_Appended] = deque()
+        """Batches appended and not yet applied, in append order."""
+        self._call_soon = asyncio.get_running_loop().call_soon
         self.accepting = False
         """Set by `serve` once the term serves (after the marker and the leader znode)."""
         self._started = False
@@ -418,10 +432,13 @@ class LeaderTerm:
             except BookieError as error:
                 self.step_down(f"the ledger refused an entry: {error!r}")
                 return
-            in_flight.append((sent, entry_id))
+            in_flight.append(_Appended(sent, entry_id))
             self._segment_entries += 1
             self._segment_bytes += len(sent.payload)
             appended = True
+        if appended:
+            # After the callbacks that write the entries to the bookies.
+            self._call_soon(self._decode_in_flight)
         if appended or (not lingering and batcher.linger_until_ms is not None):
             # Batches to confirm, or a wait for answered clients to time.
             wakeup = self._wakeup
@@ -462,7 +479,7 @@ class LeaderTerm:
                 continue
             handle = self._handle
             try:
-                await handle.wait_confirmed(in_flight[0][1])
+                await handle.wait_confirmed(in_flight[0].entry_id)
             except BookieError as error:
                 self.step_down(f"the ledger refused an entry: {error!r}")
                 return
@@ -513,6 +530,14 @@ class LeaderTerm:
             self._reads_wakeup = None
             wakeup.set()
 
+    def _decode_in_flight(self) -> None:
+        """Decode the batches in flight while the bookies have them: the leader would wait
+        idle meanwhile, and `_complete` is on the clients' path."""
+        segment = self._segment
+        for appended in self._in_flight:
+            if appended.decoded is None:
+                appended.decoded = decode_entry(segment, appended.entry_id, appended.sent.payload)
+
     def _complete(self, last_add_confirmed: int) -> None:
         """Apply and answer every batch in flight up to `last_add_confirmed`, in order."""
         in_flight = self._in_flight
@@ -520,12 +545,15 @@ class LeaderTerm:
         segment = self._segment
         ledger_id = segment.ledger_id
         batcher = self._batcher
-        while in_flight and in_flight[0][1] <= last_add_confirmed:
-            sent, entry_id = in_flight.popleft()
+        while in_flight and in_flight[0].entry_id <= last_add_confirmed:
+            appended = in_flight.popleft()
+            sent = appended.sent
+            entry_id = appended.entry_id
             batcher.acknowledged(sent.sequence)
-            outcomes = applier.apply(
-                decode_entry(segment, entry_id, sent.payload), ledger_id, entry_id
-            )
+            batch = appended.decoded
+            if batch is None:
+                batch = decode_entry(segment, entry_id, sent.payload)
+            outcomes = applier.apply(batch, ledger_id, entry_id)
             applier.log_bytes += len(sent.payload)
             assert outcomes is not None, "a leader applies each of its entries once"
             index = sent.first_index
