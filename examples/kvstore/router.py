@@ -212,8 +212,10 @@ class Router:
         self._schedule_ids = itertools.count()
         self._wakeup = anyio.Event()
         self._task_group: anyio.abc.TaskGroup | None = None
+        self._call_soon = asyncio.get_running_loop().call_soon
         self._calls_unflushed = False
         """A call went to the local replica since the last `flush`."""
+        self._flush_scheduled = False
 
     # --- the server's side ----------------------------------------------------------------------
 
@@ -271,8 +273,19 @@ class Router:
         )
 
     def flush(self) -> None:
-        """A run of commands was handed over: let the local leader cut its batch now (if any
-        of them was a call it took: reads and forwarded calls leave it nothing to cut)."""
+        """A run of commands was handed over: let the local leader cut its batch once this
+        turn of the event loop is over (if any of them was a call it took: reads and
+        forwarded calls leave it nothing to cut).
+
+        Not at once: the connections that have commands in this turn all hand them over
+        first, and the leader looks at its queue once for all of them rather than once per
+        connection (which cost a leader about 2 us per SET with 50 Redis clients)."""
+        if self._calls_unflushed and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_scheduled = False
         if self._calls_unflushed:
             self._calls_unflushed = False
             self._replica.flush()

@@ -8,6 +8,7 @@ through the real client protocol and `ForwardLink`.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -98,6 +99,13 @@ class FakeReplica:
         raise AssertionError("not used")
 
 
+async def next_turn() -> None:
+    """Return once the callbacks the event loop holds now have run."""
+    turned = anyio.Event()
+    asyncio.get_running_loop().call_soon(turned.set)
+    await turned.wait()
+
+
 class Inbox:
     """The receiver of a test's commands: outcomes by ticket, in delivery order."""
 
@@ -180,12 +188,15 @@ async def test_the_local_leader_is_asked_to_cut_a_batch_only_after_calls_it_took
         router.read(lane, "get", [b"k"], inbox, 0, stale=False)
         router.read(lane, "get", [b"k"], inbox, 1, stale=True)
         router.flush()
+        await next_turn()
         assert local.flushes == 0, "reads leave the leader nothing to cut"
         router.call(lane, "set", [b"k", b"v"], inbox, 2)
+        router.flush()
         router.call(lane, "set", [b"k", b"w"], inbox, 3)
         router.flush()
-        router.flush()
-        assert local.flushes == 1, "once for the run of calls"
+        assert local.flushes == 0, "the leader cuts once the turn's connections are through"
+        await next_turn()
+        assert local.flushes == 1, "once for the turn's calls"
         await inbox.wait(4)
 
 
