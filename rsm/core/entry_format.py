@@ -96,6 +96,8 @@ _HEAD_2: Final = struct.Struct(">BH")
 _HEAD_4: Final = struct.Struct(">BI")
 _HEAD_8: Final = struct.Struct(">BQ")
 _MAJOR_UINT: Final = 0
+_MAJOR_BYTES: Final = 2
+_MAJOR_TEXT: Final = 3
 _MAJOR_ARRAY: Final = 4
 
 
@@ -248,6 +250,50 @@ def _head(major: int, value: int) -> bytes:
     return _HEAD_8.pack(initial | 27, value)
 
 
+_SMALL_BYTES_HEADS: Final = tuple(_head(_MAJOR_BYTES, size) for size in range(256))
+_SMALL_TEXT_HEADS: Final = tuple(_head(_MAJOR_TEXT, size) for size in range(256))
+_SMALL_ARRAY_HEADS: Final = tuple(_head(_MAJOR_ARRAY, size) for size in range(256))
+_COMMAND_HEAD: Final = bytes((0x87, ITEM_COMMAND))
+"""array(7), then the item kind (< 24: a one-byte uint)."""
+_NO_KEYWORDS: Final = b"\xa0"
+"""map(0)"""
+_NO_SESSION: Final = _NULL * 3
+
+
+def _encode_bytes_command(
+    name: str,
+    args: Sequence[Any],
+    client_id: bytes | None,
+    seq: int | None,
+    ack_seq: int | None,
+) -> bytes | None:
+    """The item of a command with an ASCII name and at most 255 arguments, all byte strings
+    (what a key-value store logs), byte for byte as `cbor2.dumps` encodes it but built
+    here: cbor2 took about 1 us more, on the leader's path of every such command.  None
+    for any other command.  The name and session fields are already checked."""
+    if len(args) > 255 or not name.isascii():
+        return None
+    parts = [_COMMAND_HEAD, _SMALL_TEXT_HEADS[len(name)], name.encode("ascii")]
+    parts.append(_SMALL_ARRAY_HEADS[len(args)])
+    for arg in args:
+        if type(arg) is not bytes:
+            return None
+        size = len(arg)
+        parts.append(_SMALL_BYTES_HEADS[size] if size < 256 else _head(_MAJOR_BYTES, size))
+        parts.append(arg)
+    parts.append(_NO_KEYWORDS)
+    if client_id is None:
+        parts.append(_NO_SESSION)
+    else:
+        assert seq is not None
+        assert ack_seq is not None
+        parts.append(_SMALL_BYTES_HEADS[len(client_id)])
+        parts.append(client_id)
+        parts.append(_head(_MAJOR_UINT, seq))
+        parts.append(_head(_MAJOR_UINT, ack_seq))
+    return b"".join(parts)
+
+
 def _load(data: bytes | bytearray | memoryview, what: str) -> Any:
     """The one CBOR item `data` holds; `MalformedValue` on junk or on bytes after it."""
     size_bytes = len(data)
@@ -286,6 +332,12 @@ def encode_command(
     problem = _session_problem(client_id, seq, ack_seq)
     if problem is not None:
         raise BadRequest(problem)
+    if not kwargs:
+        item = _encode_bytes_command(name, args, client_id, seq, ack_seq)
+        if item is not None:
+            if len(item) > limits.request_bytes_max:
+                raise BadRequest(f"command of {len(item)} bytes exceeds {limits.request_bytes_max}")
+            return item
     keywords = dict(kwargs) if kwargs else {}
     if keywords and any(type(key) is not str for key in keywords):
         raise BadArguments("keyword argument names must be text")

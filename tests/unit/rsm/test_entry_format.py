@@ -178,6 +178,40 @@ def test_commands_are_checked_before_they_can_be_logged() -> None:
     assert batch.items == (CommandItem("add", [1, 2], {"k": 3}, b"c", 2, 1),)
 
 
+_byte_args = st.lists(
+    st.one_of(
+        st.binary(max_size=300),
+        st.sampled_from([b"", b"x" * 23, b"x" * 24, b"x" * 255, b"x" * 256, b"x" * 65_536]),
+    ),
+    max_size=5,
+)
+
+
+@given(
+    st.text(min_size=1, max_size=128),
+    _byte_args,
+    st.one_of(st.none(), st.tuples(st.binary(min_size=1, max_size=32), st.integers(1, U63))),
+)
+def test_commands_of_byte_strings_are_encoded_as_cbor2_encodes_them(
+    name: str, args: list[bytes], session: tuple[bytes, int] | None
+) -> None:
+    # Such commands take a path of their own (`_encode_bytes_command`); the bytes must
+    # be the documented CBOR whichever path encodes them.
+    if session is None:
+        client_id, seq, ack_seq = None, None, None
+    else:
+        client_id, seq = session
+        ack_seq = seq - 1
+    item = ef.encode_command(name, args, client_id=client_id, seq=seq, ack_seq=ack_seq)
+    assert item == cbor2.dumps([ef.ITEM_COMMAND, name, args, {}, client_id, seq, ack_seq])
+
+
+def test_commands_with_other_arguments_are_encoded_by_cbor2() -> None:
+    for args in ([b"k", 1], [b"k", "text"], [b"k", bytearray(b"v")], [b"k"] * 256):
+        item = ef.encode_command("set", args)
+        assert item == cbor2.dumps([ef.ITEM_COMMAND, "set", list(args), {}, None, None, None])
+
+
 # --- znode values -----------------------------------------------------------------------------
 
 
