@@ -19,7 +19,8 @@ command or per batch:
   commands, and pumps again.  Each batch is applied as decoded from the bytes
   that were sent (so the leader applies exactly what followers will read);
   the decoding is done as soon as the batch is written to the bookies, while
-  the leader would otherwise wait for them.  Answers to one
+  the leader would otherwise wait for them, and so is the state machine's
+  deferred bookkeeping (`StateMachine.idle`).  Answers to one
   connection are queued together and leave in one send.
 * One read loop runs confirmation rounds while linearizable reads wait: each
   round asks the ledger's bookies whether it is fenced
@@ -123,7 +124,7 @@ class _Appended:
     sent: OutgoingBatch[Ticket]
     entry_id: int
     decoded: Batch | None = None
-    """The batch decoded from `sent.payload`, once `_decode_in_flight` did it."""
+    """The batch decoded from `sent.payload`, once `_use_wait` did it."""
 
 
 class LeaderTerm:
@@ -438,7 +439,7 @@ class LeaderTerm:
             appended = True
         if appended:
             # After the callbacks that write the entries to the bookies.
-            self._call_soon(self._decode_in_flight)
+            self._call_soon(self._use_wait)
         if appended or (not lingering and batcher.linger_until_ms is not None):
             # Batches to confirm, or a wait for answered clients to time.
             wakeup = self._wakeup
@@ -530,13 +531,18 @@ class LeaderTerm:
             self._reads_wakeup = None
             wakeup.set()
 
-    def _decode_in_flight(self) -> None:
-        """Decode the batches in flight while the bookies have them: the leader would wait
-        idle meanwhile, and `_complete` is on the clients' path."""
+    def _use_wait(self) -> None:
+        """While the bookies store what was just sent, work that would otherwise be on the
+        path from a confirmation to the clients' answers: decode the batches in flight and
+        let the state machine do its deferred bookkeeping (`StateMachine.idle`)."""
         segment = self._segment
         for appended in self._in_flight:
             if appended.decoded is None:
                 appended.decoded = decode_entry(segment, appended.entry_id, appended.sent.payload)
+        try:
+            self._applier.machine.idle()
+        except Exception as error:  # the application's code: report it, serve on
+            emit(logger, logging.ERROR, "rsm.idle_failed", error=repr(error))
 
     def _complete(self, last_add_confirmed: int) -> None:
         """Apply and answer every batch in flight up to `last_add_confirmed`, in order."""

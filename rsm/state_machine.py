@@ -349,6 +349,16 @@ class StateMachine:
         snapshot stream, which costs a full serialization; override it when that is slow)."""
         return digest(self.snapshot())
 
+    def idle(self) -> None:
+        """Deferred bookkeeping, done while the replica has nothing to apply (default: none).
+
+        A leader calls it each time it has sent a batch to the bookies and waits
+        for them, between two applied batches, so work done here is off the path
+        from the clients' commands to their answers (KVStore brings its state
+        hash up to date here).  It must not change what commands, queries,
+        `snapshot()` or `state_hash()` return; `self.context` does not exist here.
+        """
+
     @property
     def context(self) -> Context:
         """Where and when the command being applied was logged (in a query: the last applied entry).

@@ -38,11 +38,18 @@ Derived from those, private (not in snapshots; rebuilt by `restore`):
   redis-benchmark's SETs of new keys);
 * `_expiry_queue`: the pairs of `expire_at_ms` as `(expire_at_ms, key)`,
   sorted, so the keys due first are found without a scan;
-* `_content_hash`: the state hash (`state_hash`), kept up to date by every
+* `_content_hash`: the state hash (`state_hash`), kept up to date change by
   change: the sum modulo 2^256 of a 256-bit BLAKE2b digest of each (key,
   value) and each (key, expiry time).  A sum does not depend on order, so
   equal contents give equal hashes however they were built, and each
-  change costs one or two digests instead of hashing the whole store.
+  change costs one or two digests instead of hashing the whole store.  The
+  digests are taken later than the change: a key's first change since the
+  hash was last brought up to date notes its value and expiry before it
+  (`_hash_pending`), and `_settle_hash` swaps the digests of the noted ones
+  for those of the current ones.  That runs in `idle` (a leader calls it
+  while the bookies store a batch, so the digests leave the path from the
+  clients' commands to their answers), in `state_hash`, and when
+  `limits.hash_pending_keys_max` keys are noted.
 
 Transactions.  A connection queues MULTI's commands and EXEC logs them as
 one command, `exec(watched, calls)`: it checks the watched keys first (a
@@ -69,7 +76,9 @@ every replica.
 Invariants: `expire_at_ms` and `_expiry_queue` hold the same pairs, and only
 keys present in `values`; `_scan_index` and `_unindexed` (disjoint), and
 `versions`, hold exactly the keys of `values`, and `tombstones` none of them;
-`_content_hash` is the sum of the digests of `values` and `expire_at_ms`;
+`_content_hash`, once `_settle_hash` ran, is the sum of the digests of
+`values` and `expire_at_ms`; every change of `values` or `expire_at_ms` is
+preceded by `_note_change` of its key;
 every key is at most
 `key_bytes_max` bytes and every value at most `value_bytes_max`.
 """
@@ -79,7 +88,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
@@ -105,6 +114,8 @@ _EXPIRY_UNITS: Final = {
 _RELATIVE_EXPIRY: Final = frozenset({b"ex", b"px"})
 
 
+T = TypeVar("T")
+
 _HASH_BYTES: Final = 32
 _HASH_MODULUS: Final = 1 << (8 * _HASH_BYTES)
 
@@ -124,6 +135,21 @@ def _value_digest(key: bytes, value: bytes) -> int:
 
 def _expiry_digest(key: bytes, expire_at_ms: int) -> int:
     return _digest(b"expiry", key, expire_at_ms.to_bytes(8, "big"))
+
+
+def _digest_change(
+    key: bytes, old: T | None, new: T | None, digest: Callable[[bytes, T], int]
+) -> int:
+    """What the state hash gains when the value (or expiry) of `key` goes from `old` to
+    `new` (None: none)."""
+    if new == old:
+        return 0
+    change = 0
+    if old is not None:
+        change -= digest(key, old)
+    if new is not None:
+        change += digest(key, new)
+    return change
 
 
 def content_hash(values: Mapping[bytes, bytes], expire_at_ms: Mapping[bytes, int]) -> int:
@@ -150,6 +176,9 @@ class KVStore(StateMachine):
         self._unindexed: set[bytes] = set()
         self._expiry_queue: SortedList = SortedList()
         self._content_hash = 0
+        self._hash_pending: dict[bytes, tuple[bytes | None, int | None]] = {}
+        """Key changed since `_content_hash` was brought up to date -> its value and expiry
+        then (None: none)."""
         self.versions: dict[bytes, int] = {}
         self.tombstones: dict[bytes, tuple[int, int | None]] = {}
         self.tombstones_forgotten_index = 0
@@ -166,10 +195,40 @@ class KVStore(StateMachine):
         self._unindexed = set()
         self._expiry_queue = SortedList((at, key) for key, at in self.expire_at_ms.items())
         self._content_hash = content_hash(self.values, self.expire_at_ms)
+        self._hash_pending = {}
 
     def state_hash(self) -> bytes:
         """The running hash of the contents (see the module docstring): no serialization."""
+        self._settle_hash()
         return self._content_hash.to_bytes(_HASH_BYTES, "big")
+
+    def idle(self) -> None:
+        """Bring the state hash up to date while the replica has nothing else to do."""
+        self._settle_hash()
+
+    def _note_change(self, key: bytes) -> None:
+        """Call before changing the value or the expiry of `key` (see the module docstring)."""
+        pending = self._hash_pending
+        if key in pending:
+            return
+        if len(pending) >= limits.hash_pending_keys_max:
+            self._settle_hash()
+        pending[key] = (self.values.get(key), self.expire_at_ms.get(key))
+
+    def _settle_hash(self) -> None:
+        """Swap the digests of what `_hash_pending` noted for those of the keys' current
+        value and expiry."""
+        pending = self._hash_pending
+        if not pending:
+            return
+        values = self.values
+        expiries = self.expire_at_ms
+        total = self._content_hash
+        for key, (old_value, old_expiry) in pending.items():
+            total += _digest_change(key, old_value, values.get(key), _value_digest)
+            total += _digest_change(key, old_expiry, expiries.get(key), _expiry_digest)
+        self._content_hash = total % _HASH_MODULUS
+        pending.clear()
 
     # --- reading and writing strings ----------------------------------------------------------
 
@@ -588,24 +647,19 @@ class KVStore(StateMachine):
         return self.values.get(key)
 
     def _store(self, key: bytes, value: bytes, *, keep_ttl: bool) -> None:
+        self._note_change(key)
         if not keep_ttl and key in self.expire_at_ms:
             self._persist(key)
-        old = self.values.get(key)
-        if old is None:
+        if key not in self.values:
             self._unindexed.add(key)
             self.tombstones.pop(key, None)
-        else:
-            self._content_hash -= _value_digest(key, old)
-        self._content_hash = (self._content_hash + _value_digest(key, value)) % _HASH_MODULUS
         self.values[key] = value
         self.versions[key] = self.context.index
 
     def _delete(self, key: bytes, *, expired_at_ms: int | None = None) -> None:
         """Delete `key` (which exists); `expired_at_ms`: it is deleted because it expired then."""
+        self._note_change(key)
         self._persist(key)
-        self._content_hash = (self._content_hash - _value_digest(key, self.values[key])) % (
-            _HASH_MODULUS
-        )
         del self.values[key]
         del self.versions[key]
         if key in self._unindexed:
@@ -683,6 +737,7 @@ class KVStore(StateMachine):
         self.expire_at_ms.clear()
         self._expiry_queue.clear()
         self._content_hash = 0
+        self._hash_pending.clear()
         return "OK"
 
     def _expire(self, key: bytes, expire_at_ms: int, now_ms: int) -> None:
@@ -690,23 +745,19 @@ class KVStore(StateMachine):
         if expire_at_ms <= now_ms:
             self._delete(key)
             return
+        self._note_change(key)
         self._persist(key)
         self.expire_at_ms[key] = expire_at_ms
         self._expiry_queue.add((expire_at_ms, key))
-        self._content_hash = (
-            self._content_hash + _expiry_digest(key, expire_at_ms)
-        ) % _HASH_MODULUS
         self.versions[key] = self.context.index
 
     def _persist(self, key: bytes) -> bool:
         """Drop the TTL of `key`; whether it had one (then the key changed, for WATCH)."""
-        expire_at_ms = self.expire_at_ms.pop(key, None)
-        if expire_at_ms is None:
+        if key not in self.expire_at_ms:
             return False
+        self._note_change(key)
+        expire_at_ms = self.expire_at_ms.pop(key)
         self._expiry_queue.remove((expire_at_ms, key))
-        self._content_hash = (
-            self._content_hash - _expiry_digest(key, expire_at_ms)
-        ) % _HASH_MODULUS
         self.versions[key] = self.context.index
         return True
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kvstore import limits
 from kvstore.glob import key_hash
 from kvstore.state_machine import KVStore, content_hash
 
@@ -24,6 +25,34 @@ def test_the_running_hash_equals_the_hash_from_scratch_after_every_batch(log: Lo
         apply_batch(store, decode_batch(entry), sessions)
         expected = content_hash(store.values, store.expire_at_ms).to_bytes(32, "big")
         assert store.state_hash() == expected
+
+
+@settings(max_examples=150, deadline=None)
+@given(log=logs, idle_after=st.lists(st.booleans(), min_size=25, max_size=25))
+def test_idle_brings_the_running_hash_up_to_date_between_any_batches(
+    log: Log, idle_after: list[bool]
+) -> None:
+    store = KVStore()
+    sessions = SessionTable()
+    for entry, idle in zip(encode(log), idle_after, strict=False):
+        apply_batch(store, decode_batch(entry), sessions)
+        if idle:
+            store.idle()
+            assert not store._hash_pending
+            expected = content_hash(store.values, store.expire_at_ms)
+            assert store._content_hash == expected
+    assert store.state_hash() == content_hash(store.values, store.expire_at_ms).to_bytes(32, "big")
+
+
+def test_the_changes_awaiting_the_hash_stay_within_their_bound() -> None:
+    keys = limits.hash_pending_keys_max * 2 + 5
+    calls = [("set", [b"k%d" % n, b"v"]) for n in range(keys)]
+    calls += [("set", [b"k%d" % n, b"w", b"PX", b"500"]) for n in range(0, keys, 3)]
+    calls += [("del", [b"k%d" % n]) for n in range(0, keys, 5)]
+    store, _ = replay(encode([(0, calls)]))
+    assert 0 < len(store._hash_pending) <= limits.hash_pending_keys_max
+    expected = content_hash(store.values, store.expire_at_ms).to_bytes(32, "big")
+    assert store.state_hash() == expected
 
 
 @settings(max_examples=100, deadline=None)

@@ -3,6 +3,7 @@ everywhere, across segments, restarts and applications."""
 
 from __future__ import annotations
 
+import logging
 import random
 
 import anyio
@@ -232,3 +233,40 @@ async def test_a_batch_waiting_for_answered_clients_goes_after_the_linger() -> N
             with anyio.fail_after(linger_ms * 10 / 1000):
                 assert await client.call("add", 1) == 9
             assert anyio.current_time() - started_s >= linger_ms / 1000 * 0.9
+
+
+class IdleCounter(Counter):
+    """A Counter that notes the value it holds each time the leader lets it be idle."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._idle_values: list[int] = []
+        self._idle_fails = False
+
+    def idle(self) -> None:
+        self._idle_values.append(self.value)
+        if self._idle_fails:
+            raise RuntimeError("idle went wrong")
+
+
+async def test_the_leader_lets_the_machine_be_idle_while_each_batch_is_stored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """`idle` runs once the batch is sent and before it is applied (it sees the value
+    without the batch); one that raises is reported and the leader serves on."""
+    caplog.set_level(logging.ERROR, logger="rsm.leader")
+    async with replica_cluster() as replicas:
+        replica = await replicas.start("a", machine=IdleCounter)
+        await replicas.wait_leader()
+        machine = replica.machine
+        assert isinstance(machine, IdleCounter)
+        async with replicas.client() as client:
+            for expected in range(1, 6):
+                before = len(machine._idle_values)
+                assert await client.call("add", 1) == expected
+                assert machine._idle_values[before:] == [expected - 1]
+            machine._idle_fails = True
+            assert await client.call("add", 1) == 6
+            assert await client.call("add", 1) == 7
+    failures = [r for r in caplog.records if r.getMessage() == "rsm.idle_failed"]
+    assert len(failures) == 2
