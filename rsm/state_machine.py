@@ -280,6 +280,10 @@ def _operation(
     )
 
 
+_FRAMEWORK_METHODS: Final = frozenset({"snapshot", "restore", "state_hash", "idle", "context"})
+"""What the framework calls or reads on a machine: never a command's or a query's method."""
+
+
 class StateMachine:
     """Base class of every replicated state machine (see the module docstring).
 
@@ -306,6 +310,11 @@ class StateMachine:
             declaration = getattr(value, _DECLARATION, None) if inspect.isfunction(value) else None
             if not isinstance(declaration, _Declaration):
                 continue
+            if attribute in _FRAMEWORK_METHODS:
+                raise BadStateMachine(
+                    f"{cls.__qualname__}.{attribute} is the framework's method: a command or "
+                    f"query needs another method name (it may keep the logged name with name=)"
+                )
             operation = _operation(attribute, value, declaration)
             table = commands if operation.kind == COMMAND else queries
             if operation.key in table:

@@ -75,6 +75,14 @@ def test_duplicate_names_are_refused() -> None:
             def b(self) -> None: ...
 
 
+@pytest.mark.parametrize("method", ["snapshot", "restore", "state_hash", "idle", "context"])
+def test_the_framework_methods_cannot_be_commands_or_queries(method: str) -> None:
+    with pytest.raises(BadStateMachine, match="framework's method"):
+        type("Shadowing", (StateMachine,), {method: command(lambda self: None)})
+    with pytest.raises(BadStateMachine, match="framework's method"):
+        type("Shadowing", (StateMachine,), {method: query(lambda self: None)})
+
+
 def test_command_and_query_may_not_share_a_name() -> None:
     with pytest.raises(BadStateMachine, match="both"):
 
