@@ -93,6 +93,7 @@ sys.path.insert(0, str(REPOSITORY / "examples"))
 from kvstore import limits as kv_limits  # noqa: E402
 from kvstore.launcher import KvSettings, LocalKvCluster  # noqa: E402
 from proc_cpu import machine_cpu_s, process_cpu_s  # noqa: E402
+from pysyncobj_conf import baseline_conf  # noqa: E402
 
 from bookie.testing.zookeeper import free_port  # noqa: E402
 
@@ -106,10 +107,6 @@ DEFAULT_PERIOD_S = 0.1
 TUNED_PERIOD_S = 0.002
 """A period that lets PySyncObj commit about as fast as this machine allows (reported beside)."""
 CORES = os.cpu_count() or 1
-PYSYNCOBJ_RETRY_S = 0.1
-"""PySyncObj retries a refused connection after 5 s by default: a node that starts before
-its peers listen stays cut off, runs elections, and deposes the first leader seconds into
-the run.  Retrying sooner lets start-up settle; it changes nothing once all are connected."""
 
 
 def log(message: str) -> None:
@@ -418,7 +415,7 @@ def pysyncobj_run(
 def pysyncobj_node(arguments: argparse.Namespace) -> None:
     """One PySyncObj process; the one elected leader also drives the load and prints its
     result (driving it from a follower would add a forwarding hop PySyncObj's clients avoid)."""
-    from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf
+    from pysyncobj import FAIL_REASON, SyncObj
     from pysyncobj.batteries import ReplDict
 
     FAIL_REASON_SUCCESS = FAIL_REASON.SUCCESS
@@ -427,11 +424,10 @@ def pysyncobj_node(arguments: argparse.Namespace) -> None:
     addresses = [f"{HOST}:{port}" for port in ports]
     replicated = ReplDict()
     journal = str(Path(arguments.data_dir) / f"pysyncobj-{node}.journal")
-    conf = SyncObjConf(
+    conf = baseline_conf(
         journalFile=journal,
         dynamicMembershipChange=False,
         appendEntriesPeriod=arguments.pysyncobj_period,
-        connectionRetryTime=PYSYNCOBJ_RETRY_S,
     )
     syncobj = SyncObj(addresses[node], addresses[:node] + addresses[node + 1 :],
                       consumers=[replicated], conf=conf)  # fmt: skip

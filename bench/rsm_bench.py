@@ -60,6 +60,8 @@ import anyio.abc
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
+from pysyncobj_conf import baseline_conf  # noqa: E402
+
 from bookie.local_cluster import LocalCluster  # noqa: E402
 from bookie.testing.zookeeper import free_port  # noqa: E402
 from rsm.client import ClientConfig, connect  # noqa: E402
@@ -75,10 +77,6 @@ WARMUP_S = 1.0
 START_TIMEOUT_S = 60.0
 RESULT_TIMEOUT_S = 120.0
 CANDIDATE_POLL_S = 0.01
-PYSYNCOBJ_RETRY_S = 0.1
-"""PySyncObj retries a refused connection after 5 s by default: a node that starts before
-its peers listen stays cut off, runs elections, and deposes the first leader seconds into
-the run.  Retrying sooner lets start-up settle; it changes nothing once all are connected."""
 PROBE = ClientConfig(attempt_timeout_ms=300, backoff_ms_initial=5, backoff_ms_max=50)
 """The failover prober retries often, so it sees the new leader as soon as it serves."""
 
@@ -164,12 +162,11 @@ async def worker(arguments: argparse.Namespace) -> None:
 
 def pysyncobj_node(arguments: argparse.Namespace) -> None:
     """One PySyncObj node; with `--clients`, it also drives the counter and prints a result."""
-    from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+    from pysyncobj import FAIL_REASON, SyncObj, replicated
 
     class Counter(SyncObj):  # type: ignore[misc]
         def __init__(self, address: str, partners: list[str]) -> None:
-            conf = SyncObjConf(dynamicMembershipChange=False, connectionRetryTime=PYSYNCOBJ_RETRY_S)
-            super().__init__(address, partners, conf)
+            super().__init__(address, partners, baseline_conf(dynamicMembershipChange=False))
             self.value = 0
 
         @replicated  # type: ignore[untyped-decorator]
