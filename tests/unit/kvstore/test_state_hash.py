@@ -4,6 +4,8 @@ snapshot is restored; likewise the SCAN order, merged lazily."""
 
 from __future__ import annotations
 
+import hashlib
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kvstore import limits
@@ -98,3 +100,19 @@ def test_the_key_length_is_hashed_so_split_points_differ() -> None:
     first, _ = replay(encode([(0, [("set", [b"ab", b"c"])])]))
     second, _ = replay(encode([(0, [("set", [b"a", b"bc"])])]))
     assert first.state_hash() != second.state_hash()
+
+
+def test_the_hash_is_the_documented_sum_of_blake2b_digests() -> None:
+    """The definition in the module docstring, computed here independently: the hash is
+    logged, so a change to it must fail this test."""
+    store, _ = replay(
+        encode([(0, [("set", [b"ab", b"c"]), ("set", [b"k", b"v", b"PXAT", b"%d" % 2**50])])])
+    )
+
+    def digest(data: bytes) -> int:
+        return int.from_bytes(hashlib.blake2b(data, digest_size=32).digest(), "big")
+
+    expected = digest(b"value" + (2).to_bytes(4, "big") + b"ab" + b"c")
+    expected += digest(b"value" + (1).to_bytes(4, "big") + b"k" + b"v")
+    expected += digest(b"expiry" + (1).to_bytes(4, "big") + b"k" + (2**50).to_bytes(8, "big"))
+    assert store.state_hash() == (expected % 2**256).to_bytes(32, "big")
