@@ -14,9 +14,11 @@ from rsm.client import connect
 from rsm.config import ReplicaConfig
 from rsm.core.entry_format import decode_log
 from rsm.core.log_state import SegmentState
-from rsm.errors import BadArguments, CommandFailed, UnknownCommand
+from rsm.core.sessions import Outcome
+from rsm.errors import BadArguments, CommandFailed, RsmStatus, UnknownCommand
 from rsm.layout import AppLayout
 from rsm.leadership import Leadership
+from rsm.protocol import CallRequest
 from rsm.replica import Replica
 from tests.unit.ledger_client.cluster import WAIT_S
 from tests.unit.rsm.counter import Counter
@@ -247,6 +249,52 @@ class IdleCounter(Counter):
         self._idle_values.append(self.value)
         if self._idle_fails:
             raise RuntimeError("idle went wrong")
+
+
+class _Answers:
+    """An in-process caller of `LeaderTerm.submit_call`: keeps every answer."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[Outcome] = []
+
+    def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
+        self.outcomes.append(outcome)
+
+
+async def test_the_wait_work_of_a_term_that_ended_after_sending_a_batch_is_harmless(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The decoding and `idle` queued behind a batch's writes can run after the term
+    ended: they find nothing in flight, raise nothing, and the replica, leading again,
+    holds exactly what the recovered log holds."""
+    caplog.set_level(logging.ERROR)
+    async with replica_cluster() as replicas:
+        replica = await replicas.start("a", machine=IdleCounter)
+        await replicas.wait_leader()
+        machine = replica.machine
+        assert isinstance(machine, IdleCounter)
+        async with replicas.client() as client:
+            assert await client.call("add", 1) == 1
+        term = replica.term
+        assert term is not None
+        answers = _Answers()
+        idle_calls = len(machine._idle_values)
+        term.submit_call(CallRequest(1, "add", [10], {}), answers)
+        term.pump()
+        term.step_down("the test ends the term between a send and its wait work")
+        assert [outcome.status for outcome in answers.outcomes] == [RsmStatus.OUTCOME_UNKNOWN]
+        assert len(machine._idle_values) == idle_calls  # still queued
+        await wait_until(lambda: len(machine._idle_values) > idle_calls or None)
+        assert machine._idle_values[idle_calls] == 1
+        await wait_until(lambda: (replica.term is not None and replica.term is not term) or None)
+        async with replicas.client() as client:
+            value = await client.call("add", 0)
+        assert value in (1, 11)  # the recovery decides whether the sent entry is in the log
+        follower = await replicas.start("b", machine=IdleCounter)
+        await converged(replicas)
+        assert isinstance(follower.machine, IdleCounter)
+        assert follower.machine.value == value
+    assert not caplog.records
 
 
 async def test_the_leader_lets_the_machine_be_idle_while_each_batch_is_stored(
