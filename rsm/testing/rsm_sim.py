@@ -4,7 +4,8 @@ One seed is one run (`run_seed`): a world of 3-5 bookies (`SimCluster`), three
 replicas of a key-value `SimStore` and 2-3 clients (`RsmCluster`,
 `KvWorkload`), with every knob that matters drawn from the seed
 (`draw_scenario`: latencies, fsync times, session timeouts, batching, segment
-size so rollovers happen, ledger and client timeouts).  While an
+size so rollovers happen, ledger and client timeouts, the bounds of the
+replicas' session table).  While an
 `RsmNemesis` takes its steps (replica and bookie crashes, partitions of every
 shape, connection resets, session expiry of the leader or a follower,
 graceful transfers, latency spikes, slow disks), the clients send random
@@ -38,7 +39,9 @@ The invariants, by the name a failure reports:
    operations as INFO).  A check that runs out of budget is counted
    (`linearizability-unknown`), not failed.
 6. `liveness`: the final writes are acknowledged and every replica catches
-   up with the leader after the faults stop.
+   up with the leader after the faults stop (a client that had to give its
+   final write up because its session expired writes once more, and that
+   write must be acknowledged).
 
 A run is a pure function of (seed, options): two runs of one seed give equal
 traces, which is how a failure is replayed.  `python -m rsm.testing.rsm_sim
@@ -231,6 +234,25 @@ def draw_scenario(rng: random.Random, options: SimOptions) -> Scenario:
     lease_clock_rates = tuple(
         rng.choice([1 - error, 1.0, 1 + error, rng.uniform(1 - error, 1 + error)])
         for _ in range(REPLICAS)
+    )
+    # The session table's bounds, in some runs as tight as rsm/limits.py allows against
+    # the clients' settings: a session per client, idle times just past a client's
+    # deadline, results for just its open commands.  Drawn from a generator of their own,
+    # seeded from this one's state without drawing from it, so that every other draw of
+    # the seed, and its run, stay what they were before (the seeds of the regression
+    # tests still replay their bugs).
+    bounds = random.Random(repr(rng.getstate()))
+    session_wait_ms = client_config.deadline_ms + 1_000
+    replica_config = dataclasses.replace(
+        replica_config,
+        sessions_max=bounds.choice([limits.sessions_max_default, clients]),
+        session_ttl_ms=bounds.choice([limits.session_ttl_ms_default, session_wait_ms]),
+        session_evict_idle_ms=bounds.choice(
+            [limits.session_evict_idle_ms_default, session_wait_ms]
+        ),
+        session_results_max=bounds.choice(
+            [limits.session_results_max_default, client_config.outstanding_commands_max]
+        ),
     )
     return Scenario(
         world=world,

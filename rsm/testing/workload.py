@@ -48,7 +48,7 @@ import anyio.abc
 
 from bookie.testing.simcluster import Trace
 from rsm.client import Client
-from rsm.errors import RsmError
+from rsm.errors import RsmError, SessionExpired, Timeout
 from rsm.state_machine import StateMachine, command, query
 from rsm.testing.history import HistoryRecorder, Value, freeze_value
 from rsm.testing.models import KV_OPERATIONS
@@ -236,13 +236,23 @@ class KvWorkload:
 
     async def final_round(self) -> list[str]:
         """One write per client, after the faults: the processes whose write was not
-        acknowledged (liveness wants none)."""
+        acknowledged (liveness wants none).
+
+        A client whose session expired during the faults may have to give up its
+        write: when an attempt of it may have been logged under the old session, it
+        cannot tell whether it was applied (rsm/client.py, `Timeout` caused by
+        `SessionExpired`).  It then writes once more, under its new session, and
+        that write must be acknowledged.
+        """
         failed: list[str] = []
         for name, client in self._clients.items():
             process = f"{name}.final"
             key = self.keys[self._rng.randrange(self.plan.keys)]
-            value = str(next(self._values))
-            answer = await self._write(client, process, key, "set", [value])
+            answer = await self._write(client, process, key, "set", [str(next(self._values))])
+            if isinstance(answer, Timeout) and isinstance(answer.__cause__, SessionExpired):
+                self.stats["final-write-again-after-session-expired"] += 1
+                process = f"{name}.final-again"
+                answer = await self._write(client, process, key, "set", [str(next(self._values))])
             if isinstance(answer, RsmError):
                 failed.append(process)
         return failed
