@@ -258,6 +258,7 @@ _COMMAND_HEAD: Final = bytes((0x87, ITEM_COMMAND))
 _NO_KEYWORDS: Final = b"\xa0"
 """map(0)"""
 _NO_SESSION: Final = _NULL * 3
+assert limits.client_id_bytes_max < len(_SMALL_BYTES_HEADS), "a client id takes a small head"
 
 
 def _encode_bytes_command(

@@ -251,6 +251,15 @@ class IdleCounter(Counter):
             raise RuntimeError("idle went wrong")
 
 
+async def _idle_counter_leader(replicas: Replicas) -> tuple[Replica, IdleCounter]:
+    """Replica "a" of an `IdleCounter`, started and leading, with its machine."""
+    replica = await replicas.start("a", machine=IdleCounter)
+    await replicas.wait_leader()
+    machine = replica.machine
+    assert isinstance(machine, IdleCounter)
+    return replica, machine
+
+
 class _Answers:
     """An in-process caller of `LeaderTerm.submit_call`: keeps every answer."""
 
@@ -269,10 +278,7 @@ async def test_the_wait_work_of_a_term_that_ended_after_sending_a_batch_is_harml
     holds exactly what the recovered log holds."""
     caplog.set_level(logging.ERROR)
     async with replica_cluster() as replicas:
-        replica = await replicas.start("a", machine=IdleCounter)
-        await replicas.wait_leader()
-        machine = replica.machine
-        assert isinstance(machine, IdleCounter)
+        replica, machine = await _idle_counter_leader(replicas)
         async with replicas.client() as client:
             assert await client.call("add", 1) == 1
         term = replica.term
@@ -304,10 +310,7 @@ async def test_the_leader_lets_the_machine_be_idle_while_each_batch_is_stored(
     without the batch); one that raises is reported and the leader serves on."""
     caplog.set_level(logging.ERROR, logger="rsm.leader")
     async with replica_cluster() as replicas:
-        replica = await replicas.start("a", machine=IdleCounter)
-        await replicas.wait_leader()
-        machine = replica.machine
-        assert isinstance(machine, IdleCounter)
+        _, machine = await _idle_counter_leader(replicas)
         async with replicas.client() as client:
             for expected in range(1, 6):
                 before = len(machine._idle_values)
