@@ -246,6 +246,11 @@ class KVStore(StateMachine):
         now_ms = self._command_time_ms()
         self._check_key(key)
         self._check_value(value)
+        if not options:
+            # A plain SET (most of them): nothing to parse, nothing to check first.
+            self._lookup(key, now_ms)
+            self._store(key, value, keep_ttl=False)
+            return "OK"
         parsed = _StringOptions.parse(options, for_set=True)
         expire_at_ms = parsed.expire_at_ms(now_ms, "set")
         old = self._lookup(key, now_ms)

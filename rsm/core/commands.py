@@ -208,7 +208,10 @@ def _call(
     machine: StateMachine, operation: Operation, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Outcome:
     try:
-        result = operation.function(machine, *args, **kwargs)
+        if kwargs:
+            result = operation.function(machine, *args, **kwargs)
+        else:
+            result = operation.function(machine, *args)
     except (MemoryError, RecursionError):
         raise
     except Exception as error:

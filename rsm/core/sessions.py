@@ -296,9 +296,12 @@ class SessionTable:
         """Keep the outcome of `seq`, which `begin` just said to apply."""
         session = self._sessions[client_id]
         assert seq > session.floor_seq
-        assert seq not in session.results
-        session.keep(seq, outcome)
-        if len(session.results) > self.results_max:
+        results = session.results
+        assert seq not in results
+        # `session.keep`, inline: this runs for every command on every replica.
+        results[seq] = outcome
+        heapq.heappush(session.seqs, seq)
+        if len(results) > self.results_max:
             session.raise_floor(session.seqs[0])
         assert len(session.results) <= self.results_max
 
