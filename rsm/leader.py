@@ -16,11 +16,13 @@ command or per batch:
 * One confirmation loop waits for the oldest batch in flight to be confirmed
   (Qa bookies and every earlier entry), then takes every batch the ledger's
   LAC now covers, in order: applies it through the `Applier`, answers its
-  commands, and pumps again.  Each batch is applied as decoded from the bytes
-  that were sent (so the leader applies exactly what followers will read);
-  the decoding is done as soon as the batch is written to the bookies, while
-  the leader would otherwise wait for them, and so is the state machine's
-  deferred bookkeeping (`StateMachine.idle`).  Answers to one
+  commands, and pumps again.  Each batch is applied as followers will read
+  it: as the batcher built it when every item came with its decoded form
+  (`prepare_command_item`: a command of byte-string arguments decodes to
+  exactly its values), else as decoded from the bytes that were sent, as
+  soon as the batch is written to the bookies, while the leader would
+  otherwise wait for them; the state machine's deferred bookkeeping
+  (`StateMachine.idle`) is done then too.  Answers to one
   connection are queued together and leave in one send.
 * One read loop runs confirmation rounds while linearizable reads wait: each
   round asks the ledger's bookies whether it is fenced
@@ -101,8 +103,8 @@ from rsm.applier import Answerer, Applier, Read
 from rsm.config import ReplicaConfig
 from rsm.core import log_state
 from rsm.core.batching import Batcher, OutgoingBatch
-from rsm.core.commands import prepare_command
-from rsm.core.entry_format import Batch, encode_leader_start, encode_log
+from rsm.core.commands import prepare_command_item
+from rsm.core.entry_format import Batch, LeaderStart, encode_leader_start, encode_log
 from rsm.core.log_state import Log, Segment
 from rsm.core.reads import LinearizableReads, ReadLease
 from rsm.core.sessions import Outcome
@@ -124,7 +126,7 @@ class _Appended:
     sent: OutgoingBatch[Ticket]
     entry_id: int
     decoded: Batch | None = None
-    """The batch decoded from `sent.payload`, once `_use_wait` did it."""
+    """The batch `sent.payload` holds: the batcher's (`sent.batch`), or decoded by `_use_wait`."""
 
 
 class LeaderTerm:
@@ -260,7 +262,9 @@ class LeaderTerm:
         with self._scope:
             async with anyio.create_task_group() as task_group:
                 self._task_group = task_group
-                self._batcher.submit(encode_leader_start(self._replica_id), None)
+                self._batcher.submit(
+                    encode_leader_start(self._replica_id), None, LeaderStart(self._replica_id)
+                )
                 self._watch_handle(self._handle)
                 self.pump()
                 task_group.start_soon(self._confirm_loop)
@@ -362,7 +366,7 @@ class LeaderTerm:
                 answerer.answer(Op.CALL, request_id, recorded, applier.applied_index)
                 return
         try:
-            item = prepare_command(
+            item, decoded = prepare_command_item(
                 self._machine_class,
                 request.name,
                 request.args,
@@ -371,7 +375,7 @@ class LeaderTerm:
                 seq=request.seq,
                 ack_seq=request.ack_seq,
             )
-            self._batcher.submit(item, (answerer, request_id))
+            self._batcher.submit(item, (answerer, request_id), decoded)
         except StatusError as error:
             answerer.answer(Op.CALL, request_id, Outcome.failure(error), 0)
 
@@ -433,7 +437,8 @@ class LeaderTerm:
             except BookieError as error:
                 self.step_down(f"the ledger refused an entry: {error!r}")
                 return
-            in_flight.append(_Appended(sent, entry_id))
+            assert sent.batch is None or sent.batch.epoch == self._segment.epoch
+            in_flight.append(_Appended(sent, entry_id, sent.batch))
             self._segment_entries += 1
             self._segment_bytes += len(sent.payload)
             appended = True
@@ -533,8 +538,9 @@ class LeaderTerm:
 
     def _use_wait(self) -> None:
         """While the bookies store what was just sent, work that would otherwise be on the
-        path from a confirmation to the clients' answers: decode the batches in flight and
-        let the state machine do its deferred bookkeeping (`StateMachine.idle`)."""
+        path from a confirmation to the clients' answers: decode the batches in flight that
+        the batcher could not give decoded, and let the state machine do its deferred
+        bookkeeping (`StateMachine.idle`)."""
         segment = self._segment
         for appended in self._in_flight:
             if appended.decoded is None:

@@ -3,7 +3,11 @@
 Pure.  The leader's shell `submit`s each command (already encoded as a log
 item, with a ticket it uses to answer the caller), calls `cut` whenever
 something changed, appends each batch `cut` returns to its ledger, and
-reports each completed append with `acknowledged`, in append order.
+reports each completed append with `acknowledged`, in append order.  An
+item may come with its decoded form (when its decoding is certain, see
+`entry_format.decoded_command`); a batch all of whose items did carries the
+`Batch` that decoding its payload gives (`OutgoingBatch.batch`), so the
+leader applies it without decoding what it just encoded.
 
 When a batch is cut, and why:
 
@@ -56,7 +60,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from rsm import limits
-from rsm.core.entry_format import StateHash, encode_batch
+from rsm.core.entry_format import Batch, Item, StateHash, encode_batch
 from rsm.errors import BadRequest, Overloaded
 
 T = TypeVar("T")
@@ -77,6 +81,9 @@ class OutgoingBatch(Generic[T]):
     """The encoded entry (entry_format layout)."""
     state_hash: StateHash | None = None
     """The state hash the entry carries, if any."""
+    batch: Batch | None = None
+    """The entry as `decode_batch` returns it, when every item was submitted with its
+    decoded form; else None."""
 
     @property
     def next_index(self) -> int:
@@ -131,7 +138,7 @@ class Batcher(Generic[T]):
         self._next_index = next_index
         self._timestamp_ms = timestamp_ms
         self._next_sequence = 0
-        self._queue: deque[tuple[bytes, T]] = deque()
+        self._queue: deque[tuple[bytes, T, Item | None]] = deque()
         self._queued_bytes = 0
         self._in_flight: deque[OutgoingBatch[T]] = deque()
         self._pipeline_batches_max = pipeline_batches_max
@@ -161,8 +168,9 @@ class Batcher(Generic[T]):
         """Batches cut and not yet acknowledged."""
         return len(self._in_flight)
 
-    def submit(self, item: bytes, ticket: T) -> None:
-        """Queue one encoded command item; `Overloaded` when the queue is at its bounds."""
+    def submit(self, item: bytes, ticket: T, decoded: Item | None = None) -> None:
+        """Queue one encoded command item, with what decoding it gives when the caller knows
+        (`OutgoingBatch.batch`); `Overloaded` when the queue is at its bounds."""
         size_bytes = len(item)
         if size_bytes > self._batch_bytes_max:
             raise BadRequest(f"command of {size_bytes} bytes exceeds {self._batch_bytes_max}")
@@ -173,7 +181,7 @@ class Batcher(Generic[T]):
             raise Overloaded(
                 f"{len(self._queue)} commands ({self._queued_bytes} bytes) wait for the log"
             )
-        self._queue.append((item, ticket))
+        self._queue.append((item, ticket, decoded))
         self._queued_bytes += size_bytes
 
     @property
@@ -206,6 +214,8 @@ class Batcher(Generic[T]):
         self._linger_until_ms = None
         items: list[bytes] = []
         tickets: list[T] = []
+        decoded_items: list[Item] = []
+        all_decoded = True
         size_bytes = 0
         commands_max = self._batch_commands_max
         bytes_max = self._batch_bytes_max
@@ -213,22 +223,38 @@ class Batcher(Generic[T]):
             item = queue[0][0]
             if size_bytes + len(item) > bytes_max:
                 break
+            _, ticket, decoded = queue.popleft()
             items.append(item)
-            tickets.append(queue.popleft()[1])
+            tickets.append(ticket)
+            if decoded is None:
+                all_decoded = False
+            else:
+                decoded_items.append(decoded)
             size_bytes += len(item)
         assert items, "submit keeps every item within a batch"
         self._queued_bytes -= size_bytes
         self._timestamp_ms = max(self._timestamp_ms, now_ms)
         first_index = self._next_index
         assert state_hash is None or state_hash.index < first_index
+        seed = rng.getrandbits(_SEED_BITS)
         payload = encode_batch(
             epoch=self._epoch,
             first_index=first_index,
             timestamp_ms=self._timestamp_ms,
-            seed=rng.getrandbits(_SEED_BITS),
+            seed=seed,
             items=items,
             state_hash=state_hash,
         )
+        known = None
+        if all_decoded:
+            known = Batch(
+                self._epoch,
+                first_index,
+                self._timestamp_ms,
+                seed,
+                tuple(decoded_items),
+                state_hash,
+            )
         batch = OutgoingBatch(
             self._next_sequence,
             first_index,
@@ -236,6 +262,7 @@ class Batcher(Generic[T]):
             tuple(tickets),
             payload,
             state_hash,
+            known,
         )
         self._next_sequence += 1
         self._next_index = batch.next_index
@@ -297,7 +324,7 @@ class Batcher(Generic[T]):
         Commands never sent were not logged (answer NotLeader); those in
         flight may or may not be in the log (answer OutcomeUnknown).
         """
-        unsent = [ticket for _, ticket in self._queue]
+        unsent = [ticket for _, ticket, _ in self._queue]
         in_flight = [ticket for batch in self._in_flight for ticket in batch.tickets]
         self._queue.clear()
         self._queued_bytes = 0

@@ -46,7 +46,13 @@ from typing import Any, Final
 import cbor2
 
 from rsm import limits
-from rsm.core.entry_format import Batch, CommandItem, LeaderStart, encode_command
+from rsm.core.entry_format import (
+    Batch,
+    CommandItem,
+    LeaderStart,
+    decoded_command,
+    encode_command,
+)
 from rsm.core.sessions import Outcome, SessionTable
 from rsm.errors import CommandFailed, RsmStatus, UnknownCommand
 from rsm.state_machine import (
@@ -111,11 +117,29 @@ def prepare_command(
     Raises `UnknownCommand`, `BadArguments` or `BadRequest`; nothing that
     fails here is ever logged.
     """
+    return prepare_command_item(
+        machine_class, name, args, kwargs, client_id=client_id, seq=seq, ack_seq=ack_seq
+    )[0]
+
+
+def prepare_command_item(
+    machine_class: type[StateMachine],
+    name: str,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    client_id: bytes | None = None,
+    seq: int | None = None,
+    ack_seq: int | None = None,
+) -> tuple[bytes, CommandItem | None]:
+    """`prepare_command`, and the item decoding it will give when that is certain without
+    decoding (`entry_format.decoded_command`), else None: a leader applies that item
+    instead of decoding the bytes it built."""
     operation = resolve_command(machine_class, name)
     operation.check_arguments(args, kwargs or {})
-    return encode_command(
-        operation.key, args, kwargs, client_id=client_id, seq=seq, ack_seq=ack_seq
-    )
+    key = operation.key
+    item = encode_command(key, args, kwargs, client_id=client_id, seq=seq, ack_seq=ack_seq)
+    return item, decoded_command(key, args, kwargs, client_id=client_id, seq=seq, ack_seq=ack_seq)
 
 
 def apply_batch(machine: StateMachine, batch: Batch, sessions: SessionTable) -> list[Outcome]:

@@ -351,6 +351,33 @@ def encode_command(
     return item
 
 
+def decoded_command(
+    name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None,
+    *,
+    client_id: bytes | None,
+    seq: int | None,
+    ack_seq: int | None,
+) -> CommandItem | None:
+    """The item `decode_batch` returns for the item `encode_command` made of these values,
+    when that is certain without decoding; else None.
+
+    Certain for a command whose arguments are all byte strings and which has
+    no keyword arguments (what a key-value store logs): CBOR carries byte
+    strings, text, unsigned integers and empty maps unchanged, so the item
+    decodes to exactly these values (the arguments as a list).  Other Python
+    values may come back as other types (a tuple as a list, a bytearray as
+    bytes).  Call it after `encode_command` accepted the same values.
+    """
+    if kwargs:
+        return None
+    for arg in args:
+        if type(arg) is not bytes:
+            return None
+    return tuple.__new__(CommandItem, (name, list(args), {}, client_id, seq, ack_seq))
+
+
 def encode_leader_start(replica_id: str) -> bytes:
     """The encoded leader-start marker item."""
     assert _replica_id(replica_id), replica_id

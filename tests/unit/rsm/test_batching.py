@@ -11,7 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsm.core.batching import Batcher, OutgoingBatch
-from rsm.core.entry_format import CommandItem, decode_batch, encode_command
+from rsm.core.entry_format import (
+    CommandItem,
+    LeaderStart,
+    decode_batch,
+    decoded_command,
+    encode_command,
+    encode_leader_start,
+)
 from rsm.errors import BadRequest, Overloaded
 
 
@@ -280,3 +287,35 @@ def test_every_command_is_sent_once_in_order_with_dense_indexes(data: Any) -> No
     delivered = [ticket for batch in sent for ticket in batch.tickets]
     assert delivered == submitted
     assert [batch.sequence for batch in sent] == list(range(len(sent)))
+
+
+def test_a_batch_of_items_submitted_with_their_decoded_form_is_given_decoded() -> None:
+    batcher: Batcher[int] = Batcher(epoch=3, next_index=9, pipeline_batches_max=1)
+    batcher.submit(encode_leader_start("r1"), 0, LeaderStart("r1"))
+    [marker] = drain(batcher, now_ms=5)
+    batcher.acknowledged(marker.sequence)
+    for number in range(1, 4):
+        args = [b"key%d" % number, b"v" * number]
+        encoded = encode_command("set", args, client_id=b"c", seq=number, ack_seq=number - 1)
+        batcher.submit(
+            encoded,
+            number,
+            decoded_command("set", args, None, client_id=b"c", seq=number, ack_seq=number - 1),
+        )
+    [commands] = drain(batcher, now_ms=6)
+    for batch in (marker, commands):
+        assert batch.batch is not None
+        assert batch.batch == decode_batch(batch.payload)  # seed and timestamp included
+
+
+def test_a_batch_with_an_item_of_unknown_decoding_is_left_to_decode() -> None:
+    batcher: Batcher[int] = Batcher(epoch=1, next_index=1)
+    batcher.submit(
+        encode_command("op", [b"k"]),
+        1,
+        decoded_command("op", [b"k"], None, client_id=None, seq=None, ack_seq=None),
+    )
+    batcher.submit(item(2), 2)
+    [batch] = drain(batcher)
+    assert batch.tickets == (1, 2)
+    assert batch.batch is None

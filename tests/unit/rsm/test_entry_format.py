@@ -206,6 +206,41 @@ def test_commands_of_byte_strings_are_encoded_as_cbor2_encodes_them(
     assert item == cbor2.dumps([ef.ITEM_COMMAND, name, args, {}, client_id, seq, ack_seq])
 
 
+@given(
+    st.text(min_size=1, max_size=128),
+    st.lists(st.binary(max_size=300), max_size=300),
+    st.one_of(st.none(), st.tuples(st.binary(min_size=1, max_size=32), st.integers(1, U63))),
+)
+def test_the_decoded_form_of_a_byte_string_command_is_what_decoding_gives(
+    name: str, args: list[bytes], session: tuple[bytes, int] | None
+) -> None:
+    # A leader applies this form instead of decoding what it built: it must be the
+    # decoded item exactly, types included, whichever path encoded the command.
+    client_id, seq, ack_seq = (None, None, None) if session is None else (*session, 0)
+    encoded = ef.encode_command(name, args, client_id=client_id, seq=seq, ack_seq=ack_seq)
+    known = ef.decoded_command(name, args, None, client_id=client_id, seq=seq, ack_seq=ack_seq)
+    entry = ef.encode_batch(epoch=1, first_index=1, timestamp_ms=0, seed=0, items=[encoded])
+    [decoded] = ef.decode_batch(entry).items
+    assert known == decoded
+    assert known is not None
+    assert type(known.args) is list
+    assert type(known.kwargs) is dict
+    assert [type(arg) for arg in known.args] == [bytes] * len(args)
+
+
+def test_other_commands_have_no_decoded_form_without_decoding() -> None:
+    for args, kwargs in (
+        ([b"k", 1], None),
+        ([b"k", "text"], None),
+        ([b"k", bytearray(b"v")], None),
+        ((b"k", (b"nested",)), None),
+        ([b"k"], {"option": b"v"}),
+    ):
+        assert (
+            ef.decoded_command("set", args, kwargs, client_id=None, seq=None, ack_seq=None) is None
+        )
+
+
 def test_commands_with_other_arguments_are_encoded_by_cbor2() -> None:
     for args in ([b"k", 1], [b"k", "text"], [b"k", bytearray(b"v")], [b"k"] * 256):
         item = ef.encode_command("set", args)
