@@ -247,7 +247,8 @@ class KVStore(StateMachine):
         self._check_key(key)
         self._check_value(value)
         if not options:
-            # A plain SET (most of them): nothing to parse, nothing to check first.
+            # A plain SET (most of them): no options to parse or obey.  The lookup
+            # still deletes the key first if it expired, as every write does.
             self._lookup(key, now_ms)
             self._store(key, value, keep_ttl=False)
             return "OK"
