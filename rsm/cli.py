@@ -181,6 +181,11 @@ def _snapshot_knobs(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--snapshot-every-seconds", type=int, default=limits.snapshot_every_ms_default // 1000
     )
+    run.add_argument(
+        "--snapshot-log-growth-percent",
+        type=int,
+        default=limits.snapshot_log_growth_percent_default,
+    )
     run.add_argument("--snapshots-kept", type=int, default=limits.snapshots_kept_default)
     run.add_argument("--snapshot-capture", choices=SNAPSHOT_CAPTURES, default="auto")
     run.add_argument("--retention-commands", type=int, default=limits.retention_commands_default)
@@ -268,6 +273,7 @@ def _run(arguments: argparse.Namespace) -> int:
         snapshot_every_commands=arguments.snapshot_every_commands,
         snapshot_every_log_bytes=arguments.snapshot_every_bytes,
         snapshot_every_ms=arguments.snapshot_every_seconds * 1000,
+        snapshot_log_growth_percent=arguments.snapshot_log_growth_percent,
         snapshots_kept=arguments.snapshots_kept,
         snapshot_capture=arguments.snapshot_capture,
         retention_commands=arguments.retention_commands,

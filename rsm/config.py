@@ -60,6 +60,7 @@ class ReplicaConfig:
     snapshot_every_commands: int = limits.snapshot_every_commands_default
     snapshot_every_log_bytes: int = limits.snapshot_every_log_bytes_default
     snapshot_every_ms: int = limits.snapshot_every_ms_default
+    snapshot_log_growth_percent: int = limits.snapshot_log_growth_percent_default
     snapshots_kept: int = limits.snapshots_kept_default
     snapshot_capture: str = "auto"
     """How a snapshot captures the state: "fork" (a child process serializes a copy-on-write
@@ -151,3 +152,8 @@ class ReplicaConfig:
                 raise InvalidConfig(
                     f"{name} must be 0 (off) or positive, not {getattr(self, name)}"
                 )
+        if not 0 <= self.snapshot_log_growth_percent <= limits.snapshot_log_growth_percent_max:
+            raise InvalidConfig(
+                "snapshot_log_growth_percent must be 0 (off) to "
+                f"{limits.snapshot_log_growth_percent_max}, not {self.snapshot_log_growth_percent}"
+            )

@@ -236,6 +236,16 @@ snapshot_every_log_bytes_default = 256 * MiB
 snapshot_every_ms_default = 3_600_000
 """Policy: ... or once the newest one is this old and commands came since (0: never)."""
 
+snapshot_log_growth_percent_default = 100
+"""Policy gate: whatever the criteria above say, not before the log applied since the newest
+snapshot reaches this percentage of that snapshot's size (0: no gate).  Like Redis's
+auto-aof-rewrite-percentage: snapshots then write at most about 100/percent times the bytes
+the log does, however large the state (a 1 GiB state is not snapshotted every 100,000
+commands of 100 bytes), while a small state keeps the cadence the criteria give it."""
+
+snapshot_log_growth_percent_max = 100_000
+"""Largest gate an operator may configure (a thousand times the snapshot's size)."""
+
 snapshot_check_interval_ms_default = 1_000
 """How often a replica looks at its snapshot policy (and a leader at truncation)."""
 

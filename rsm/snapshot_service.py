@@ -98,6 +98,7 @@ class SnapshotService:
             config.snapshot_every_commands,
             config.snapshot_every_log_bytes,
             config.snapshot_every_ms,
+            config.snapshot_log_growth_percent,
         )
         self._lock = anyio.Lock()
         self.value = SnapshotsValue()
@@ -280,6 +281,7 @@ class SnapshotService:
         interval_s = config.snapshot_check_interval_ms / 1000
         since_ms = self._wall_clock_ms()
         newest_index = -1
+        newest_size_bytes = 0
         bytes_baseline = self._applier.log_bytes
         while True:
             await self._wait_change(interval_s)
@@ -288,11 +290,13 @@ class SnapshotService:
                 # Log bytes are counted from when this replica saw the newest
                 # snapshot: an estimate, good enough for a policy.
                 newest_index = newest.index
+                newest_size_bytes = newest.size_bytes
                 since_ms = newest.created_ms
                 bytes_baseline = self._applier.log_bytes
             reason = self._policy.due(
                 applied_index=self._applier.applied_index,
                 newest_index=max(newest_index, 0),
+                newest_size_bytes=newest_size_bytes,
                 log_bytes_since=self._applier.log_bytes - bytes_baseline,
                 now_ms=self._wall_clock_ms(),
                 since_ms=since_ms,

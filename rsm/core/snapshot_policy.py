@@ -7,7 +7,12 @@ applied position, the election view, the log, the snapshots znode) and
 Taking snapshots (`SnapshotPolicy.due`): a snapshot is due once, since the
 newest registered one, `every_commands` commands were logged, or
 `every_log_bytes` bytes of log entries were applied, or `every_ms` passed
-with at least one new command; each criterion is off at 0.  Who takes it
+with at least one new command; each criterion is off at 0.  None of them
+counts before the log applied since has grown to `log_growth_percent` of
+the newest snapshot's size (a gate, off at 0): a snapshot costs about its
+size in work and in bookie writes, so the gate keeps that within a share
+of what the log itself costs, as Redis's auto-aof-rewrite-percentage does,
+for a large state that the count alone would snapshot again and again.  Who takes it
 (`snapshotter`): the first candidate (caught-up replica, in election order)
 that is not the leader-elect, so that the leader's latency is not disturbed;
 the leader-elect itself only when it is the only candidate.  Every replica
@@ -47,11 +52,13 @@ class SnapshotPolicy:
     every_commands: int
     every_log_bytes: int
     every_ms: int
+    log_growth_percent: int = 0
 
     def __post_init__(self) -> None:
         assert self.every_commands >= 0
         assert self.every_log_bytes >= 0
         assert self.every_ms >= 0
+        assert self.log_growth_percent >= 0
 
     def due(
         self,
@@ -61,15 +68,18 @@ class SnapshotPolicy:
         log_bytes_since: int,
         now_ms: int,
         since_ms: int,
+        newest_size_bytes: int = 0,
     ) -> str | None:
         """Why a snapshot at `applied_index` is due, or None when it is not.
 
         `newest_index`: the newest registered snapshot's index (0: none);
-        `log_bytes_since`: log bytes applied since it (as far as this replica
-        knows); `since_ms`: when it was created (or when the replica started
-        watching, when there is none).
+        `newest_size_bytes`: its size (0: none); `log_bytes_since`: log bytes
+        applied since it (as far as this replica knows); `since_ms`: when it
+        was created (or when the replica started watching, when there is none).
         """
         if applied_index <= newest_index:
+            return None
+        if log_bytes_since * 100 < self.log_growth_percent * newest_size_bytes:
             return None
         if self.every_commands and applied_index - newest_index >= self.every_commands:
             return "commands"

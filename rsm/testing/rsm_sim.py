@@ -188,10 +188,12 @@ def draw_scenario(rng: random.Random, options: SimOptions) -> Scenario:
         transfer_wait_ms_max=rng.choice([1_000, 5_000]),
         stop_drain_ms_max=2_000,
         # Snapshots are taken inline (a fork cannot run on the virtual-time loop),
-        # often in half the runs so restarts and lagging followers load them.  The
-        # log is not truncated: the final check replays it from its first index.
+        # often in half the runs so restarts and lagging followers load them (no
+        # gate on the log's growth: it would space them out by the state's size).
+        # The log is not truncated: the final check replays it from its first index.
         snapshot_capture="inline",
         snapshot_every_commands=rng.choice([10, 30, limits.snapshot_every_commands_default]),
+        snapshot_log_growth_percent=0,
         snapshot_check_interval_ms=rng.choice([100, 500]),
         truncation=False,
     )

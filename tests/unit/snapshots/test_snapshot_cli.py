@@ -91,6 +91,8 @@ def test_run_takes_the_snapshot_knobs() -> None:
             "h:1",
             "--snapshot-every-commands",
             "5",
+            "--snapshot-log-growth-percent",
+            "250",
             "--retention-seconds",
             "7",
             "--no-truncation",
@@ -99,6 +101,7 @@ def test_run_takes_the_snapshot_knobs() -> None:
         ]
     )
     assert arguments.snapshot_every_commands == 5
+    assert arguments.snapshot_log_growth_percent == 250
     assert arguments.retention_seconds == 7
     assert arguments.no_truncation is True
     assert arguments.snapshot_capture == "inline"

@@ -23,6 +23,21 @@ def test_each_criterion_makes_a_snapshot_due_and_zero_turns_it_off() -> None:
     assert off.due(applied_index=10**9, **{**base, "log_bytes_since": 10**12}) is None
 
 
+def test_no_criterion_counts_before_the_log_grew_by_the_share_of_the_snapshot_size() -> None:
+    # A 1,000,000-byte snapshot, a gate of 50%: the count criterion waits for 500,000
+    # bytes of log; so do the others; 0 means no gate, and so does no snapshot yet.
+    policy = SnapshotPolicy(100, 1_000, 60_000, log_growth_percent=50)
+    base = {"newest_index": 50, "newest_size_bytes": 1_000_000, "now_ms": 61_000, "since_ms": 0}
+    for log_bytes_since in (0, 1_000, 499_999):
+        assert policy.due(applied_index=10**6, log_bytes_since=log_bytes_since, **base) is None
+    assert policy.due(applied_index=10**6, log_bytes_since=500_000, **base) == "commands"
+    assert policy.due(applied_index=51, log_bytes_since=500_000, **base) == "log_bytes"
+    ungated = SnapshotPolicy(100, 0, 0)
+    assert ungated.due(applied_index=150, log_bytes_since=0, **base) == "commands"
+    first = {**base, "newest_index": 0, "newest_size_bytes": 0}
+    assert policy.due(applied_index=100, log_bytes_since=0, **first) == "commands"
+
+
 def test_nothing_is_due_without_new_commands() -> None:
     policy = SnapshotPolicy(every_commands=1, every_log_bytes=1, every_ms=1)
     assert (
