@@ -12,13 +12,14 @@ counts before the log applied since has grown to `log_growth_percent` of
 the newest snapshot's size (a gate, off at 0): a snapshot costs about its
 size in work and in bookie writes, so the gate keeps that within a share
 of what the log itself costs, as Redis's auto-aof-rewrite-percentage does,
-for a large state that the count alone would snapshot again and again.  Who takes it
-(`snapshotter`): the first candidate (caught-up replica, in election order)
-that is not the leader-elect, so that the leader's latency is not disturbed;
-the leader-elect itself only when it is the only candidate.  Every replica
-computes the same answer from the same candidates, so usually one replica
-snapshots; two at once would only waste work (registration is a CAS, and one
-snapshot per index is kept).
+for a large state that the count alone would snapshot again and again.
+
+Who takes it (`snapshotter`): the first candidate (caught-up replica, in
+election order) that is not the leader-elect, so that the leader's latency
+is not disturbed; the leader-elect itself only when it is the only
+candidate.  Every replica computes the same answer from the same
+candidates, so usually one replica snapshots; two at once would only waste
+work (registration is a CAS, and one snapshot per index is kept).
 
 Truncation (`plan_truncation`): the leader removes the leading segments whose
 every command is in a durable snapshot and outside the retention window, in
