@@ -22,11 +22,13 @@ tables and equal outcomes.  What makes that hold:
   machine may mutate later.  A result that cannot be encoded becomes a
   `CommandFailed` outcome, identically everywhere.
 * An unknown command key becomes an `UnknownCommand` outcome.  The leader
-  checks names and arguments before logging (`prepare_command`), so this only
-  happens when replicas run different code.
+  checks names and arguments before logging (`prepare_command_item`), so this
+  only happens when replicas run different code.
 
 Batches must be the decoded form of the log entries (also on the leader), so
-every replica sees exactly the arguments the log holds.
+every replica sees exactly the arguments the log holds.  The leader's may be
+built instead of decoded where the two are certainly equal
+(`prepare_command_item`, `entry_format.decoded_command`).
 
 Queries (`answer_query`) run outside the log, on one replica.  The replica
 passes the `AppliedPosition` of the last batch it applied
