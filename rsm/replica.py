@@ -147,7 +147,9 @@ class Replica:
     the listening address); `replica_id` defaults to it.  `lease_clock_s`
     (seconds, monotonic) measures read leases and a successor's wait for them
     (rsm/core/reads.py); by default the event loop's clock, which is what a
-    test replaces to give replicas clocks of different rates.
+    test replaces to give replicas clocks of different rates.  `on_role` is
+    called with the new role on every change of role (a replica starts as a
+    follower), between two steps of the role loop: it must not block.
     """
 
     def __init__(
@@ -165,6 +167,7 @@ class Replica:
         rng: random.Random | None = None,
         wall_clock_ms: Callable[[], int] = system_wall_clock_ms,
         lease_clock_s: Callable[[], float] | None = None,
+        on_role: Callable[[Role], None] | None = None,
         rsm_root: str = RSM_ROOT,
     ) -> None:
         if listener is not None and advertise is None:
@@ -190,6 +193,7 @@ class Replica:
         self._rng = rng if rng is not None else random.Random()
         self._wall_clock_ms = wall_clock_ms
         self._lease_clock_s = lease_clock_s
+        self._on_role = on_role
         self._role = Role.FOLLOWER
         self._term: LeaderTerm | None = None
         self._elected = False
@@ -511,10 +515,16 @@ class Replica:
             taken = await self._try_take_over()
             if taken is not None:
                 await self._lead(taken)
-        self._role = Role.FOLLOWER
+        self._set_role(Role.FOLLOWER)
+
+    def _set_role(self, role: Role) -> None:
+        if role is not self._role:
+            self._role = role
+            if self._on_role is not None:
+                self._on_role(role)
 
     async def _follow(self) -> None:
-        self._role = Role.FOLLOWER
+        self._set_role(Role.FOLLOWER)
         follower = LogFollower(
             self._log_store,
             self._reader,
@@ -540,7 +550,7 @@ class Replica:
             self._wake_election()
 
     async def _try_take_over(self) -> Takeover | None:
-        self._role = Role.TAKING_OVER
+        self._set_role(Role.TAKING_OVER)
         taken: Takeover | None = None
         with anyio.CancelScope() as scope:
             self._takeover_scope = scope
@@ -591,7 +601,7 @@ class Replica:
             lease_clock_s=self._lease_clock,
         )
         self._term = term
-        self._role = Role.LEADER
+        self._set_role(Role.LEADER)
         self.takeovers += 1
         if not self._elected or self._stopping:
             # Told to stop after the CAS was won: the term ends at once and
@@ -603,7 +613,7 @@ class Replica:
             await term.run()
             task_group.cancel_scope.cancel()
         self._term = None
-        self._role = Role.FOLLOWER
+        self._set_role(Role.FOLLOWER)
         if term.stepped_down:
             await self._after_step_down(term)
 

@@ -30,7 +30,7 @@ from bookie.meta.memory import MemoryMetadataStore
 from rsm.client import Client, connect
 from rsm.client import ClientConfig as RsmClientConfig
 from rsm.config import ReplicaConfig
-from rsm.replica import Replica
+from rsm.replica import Replica, Role
 from rsm.state_machine import StateMachine
 from tests.unit.ledger_client.cluster import WAIT_S, LocalCluster, fast_config, memory_cluster
 from tests.unit.rsm.counter import Counter
@@ -63,6 +63,7 @@ class _Spec:
     config: ReplicaConfig
     seed: int
     wall_clock_ms: Callable[[], int]
+    on_role: Callable[[Role], None] | None
 
 
 @dataclass(eq=False)
@@ -93,10 +94,17 @@ class Replicas:
         machine: type[StateMachine] = Counter,
         config: ReplicaConfig | None = None,
         wall_clock_ms: Callable[[], int] = system_wall_clock_ms,
+        on_role: Callable[[Role], None] | None = None,
     ) -> Replica:
         """Start replica `name` of `app`; return it once it runs (not necessarily caught up)."""
         spec = _Spec(
-            name, app, machine, config or replica_config(), next(self._seeds), wall_clock_ms
+            name,
+            app,
+            machine,
+            config or replica_config(),
+            next(self._seeds),
+            wall_clock_ms,
+            on_role,
         )
         return await self._task_group.start(self._run, spec)  # type: ignore[no-any-return]
 
@@ -119,6 +127,7 @@ class Replicas:
                     config=spec.config,
                     rng=random.Random(spec.seed),
                     wall_clock_ms=spec.wall_clock_ms,
+                    on_role=spec.on_role,
                 ) as replica,
             ):
                 running = Running(replica, store, scope)

@@ -3,14 +3,17 @@ which takes over without fencing anything."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from rsm.core.entry_format import decode_log
 from rsm.core.log_state import Log, SegmentState
 from rsm.errors import BadRequest, NotLeader
 from rsm.layout import AppLayout
+from rsm.replica import Role
 from tests.unit.runtime.harness import APP, Replicas, replica_cluster, wait_until
-from tests.unit.runtime.test_failover import all_converge_to, fenced_on, start_three
+from tests.unit.runtime.test_failover import NAMES, all_converge_to, fenced_on, start_three
 
 pytestmark = pytest.mark.anyio
 
@@ -122,3 +125,27 @@ async def test_the_last_replica_stopping_closes_its_segment_for_the_next_one() -
         await replicas.wait_leader()
         assert await restarted.call("add", 1) == 8
         assert not fenced_on(replicas, old_ledger)
+
+
+async def test_on_role_reports_each_change_of_role() -> None:
+    """What rsm/cpu_priority.py relies on: each replica that takes over, leads, or hands
+    over and follows again says so, once per change."""
+    roles: dict[str, list[Role]] = {name: [] for name in NAMES}
+    async with replica_cluster() as replicas:
+        for name in NAMES:
+            await replicas.start(name, on_role=roles[name].append)
+        leader = await replicas.wait_leader()
+        assert roles[leader.replica_id] == [Role.TAKING_OVER, Role.LEADER]
+        await everyone_stands(replicas)
+        async with replicas.client() as client:
+            await client.transfer_leadership()
+        successor = await replicas.wait_leader(exclude=leader.replica_id)
+        assert roles[leader.replica_id] == [Role.TAKING_OVER, Role.LEADER, Role.FOLLOWER]
+        assert roles[successor.replica_id][-2:] == [Role.TAKING_OVER, Role.LEADER]
+        await replicas.kill(successor.replica_id)
+        third = await replicas.wait_leader(exclude=successor.replica_id)
+        assert roles[third.replica_id][-2:] == [Role.TAKING_OVER, Role.LEADER]
+        for name, running in replicas.running.items():
+            changes = roles[name]
+            assert all(a is not b for a, b in itertools.pairwise(changes))
+            assert (changes[-1] if changes else Role.FOLLOWER) is running.replica.role
