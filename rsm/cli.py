@@ -6,7 +6,7 @@
             [--snapshot-every-commands N] [--snapshot-every-bytes N]
             [--snapshot-every-seconds N] [--snapshots-kept 3] [--snapshot-capture auto]
             [--retention-commands N] [--retention-seconds N] [--no-truncation]
-            [--state-hash-every N]
+            [--state-hash-every N] [--follower-nice 19]
             [--app-dir .] [--log-level info] [--log-format json]
     rsm status --app NAME --zk HOSTS [--json]
     rsm call --app NAME --zk HOSTS COMMAND [ARG ...] [--json]
@@ -27,7 +27,9 @@ the current directory by default, comes first on the import path), runs one
 replica until SIGTERM or SIGINT, then stops gracefully (a leader hands over
 or closes its segment, so the successor needs no fencing).  It logs one JSON
 object per line on stderr (`bookie.logs`): `rsm.ready` once it serves
-clients, `rsm.leader` when it becomes leader, `rsm.step_down`, ...
+clients, `rsm.leader` when it becomes leader, `rsm.step_down`, ...  While it
+follows, a replica that leads its own session (`setsid rsm run ...`) runs at
+a lower CPU priority, `--follower-nice` (rsm/cpu_priority.py).
 
 `rsm snapshot create` asks one replica to snapshot its state now: the one
 named by `--replica`, else a caught-up follower (so the leader is not
@@ -67,6 +69,7 @@ from rsm import limits
 from rsm.client import Client, connect
 from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
 from rsm.core.entry_format import decode_leader
+from rsm.cpu_priority import FollowerPriority
 from rsm.errors import InvalidConfig, MalformedValue, RsmError, Unavailable
 from rsm.layout import AppLayout
 from rsm.log import LogStore
@@ -130,6 +133,12 @@ def _parser() -> argparse.ArgumentParser:
         help="directory put first on the import path to find MODULE (default: here)",
     )
     _snapshot_knobs(run)
+    run.add_argument(
+        "--follower-nice",
+        type=int,
+        default=limits.follower_nice_default,
+        help="CPU priority while following, when the replica leads its session (0: leave it)",
+    )
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=FORMATS, default="json")
 
@@ -260,6 +269,7 @@ def load_machine(target: str) -> type[StateMachine]:
 
 
 def _run(arguments: argparse.Namespace) -> int:
+    priority = FollowerPriority(arguments.follower_nice)
     configure(arguments.log_level, arguments.log_format)
     app_dir = os.path.abspath(arguments.app_dir)
     if app_dir not in sys.path:
@@ -285,7 +295,9 @@ def _run(arguments: argparse.Namespace) -> int:
     backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
     tune_for_throughput()
     try:
-        code: int = anyio.run(_serve, arguments, machine, config, backend_options=backend_options)
+        code: int = anyio.run(
+            _serve, arguments, machine, config, priority, backend_options=backend_options
+        )
     except (RsmError, BookieError) as error:
         emit(logger, logging.ERROR, "rsm.failed", error=f"{type(error).__name__}: {error}")
         return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
@@ -293,7 +305,10 @@ def _run(arguments: argparse.Namespace) -> int:
 
 
 async def _serve(
-    arguments: argparse.Namespace, machine: type[StateMachine], config: ReplicaConfig
+    arguments: argparse.Namespace,
+    machine: type[StateMachine],
+    config: ReplicaConfig,
+    priority: FollowerPriority,
 ) -> int:
     hosts, chroot = split_zk(arguments.zk)
     async with (
@@ -301,6 +316,7 @@ async def _serve(
             hosts, root=chroot, session_timeout_ms=arguments.session_timeout_ms
         ) as store,
         LedgerClient.open(store, root=arguments.ledger_root) as ledgers,
+        priority.running(),
         Replica(
             machine,
             app=arguments.app,
@@ -310,6 +326,7 @@ async def _serve(
             listen=arguments.listen,
             advertise=arguments.advertise,
             config=config,
+            on_role=priority.on_role,
         ) as replica,
     ):
         emit(

@@ -192,6 +192,20 @@ stop_drain_ms_max_default = 5_000
 close_abandoned_ms_max = 5_000
 """How long a replica that stepped down tries to close the ledger it was writing."""
 
+follower_nice_default = 19
+"""CPU priority (a nice value) a replica that is its own session's leader takes while it
+follows (rsm/cpu_priority.py); 0 leaves its priority alone.  The lowest, because it
+measured best: bench/kvstore_bench.py's SET against Redis-with-fsync, two runs each,
+alternating, 0.279 and 0.281 at 19, 0.200 and 0.220 at 10 (0.218-0.240 at 0 in
+earlier sessions); followers kept up under pipelined load at 19."""
+
+follower_nice_max = 19
+"""The lowest priority Linux has (nice 19)."""
+
+cpu_priority_retry_ms = 110
+"""Pause before retrying a priority change the kernel refused as too soon (it allows one
+unprivileged autogroup change per 100 ms on the whole machine)."""
+
 # --- snapshots, truncation and state hashes ---------------------------------------------------
 
 snapshot_chunk_bytes_default = 1 * MiB
@@ -342,6 +356,7 @@ assert client_deadline_ms_default < session_evict_idle_ms_default
 assert client_attempt_timeout_ms_default <= client_deadline_ms_default
 assert 0 < client_backoff_ms_initial <= client_backoff_ms_max
 assert candidate_lag_entries_max > 0
+assert 0 <= follower_nice_default <= follower_nice_max
 # A request carries one command (at most request_bytes_max encoded) plus its
 # framing fields; it must fit in a frame.
 assert request_bytes_max + 64 * KiB <= frame_bytes_max

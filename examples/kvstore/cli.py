@@ -6,7 +6,7 @@
                   [--advertise HOST:PORT] [--resp-advertise HOST:PORT] [--ledger-root /ledgers]
                   [--ensemble 3] [--write-quorum 3] [--ack-quorum 2]
                   [--key-bytes-max N] [--value-bytes-max N] [--request-bytes-max N]
-                  [--command-timeout-ms MS] [--session-timeout-ms MS]
+                  [--command-timeout-ms MS] [--session-timeout-ms MS] [--follower-nice 19]
                   [--log-level info] [--log-format json]
     kvstore status [--data-dir DIR | --zk HOSTS] [--app kv] [--json]
 
@@ -58,9 +58,11 @@ from kvstore import limits
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
 from kvstore.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
 from kvstore.node import DEFAULT_APP, KvNode, StoreSettings
+from rsm import limits as rsm_limits
 from rsm.cli import application_status, split_zk
 from rsm.client import connect
 from rsm.config import ReplicaConfig
+from rsm.cpu_priority import FollowerPriority
 from rsm.errors import InvalidConfig, MalformedValue, RsmError
 
 logger = logging.getLogger("kvstore.cli")
@@ -142,6 +144,12 @@ def _parser() -> argparse.ArgumentParser:
         default=limits.read_lease_ms_default,
         help="the leader's read lease (0: a bookie round per read); equal on every replica",
     )
+    serve.add_argument(
+        "--follower-nice",
+        type=int,
+        default=rsm_limits.follower_nice_default,
+        help="CPU priority while following, when the replica leads its session (0: leave it)",
+    )
     serve.add_argument("--log-level", choices=LEVELS, default="info")
     serve.add_argument("--log-format", choices=FORMATS, default="json")
 
@@ -163,6 +171,7 @@ def _run(command: Any, arguments: argparse.Namespace) -> int:
 
 
 def _serve(arguments: argparse.Namespace) -> int:
+    priority = FollowerPriority(arguments.follower_nice)
     configure(arguments.log_level, arguments.log_format)
     settings = StoreSettings(
         key_bytes_max=arguments.key_bytes_max,
@@ -184,7 +193,7 @@ def _serve(arguments: argparse.Namespace) -> int:
     tune_for_throughput()
     try:
         code: int = anyio.run(
-            _serve_node, arguments, settings, config, backend_options=backend_options
+            _serve_node, arguments, settings, config, priority, backend_options=backend_options
         )
     except (RsmError, BookieError) as error:
         emit(logger, logging.ERROR, "kvstore.failed", error=f"{type(error).__name__}: {error}")
@@ -193,7 +202,10 @@ def _serve(arguments: argparse.Namespace) -> int:
 
 
 async def _serve_node(
-    arguments: argparse.Namespace, settings: StoreSettings, config: ReplicaConfig
+    arguments: argparse.Namespace,
+    settings: StoreSettings,
+    config: ReplicaConfig,
+    priority: FollowerPriority,
 ) -> int:
     hosts, chroot = split_zk(arguments.zk)
     async with (
@@ -201,6 +213,7 @@ async def _serve_node(
             hosts, root=chroot, session_timeout_ms=arguments.session_timeout_ms
         ) as store,
         LedgerClient.open(store, root=arguments.ledger_root) as ledgers,
+        priority.running(),
         KvNode(
             store=store,
             ledgers=ledgers,
@@ -212,6 +225,7 @@ async def _serve_node(
             resp_advertise=arguments.resp_advertise,
             settings=settings,
             config=config,
+            on_role=priority.on_role,
         ) as node,
     ):
         emit(

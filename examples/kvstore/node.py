@@ -48,7 +48,7 @@ from rsm.client import tcp_connector
 from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig
 from rsm.layout import RSM_ROOT
-from rsm.replica import Replica
+from rsm.replica import Replica, Role
 
 DEFAULT_APP = "kv"
 
@@ -112,6 +112,7 @@ class KvNode:
         rng: random.Random | None = None,
         wall_clock_ms: Callable[[], int] = system_wall_clock_ms,
         connector: Connector = tcp_connector,
+        on_role: Callable[[Role], None] | None = None,
         rsm_root: str = RSM_ROOT,
     ) -> None:
         if resp_listener is not None and resp_advertise is None:
@@ -137,6 +138,7 @@ class KvNode:
             config=config,
             rng=self._rng,
             wall_clock_ms=wall_clock_ms,
+            on_role=on_role,
             rsm_root=rsm_root,
         )
         self._resp_listen = resp_listen

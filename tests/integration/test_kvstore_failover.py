@@ -17,12 +17,15 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import redis
 import redis.exceptions
 
 from bookie.testing.zookeeper import LocalZooKeeper
+from rsm import limits
+from rsm.cpu_priority import FollowerPriority, parse_autogroup
 from tests.unit.kvstore.local_store import WAIT_S, Store, command, running_store, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
@@ -158,6 +161,33 @@ def test_a_killed_leader_comes_back_as_a_follower_and_catches_up(store: Store) -
         assert client.mget([f"before:{i}" for i in range(50)]) == [b"%d" % i for i in range(50)]
         assert client.mget([f"after:{i}" for i in range(50)]) == [b"%d" % i for i in range(50)]
         assert client.info("replication")["rsm_role"] == "follower"
+
+
+def autogroup_nice(store: Store, name: str) -> int:
+    process = store.cluster.replica(name).process
+    assert process is not None
+    return parse_autogroup(Path(f"/proc/{process.pid}/autogroup").read_text())
+
+
+@pytest.mark.skipif(
+    FollowerPriority(10, session_leader=True).unavailable_reason() is not None,
+    reason="the kernel does not share CPU time by autogroup",
+)
+def test_followers_give_way_on_the_cpu_and_a_new_leader_takes_its_priority_back(
+    store: Store,
+) -> None:
+    """Replicas started by the launcher lead their own sessions, so each lowers its
+    autogroup's priority while it follows (rsm/cpu_priority.py)."""
+    leader = store.leader()
+    followers = [name for name in store.running() if name != leader]
+    lowered = limits.follower_nice_default
+    wait_for(lambda: [autogroup_nice(store, name) for name in followers] == [lowered] * 2)
+    assert autogroup_nice(store, leader) == 0
+    store.kill(leader)
+    successor = store.leader()
+    wait_for(lambda: autogroup_nice(store, successor) == 0)
+    [follower] = [name for name in followers if name != successor]
+    assert autogroup_nice(store, follower) == lowered
 
 
 def test_writes_go_on_after_one_of_the_three_bookies_is_killed(store: Store) -> None:

@@ -92,6 +92,9 @@ def test_usage_errors_exit_with_2(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["call", "--app", "x"])
     assert raised.value.code == cli.EXIT_USAGE
     assert "--zk" in capsys.readouterr().err
+    run = ["run", "counter:Counter", "--app", "x", "--zk", "127.0.0.1:1", "--listen", "h:1"]
+    assert cli.main([*run, "--follower-nice", "20"]) == cli.EXIT_USAGE
+    assert "follower nice 20 is outside 0..19" in capsys.readouterr().err
 
 
 class SilentReplicaClient:
