@@ -7,8 +7,9 @@ What it runs, one run at a time on this machine:
 
 1. `kvstore up` (in process: `kvstore.launcher.LocalKvCluster`, the same
    launcher): a ZooKeeper (unless `--zk`), three bookies (journal fsync on,
-   every acknowledged write is on disk), three replicas.  Debian's
-   `redis-benchmark` then drives the leader's Redis port with `--clients`
+   every acknowledged write is on disk), three replicas (each in a session
+   of its own, so followers run at `follower_nice`: rsm/cpu_priority.py).
+   Debian's `redis-benchmark` then drives the leader's Redis port with `--clients`
    connections, 100-byte values and random keys (`-r`), for SET and GET,
    without pipelining and with `-P --pipeline`; and SET and GET without
    pipelining through a follower (which forwards writes and linearizable
@@ -96,6 +97,7 @@ from proc_cpu import machine_cpu_s, process_cpu_s  # noqa: E402
 from pysyncobj_conf import baseline_conf  # noqa: E402
 
 from bookie.testing.zookeeper import free_port  # noqa: E402
+from rsm import limits as rsm_limits  # noqa: E402
 
 HOST = "127.0.0.1"
 VALUE_BYTES = 100
@@ -319,6 +321,7 @@ async def kvstore_runs(
             "write_quorum": 3,
             "ack_quorum": 2,
             "read_lease_ms": kv_limits.read_lease_ms_default,
+            "follower_nice": rsm_limits.follower_nice_default,
             "zk": cluster.zk,
         }
     return results, baselines, ratios, config
