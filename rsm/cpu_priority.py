@@ -9,10 +9,10 @@ machine (bench/kvstore_bench.py), the leader, the bookies and the benchmark
 waited to run for 12-29% of their wall time.  Followers at nice 10 while they
 follow raised SET throughput by about 17%, at 19 by about 32% (one cluster,
 nice rotated from run to run, six rounds); SETs sent to a follower
-(forwarded to the leader) kept their rate.  The cost:
-on a saturated machine followers fall further behind, and a follower elected
-leader replays more before it serves (it takes its priority back the moment
-it starts taking over).  No correctness rests on any of this.
+(forwarded to the leader) kept their rate.  The cost: on a saturated machine
+followers fall further behind, and a follower elected leader replays more
+before it serves (it takes its priority back the moment it starts taking
+over).  No correctness rests on any of this.
 
 How.  Linux with scheduler autogroups (`kernel.sched_autogroup_enabled`, on
 in most distributions) shares CPU time first between autogroups, one per
@@ -81,7 +81,9 @@ class FollowerPriority:
     """Keeps this process's autogroup at `follower_nice` while its replica follows.
 
     Give `on_role` to the replica (it calls it on every role change) and run
-    `run` (or enter `running`) for as long as the replica lives.
+    `run` (or enter `running`) for as long as the replica lives.  The paths
+    and `session_leader` (whether this process leads its session; None: ask
+    the OS) are for tests.
     """
 
     def __init__(
@@ -99,9 +101,7 @@ class FollowerPriority:
         self.follower_nice = follower_nice
         self._autogroup_path = autogroup_path
         self._switch_path = switch_path
-        self._session_leader = (
-            session_leader if session_leader is not None else os.getsid(0) == os.getpid()
-        )
+        self._session_leader = session_leader
         self._role = Role.FOLLOWER
         self._changed: anyio.Event | None = None
         self.applied_nice: int | None = None
@@ -133,7 +133,10 @@ class FollowerPriority:
             return "this kernel has no scheduler autogroups"
         if switch != "1":
             return "scheduler autogroups are off (kernel.sched_autogroup_enabled)"
-        if not self._session_leader:
+        leads_session = self._session_leader
+        if leads_session is None:
+            leads_session = os.getsid(0) == os.getpid()
+        if not leads_session:
             return "the replica does not lead its own session (its autogroup is shared)"
         return None
 
