@@ -140,6 +140,7 @@ async def test_on_role_reports_each_change_of_role() -> None:
         async with replicas.client() as client:
             await client.transfer_leadership()
         successor = await replicas.wait_leader(exclude=leader.replica_id)
+        await wait_until(lambda: leader.role is Role.FOLLOWER)
         assert roles[leader.replica_id] == [Role.TAKING_OVER, Role.LEADER, Role.FOLLOWER]
         assert roles[successor.replica_id][-2:] == [Role.TAKING_OVER, Role.LEADER]
         await replicas.kill(successor.replica_id)
