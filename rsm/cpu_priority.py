@@ -7,7 +7,7 @@ local cluster of `kvstore up`, small deployments), the followers' work sits
 in the same run queues: with 50 Redis clients setting keys on a 2-core
 machine (bench/kvstore_bench.py), the leader, the bookies and the benchmark
 waited to run for 12-29% of their wall time.  Followers at nice 10 while they
-follow raised SET throughput by about 17%, at 19 by about 32% (one cluster,
+follow raised SET throughput by about 15%, at 19 by about 32% (one cluster,
 nice rotated from run to run, six rounds); SETs sent to a follower
 (forwarded to the leader) kept their rate.  The cost: on a saturated machine
 followers fall further behind, and a follower elected leader replays more
