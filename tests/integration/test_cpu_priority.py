@@ -22,13 +22,10 @@ SCRIPT = textwrap.dedent(
     import anyio
     from rsm.cpu_priority import AUTOGROUP_PATH, FollowerPriority, parse_autogroup
     from rsm.replica import Role
+    from tests.unit.runtime.harness import wait_until
 
     def nice() -> int:
         return parse_autogroup(AUTOGROUP_PATH.read_text())
-
-    async def until_applied(priority: FollowerPriority, wanted: int) -> None:
-        while priority.applied_nice != wanted:
-            await anyio.sleep(0.001)
 
     async def main() -> None:
         priority = FollowerPriority(10)
@@ -36,15 +33,14 @@ SCRIPT = textwrap.dedent(
             await priority.run()
             print("unmanaged", nice(), flush=True)
             return
-        with anyio.fail_after(20):
-            async with anyio.create_task_group() as task_group:
-                task_group.start_soon(priority.run)
-                await until_applied(priority, 10)
-                print("following", nice(), flush=True)
-                priority.on_role(Role.TAKING_OVER)
-                await until_applied(priority, 0)
-                print("taking_over", nice(), flush=True)
-                task_group.cancel_scope.cancel()
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(priority.run)
+            await wait_until(lambda: priority.applied_nice == 10)
+            print("following", nice(), flush=True)
+            priority.on_role(Role.TAKING_OVER)
+            await wait_until(lambda: priority.applied_nice == 0)
+            print("taking_over", nice(), flush=True)
+            task_group.cancel_scope.cancel()
 
     anyio.run(main)
     """
