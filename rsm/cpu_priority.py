@@ -21,8 +21,9 @@ value does nothing against other sessions' processes.  So the priority set
 here is the autogroup's, written to `/proc/self/autogroup`, and only when the
 replica leads its own session (the launchers start it so); otherwise the
 autogroup is its terminal's or service manager's, whose other processes must
-not be slowed.  Elsewhere (not Linux, autogroups off, not a session leader)
-the priority is left alone and one INFO line says why.  The kernel lets an
+not be slowed.  Elsewhere (not Linux, autogroups off, not a session leader,
+in the kernel's root autogroup, whose priority is fixed) the priority is left
+alone and one INFO line says why.  The kernel lets an
 unprivileged process lower its autogroup's priority and raise it back to 0,
 but only one such change per 100 ms on the whole machine: a refused change
 (EAGAIN) is retried.  Any other refusal is logged once and ends the
@@ -69,8 +70,15 @@ def nice_for(role: Role, *, start_nice: int, follower_nice: int) -> int:
     return start_nice
 
 
-def parse_autogroup(text: str) -> int:
-    """The nice in an autogroup line (`/autogroup-<id> nice <n>`); ValueError if malformed."""
+def parse_autogroup(text: str) -> int | None:
+    """The nice in an autogroup line (`/autogroup-<id> nice <n>`); ValueError if malformed.
+
+    None for the empty text the kernel gives a process in its root autogroup, the one
+    of processes whose sessions never had one (the first session's, in a machine or
+    container whose init never started a session): its priority cannot be changed.
+    """
+    if not text.strip():
+        return None
     fields = text.split()
     if len(fields) != 3 or fields[1] != "nice":
         raise ValueError(f"unexpected autogroup line {text.strip()!r}")
@@ -177,9 +185,12 @@ class FollowerPriority:
         if reason is not None:
             return reason
         try:
-            return parse_autogroup(self._autogroup_path.read_text())
+            nice = parse_autogroup(self._autogroup_path.read_text())
         except (OSError, ValueError) as error:
             return f"cannot read {self._autogroup_path}: {error}"
+        if nice is None:
+            return "the replica is in the kernel's root autogroup, whose priority is fixed"
+        return nice
 
     def _write(self, nice: int) -> None:
         descriptor = os.open(self._autogroup_path, os.O_WRONLY)

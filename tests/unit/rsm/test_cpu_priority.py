@@ -14,6 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from bookie.logs import record_fields
 from rsm import limits
 from rsm.cpu_priority import FollowerPriority, nice_for, parse_autogroup
 from rsm.errors import InvalidConfig
@@ -69,7 +70,8 @@ def test_only_a_follower_lowers_its_priority_and_never_raises_it(
 def test_autogroup_lines_are_parsed_strictly() -> None:
     assert parse_autogroup("/autogroup-4424 nice 0\n") == 0
     assert parse_autogroup("/autogroup-1 nice -5") == -5
-    for bad in ("", "/autogroup-1 nice", "/autogroup-1 weight 3", "/autogroup-1 nice x"):
+    assert parse_autogroup("") is None, "the root autogroup shows nothing"
+    for bad in ("/autogroup-1 nice", "/autogroup-1 weight 3", "/autogroup-1 nice x"):
         with pytest.raises(ValueError):  # noqa: PT011 - the message is the line itself
             parse_autogroup(bad)
 
@@ -150,3 +152,21 @@ async def test_where_it_cannot_work_run_says_why_once_and_returns(
     assert priority.written == []
     assert priority.applied_nice is None
     assert [record.getMessage() for record in caplog.records] == ["rsm.cpu_priority_off"]
+
+
+@pytest.mark.anyio
+async def test_a_session_leader_in_the_root_autogroup_leaves_it_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session without an autogroup of its own (the kernel could not make one) is
+    in the root autogroup, which /proc shows as nothing and whose priority is fixed."""
+    priority = Recording(10, tmp_path)
+    (tmp_path / "autogroup").write_text("")
+    with anyio.fail_after(5), caplog.at_level(logging.INFO, logger="rsm.cpu_priority"):
+        await priority.run()
+    assert priority.written == []
+    assert priority.applied_nice is None
+    [record] = caplog.records
+    event, fields = record_fields(record)
+    assert event == "rsm.cpu_priority_off"
+    assert "root autogroup" in str(fields["reason"])
