@@ -23,14 +23,13 @@ replica leads its own session (the launchers start it so); otherwise the
 autogroup is its terminal's or service manager's, whose other processes must
 not be slowed.  Elsewhere (not Linux, autogroups off, not a session leader,
 in the kernel's root autogroup, whose priority is fixed) the priority is left
-alone and one INFO line says why.  The kernel lets an
-unprivileged process lower its autogroup's priority and raise it back to 0,
-but only one such change per 100 ms on the whole machine: a refused change
-(EAGAIN) is retried.  Any other refusal is logged once and ends the
-management, leaving the priority as it is.  A process in a CPU cgroup of its
-own (a service unit with the cpu controller on, a container) is outside the
-autogroups: the write succeeds and changes nothing, its cgroup's weight
-decides.
+alone and one INFO line says why.  The kernel lets an unprivileged process
+lower its autogroup's priority and raise it back to 0, but only one such
+change per 100 ms on the whole machine: a refused change (EAGAIN) is retried.
+Any other refusal is logged once and ends the management, leaving the
+priority as it is.  A process in a CPU cgroup of its own (a service unit with
+the cpu controller on, a container) is outside the autogroups: the write
+succeeds and changes nothing, its cgroup's weight decides.
 
 Crash and restart: the autogroup dies with the session; a restarted replica
 starts at its session's priority and lowers it again while it follows.
