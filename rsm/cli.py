@@ -133,12 +133,7 @@ def _parser() -> argparse.ArgumentParser:
         help="directory put first on the import path to find MODULE (default: here)",
     )
     _snapshot_knobs(run)
-    run.add_argument(
-        "--follower-nice",
-        type=int,
-        default=limits.follower_nice_default,
-        help="CPU priority while following, when the replica leads its session (0: leave it)",
-    )
+    add_follower_nice(run)
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=FORMATS, default="json")
 
@@ -178,6 +173,16 @@ def _parser() -> argparse.ArgumentParser:
     inspected.add_argument("--index", type=int, help="the snapshot's index (default: newest)")
     inspected.add_argument("--ledger-root", default=bookie_limits.metadata_root_default)
     return parser
+
+
+def add_follower_nice(run: argparse.ArgumentParser) -> None:
+    """`--follower-nice`, for every command that runs a replica (rsm/cpu_priority.py)."""
+    run.add_argument(
+        "--follower-nice",
+        type=int,
+        default=limits.follower_nice_default,
+        help="CPU priority while following, when the replica leads its session (0: leave it)",
+    )
 
 
 def _snapshot_knobs(run: argparse.ArgumentParser) -> None:

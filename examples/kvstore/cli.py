@@ -58,8 +58,7 @@ from kvstore import limits
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
 from kvstore.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
 from kvstore.node import DEFAULT_APP, KvNode, StoreSettings
-from rsm import limits as rsm_limits
-from rsm.cli import application_status, split_zk
+from rsm.cli import add_follower_nice, application_status, split_zk
 from rsm.client import connect
 from rsm.config import ReplicaConfig
 from rsm.cpu_priority import FollowerPriority
@@ -144,12 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         default=limits.read_lease_ms_default,
         help="the leader's read lease (0: a bookie round per read); equal on every replica",
     )
-    serve.add_argument(
-        "--follower-nice",
-        type=int,
-        default=rsm_limits.follower_nice_default,
-        help="CPU priority while following, when the replica leads its session (0: leave it)",
-    )
+    add_follower_nice(serve)
     serve.add_argument("--log-level", choices=LEVELS, default="info")
     serve.add_argument("--log-format", choices=FORMATS, default="json")
 

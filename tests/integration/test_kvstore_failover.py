@@ -163,7 +163,7 @@ def test_a_killed_leader_comes_back_as_a_follower_and_catches_up(store: Store) -
         assert client.info("replication")["rsm_role"] == "follower"
 
 
-def autogroup_nice(store: Store, name: str) -> int:
+def autogroup_nice(store: Store, name: str) -> int | None:
     process = store.cluster.replica(name).process
     assert process is not None
     return parse_autogroup(Path(f"/proc/{process.pid}/autogroup").read_text())
