@@ -212,6 +212,28 @@ class LogFollower:
         self._lag_entries_max = lag_entries_max
         self._retry_delay_s = retry_delay_ms / 1000
         self._on_progress = on_progress
+        self._reading: tuple[ReadHandle, int] | None = None
+        """The handle of the ledger being read, and the entry the reading started at."""
+
+    @property
+    def lag_entries(self) -> int:
+        """Entries of the ledger being read that are confirmed but not applied here yet.
+
+        Computed when asked, from the handle's last-add-confirmed (for the OPEN
+        segment, as the tail's long polls last reported it) and the applier's
+        cursor; 0 before a ledger is opened.  Only that ledger counts: a
+        replica catching up over several ledgers has the later ones to read as
+        well (the progress listener says when it is near enough to stand).
+        """
+        reading = self._reading
+        if reading is None:
+            return 0
+        handle, first = reading
+        cursor = self._applier.cursor
+        applied = first - 1
+        if cursor is not None and cursor.ledger_id == handle.ledger_id:
+            applied = cursor.entry_id
+        return max(0, handle.last_add_confirmed - applied)
 
     async def run(self) -> None:
         """Follow forever; transient errors (bookies or ZooKeeper away) are retried.
@@ -263,6 +285,7 @@ class LogFollower:
                     may_stand(applier.applied_index, closed_end, self._lag_entries_max)
                 )
             handle = await self._reader.open(segment, recovery=False)
+            self._reading = (handle, entry)
             if handle.is_closed:
                 await self._reader.replay(segment, handle, entry, applier)
                 if segment.is_open:

@@ -204,6 +204,7 @@ class Replica:
         self._session_lost_pin = False
         self._view: ElectionView | None = None
         self._follow_scope: anyio.CancelScope | None = None
+        self._follower: LogFollower | None = None
         self._takeover_scope: anyio.CancelScope | None = None
         self._election_wakeup = anyio.Event()
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -383,6 +384,8 @@ class Replica:
         commands), `epoch`, `applied_index` / `applied_time_ms` (the last entry
         applied), the leader as its znode says (`leader_id`, `leader_address`,
         `leader_epoch`), `candidate` (stands for election), `caught_up`,
+        `lag_entries` (entries of the ledger it reads that are confirmed and not
+        applied yet: `LogFollower.lag_entries`; 0 while it leads),
         `sessions` (clients in the session table), `waiting_reads`
         (read_your_writes waiting for their index), `takeovers`,
         `last_transfer_window_ms`, while leading `term`: the ledger
@@ -412,6 +415,7 @@ class Replica:
             "leader_epoch": leader.epoch if leader is not None else None,
             "candidate": leadership.candidacy is not None,
             "caught_up": self._caught_up,
+            "lag_entries": self._lag_entries(),
             "sessions": len(self._applier.sessions),
             "waiting_reads": self._applier.waiting_reads,
             "takeovers": self.takeovers,
@@ -525,7 +529,7 @@ class Replica:
 
     async def _follow(self) -> None:
         self._set_role(Role.FOLLOWER)
-        follower = LogFollower(
+        follower = self._follower = LogFollower(
             self._log_store,
             self._reader,
             self._applier,
@@ -543,6 +547,12 @@ class Replica:
                 except Truncated as error:
                     await self._reload(error)
         self._follow_scope = None
+
+    def _lag_entries(self) -> int:
+        follower = self._follower
+        if self._role is Role.LEADER or follower is None:
+            return 0
+        return follower.lag_entries
 
     def _on_progress(self, caught_up: bool) -> None:
         was, self._caught_up = self._caught_up, caught_up

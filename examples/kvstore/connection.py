@@ -35,10 +35,11 @@ their state lives in `ClientState` too.
   role is always "master", since every replica accepts writes and
   forwards them to the leader; the `rsm_*` fields say what this replica
   is in the cluster: leader or follower, the leader's address, epoch,
-  applied index and whether it has caught up with the log) and keyspace;
-  "default", "all" and "everything" give all four; unknown sections give
-  nothing.  The text is a verbatim
-  string in RESP3, as Redis's.
+  applied index, whether it has caught up with the log, and its lag: the
+  log entries it knows are confirmed and has not applied yet) and
+  keyspace; "default", "all" and "everything" give all four; unknown
+  sections give nothing.  The text is a verbatim string in RESP3, as
+  Redis's.
 * TIME -> [unix seconds, microseconds] from the server's clock (not
   logged time: TIME is about this server, not the data).
 
@@ -140,6 +141,9 @@ class ServerStatus:
     applied_index: int
     caught_up: bool
     """The replica has read the log up to its end (or close to it, see rsm's election)."""
+    lag_entries: int
+    """Log entries confirmed and not applied here yet, in the ledger it reads (0 on the
+    leader; rsm's `LogFollower.lag_entries`)."""
     keys: int
     keys_with_ttl: int
 
@@ -367,6 +371,7 @@ def _info_section(section: str, status: ServerStatus) -> str:
             ("rsm_epoch", str(status.epoch)),
             ("rsm_applied_index", str(status.applied_index)),
             ("rsm_caught_up", "1" if status.caught_up else "0"),
+            ("rsm_lag_entries", str(status.lag_entries)),
         ]
     else:
         assert section == "keyspace", section

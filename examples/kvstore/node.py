@@ -238,6 +238,7 @@ class KvNode:
             epoch=status["epoch"],
             applied_index=status["applied_index"],
             caught_up=status["caught_up"],
+            lag_entries=status["lag_entries"],
             keys=len(machine.values),
             keys_with_ttl=len(machine.expire_at_ms),
         )

@@ -140,6 +140,7 @@ class ReplicaInfo:
     epoch: int
     applied_index: int
     caught_up: bool
+    lag_entries: int
     keys: int
     keys_with_ttl: int
 
@@ -246,6 +247,7 @@ class RespServer:
             epoch=info.epoch,
             applied_index=info.applied_index,
             caught_up=info.caught_up,
+            lag_entries=info.lag_entries,
             keys=info.keys,
             keys_with_ttl=info.keys_with_ttl,
         )

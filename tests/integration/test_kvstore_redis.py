@@ -321,6 +321,19 @@ def test_readonly_reads_come_from_the_local_replica(store: Store) -> None:
         assert cmd(reader, "READWRITE")
 
 
+def test_info_shows_a_followers_lag_fall_to_zero_once_it_applied_the_writes(store: Store) -> None:
+    name = follower(store)
+    leader = store.leader()
+    with store.client(leader) as writer:
+        for i in range(20):
+            writer.set(f"lag:{i}", i)
+    assert int(store.info(leader)["rsm_lag_entries"]) == 0, "a leader is never behind"
+    target = store.applied(leader)
+    wait_for(
+        lambda: store.applied(name) >= target and int(store.info(name)["rsm_lag_entries"]) == 0
+    )
+
+
 def test_garbage_disconnects_only_that_client(store: Store) -> None:
     name = follower(store)
     with store.client(name) as bystander:

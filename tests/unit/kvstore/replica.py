@@ -152,6 +152,7 @@ class Server:
             epoch=1,
             applied_index=0,
             caught_up=True,
+            lag_entries=0,
             keys=0,
             keys_with_ttl=0,
         )

@@ -22,6 +22,7 @@ STATUS = ServerStatus(
     epoch=7,
     applied_index=1234,
     caught_up=True,
+    lag_entries=3,
     keys=10,
     keys_with_ttl=2,
 )
@@ -216,6 +217,7 @@ def test_info_sections() -> None:
     assert "uptime_in_seconds:90061\r\nuptime_in_days:1\r\n" in text
     assert "role:master\r\nrsm_role:follower\r\nrsm_leader:10.0.0.1:6380\r\n" in text
     assert "rsm_epoch:7\r\nrsm_applied_index:1234\r\nrsm_caught_up:1\r\n" in text
+    assert "rsm_lag_entries:3\r\n" in text
     assert text.endswith("# Keyspace\r\ndb0:keys=10,expires=2,avg_ttl=0\r\n")
     keyspace = call(b"INFO", b"KEYSPACE")
     assert keyspace == Verbatim(b"# Keyspace\r\ndb0:keys=10,expires=2,avg_ttl=0\r\n")
@@ -228,5 +230,5 @@ def test_info_sections() -> None:
 def test_info_of_an_empty_store_has_no_keyspace_line() -> None:
     empty = replace(STATUS, keys=0, keys_with_ttl=0, leader_address=None)
     text = info_text([b"keyspace", b"replication"], empty)
-    assert text.endswith(b"rsm_caught_up:1\r\n\r\n# Keyspace\r\n")
+    assert text.endswith(b"rsm_lag_entries:3\r\n\r\n# Keyspace\r\n")
     assert b"rsm_leader:\r\n" in text

@@ -88,7 +88,7 @@ class StoreRouter:
             receiver.deliver(ticket, outcome, 0)
 
 
-INFO = ReplicaInfo("leader", None, 1, 0, True, 0, 0)
+INFO = ReplicaInfo("leader", None, 1, 0, True, 0, 0, 0)
 
 
 @asynccontextmanager

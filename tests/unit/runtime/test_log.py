@@ -3,9 +3,13 @@ following the log (when a follower counts as caught up)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 import pytest
 
+from bookie.client.ledger_client import LedgerClient
+from bookie.meta.api import MetadataStore
 from rsm.applier import Applier
 from rsm.config import ReplicaConfig
 from rsm.core.commands import AppliedPosition, prepare_command
@@ -14,7 +18,7 @@ from rsm.core.log_state import Log, Segment, SegmentState
 from rsm.errors import MalformedValue
 from rsm.layout import AppLayout
 from rsm.log import LogFollower, LogStore, SegmentReader, replay_log
-from tests.unit.ledger_client.cluster import memory_cluster
+from tests.unit.ledger_client.cluster import fast_config, memory_cluster
 from tests.unit.rsm.counter import Counter
 from tests.unit.runtime.harness import wait_until
 
@@ -38,6 +42,32 @@ def payloads(epoch: int) -> list[bytes]:
         )
         for position, (first, count) in enumerate(ENTRIES)
     ]
+
+
+async def follower_of(
+    store: MetadataStore,
+    client: LedgerClient,
+    segment: Segment,
+    *,
+    lag_entries_max: int = 10,
+    on_progress: Callable[[bool], None] = lambda _caught_up: None,
+) -> tuple[LogFollower, Applier, LogStore]:
+    """A follower of a fresh log whose one segment is `segment`, its applier, and the log's
+    store."""
+    log_store = LogStore(store, AppLayout.of("app"))
+    await log_store.ensure_layout()
+    _log, version = await log_store.read()
+    await store.set(log_store.layout.log, encode_log(Log(1, (segment,))), version)
+    applier = Applier(Counter(), ReplicaConfig())
+    follower = LogFollower(
+        log_store,
+        SegmentReader(client, PASSWORD),
+        applier,
+        lag_entries_max=lag_entries_max,
+        retry_delay_ms=10,
+        on_progress=on_progress,
+    )
+    return follower, applier, log_store
 
 
 @pytest.mark.parametrize(
@@ -100,24 +130,57 @@ async def test_a_follower_that_read_a_closed_ledger_the_log_calls_open_is_caught
         for payload in payloads(1):
             await writer.append(payload)
         await writer.close()
-        log_store = LogStore(store, AppLayout.of("app"))
-        await log_store.ensure_layout()
-        _log, version = await log_store.read()
-        still_open = Log(1, (Segment(writer.ledger_id, 1, 1, SegmentState.OPEN, -1),))
-        await store.set(log_store.layout.log, encode_log(still_open), version)
-        applier = Applier(Counter(), ReplicaConfig())
+        still_open = Segment(writer.ledger_id, 1, 1, SegmentState.OPEN, -1)
         progress: list[bool] = []
-        follower = LogFollower(
-            log_store,
-            SegmentReader(client, PASSWORD),
-            applier,
-            lag_entries_max=0,
-            retry_delay_ms=10,
-            on_progress=progress.append,
+        follower, applier, log_store = await follower_of(
+            store, client, still_open, lag_entries_max=0, on_progress=progress.append
         )
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(follower.run)
             await wait_until(lambda: bool(progress) and progress[-1])
             tasks.cancel_scope.cancel()
         assert applier.applied_index == LAST_INDEX
-        assert (await log_store.read())[0] == still_open, "caught up without the log moving"
+        log = (await log_store.read())[0]
+        assert log.segments == (still_open,), "caught up without the log moving"
+
+
+async def test_a_followers_lag_counts_the_confirmed_entries_it_has_not_applied() -> None:
+    """The first four entries apply; the fifth carries another epoch than its segment, which
+    stops the follower there with the rest of the ledger confirmed and not applied."""
+    async with (
+        memory_cluster(3) as cluster,
+        cluster.client() as client,
+        cluster.store_factory() as store,
+    ):
+        writer = await client.create_ledger(3, 3, 2, password=PASSWORD)
+        for payload in payloads(1)[:4] + payloads(2)[4:]:
+            await writer.append(payload)
+        await writer.close()
+        segment = Segment(writer.ledger_id, 1, 1, SegmentState.CLOSED, LAST_INDEX)
+        follower, applier, _log_store = await follower_of(store, client, segment)
+        assert follower.lag_entries == 0, "no ledger opened yet"
+        with pytest.raises(MalformedValue, match="epoch"):
+            await follower.run()
+        assert applier.cursor is not None
+        assert applier.cursor.entry_id == 3
+        assert follower.lag_entries == len(ENTRIES) - 4
+
+
+async def test_a_follower_tailing_the_open_ledger_has_no_lag_once_it_applied_every_entry() -> None:
+    """The writer sends explicit LACs, so the tail learns that its last entry is confirmed."""
+    async with (
+        memory_cluster(3) as cluster,
+        cluster.client(fast_config(explicit_lac_interval_ms=20)) as writer_client,
+        cluster.client() as client,
+        cluster.store_factory() as store,
+    ):
+        writer = await writer_client.create_ledger(3, 3, 2, password=PASSWORD)
+        segment = Segment(writer.ledger_id, 1, 1, SegmentState.OPEN, -1)
+        follower, applier, _log_store = await follower_of(store, client, segment)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(follower.run)
+            for payload in payloads(1):
+                await writer.append(payload)
+            await wait_until(lambda: applier.applied_index == LAST_INDEX)
+            assert follower.lag_entries == 0
+            tasks.cancel_scope.cancel()
