@@ -168,6 +168,7 @@ _SERVER: Final = Route.SERVER
 _ONE_KEY: Final = (1, 1, 1)
 _ALL_KEYS: Final = (1, -1, 1)
 _KEY_VALUE_PAIRS: Final = (1, -1, 2)
+_SOURCE_DESTINATION: Final = (1, 2, 1)
 _STRING_WRITE: Final = "@write @string @slow"
 _STRING_WRITE_FAST: Final = "@write @string @fast"
 _STRING_READ_FAST: Final = "@read @string @fast"
@@ -236,9 +237,19 @@ _TABLE: Final = (
     _spec("unlink", -2, _WRITE, "write fast", _KEYSPACE_WRITE_FAST, keys=_ALL_KEYS,
           group="generic", since="4.0.0", summary="Delete keys",
           complexity="O(N) where N is the number of keys that will be removed."),
+    _spec("rename", 3, _WRITE, "write", "@keyspace @write @slow", keys=_SOURCE_DESTINATION,
+          group="generic", since="1.0.0", summary="Rename a key, replacing any key so named"),
+    _spec("renamenx", 3, _WRITE, "write fast", _KEYSPACE_WRITE_FAST, keys=_SOURCE_DESTINATION,
+          group="generic", since="1.0.0", summary="Rename a key only if the new name is free"),
+    _spec("copy", -3, _WRITE, "write denyoom", "@keyspace @write @slow",
+          keys=_SOURCE_DESTINATION, group="generic", since="6.2.0",
+          summary="Copy a key's value and TTL to another key"),
     _spec("exists", -2, _READ, "readonly fast", _KEYSPACE_READ_FAST, keys=_ALL_KEYS,
           group="generic", since="1.0.0", summary="Count how many of the keys exist",
           complexity="O(N) where N is the number of keys to check."),
+    _spec("touch", -2, _READ, "readonly fast", _KEYSPACE_READ_FAST, keys=_ALL_KEYS,
+          group="generic", since="3.2.1", summary="Count how many of the keys exist",
+          complexity="O(N) where N is the number of keys that will be touched."),
     _spec("type", 2, _READ, "readonly fast", _KEYSPACE_READ_FAST, keys=_ONE_KEY,
           group="generic", since="1.0.0", summary="Return the type of a key's value"),
     _spec("keys", 2, _READ, "readonly", "@keyspace @read @slow @dangerous",

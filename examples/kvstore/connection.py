@@ -209,7 +209,7 @@ def _select(raw_index: bytes) -> str:
             f"ERR value is out of range, value must between {_INT32_MIN} and {_INT32_MAX}"
         )
     if index != 0:
-        raise RedisError("ERR DB index is out of range")
+        raise RedisError(errors.DB_INDEX_OUT_OF_RANGE)
     return "OK"
 
 

@@ -48,6 +48,7 @@ INCREMENT_OVERFLOW: Final = "ERR increment or decrement would overflow"
 STRING_TOO_LONG: Final = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
 KEY_TOO_LONG: Final = "ERR key exceeds maximum allowed size"
 INVALID_CURSOR: Final = "ERR invalid cursor"
+DB_INDEX_OUT_OF_RANGE: Final = "ERR DB index is out of range"
 
 
 def c_text(raw: bytes) -> str:

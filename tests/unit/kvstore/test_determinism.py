@@ -38,7 +38,8 @@ def write_commands(draw: st.DrawFn) -> tuple[str, list[bytes]]:
             [
                 "set", "set_px", "set_get_nx", "setnx", "psetex", "getset", "getdel", "getex",
                 "mset", "msetnx", "append", "setrange", "incr", "incrby", "incrbyfloat", "cas",
-                "del", "pexpire", "pexpire_gt", "persist", "flushdb",
+                "del", "pexpire", "pexpire_gt", "persist", "flushdb", "rename", "renamenx",
+                "copy", "copy_replace",
             ]
         )
     )  # fmt: skip
@@ -66,6 +67,10 @@ def write_commands(draw: st.DrawFn) -> tuple[str, list[bytes]]:
         "pexpire_gt": ("pexpire", [key, ttl, b"GT"]),
         "persist": ("persist", [key]),
         "flushdb": ("flushdb", []),
+        "rename": ("rename", [key, draw(keys)]),
+        "renamenx": ("renamenx", [key, draw(keys)]),
+        "copy": ("copy", [key, draw(keys)]),
+        "copy_replace": ("copy", [key, draw(keys), b"REPLACE"]),
     }
     return calls[kind]
 
@@ -122,6 +127,7 @@ QUERIES: list[tuple[str, list[bytes]]] = [
     ("scan", [b"0", b"COUNT", b"2"]),
     ("ttl", [b"a"]),
     ("exists", [b"a", b"k:1"]),
+    ("touch", [b"b", b"n"]),
     ("getrange", [b"b", b"0", b"-1"]),
     ("dbsize", []),
 ]

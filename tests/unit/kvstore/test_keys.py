@@ -1,4 +1,5 @@
-"""Keyspace commands: DEL, UNLINK, EXISTS, TYPE, KEYS, SCAN, DBSIZE, FLUSHDB, FLUSHALL."""
+"""Keyspace commands: DEL, UNLINK, RENAME, RENAMENX, COPY, EXISTS, TOUCH, TYPE, KEYS, SCAN, DBSIZE,
+FLUSHDB, FLUSHALL."""
 
 from __future__ import annotations
 
@@ -31,6 +32,88 @@ def test_del_and_unlink_count_the_keys_that_existed(kv: Replica) -> None:
 def test_exists_counts_a_key_each_time_it_is_named(kv: Replica) -> None:
     kv.run("SET", "a", "1")
     assert kv.run("EXISTS", "a", "a", "b") == 2
+
+
+def test_touch_counts_like_exists(kv: Replica) -> None:
+    kv.run("SET", "a", "1")
+    kv.run("PSETEX", "gone", "10", "v")
+    kv.advance_ms(10)
+    kv.barrier()
+    assert kv.run("TOUCH", "a", "a", "gone", "missing") == 2
+
+
+def test_rename_moves_the_value_and_its_ttl_and_replaces_the_new_name(kv: Replica) -> None:
+    kv.run("SET", "old", "v", "PX", "5000")
+    kv.run("SET", "new", "replaced", "PX", "90000")
+    assert kv.run("RENAME", "old", "new") == "OK"
+    assert kv.run("EXISTS", "old") == 0
+    assert kv.run("GET", "new") == b"v"
+    assert kv.run("PTTL", "new") == 5000
+    kv.run("SET", "plain", "p")
+    assert kv.run("RENAME", "plain", "new") == "OK"
+    assert kv.run("PTTL", "new") == -1, "the new name takes the old key's TTL, or none"
+    assert kv.run("DBSIZE") == 1
+
+
+def test_renamenx_renames_only_to_a_free_name(kv: Replica) -> None:
+    kv.run("MSET", "a", "1", "b", "2")
+    assert kv.run("RENAMENX", "a", "b") == 0
+    assert kv.run("MGET", "a", "b") == [b"1", b"2"]
+    assert kv.run("RENAMENX", "a", "c") == 1
+    assert kv.run("MGET", "a", "c") == [None, b"1"]
+
+
+def test_renaming_a_key_to_itself_changes_nothing(kv: Replica) -> None:
+    kv.run("SET", "k", "v", "PX", "5000")
+    assert kv.run("RENAME", "k", "k") == "OK"
+    assert kv.run("RENAMENX", "k", "k") == 0
+    assert kv.run("GET", "k") == b"v"
+    assert kv.run("PTTL", "k") == 5000
+
+
+def test_renaming_a_missing_or_expired_key_is_an_error(kv: Replica) -> None:
+    assert kv.error("RENAME", "missing", "x") == "ERR no such key"
+    assert kv.error("RENAMENX", "missing", "missing") == "ERR no such key"
+    kv.run("PSETEX", "k", "10", "v")
+    kv.advance_ms(10)
+    assert kv.error("RENAME", "k", "x") == "ERR no such key"
+    assert kv.run("DBSIZE") == 0, "the expired key was deleted on the way"
+
+
+def test_copy_copies_the_value_and_ttl_and_replaces_only_when_asked(kv: Replica) -> None:
+    kv.run("SET", "src", "v", "PX", "5000")
+    assert kv.run("COPY", "src", "dst") == 1
+    assert kv.run("MGET", "src", "dst") == [b"v", b"v"]
+    assert kv.run("PTTL", "dst") == 5000
+    kv.run("SET", "other", "o")
+    assert kv.run("COPY", "other", "dst") == 0
+    assert kv.run("GET", "dst") == b"v"
+    assert kv.run("COPY", "other", "dst", "db", "0", "REPLACE") == 1
+    assert kv.run("GET", "dst") == b"o"
+    assert kv.run("PTTL", "dst") == -1
+    assert kv.run("COPY", "missing", "dst") == 0
+
+
+def test_copy_errors(kv: Replica) -> None:
+    kv.run("SET", "src", "v")
+    assert kv.error("COPY", "src", "src") == "ERR source and destination objects are the same"
+    assert kv.error("COPY", "src", "dst", "DB") == "ERR syntax error"
+    assert kv.error("COPY", "src", "dst", "NOW") == "ERR syntax error"
+    assert kv.error("COPY", "src", "dst", "DB", "x") == (
+        "ERR value is not an integer or out of range"
+    )
+    # One database: another index is out of range (Redis would copy to it).
+    assert kv.error("COPY", "src", "src", "DB", "1") == "ERR DB index is out of range"
+    assert kv.error("COPY", "src", "dst", "DB", "-1") == "ERR DB index is out of range"
+    assert kv.run("EXISTS", "dst") == 0
+
+
+def test_new_names_are_bounded_like_every_written_key(kv: Replica) -> None:
+    long_key = "k" * (limits.key_bytes_max_default + 1)
+    kv.run("SET", "src", "v")
+    assert kv.error("RENAME", "src", long_key) == "ERR key exceeds maximum allowed size"
+    assert kv.error("COPY", "src", long_key) == "ERR key exceeds maximum allowed size"
+    assert kv.run("KEYS", "*") == [b"src"]
 
 
 def test_type(kv: Replica) -> None:

@@ -110,6 +110,23 @@ def test_another_clients_write_aborts_and_exec_forgets_the_watch(kv: Replica) ->
     )
 
 
+def test_rename_and_copy_abort_the_watches_of_the_names_they_change(kv: Replica) -> None:
+    alice, bob = Conversation(kv, 1), Conversation(kv, 2)
+    aborted = b"+OK\r\n+QUEUED\r\n*-1\r\n"
+    alice.send(["SET", "a", "1"])
+    for watched in ("a", "b"):  # the old name goes, the new one comes
+        alice.send(["WATCH", watched])
+        bob.send(["RENAME", "a", "b"])
+        assert alice.send(["MULTI"], ["GET", "b"], ["EXEC"]) == aborted
+        bob.send(["RENAME", "b", "a"])
+    alice.send(["WATCH", "a", "c"])
+    bob.send(["COPY", "a", "b"])  # neither watched name changed
+    assert alice.send(["MULTI"], ["GET", "b"], ["EXEC"]) == b"+OK\r\n+QUEUED\r\n*1\r\n$1\r\n1\r\n"
+    alice.send(["WATCH", "b"])
+    bob.send(["COPY", "a", "b", "REPLACE"])  # the same value, but written again
+    assert alice.send(["MULTI"], ["GET", "b"], ["EXEC"]) == aborted
+
+
 def test_a_write_that_changes_nothing_does_not_abort(kv: Replica) -> None:
     client = Conversation(kv)
     kv.run("SET", "k", "v")
