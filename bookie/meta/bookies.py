@@ -14,7 +14,9 @@ Works over any `MetadataStore`; paths from `layout.MetadataLayout`.
 * `list_bookies` / `watch_bookies` let clients find bookies and wait for the
   set to change.
 * Cookies (a bookie's identity: which cluster, which address, which
-  directories) are read and written with compare-and-set.
+  directories) are read and written with compare-and-set.  They are
+  persistent: `list_cookies` names every bookie that joined the cluster and
+  was not decommissioned (its cookie deleted), running or not.
 
 Value formats, each one canonical CBOR map (see `records.py`):
 
@@ -467,6 +469,15 @@ async def read_cookie(
     if cookie.bookie_id != bookie_id:
         raise BadMetadata(f"cookie at {path} belongs to bookie {cookie.bookie_id!r}")
     return cookie, stored.version
+
+
+async def list_cookies(store: MetadataStore, root: str = limits.metadata_root_default) -> list[str]:
+    """The ids of the bookies that have a cookie, sorted; none before the cluster is
+    initialised.  Raises what the store raises."""
+    try:
+        return sorted(await store.children(MetadataLayout(root).cookies))
+    except NoNode:
+        return []
 
 
 async def write_cookie(

@@ -24,8 +24,11 @@ then stops gracefully.  It logs one JSON object per line on stderr:
 (`rsm.leader`, `rsm.step_down`, ...).
 
 `status` shows the store: the log, the leader, the bookies, and each
-replica's role, progress and Redis address.  `--zk` is a ZooKeeper connect
-string, optionally with a chroot (`127.0.0.1:2181/my/root`).
+replica's role, progress and Redis address, and as down the replicas and
+bookies that ZooKeeper does not list as running although they left an
+endpoint record or a cookie there (or, with `--data-dir`, are the
+directory's).  `--zk` is a ZooKeeper connect string, optionally with a chroot
+(`127.0.0.1:2181/my/root`).
 
 Exit status: 0 on success, 1 when the operation failed (the error on
 stderr), 2 for a usage error.
@@ -51,7 +54,7 @@ from bookie.errors import BookieError, NoNode
 from bookie.local_cluster import ClusterError
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
-from bookie.meta.bookies import list_bookies
+from bookie.meta.bookies import list_bookies, list_cookies
 from bookie.meta.zk import ZkMetadataStore
 from bookie.runtime_tuning import tune_for_throughput
 from kvstore import limits
@@ -333,15 +336,24 @@ async def _status(arguments: argparse.Namespace) -> int:
     ):
         report = await application_status(store, client)
         report["zk"] = zk
-        report["bookies"] = await _bookies(store)
+        bookies = report["bookies"] = await _bookies(store)
         endpoints = await _endpoints(store, app)
         for entry in report["replicas"]:
             entry["resp"] = endpoints.get(entry["replica_id"])
+    # Replicas and bookies that ZooKeeper does not list as running: those that left an
+    # endpoint record or a cookie, and with --data-dir those of the directory (which may
+    # never have started).
+    known = {name: endpoints[name] for name in sorted(endpoints)}
     if saved is not None:
-        registered = report["bookies"]["writable"] + report["bookies"]["read_only"]
-        report["bookies"]["down"] = [b for b in saved["bookies"] if b not in registered]
+        registered = set(bookies["writable"] + bookies["read_only"])
+        bookies["down"] = sorted(
+            set(bookies["down"]) | {b for b in saved["bookies"] if b not in registered}
+        )
         if app == saved["app"]:
-            report["replicas"] += not_registered(saved, report["replicas"])
+            ports = saved["resp_ports"]
+            in_directory = zip(saved["replicas"], ports, strict=True)
+            known = {name: f"{HOST}:{port}" for name, port in in_directory} | known
+    report["replicas"] += not_registered(known, report["replicas"])
     if arguments.json:
         print(json.dumps(report, sort_keys=True, default=str))
     else:
@@ -349,21 +361,29 @@ async def _status(arguments: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def not_registered(saved: dict[str, Any], replicas: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Status rows for the data directory's replicas that ZooKeeper does not list: not
-    running (or not yet, or cut off from ZooKeeper for longer than a session), which a
-    status read from ZooKeeper alone would leave out without a word."""
+def not_registered(known: dict[str, str], replicas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Status rows for the replicas of `known` (replica id -> Redis address) that ZooKeeper
+    does not list: not running (or not yet, or cut off from ZooKeeper for longer than a
+    session), which a status read from the registrations alone would leave out without a
+    word."""
     listed = {entry["replica_id"] for entry in replicas}
     return [
-        {"replica_id": name, "resp": f"{HOST}:{port}", "error": "down (not registered)"}
-        for name, port in zip(saved["replicas"], saved["resp_ports"], strict=True)
+        {"replica_id": name, "resp": resp, "error": "down (not registered)"}
+        for name, resp in known.items()
         if name not in listed
     ]
 
 
 async def _bookies(store: MetadataStore) -> dict[str, list[str]]:
+    """Registered bookies, writable and read-only, and `down`: those with a cookie (they
+    joined the cluster and were not decommissioned) but no registration."""
     registered = await list_bookies(store, LEDGER_ROOT)
-    return {"writable": sorted(registered.writable), "read_only": sorted(registered.read_only)}
+    running = set(registered.writable) | set(registered.read_only)
+    return {
+        "writable": sorted(registered.writable),
+        "read_only": sorted(registered.read_only),
+        "down": [b for b in await list_cookies(store, LEDGER_ROOT) if b not in running],
+    }
 
 
 async def _endpoints(store: MetadataStore, app: str) -> dict[str, str]:

@@ -12,7 +12,10 @@ the failed ones).
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -212,3 +215,36 @@ def test_writes_go_on_after_one_of_the_three_bookies_is_killed(store: Store) -> 
     ]
     client.close()
     follower.close()
+
+
+def test_status_read_from_zookeeper_alone_shows_killed_replicas_and_bookies_as_down(
+    store: Store, zookeeper: LocalZooKeeper, zk_root: str
+) -> None:
+    """Without a data directory, what each replica and bookie left in ZooKeeper (an
+    endpoint record, a cookie) names them once their registrations are gone."""
+    leader = store.leader()
+    victim = next(name for name in store.running() if name != leader)
+    store.kill(victim)
+    bookie = store.cluster.bookies.bookies[0]
+    assert bookie.process is not None
+    bookie.process.kill()
+    zk = zookeeper.connect_string + zk_root
+
+    def down() -> tuple[list[str], list[str]]:
+        report = json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "kvstore.cli", "status", "--zk", zk, "--json"],
+                capture_output=True,
+                text=True,
+                timeout=WAIT_S,
+                check=True,
+            ).stdout
+        )
+        replicas = [
+            entry["replica_id"]
+            for entry in report["replicas"]
+            if entry.get("error") == "down (not registered)"
+        ]
+        return replicas, report["bookies"]["down"]
+
+    wait_for(lambda: down() == ([victim], [bookie.bookie_id]))

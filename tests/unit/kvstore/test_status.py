@@ -78,20 +78,18 @@ def test_the_status_warns_when_the_leaders_ledger_writes_to_fewer_bookies() -> N
     assert "warning" not in render_status(REPORT)
 
 
-def test_a_data_directorys_replicas_that_zookeeper_does_not_list_show_as_down() -> None:
-    saved = {
-        "app": "kv",
-        "replicas": ["kv-1", "kv-2", "kv-3", "kv-4"],
-        "resp_ports": [6379, 6380, 6381, 6382],
-    }
-    rows = not_registered(saved, REPORT["replicas"])
+def test_known_replicas_that_zookeeper_does_not_list_show_as_down() -> None:
+    known = {f"kv-{number}": f"127.0.0.1:{6378 + number}" for number in (1, 2, 3, 4, 5)}
+    rows = not_registered(known, REPORT["replicas"])
     assert rows == [
-        {"replica_id": "kv-4", "resp": "127.0.0.1:6382", "error": "down (not registered)"}
+        {"replica_id": "kv-4", "resp": "127.0.0.1:6382", "error": "down (not registered)"},
+        {"replica_id": "kv-5", "resp": "127.0.0.1:6383", "error": "down (not registered)"},
     ]
     report = {**REPORT, "replicas": [*REPORT["replicas"], *rows]}
-    assert render_status(report).splitlines()[-1] == (
-        "kv-4     127.0.0.1:6382  down (not registered)"
-    )
+    assert render_status(report).splitlines()[-2:] == [
+        "kv-4     127.0.0.1:6382  down (not registered)",
+        "kv-5     127.0.0.1:6383  down (not registered)",
+    ]
 
 
 def test_bookies_that_zookeeper_does_not_list_show_as_down() -> None:

@@ -3,6 +3,7 @@ store (the same code over real ZooKeeper: tests/integration/test_zk_metadata.py)
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 
@@ -21,6 +22,7 @@ from bookie.meta.bookies import (
     encode_registration,
     init_cluster,
     list_bookies,
+    list_cookies,
     read_cookie,
     read_instance_id,
     register,
@@ -300,6 +302,15 @@ async def test_cookie_create_read_and_compare_and_set(store: MemoryMetadataStore
     with pytest.raises(MetadataVersionConflict):
         await write_cookie(store, COOKIE, 0)
     assert await read_cookie(store, "b1") == (moved, 1)
+
+
+async def test_list_cookies_names_every_bookie_with_a_cookie(store: MemoryMetadataStore) -> None:
+    assert await list_cookies(store) == [], "no cluster yet"
+    await init_cluster(store)
+    assert await list_cookies(store) == []
+    for bookie_id in ("b2", "b1"):
+        await write_cookie(store, dataclasses.replace(COOKIE, bookie_id=bookie_id), None)
+    assert await list_cookies(store) == ["b1", "b2"]
 
 
 async def test_cookie_of_another_bookie_is_refused(store: MemoryMetadataStore) -> None:
