@@ -13,7 +13,9 @@
 `up` starts everything on this machine (`kvstore.launcher`): a ZooKeeper
 (unless `--zk`), the bookies and the replicas, prints a `redis-cli -p PORT`
 line per replica, and runs until Ctrl-C (SIGINT) or SIGTERM, then stops the
-replicas, the bookies and ZooKeeper, in that order.  The data stays in the
+replicas, the bookies and ZooKeeper, in that order.  A replica or bookie that
+dies meanwhile is reported on stderr (which one, its exit status, its log);
+the rest keep running.  The data stays in the
 data directory (`./data` by default) and the next `up` resumes it.  Options
 other than `--data-dir`, `--zk` and `--session-timeout-ms` apply when the
 store is created.
@@ -51,7 +53,7 @@ import anyio
 from bookie import limits as bookie_limits
 from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError, NoNode
-from bookie.local_cluster import ClusterError
+from bookie.local_cluster import ClusterError, LocalBookie
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies
@@ -264,6 +266,7 @@ async def _up(arguments: argparse.Namespace) -> int:
         async with anyio.create_task_group() as tasks:
             for replica in cluster.replicas:
                 tasks.start_soon(_report_exit, cluster, replica.name)
+            tasks.start_soon(cluster.bookies.watch_exits, _report_bookie_exit)
             with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
                 async for _ in signals:
                     break
@@ -281,6 +284,15 @@ async def _report_exit(cluster: LocalKvCluster, name: str) -> None:
     print(
         f"{name} exited with status {status}; the others keep running.  Its log: "
         f"{_shown(replica.log_file)}.  Restart the store to bring it back.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _report_bookie_exit(bookie: LocalBookie, status: int) -> None:
+    print(
+        f"{bookie.name} ({bookie.address}) exited with status {status}; the others keep "
+        f"running.  Its log: {_shown(bookie.log_file)}.  Restart the store to bring it back.",
         file=sys.stderr,
         flush=True,
     )

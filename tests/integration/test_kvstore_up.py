@@ -8,11 +8,14 @@ bookies and the replicas are real processes.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -48,10 +51,12 @@ async def read_until(process: anyio.abc.Process, marker: str, lines: list[str]) 
     raise AssertionError(f"stdout ended before {marker!r}:\n" + "\n".join(lines))
 
 
-async def run_once(data_dir: Path, zk: str, work: str) -> list[str]:
-    """One `kvstore up` run up to its banner, `work` done with redis-py and `kvstore status`
-    while it runs, then Ctrl-C; its output."""
-    lines: list[str] = []
+@contextlib.asynccontextmanager
+async def kvstore_up(data_dir: Path, zk: str, lines: list[str]) -> AsyncIterator[anyio.abc.Process]:
+    """`kvstore up` on free ports, once its banner is in `lines` (its output goes on there).
+
+    If the block fails with the store still running, Ctrl-C stops it, so no bookie or
+    replica outlives the test (and leaving the block does not wait forever)."""
     async with await anyio.open_process(
         kvstore(
             "up",
@@ -67,7 +72,19 @@ async def run_once(data_dir: Path, zk: str, work: str) -> list[str]:
         stdin=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,
     ) as process:
-        await read_until(process, LAST_BANNER_LINE, lines)
+        try:
+            await read_until(process, LAST_BANNER_LINE, lines)
+            yield process
+        finally:
+            if process.returncode is None:
+                process.send_signal(signal.SIGINT)
+
+
+async def run_once(data_dir: Path, zk: str, work: str) -> list[str]:
+    """One `kvstore up` run up to its banner, `work` done with redis-py and `kvstore status`
+    while it runs, then Ctrl-C; its output."""
+    lines: list[str] = []
+    async with kvstore_up(data_dir, zk, lines) as process:
         replicas = [match.groups() for line in lines if (match := TRY_LINE.match(line))]
         assert [name for name, *_ in replicas] == ["kv-1", "kv-2", "kv-3"], lines
         assert sum(role == "leader" for _, _, role, _ in replicas) == 1
@@ -134,3 +151,39 @@ async def test_up_runs_stops_and_resumes(
         log = (data_dir / f"kv-{number}" / "replica.log").read_text()
         assert log.count('"kvstore.ready"') == 2
         assert '"rsm.replica_stopped"' in log
+
+
+def pid_of(*words: str) -> int:
+    """The process whose command line holds every one of `words`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                command_line = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue  # gone meanwhile
+            if all(word in command_line for word in words):
+                found.append(int(entry.name))
+    assert len(found) == 1, (words, found)
+    return found[0]
+
+
+async def test_up_reports_a_replica_or_bookie_that_dies_and_keeps_the_others(
+    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path
+) -> None:
+    data_dir = tmp_path / "data"
+    zk = zookeeper.connect_string + zk_root
+    lines: list[str] = []
+    async with kvstore_up(data_dir, zk, lines) as process:
+        os.kill(pid_of(str(data_dir / "bookie-2")), signal.SIGKILL)
+        await read_until(process, "bookie-2 (127.0.0.1:", lines)
+        os.kill(pid_of("--replica-id", "kv-3", zk_root), signal.SIGKILL)
+        await read_until(process, "kv-3 exited", lines)
+        assert process.returncode is None, "the others keep running"
+        process.send_signal(signal.SIGINT)
+        await read_until(process, "Stopped.", lines)
+        with anyio.fail_after(WAIT_S):
+            assert await process.wait() == 0
+    reports = [line for line in lines if "exited with status" in line]
+    assert [line.split(" exited")[0].split(" (")[0] for line in reports] == ["bookie-2", "kv-3"]
+    assert all("status -9;" in line and "Its log: " in line for line in reports), reports
