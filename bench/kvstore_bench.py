@@ -8,7 +8,7 @@ What it runs, one run at a time on this machine:
 1. `kvstore up` (in process: `kvstore.launcher.LocalKvCluster`, the same
    launcher): a ZooKeeper (unless `--zk`), three bookies (journal fsync on,
    every acknowledged write is on disk), three replicas (each in a session
-   of its own, so followers run at `follower_nice`: rsm/cpu_priority.py).
+   of its own, so followers run at `follower_nice`: rsm/runtime/cpu_priority.py).
    Debian's `redis-benchmark` then drives the leader's Redis port with `--clients`
    connections, 100-byte values and random keys (`-r`), for SET and GET,
    without pipelining and with `-P --pipeline`; and SET and GET without

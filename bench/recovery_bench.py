@@ -54,12 +54,12 @@ from bookie.meta.zk import ZkMetadataStore  # noqa: E402
 from bookie.server.config import render_toml  # noqa: E402
 from bookie.testing.zookeeper import free_port  # noqa: E402
 from rsm.config import ReplicaConfig  # noqa: E402
-from rsm.core.entry_format import encode_batch, encode_command, encode_leader_start, encode_log  # noqa: E402
+from rsm.core.layout import AppLayout  # noqa: E402
+from rsm.core.log_format import encode_batch, encode_command, encode_leader_start, encode_log  # noqa: E402
 from rsm.core.log_state import Log, Segment, SegmentState  # noqa: E402
-from rsm.layout import AppLayout  # noqa: E402
-from rsm.log import LogStore  # noqa: E402
-from rsm.replica import Replica  # noqa: E402
-from rsm.state_machine import StateMachine, command, query  # noqa: E402
+from rsm.core.state_machine import StateMachine, command, query  # noqa: E402
+from rsm.runtime.log import LogStore  # noqa: E402
+from rsm.runtime.replica import Replica  # noqa: E402
 
 APP = "recovery-bench"
 HOST = "127.0.0.1"

@@ -65,7 +65,7 @@ from pysyncobj_conf import baseline_conf  # noqa: E402
 from bookie.local_cluster import LocalCluster  # noqa: E402
 from bookie.testing.zookeeper import free_port  # noqa: E402
 from rsm.client import ClientConfig, connect  # noqa: E402
-from rsm.core.entry_format import encode_command  # noqa: E402
+from rsm.core.log_format import encode_command  # noqa: E402
 from rsm.errors import RsmError  # noqa: E402
 
 UVLOOP = importlib.util.find_spec("uvloop") is not None
@@ -288,7 +288,7 @@ class Replicas:
             command = [
                 sys.executable,
                 "-m",
-                "rsm.cli",
+                "rsm.tools.cli",
                 "run",
                 MACHINE,
                 "--app",

@@ -1,6 +1,6 @@
 """`Outbox`: the frames queued for one stream, sent coalesced, with backpressure.
 
-Both servers (the bookie's `ServerConnection` and the replica's `rsm.server`)
+Both servers (the bookie's `ServerConnection` and the replica's `rsm.runtime.server`)
 answer many requests per connection out of order, and the bookie client
 (`BookieConnection`) pipelines thousands of requests; queuing the frames here and
 sending every queued frame in one `send` (up to `coalesce_bytes_max` bytes) makes

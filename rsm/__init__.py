@@ -31,6 +31,8 @@ if not __debug__:  # pragma: no cover - only reachable under python -O
 
 from rsm.client import Client, ClientConfig, SyncClient, connect, connect_sync
 from rsm.config import ReplicaConfig
+from rsm.core.protocol import Consistency
+from rsm.core.state_machine import Context, StateMachine, command, query
 from rsm.errors import (
     BadArguments,
     CommandFailed,
@@ -43,9 +45,7 @@ from rsm.errors import (
     Unavailable,
     UnknownCommand,
 )
-from rsm.protocol import Consistency
-from rsm.replica import Replica, Role
-from rsm.state_machine import Context, StateMachine, command, query
+from rsm.runtime.replica import Replica, Role
 
 __all__ = [
     "BadArguments",

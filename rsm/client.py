@@ -66,20 +66,9 @@ from bookie.meta.api import NO_NODE_VERSION, MetadataStore
 from bookie.meta.zk import ZkMetadataStore
 from bookie.wire.codec import FrameDecoder
 from rsm import limits
-from rsm.core.entry_format import decode_candidate, decode_leader
-from rsm.errors import (
-    InvalidConfig,
-    MalformedValue,
-    NotLeader,
-    OutcomeUnknown,
-    ProtocolViolation,
-    SessionExpired,
-    StatusError,
-    Timeout,
-    Unavailable,
-)
-from rsm.layout import RSM_ROOT, AppLayout
-from rsm.protocol import (
+from rsm.core.layout import RSM_ROOT, AppLayout
+from rsm.core.log_format import decode_candidate, decode_leader
+from rsm.core.protocol import (
     CallRequest,
     Consistency,
     QueryRequest,
@@ -90,6 +79,17 @@ from rsm.protocol import (
     TransferRequest,
     decode_response,
     encode_request,
+)
+from rsm.errors import (
+    InvalidConfig,
+    MalformedValue,
+    NotLeader,
+    OutcomeUnknown,
+    ProtocolViolation,
+    SessionExpired,
+    StatusError,
+    Timeout,
+    Unavailable,
 )
 
 Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
@@ -435,7 +435,7 @@ class Client:
     async def snapshot(self, replica: str | None = None) -> dict[str, Any]:
         """Have replica `replica` (an address; default: the leader) snapshot its state now.
 
-        Returns the snapshot's manifest (`rsm.snapshot_inspect.manifest_plain`): a new
+        Returns the snapshot's manifest (`rsm.snapshots.inspect.manifest_plain`): a new
         one, or the newest registered one when that is already as current.
         Waits up to the client's deadline; not retried once a replica has it.
         """

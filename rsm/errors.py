@@ -260,7 +260,7 @@ class InvalidConfig(RsmError):
 
 
 class ProtocolViolation(RsmError):
-    """The peer sent bytes that are not a message of the client protocol (rsm/protocol.py).
+    """The peer sent bytes that are not a message of the client protocol (rsm/core/protocol.py).
 
     Nothing can be answered (no request id, or an unframeable stream), so the
     connection is closed.

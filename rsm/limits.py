@@ -194,7 +194,7 @@ close_abandoned_ms_max = 5_000
 
 follower_nice_default = 19
 """CPU priority (a nice value) a replica that is its own session's leader takes while it
-follows (rsm/cpu_priority.py); 0 leaves its priority alone.  The lowest, because it
+follows (rsm/runtime/cpu_priority.py); 0 leaves its priority alone.  The lowest, because it
 measured best: bench/kvstore_bench.py's SET against Redis-with-fsync, two runs each,
 alternating, 0.279 and 0.281 at 19, 0.200 and 0.220 at 10 (0.218-0.240 at 0 in
 earlier sessions); followers kept up under pipelined load at 19."""
@@ -301,7 +301,7 @@ snapshot_load_attempts_max = 32
 # --- client <-> replica protocol --------------------------------------------------------------
 
 protocol_version = 1
-"""Version of the client<->replica protocol carried by every message (rsm/protocol.py)."""
+"""Version of the client<->replica protocol carried by every message (rsm/core/protocol.py)."""
 
 frame_bytes_max = 4 * MiB
 """Largest client<->replica frame body, both ways; a larger request closes the connection."""

@@ -63,11 +63,11 @@ from kvstore import limits
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
 from kvstore.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
 from kvstore.node import DEFAULT_APP, KvNode, StoreSettings
-from rsm.cli import add_follower_nice, application_status, split_zk
 from rsm.client import connect
 from rsm.config import ReplicaConfig
-from rsm.cpu_priority import FollowerPriority
 from rsm.errors import InvalidConfig, MalformedValue, RsmError
+from rsm.runtime.cpu_priority import FollowerPriority
+from rsm.tools.cli import add_follower_nice, application_status, split_zk
 
 logger = logging.getLogger("kvstore.cli")
 

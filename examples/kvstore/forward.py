@@ -2,7 +2,7 @@
 
 When the local replica does not lead, the router (`kvstore.router`) sends
 writes and linearizable reads to the leader over the framework's own client
-protocol (`rsm/protocol.py`: length-prefixed CBOR frames, CALL and QUERY,
+protocol (`rsm/core/protocol.py`: length-prefixed CBOR frames, CALL and QUERY,
 answers matched by request id).  One `ForwardLink` per leader address
 carries the requests of every Redis connection of this server, so the
 leader reads many of them per system call and cuts one batch for them.
@@ -36,10 +36,10 @@ from bookie.errors import RemoteProtocolError
 from bookie.wire.codec import FrameDecoder
 from kvstore import limits
 from rsm import limits as rsm_limits
-from rsm.applier import Answerer
+from rsm.core.protocol import CallRequest, Op, Request, decode_response, encode_request
 from rsm.core.sessions import Outcome
 from rsm.errors import OutcomeUnknown, ProtocolViolation, StatusError, Unavailable
-from rsm.protocol import CallRequest, Op, Request, decode_response, encode_request
+from rsm.runtime.applier import Answerer
 
 Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
 """Opens a byte stream to a framework address ("host:port")."""

@@ -46,9 +46,9 @@ from kvstore.server import ReplicaInfo, RespServer, ServerConfig
 from kvstore.state_machine import KVStore
 from rsm.client import tcp_connector
 from rsm.config import ReplicaConfig
+from rsm.core.layout import RSM_ROOT
 from rsm.errors import InvalidConfig
-from rsm.layout import RSM_ROOT
-from rsm.replica import Replica, Role
+from rsm.runtime.replica import Replica, Role
 
 DEFAULT_APP = "kv"
 

@@ -62,10 +62,10 @@ import anyio.abc
 from kvstore import limits
 from kvstore.forward import Connector, ForwardLink
 from kvstore.session import Session
-from rsm.applier import Answerer
+from rsm.core.protocol import CallRequest, Consistency, QueryRequest
 from rsm.core.sessions import Outcome
 from rsm.errors import RsmStatus, Timeout, Unavailable
-from rsm.protocol import CallRequest, Consistency, QueryRequest
+from rsm.runtime.applier import Answerer
 
 CLIENT_ID_BYTES: Final = 16
 REDIRECTS_MAX: Final = 3

@@ -101,7 +101,7 @@ from kvstore import errors, limits, numbers
 from kvstore.commands import COMMANDS, Route
 from kvstore.errors import RedisError
 from kvstore.glob import GlobPattern, ScanRequest, key_hash
-from rsm.state_machine import StateMachine, command, query, resolve_command, resolve_query
+from rsm.core.state_machine import StateMachine, command, query, resolve_command, resolve_query
 
 _SECONDS: Final = 1000
 _MILLISECONDS: Final = 1

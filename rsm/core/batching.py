@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from rsm import limits
-from rsm.core.entry_format import Batch, Item, StateHash, encode_batch
+from rsm.core.log_format import Batch, Item, StateHash, encode_batch
 from rsm.errors import BadRequest, Overloaded
 
 T = TypeVar("T")

@@ -48,7 +48,7 @@ from typing import Any, Final
 import cbor2
 
 from rsm import limits
-from rsm.core.entry_format import (
+from rsm.core.log_format import (
     Batch,
     CommandItem,
     LeaderStart,
@@ -56,8 +56,7 @@ from rsm.core.entry_format import (
     encode_command,
 )
 from rsm.core.sessions import Outcome, SessionTable
-from rsm.errors import CommandFailed, RsmStatus, UnknownCommand
-from rsm.state_machine import (
+from rsm.core.state_machine import (
     Context,
     Operation,
     StateMachine,
@@ -65,6 +64,7 @@ from rsm.state_machine import (
     resolve_command,
     resolve_query,
 )
+from rsm.errors import CommandFailed, RsmStatus, UnknownCommand
 
 _SCALARS: Final = frozenset({type(None), bool, int, float, str, bytes})
 """Result types that are immutable and always CBOR-encodable: kept without a round trip."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from rsm import limits
-from rsm.core.entry_format import CandidateInfo, Handoff
+from rsm.core.log_format import CandidateInfo, Handoff
 
 CANDIDATE_PREFIX: Final = "n-"
 """Prefix of a candidacy's znode name; ZooKeeper appends the sequence number."""

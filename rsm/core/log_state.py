@@ -1,7 +1,7 @@
 """The log of an application as a value: its segments and the only changes it may go through.
 
 Pure.  The value lives in the `/rsm/<app>/log` znode (encoding in
-`rsm/core/entry_format.py`) and is only ever replaced by compare-and-set; this
+`rsm/core/log_format.py`) and is only ever replaced by compare-and-set; this
 module decides what a legal replacement is, so the shell that does the CAS
 never has to.
 
@@ -38,11 +38,19 @@ from __future__ import annotations
 import bisect
 import enum
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rsm import limits
 from rsm.errors import IllegalLogTransition, Truncated
 
 _U63_END = 1 << 63
+
+
+class Cursor(NamedTuple):
+    """A position in the log: ledger id and entry id (of the last entry a replica applied)."""
+
+    ledger_id: int
+    entry_id: int
 
 
 class SegmentState(enum.IntEnum):

@@ -22,7 +22,7 @@ Read leases (leader only), `ReadLease`: a round that confirms the writer
 also proves that no successor can get anything acknowledged before the
 round's start plus the *successor's wait* (`successor_wait_ms`): a new leader
 that had to fence an OPEN segment waits that long after its fencing finished
-before it acknowledges anything (rsm/takeover.py).  So for `read_lease_ms`
+before it acknowledges anything (rsm/runtime/takeover.py).  So for `read_lease_ms`
 after a confirmed round *started*, by this leader's clock, a read may be
 answered at once from the applied state, with no round: every command
 acknowledged before it arrived, by anyone, is in that state.  The wait covers

@@ -2,7 +2,7 @@
 
 Pure.  `StateMachine.snapshot()` / `restore()` use it unless an application
 overrides them.  State is the instance's public attributes (names not starting
-with `_`), as `rsm/state_machine.py` says; they are written in name order.
+with `_`), as `rsm/core/state_machine.py` says; they are written in name order.
 
 Records (each `length u32 | CBOR array`, as in rsm/core/snapshot_format.py)::
 

@@ -64,18 +64,18 @@ from bookie.meta.api import SessionState
 from bookie.meta.memory import MemoryMetadataStore
 from bookie.testing.sim_logs import TraceLogHandler, logs_traced
 from bookie.testing.simcluster import SimCluster, Trace
-from rsm.applier import Applier
 from rsm.client import Client, connect
 from rsm.client import ClientConfig as RsmClientConfig
 from rsm.config import ReplicaConfig
-from rsm.core.entry_format import Batch, CommandItem, LeaderStart
+from rsm.core.layout import AppLayout
+from rsm.core.log_format import Batch, CommandItem, LeaderStart
 from rsm.core.log_state import Log, Segment
 from rsm.errors import RsmError, RsmStatus
-from rsm.layout import AppLayout
-from rsm.log import LogStore, SegmentReader, replay_log
-from rsm.replica import Replica
+from rsm.runtime.applier import Applier
+from rsm.runtime.log import LogStore, SegmentReader, replay_log
+from rsm.runtime.replica import Replica
+from rsm.runtime.transient import is_transient
 from rsm.testing.workload import Applied, observed_store
-from rsm.transient import is_transient
 
 APP = "sim"
 REPLICA_PORT = 7000

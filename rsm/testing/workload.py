@@ -48,8 +48,8 @@ import anyio.abc
 
 from bookie.testing.simcluster import Trace
 from rsm.client import Client
+from rsm.core.state_machine import StateMachine, command, query
 from rsm.errors import RsmError, SessionExpired, Timeout
-from rsm.state_machine import StateMachine, command, query
 from rsm.testing.history import HistoryRecorder, Value, freeze_value
 from rsm.testing.models import KV_OPERATIONS
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rsm.cpu_priority import AUTOGROUP_PATH, FollowerPriority, parse_autogroup
+from rsm.runtime.cpu_priority import AUTOGROUP_PATH, FollowerPriority, parse_autogroup
 
 pytestmark = pytest.mark.integration
 
@@ -20,8 +20,8 @@ WAIT_S = 30.0
 SCRIPT = textwrap.dedent(
     """
     import anyio
-    from rsm.cpu_priority import AUTOGROUP_PATH, FollowerPriority, parse_autogroup
-    from rsm.replica import Role
+    from rsm.runtime.cpu_priority import AUTOGROUP_PATH, FollowerPriority, parse_autogroup
+    from rsm.runtime.replica import Role
     from tests.unit.runtime.harness import wait_until
 
     def nice() -> int | None:

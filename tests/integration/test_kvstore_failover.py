@@ -28,7 +28,7 @@ import redis.exceptions
 
 from bookie.testing.zookeeper import LocalZooKeeper
 from rsm import limits
-from rsm.cpu_priority import FollowerPriority, parse_autogroup
+from rsm.runtime.cpu_priority import FollowerPriority, parse_autogroup
 from tests.unit.kvstore.local_store import WAIT_S, Store, command, running_store, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
@@ -180,7 +180,7 @@ def test_followers_give_way_on_the_cpu_and_a_new_leader_takes_its_priority_back(
     store: Store,
 ) -> None:
     """Replicas started by the launcher lead their own sessions, so each lowers its
-    autogroup's priority while it follows (rsm/cpu_priority.py)."""
+    autogroup's priority while it follows (rsm/runtime/cpu_priority.py)."""
     leader = store.leader()
     followers = [name for name in store.running() if name != leader]
     lowered = limits.follower_nice_default

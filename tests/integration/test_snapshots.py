@@ -38,11 +38,11 @@ from bookie.testing.zookeeper import LocalZooKeeper, free_port
 from bookie.wire.messages import ReadResponse
 from rsm.client import connect
 from rsm.config import ReplicaConfig
-from rsm.layout import AppLayout
-from rsm.log import LogStore
-from rsm.replica import Replica
-from rsm.snapshots import read_snapshots
-from rsm.state_machine import StateMachine, command, query
+from rsm.core.layout import AppLayout
+from rsm.core.state_machine import StateMachine, command, query
+from rsm.runtime.log import LogStore
+from rsm.runtime.replica import Replica
+from rsm.snapshots.store import read_snapshots
 
 from .support.disk import file_bytes
 from .support.entries import read_all
@@ -185,7 +185,7 @@ async def create_snapshot(zookeeper: LocalZooKeeper, app: str) -> dict[str, Any]
     """`rsm snapshot create --json`, run as the command line would."""
     words = ["snapshot", "create", "--app", app, "--zk", zookeeper.connect_string, "--json"]
     process = await anyio.run_process(
-        [sys.executable, "-m", "rsm.cli", *words],
+        [sys.executable, "-m", "rsm.tools.cli", *words],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
@@ -355,7 +355,7 @@ async def test_non_deterministic_replicas_are_caught_by_their_state_hashes(
             command = [
                 sys.executable,
                 "-m",
-                "rsm.cli",
+                "rsm.tools.cli",
                 "run",
                 "tests.integration.test_snapshots:Drifting",
                 "--app",

@@ -16,9 +16,9 @@ from bookie.testing.simcluster import SimCluster, Trace, WorldConfig, trace_diff
 from bookie.testing.simloop import run_simulation
 from rsm.client import ClientConfig as RsmClientConfig
 from rsm.config import ReplicaConfig
-from rsm.core.entry_format import decode_log
+from rsm.core.layout import AppLayout
+from rsm.core.log_format import decode_log
 from rsm.errors import RsmError
-from rsm.layout import AppLayout
 from rsm.testing.cluster import APP, RsmCluster
 from rsm.testing.nemesis import RsmFault
 from rsm.testing.rsm_sim import SimOptions, main, run_seed, run_seeds

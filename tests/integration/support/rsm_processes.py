@@ -204,7 +204,7 @@ class RsmProcesses:
         command = [
             sys.executable,
             "-m",
-            "rsm.cli",
+            "rsm.tools.cli",
             "run",
             MACHINE,
             "--app",

@@ -29,7 +29,7 @@ from rsm.core.commands import (
     apply_batch,
     prepare_command,
 )
-from rsm.core.entry_format import decode_batch, encode_batch
+from rsm.core.log_format import decode_batch, encode_batch
 from rsm.core.sessions import Outcome, SessionTable
 from rsm.errors import RsmStatus
 

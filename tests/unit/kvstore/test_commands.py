@@ -8,7 +8,7 @@ from kvstore.errors import RedisError
 from kvstore.resp import Reply, RespMap, RespSet, encode_replies
 from kvstore.state_machine import KVStore
 
-from rsm.state_machine import COMMAND, QUERY
+from rsm.core.state_machine import COMMAND, QUERY
 
 
 def error_of(*args: bytes) -> str:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kvstore.state_machine import KVStore
 
 from rsm.core.commands import AppliedPosition, answer_query, apply_batch, prepare_command
-from rsm.core.entry_format import decode_batch, encode_batch
+from rsm.core.log_format import decode_batch, encode_batch
 from rsm.core.sessions import SessionTable
 from tests.unit.kvstore.replica import START_MS
 

@@ -1,6 +1,6 @@
 """The framework's read-only query context (added for the store's expiry): what a query sees.
 
-These test `rsm.state_machine.Context.for_query`, `rsm.core.commands.AppliedPosition`
+These test `rsm.core.state_machine.Context.for_query`, `rsm.core.commands.AppliedPosition`
 and `answer_query(..., applied=...)`; they live here because the key-value
 store is what needed them.
 """
@@ -16,10 +16,10 @@ from rsm.core.commands import (
     apply_batch,
     prepare_command,
 )
-from rsm.core.entry_format import decode_batch, encode_batch
+from rsm.core.log_format import decode_batch, encode_batch
 from rsm.core.sessions import SessionTable
+from rsm.core.state_machine import Context, StateMachine, command, query
 from rsm.errors import ContextUnavailable, RsmStatus
-from rsm.state_machine import Context, StateMachine, command, query
 
 
 class Clock(StateMachine):

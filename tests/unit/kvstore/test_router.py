@@ -20,8 +20,8 @@ import pytest
 from anyio.abc import SocketAttribute
 from kvstore.router import Router
 
-from rsm.applier import Answerer
 from rsm.client import tcp_connector
+from rsm.core.protocol import CallRequest, Consistency, Op, QueryRequest
 from rsm.core.sessions import Outcome
 from rsm.errors import (
     NotLeader,
@@ -31,8 +31,8 @@ from rsm.errors import (
     SessionExpired,
     StatusError,
 )
-from rsm.protocol import CallRequest, Consistency, Op, QueryRequest
-from rsm.server import ReplicaServer
+from rsm.runtime.applier import Answerer
+from rsm.runtime.server import ReplicaServer
 
 pytestmark = pytest.mark.anyio
 

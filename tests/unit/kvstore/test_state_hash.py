@@ -13,7 +13,7 @@ from kvstore.glob import key_hash
 from kvstore.state_machine import KVStore, content_hash
 
 from rsm.core.commands import apply_batch
-from rsm.core.entry_format import decode_batch
+from rsm.core.log_format import decode_batch
 from rsm.core.sessions import SessionTable
 from tests.unit.kvstore.test_determinism import Log, encode, logs, replay
 

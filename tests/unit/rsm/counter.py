@@ -7,7 +7,7 @@ and randomness, no framework ceremony.
 
 from __future__ import annotations
 
-from rsm.state_machine import StateMachine, command, query
+from rsm.core.state_machine import StateMachine, command, query
 
 
 class Counter(StateMachine):

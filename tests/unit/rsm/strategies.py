@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from rsm.core import log_state
-from rsm.core.entry_format import Batch, CommandItem, Item, LeaderStart, StateHash
+from rsm.core.log_format import Batch, CommandItem, Item, LeaderStart, StateHash
 from rsm.core.log_state import Log
 
 U63 = 2**63 - 1

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsm.core.batching import Batcher, OutgoingBatch
-from rsm.core.entry_format import (
+from rsm.core.log_format import (
     CommandItem,
     LeaderStart,
     decode_batch,

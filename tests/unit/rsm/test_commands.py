@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsm.core.commands import answer_query, apply_batch, prepare_command
-from rsm.core.entry_format import (
+from rsm.core.log_format import (
     Batch,
     CommandItem,
     decode_batch,
@@ -19,6 +19,7 @@ from rsm.core.entry_format import (
     encode_leader_start,
 )
 from rsm.core.sessions import Outcome, SessionTable
+from rsm.core.state_machine import StateMachine, command, query
 from rsm.errors import (
     BadArguments,
     CommandFailed,
@@ -27,7 +28,6 @@ from rsm.errors import (
     SessionExpired,
     UnknownCommand,
 )
-from rsm.state_machine import StateMachine, command, query
 from tests.unit.rsm.counter import Counter
 
 

@@ -16,9 +16,9 @@ import pytest
 
 from bookie.logs import record_fields
 from rsm import limits
-from rsm.cpu_priority import FollowerPriority, nice_for, parse_autogroup
 from rsm.errors import InvalidConfig
-from rsm.replica import Role
+from rsm.runtime.cpu_priority import FollowerPriority, nice_for, parse_autogroup
+from rsm.runtime.replica import Role
 from tests.unit.runtime.harness import wait_until
 
 
@@ -134,7 +134,7 @@ async def test_any_other_refusal_ends_the_management_with_a_warning(
 ) -> None:
     priority = Recording(10, tmp_path)
     priority.refusals = [errno.EPERM]
-    with anyio.fail_after(5), caplog.at_level(logging.WARNING, logger="rsm.cpu_priority"):
+    with anyio.fail_after(5), caplog.at_level(logging.WARNING, logger="rsm.runtime.cpu_priority"):
         await priority.run()
     assert priority.written == []
     assert priority.applied_nice == 0
@@ -146,7 +146,7 @@ async def test_where_it_cannot_work_run_says_why_once_and_returns(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     priority = Recording(10, tmp_path, session_leader=False)
-    with anyio.fail_after(5), caplog.at_level(logging.INFO, logger="rsm.cpu_priority"):
+    with anyio.fail_after(5), caplog.at_level(logging.INFO, logger="rsm.runtime.cpu_priority"):
         await priority.run()
     priority.on_role(Role.LEADER)
     assert priority.written == []
@@ -162,7 +162,7 @@ async def test_a_session_leader_in_the_root_autogroup_leaves_it_alone(
     in the root autogroup, which /proc shows as nothing and whose priority is fixed."""
     priority = Recording(10, tmp_path)
     (tmp_path / "autogroup").write_text("")
-    with anyio.fail_after(5), caplog.at_level(logging.INFO, logger="rsm.cpu_priority"):
+    with anyio.fail_after(5), caplog.at_level(logging.INFO, logger="rsm.runtime.cpu_priority"):
         await priority.run()
     assert priority.written == []
     assert priority.applied_nice is None

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rsm.core.election import candidate_sequence, candidates, leader_elect, may_stand
-from rsm.core.entry_format import CandidateInfo, Handoff
+from rsm.core.log_format import CandidateInfo, Handoff
 
 
 def child(sequence: int) -> str:

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsm.core import entry_format as ef
-from rsm.core.entry_format import (
+from rsm.core import log_format as ef
+from rsm.core.log_format import (
     Batch,
     CandidateInfo,
     CommandItem,

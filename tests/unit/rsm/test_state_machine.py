@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsm.errors import BadArguments, BadStateMachine, ContextUnavailable, UnknownCommand
-from rsm.state_machine import (
+from rsm.core.state_machine import (
     Context,
     StateMachine,
     command,
@@ -18,6 +17,7 @@ from rsm.state_machine import (
     resolve_command,
     resolve_query,
 )
+from rsm.errors import BadArguments, BadStateMachine, ContextUnavailable, UnknownCommand
 from tests.unit.rsm.counter import Counter
 
 

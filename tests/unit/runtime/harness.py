@@ -30,8 +30,8 @@ from bookie.meta.memory import MemoryMetadataStore
 from rsm.client import Client, connect
 from rsm.client import ClientConfig as RsmClientConfig
 from rsm.config import ReplicaConfig
-from rsm.replica import Replica, Role
-from rsm.state_machine import StateMachine
+from rsm.core.state_machine import StateMachine
+from rsm.runtime.replica import Replica, Role
 from tests.unit.ledger_client.cluster import WAIT_S, LocalCluster, fast_config, memory_cluster
 from tests.unit.rsm.counter import Counter
 

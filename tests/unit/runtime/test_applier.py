@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from rsm.applier import Applier, Read
 from rsm.config import ReplicaConfig
 from rsm.core.commands import prepare_command
-from rsm.core.entry_format import Batch, decode_batch, encode_batch
+from rsm.core.log_format import Batch, decode_batch, encode_batch
 from rsm.core.sessions import Outcome
 from rsm.errors import MalformedValue, RsmStatus
+from rsm.runtime.applier import Applier, Read
 from tests.unit.rsm.counter import Counter
 
 

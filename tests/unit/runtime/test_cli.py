@@ -8,10 +8,10 @@ from typing import Any
 import anyio
 import pytest
 
-from rsm import cli
+from rsm.core.layout import AppLayout
 from rsm.errors import InvalidConfig
-from rsm.layout import AppLayout
-from rsm.log import LogStore
+from rsm.runtime.log import LogStore
+from rsm.tools import cli
 from tests.unit.ledger_client.cluster import memory_cluster
 from tests.unit.rsm.counter import Counter
 

@@ -17,14 +17,14 @@ import pytest
 from anyio.abc import SocketAttribute
 
 from bookie.meta.memory import MemoryMetadataStore
-from rsm.applier import Answerer
 from rsm.client import Client, ClientConfig, connect, tcp_connector
-from rsm.core.entry_format import LeaderInfo, encode_leader
+from rsm.core.layout import AppLayout
+from rsm.core.log_format import LeaderInfo, encode_leader
+from rsm.core.protocol import CallRequest, Op, QueryRequest
 from rsm.core.sessions import Outcome
 from rsm.errors import NotLeader, OutcomeUnknown, SessionExpired, StatusError, Timeout
-from rsm.layout import AppLayout
-from rsm.protocol import CallRequest, Op, QueryRequest
-from rsm.server import ReplicaServer
+from rsm.runtime.applier import Answerer
+from rsm.runtime.server import ReplicaServer
 
 pytestmark = pytest.mark.anyio
 

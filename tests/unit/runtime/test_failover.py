@@ -13,11 +13,11 @@ import pytest
 
 from rsm.client import ClientConfig, connect, tcp_connector
 from rsm.config import ReplicaConfig
-from rsm.core.entry_format import decode_log
+from rsm.core.layout import AppLayout
+from rsm.core.log_format import decode_log
 from rsm.core.log_state import SegmentState
 from rsm.errors import NotLeader, OutcomeUnknown
-from rsm.layout import AppLayout
-from rsm.replica import Replica
+from rsm.runtime.replica import Replica
 from tests.unit.runtime.harness import APP, Replicas, replica_cluster, wait_until
 
 pytestmark = pytest.mark.anyio

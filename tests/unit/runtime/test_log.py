@@ -10,14 +10,14 @@ import pytest
 
 from bookie.client.ledger_client import LedgerClient
 from bookie.meta.api import MetadataStore
-from rsm.applier import Applier
 from rsm.config import ReplicaConfig
 from rsm.core.commands import AppliedPosition, prepare_command
-from rsm.core.entry_format import encode_batch, encode_log
+from rsm.core.layout import AppLayout
+from rsm.core.log_format import encode_batch, encode_log
 from rsm.core.log_state import Log, Segment, SegmentState
 from rsm.errors import MalformedValue
-from rsm.layout import AppLayout
-from rsm.log import LogFollower, LogStore, SegmentReader, replay_log
+from rsm.runtime.applier import Applier
+from rsm.runtime.log import LogFollower, LogStore, SegmentReader, replay_log
 from tests.unit.ledger_client.cluster import fast_config, memory_cluster
 from tests.unit.rsm.counter import Counter
 from tests.unit.runtime.harness import wait_until

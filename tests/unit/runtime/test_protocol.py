@@ -11,9 +11,7 @@ from hypothesis import strategies as st
 
 from bookie.wire.codec import FrameDecoder
 from rsm import limits
-from rsm.core.sessions import Outcome
-from rsm.errors import BadRequest, CommandFailed, NotLeader, ProtocolViolation, RsmStatus
-from rsm.protocol import (
+from rsm.core.protocol import (
     CallRequest,
     Consistency,
     Op,
@@ -28,6 +26,8 @@ from rsm.protocol import (
     encode_request,
     encode_response,
 )
+from rsm.core.sessions import Outcome
+from rsm.errors import BadRequest, CommandFailed, NotLeader, ProtocolViolation, RsmStatus
 
 request_ids = st.integers(0, (1 << 63) - 1)
 names = st.text(min_size=1, max_size=limits.command_name_chars_max)

@@ -10,7 +10,7 @@ import pytest
 
 from rsm.config import ReplicaConfig
 from rsm.errors import NotLeader
-from rsm.replica import Replica
+from rsm.runtime.replica import Replica
 from tests.unit.runtime.harness import WAIT_S, replica_cluster, replica_config, wait_until
 from tests.unit.runtime.test_failover import start_three
 from tests.unit.runtime.test_transfer import everyone_stands

@@ -12,14 +12,14 @@ import pytest
 from bookie.client.ledger_client import LedgerClient
 from rsm.client import connect
 from rsm.config import ReplicaConfig
-from rsm.core.entry_format import decode_log
+from rsm.core.layout import AppLayout
+from rsm.core.log_format import decode_log
 from rsm.core.log_state import SegmentState
+from rsm.core.protocol import CallRequest
 from rsm.core.sessions import Outcome
 from rsm.errors import BadArguments, CommandFailed, RsmStatus, UnknownCommand
-from rsm.layout import AppLayout
-from rsm.leadership import Leadership
-from rsm.protocol import CallRequest
-from rsm.replica import Replica
+from rsm.runtime.election import Leadership
+from rsm.runtime.replica import Replica
 from tests.unit.ledger_client.cluster import WAIT_S
 from tests.unit.rsm.counter import Counter
 from tests.unit.runtime.harness import (
@@ -308,7 +308,7 @@ async def test_the_leader_lets_the_machine_be_idle_while_each_batch_is_stored(
 ) -> None:
     """`idle` runs once the batch is sent and before it is applied (it sees the value
     without the batch); one that raises is reported and the leader serves on."""
-    caplog.set_level(logging.ERROR, logger="rsm.leader")
+    caplog.set_level(logging.ERROR, logger="rsm.runtime.leader_term")
     async with replica_cluster() as replicas:
         _, machine = await _idle_counter_leader(replicas)
         async with replicas.client() as client:

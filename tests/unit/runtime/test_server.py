@@ -10,9 +10,9 @@ import cbor2
 import pytest
 
 from rsm import limits
+from rsm.core.protocol import CallRequest, Op, StatusRequest, encode_request
 from rsm.errors import RsmStatus
-from rsm.protocol import CallRequest, Op, StatusRequest, encode_request
-from rsm.replica import Replica
+from rsm.runtime.replica import Replica
 from tests.unit.runtime.harness import replica_cluster, wait_until
 from tests.unit.runtime.test_failover import start_three
 from tests.unit.server.support import read_bodies, read_until_closed

@@ -15,7 +15,7 @@ from bookie.meta.memory import MemoryMetadataServer, MemoryMetadataStore
 from bookie.testing.simloop import run_simulation
 from bookie.testing.simnet import SimNetwork
 from rsm.client import connect
-from rsm.replica import Replica
+from rsm.runtime.replica import Replica
 from tests.unit.ledger_client.test_simulated import BOOKIES, simulated_bookie
 from tests.unit.rsm.counter import Counter
 from tests.unit.runtime.harness import ledger_config, replica_config, wait_until

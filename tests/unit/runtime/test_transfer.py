@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 
-from rsm.core.entry_format import decode_log
+from rsm.core.layout import AppLayout
+from rsm.core.log_format import decode_log
 from rsm.core.log_state import Log, SegmentState
 from rsm.errors import BadRequest, NotLeader
-from rsm.layout import AppLayout
-from rsm.replica import Role
+from rsm.runtime.replica import Role
 from tests.unit.runtime.harness import APP, Replicas, replica_cluster, wait_until
 from tests.unit.runtime.test_failover import NAMES, all_converge_to, fenced_on, start_three
 
@@ -128,7 +128,7 @@ async def test_the_last_replica_stopping_closes_its_segment_for_the_next_one() -
 
 
 async def test_on_role_reports_each_change_of_role() -> None:
-    """What rsm/cpu_priority.py relies on: each replica that takes over, leads, or hands
+    """What rsm/runtime/cpu_priority.py relies on: each replica that takes over, leads, or hands
     over and follows again says so, once per change."""
     roles: dict[str, list[Role]] = {name: [] for name in NAMES}
     async with replica_cluster() as replicas:

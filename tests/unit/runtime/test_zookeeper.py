@@ -17,8 +17,8 @@ import pytest
 from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
 from bookie.testing.zookeeper import LocalZooKeeper
-from rsm import cli
 from rsm.client import connect, connect_sync
+from rsm.tools import cli
 from tests.unit.ledger_client.cluster import LocalCluster
 from tests.unit.runtime.harness import APP, Replicas, wait_until
 from tests.unit.runtime.test_failover import all_converge_to, start_three
@@ -104,7 +104,7 @@ async def test_rsm_run_serves_until_sigterm_then_stops_gracefully(
         command = [
             sys.executable,
             "-m",
-            "rsm.cli",
+            "rsm.tools.cli",
             "run",
             "tests.unit.rsm.counter:Counter",
             "--app",

@@ -28,8 +28,8 @@ from rsm.core.snapshot_format import (
     SnapshotReader,
 )
 from rsm.core.snapshot_state import StateDecoder
-from rsm.snapshot_capture import CaptureResult, stream_snapshot
-from rsm.state_machine import StateMachine
+from rsm.core.state_machine import StateMachine
+from rsm.snapshots.capture import CaptureResult, stream_snapshot
 
 VALUE_BYTES = 1024
 LENGTH = struct.Struct(">I")

@@ -22,13 +22,13 @@ from bookie.client.connections import tcp_connector
 from bookie.client.ledger_client import LedgerClient
 from bookie.meta.api import MetadataStore
 from rsm.config import ReplicaConfig
+from rsm.core.layout import AppLayout
 from rsm.core.log_state import Log
 from rsm.core.snapshot_manifest import SnapshotsValue
-from rsm.layout import AppLayout
-from rsm.log import LogStore
-from rsm.replica import Replica
-from rsm.snapshots import SnapshotStore
-from rsm.state_machine import StateMachine, command, query
+from rsm.core.state_machine import StateMachine, command, query
+from rsm.runtime.log import LogStore
+from rsm.runtime.replica import Replica
+from rsm.snapshots.store import SnapshotStore
 from tests.unit.runtime.harness import APP, Replicas, ledger_config, replica_config
 
 

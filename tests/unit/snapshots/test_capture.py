@@ -19,9 +19,9 @@ from rsm.core.snapshot_format import (
     SnapshotReader,
 )
 from rsm.core.snapshot_state import restore_state
+from rsm.core.state_machine import StateMachine
 from rsm.errors import BadSnapshotState
-from rsm.snapshot_capture import FORK, INLINE, capture
-from rsm.state_machine import StateMachine
+from rsm.snapshots.capture import FORK, INLINE, capture
 
 pytestmark = pytest.mark.anyio
 

@@ -12,11 +12,11 @@ from dataclasses import replace
 import anyio
 import pytest
 
-from rsm.applier import Applier
 from rsm.config import ReplicaConfig
 from rsm.core.log_state import Log
 from rsm.errors import Truncated
-from rsm.log import LogFollower, LogStore, SegmentReader
+from rsm.runtime.applier import Applier
+from rsm.runtime.log import LogFollower, LogStore, SegmentReader
 from tests.unit.rsm.counter import Counter
 from tests.unit.runtime.harness import APP, replica_cluster, wait_until
 from tests.unit.snapshots.support import Gate, app_view, gated_replica, snapshot_config
@@ -158,7 +158,7 @@ async def test_a_corrupt_snapshot_is_skipped_for_the_previous_one_loudly(
             return replace(value, snapshots=(*value.snapshots[:-1], bad))
 
         await view.snapshot_store().update(corrupt)
-        caplog.set_level(logging.ERROR, logger="rsm.snapshot_service")
+        caplog.set_level(logging.ERROR, logger="rsm.runtime.snapshot_service")
         late = await replicas.start("b", config=config)
         assert late.snapshots.skipped == 1
         assert late.snapshots.last_loaded is not None

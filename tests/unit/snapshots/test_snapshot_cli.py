@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from bookie.testing.zookeeper import LocalZooKeeper
-from rsm import cli
+from rsm.tools import cli
 from tests.unit.runtime.harness import APP, wait_until
 from tests.unit.runtime.test_zookeeper import zk_replicas
 from tests.unit.snapshots.support import snapshot_config

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
+from rsm.core.state_machine import command
 from rsm.errors import BadSnapshotState, RsmError
-from rsm.state_machine import command
 from tests.unit.rsm.counter import Counter
 from tests.unit.runtime.harness import replica_cluster, wait_until
 from tests.unit.snapshots.support import app_view, snapshot_config

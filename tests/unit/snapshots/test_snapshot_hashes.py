@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsm.core.entry_format import StateHash
-from rsm.core.snapshot_hashes import Divergence, StateHashes
+from rsm.core.log_format import StateHash
+from rsm.core.state_hashes import Divergence, StateHashes
 
 
 @given(

@@ -12,15 +12,15 @@ from hypothesis import strategies as st
 from kvstore.state_machine import KVStore
 
 from rsm.core.commands import apply_batch
-from rsm.core.entry_format import Batch, CommandItem
-from rsm.core.sessions import SessionTable
-from rsm.protocol import (
+from rsm.core.log_format import Batch, CommandItem
+from rsm.core.protocol import (
     Op,
     SnapshotRequest,
     UndecodableRequest,
     decode_request,
     encode_request,
 )
+from rsm.core.sessions import SessionTable
 
 
 def test_a_snapshot_request_round_trips() -> None:

@@ -21,8 +21,8 @@ from sortedcontainers import (  # type: ignore[import-untyped]
 
 from rsm import limits
 from rsm.core.snapshot_state import StateDecoder, digest, encode_state, restore_state
+from rsm.core.state_machine import StateMachine
 from rsm.errors import BadSnapshotState, SnapshotCorrupt
-from rsm.state_machine import StateMachine
 
 
 class Bag:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rsm.state_machine import StateMachine, command, query
+from rsm.core.state_machine import StateMachine, command, query
 from tests.unit.runtime.harness import replica_cluster, wait_until
 from tests.unit.snapshots.support import snapshot_config
 
@@ -69,7 +69,7 @@ async def test_a_deterministic_application_is_verified() -> None:
 
 
 async def test_a_non_deterministic_application_is_caught(caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.ERROR, logger="rsm.applier")
+    caplog.set_level(logging.ERROR, logger="rsm.runtime.applier")
     statuses = await run_three(Drifting, "drift", 3 * EVERY)
     leader = next(s for s in statuses if s["serving"])
     assert leader["state_hashes"]["divergences"] == 0

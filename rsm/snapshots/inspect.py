@@ -25,7 +25,7 @@ from rsm.core.snapshot_format import (
 from rsm.core.snapshot_manifest import Manifest, SnapshotsValue
 from rsm.core.snapshot_state import StateDecoder, public_attributes
 from rsm.errors import RsmError
-from rsm.snapshots import SnapshotStore
+from rsm.snapshots.store import SnapshotStore
 
 
 def manifest_plain(manifest: Manifest) -> dict[str, Any]:

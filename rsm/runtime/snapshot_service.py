@@ -5,13 +5,13 @@
 * `watch` keeps the replica's copy of the snapshots znode current (one
   ZooKeeper watch), so policy and truncation decisions cost no reads.
 * `take` captures the state at the replica's applied position
-  (rsm/snapshot_capture.py), writes it to a new ledger and registers it
-  (rsm/snapshots.py).  One at a time per replica.  `policy_loop` calls it
+  (rsm/snapshots/capture.py), writes it to a new ledger and registers it
+  (rsm/snapshots/store.py).  One at a time per replica.  `policy_loop` calls it
   when the policy says a snapshot is due and this replica is the
   snapshotter (rsm/core/snapshot_policy.py); `rsm snapshot create` calls it
   through the replica's SNAPSHOT request.
 * `load_newest` restores the newest valid snapshot above the replica's
-  applied index (rsm/snapshot_loader.py) and installs it in the `Applier`:
+  applied index (rsm/snapshots/loader.py) and installs it in the `Applier`:
   at start, and when the log was truncated past what the replica applied.
   A corrupt snapshot is skipped for the previous one, with an error logged
   (`rsm.snapshot_skipped`).  A replica whose state is at or past the newest
@@ -41,7 +41,6 @@ import anyio
 from bookie.errors import BookieError
 from bookie.logs import emit
 from rsm import limits
-from rsm.applier import Applier
 from rsm.config import ReplicaConfig
 from rsm.core import snapshot_manifest
 from rsm.core.snapshot_format import CODEC_CUSTOM, CODEC_DEFAULT, SnapshotHeader
@@ -52,13 +51,14 @@ from rsm.core.snapshot_manifest import (
     SnapshotsValue,
 )
 from rsm.core.snapshot_policy import SnapshotPolicy, plan_truncation
+from rsm.core.state_machine import StateMachine
 from rsm.errors import RsmError, SnapshotCorrupt, Unavailable
-from rsm.leader import LeaderTerm
-from rsm.snapshot_capture import FORK, INLINE, capture, fork_available
-from rsm.snapshot_loader import Restored, load, machine_name
-from rsm.snapshots import SnapshotStore, pending_ledger
-from rsm.state_machine import StateMachine
-from rsm.transient import is_transient
+from rsm.runtime.applier import Applier
+from rsm.runtime.leader_term import LeaderTerm
+from rsm.runtime.transient import is_transient
+from rsm.snapshots.capture import FORK, INLINE, capture, fork_available
+from rsm.snapshots.loader import Restored, load, machine_name
+from rsm.snapshots.store import SnapshotStore, pending_ledger
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ default; the simulation passes its simulated network's) and serves each with
 a `ClientConnection`, which runs two loops on its stream:
 
 * the reader receives up to `limits.socket_receive_bytes` at a time, splits
-  frames (`FrameDecoder`), decodes each request (`rsm/protocol.py`) and hands
+  frames (`FrameDecoder`), decodes each request (`rsm/core/protocol.py`) and hands
   it to the replica (`Endpoint`), synchronously; after each chunk it calls
   `flush` once, so the leader cuts one batch for everything that chunk
   carried instead of one per command;
@@ -45,10 +45,7 @@ from bookie.logs import emit
 from bookie.outbox import Outbox
 from bookie.wire.codec import FrameDecoder
 from rsm import limits
-from rsm.applier import Answerer
-from rsm.core.sessions import Outcome
-from rsm.errors import Overloaded, ProtocolViolation, RsmStatus, StatusError
-from rsm.protocol import (
+from rsm.core.protocol import (
     CallRequest,
     Op,
     QueryRequest,
@@ -60,6 +57,9 @@ from rsm.protocol import (
     encode_error,
     encode_response,
 )
+from rsm.core.sessions import Outcome
+from rsm.errors import Overloaded, ProtocolViolation, RsmStatus, StatusError
+from rsm.runtime.applier import Answerer
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ or closes its segment, so the successor needs no fencing).  It logs one JSON
 object per line on stderr (`bookie.logs`): `rsm.ready` once it serves
 clients, `rsm.leader` when it becomes leader, `rsm.step_down`, ...  While it
 follows, a replica that leads its own session (`setsid rsm run ...`) runs at
-a lower CPU priority, `--follower-nice` (rsm/cpu_priority.py).
+a lower CPU priority, `--follower-nice` (rsm/runtime/cpu_priority.py).
 
 `rsm snapshot create` asks one replica to snapshot its state now: the one
 named by `--replica`, else a caught-up follower (so the leader is not
@@ -68,16 +68,16 @@ from bookie.runtime_tuning import tune_for_throughput
 from rsm import limits
 from rsm.client import Client, connect
 from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
-from rsm.core.entry_format import decode_leader
-from rsm.cpu_priority import FollowerPriority
+from rsm.core.layout import AppLayout
+from rsm.core.log_format import decode_leader
+from rsm.core.protocol import Consistency
+from rsm.core.state_machine import StateMachine
 from rsm.errors import InvalidConfig, MalformedValue, RsmError, Unavailable
-from rsm.layout import AppLayout
-from rsm.log import LogStore
-from rsm.protocol import Consistency
-from rsm.replica import Replica
-from rsm.snapshot_inspect import inspect, listing
-from rsm.snapshots import SnapshotStore, read_snapshots
-from rsm.state_machine import StateMachine
+from rsm.runtime.cpu_priority import FollowerPriority
+from rsm.runtime.log import LogStore
+from rsm.runtime.replica import Replica
+from rsm.snapshots.inspect import inspect, listing
+from rsm.snapshots.store import SnapshotStore, read_snapshots
 
 logger = logging.getLogger("rsm.cli")
 
@@ -176,7 +176,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def add_follower_nice(run: argparse.ArgumentParser) -> None:
-    """`--follower-nice`, for every command that runs a replica (rsm/cpu_priority.py)."""
+    """`--follower-nice`, for every command that runs a replica (rsm/runtime/cpu_priority.py)."""
     run.add_argument(
         "--follower-nice",
         type=int,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rsm import limits
-from rsm.core.entry_format import StateHash
+from rsm.core.log_format import StateHash
 
 
 @dataclass(frozen=True, slots=True)

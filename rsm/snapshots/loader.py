@@ -38,9 +38,9 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-from rsm.applier import Cursor
 from rsm.config import ReplicaConfig
 from rsm.core.commands import AppliedPosition
+from rsm.core.log_state import Cursor
 from rsm.core.sessions import PLAIN_VERSION, SessionTable
 from rsm.core.snapshot_format import (
     SECTION_FRAMEWORK,
@@ -50,10 +50,10 @@ from rsm.core.snapshot_format import (
 )
 from rsm.core.snapshot_manifest import Manifest
 from rsm.core.snapshot_state import StateDecoder
+from rsm.core.state_machine import StateMachine
 from rsm.errors import MalformedValue, SnapshotCorrupt
-from rsm.snapshot_capture import uses_default_hash
-from rsm.snapshots import SnapshotStore
-from rsm.state_machine import StateMachine
+from rsm.snapshots.capture import uses_default_hash
+from rsm.snapshots.store import SnapshotStore
 
 logger = logging.getLogger(__name__)
 

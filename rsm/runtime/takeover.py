@@ -38,13 +38,13 @@ from bookie.client.ledger_client import LedgerClient
 from bookie.client.write_handle import WriteHandle
 from bookie.logs import emit
 from bookie.meta.api import ANY_VERSION, SetData
-from rsm.applier import Applier
 from rsm.config import ReplicaConfig
 from rsm.core import log_state
-from rsm.core.entry_format import Handoff, encode_handoff, encode_log
+from rsm.core.log_format import Handoff, encode_handoff, encode_log
 from rsm.core.log_state import Log
 from rsm.core.reads import successor_wait_ms
-from rsm.log import LogStore, SegmentReader, discard_ledger, replay_log
+from rsm.runtime.applier import Applier
+from rsm.runtime.log import LogStore, SegmentReader, discard_ledger, replay_log
 
 logger = logging.getLogger(__name__)
 

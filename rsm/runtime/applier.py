@@ -19,7 +19,7 @@ Queries are answered here too, from the applied state: at once (`stale`,
 linearizable reads once their confirmation round succeeded) or once a given
 index is applied (`read_your_writes`, through `IndexWaiters`).
 
-State hashes (rsm/core/snapshot_hashes.py) are recorded here, after the
+State hashes (rsm/core/state_hashes.py) are recorded here, after the
 batches the schedule names, and the hashes the log carries are compared
 here; a divergence raises the alarm (`rsm.diverged` log line, counters in the
 replica's status) and applying goes on.  `install` replaces the whole state
@@ -39,13 +39,14 @@ from bookie.logs import emit
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core.commands import INITIAL_POSITION, AppliedPosition, answer_query, apply_batch
-from rsm.core.entry_format import Batch
+from rsm.core.log_format import Batch
+from rsm.core.log_state import Cursor
+from rsm.core.protocol import Op
 from rsm.core.reads import IndexWaiters
 from rsm.core.sessions import Outcome, SessionTable
-from rsm.core.snapshot_hashes import StateHashes
+from rsm.core.state_hashes import StateHashes
+from rsm.core.state_machine import StateMachine
 from rsm.errors import MalformedValue, StatusError
-from rsm.protocol import Op
-from rsm.state_machine import StateMachine
 
 logger = logging.getLogger(__name__)
 
@@ -66,13 +67,6 @@ class Read(NamedTuple):
     name: str
     args: list[Any]
     kwargs: dict[str, Any]
-
-
-class Cursor(NamedTuple):
-    """The last entry applied: ledger id and entry id."""
-
-    ledger_id: int
-    entry_id: int
 
 
 class Applier:

@@ -60,8 +60,8 @@ from rsm.core.snapshot_format import (
     StreamSummary,
     framework_records,
 )
+from rsm.core.state_machine import StateMachine
 from rsm.errors import BadSnapshotState, SnapshotCorrupt
-from rsm.state_machine import StateMachine
 
 FORK: Final = "fork"
 INLINE: Final = "inline"

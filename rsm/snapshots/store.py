@@ -54,6 +54,7 @@ from bookie.meta.api import MetadataStore, SetData
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core import snapshot_manifest
+from rsm.core.layout import AppLayout
 from rsm.core.snapshot_manifest import (
     Manifest,
     SnapshotsValue,
@@ -61,7 +62,6 @@ from rsm.core.snapshot_manifest import (
     encode_snapshots,
 )
 from rsm.errors import SnapshotCorrupt, Unavailable
-from rsm.layout import AppLayout
 
 logger = logging.getLogger(__name__)
 

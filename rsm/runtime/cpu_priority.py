@@ -51,7 +51,7 @@ import anyio
 from bookie.logs import emit
 from rsm import limits
 from rsm.errors import InvalidConfig
-from rsm.replica import Role
+from rsm.runtime.replica import Role
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ sequence number.  This module does the ZooKeeper part around it:
   epoch.  `follow_leader` keeps `leader` up to date for NotLeader hints and
   for measuring a handoff.
 * **Pin**: every takeover records its leader in `handoff` under the new epoch
-  (rsm/takeover.py), so a leader stays leader-elect while it is a candidate.
+  (rsm/runtime/takeover.py), so a leader stays leader-elect while it is a candidate.
   A leader that steps down for its own failure (not because it lost its
   session or was replaced) withdraws and clears its pin (`clear_pin`), so
   that another candidate is elected instead of itself again.
@@ -44,7 +44,7 @@ from bookie.meta import paths
 from bookie.meta.api import NO_NODE_VERSION, MetadataStore
 from rsm import limits
 from rsm.core.election import Candidate, candidates, leader_elect
-from rsm.core.entry_format import (
+from rsm.core.log_format import (
     CandidateInfo,
     Handoff,
     LeaderInfo,
@@ -55,7 +55,7 @@ from rsm.core.entry_format import (
     encode_leader,
 )
 from rsm.errors import MalformedValue, NotLeader, Unavailable
-from rsm.log import LogStore
+from rsm.runtime.log import LogStore
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Bytes <-> messages of the client<->replica protocol.
 
-Pure: no sockets.  The replica's server (`rsm/server.py`) and the client
+Pure: no sockets.  The replica's server (`rsm/runtime/server.py`) and the client
 (`rsm/client.py`) both use it.  Frames are those of the bookie protocol
 (`bookie.wire.codec.frame` / `FrameDecoder`): a 4-byte big-endian length, then
 a body of that many bytes, 1 <= length <= `limits.frame_bytes_max`.  A body
@@ -34,9 +34,9 @@ Response body, the same 8 fields for every op::
     detail   text | null   NotLeader: the leader's address; CommandFailed: the
                            exception's type name; null otherwise
     value    any           CALL/QUERY: the result; STATUS: a map (see
-                           `rsm.replica.Replica.status`); TRANSFER_LEADERSHIP:
+                           `rsm.runtime.replica.Replica.status`); TRANSFER_LEADERSHIP:
                            {"target": text, "window_ms": uint}; SNAPSHOT: the
-                           snapshot's manifest as a map (`rsm.snapshot_inspect.manifest_plain`);
+                           snapshot's manifest as a map (`rsm.snapshots.inspect.manifest_plain`);
                            null on errors
     index    uint          CALL: the command's index in the log (also when the
                            command failed; 0 when it was never logged); QUERY:

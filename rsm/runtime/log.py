@@ -44,13 +44,13 @@ from bookie.errors import (
 )
 from bookie.logs import emit
 from bookie.meta.api import MetadataStore, Op
-from rsm.applier import Applier
 from rsm.core.election import may_stand
-from rsm.core.entry_format import Batch, decode_batch, decode_log, encode_log
+from rsm.core.layout import AppLayout
+from rsm.core.log_format import Batch, decode_batch, decode_log, encode_log
 from rsm.core.log_state import Log, Segment
 from rsm.errors import MalformedValue, Truncated
-from rsm.layout import AppLayout
-from rsm.transient import is_transient
+from rsm.runtime.applier import Applier
+from rsm.runtime.transient import is_transient
 
 logger = logging.getLogger(__name__)
 

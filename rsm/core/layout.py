@@ -3,7 +3,7 @@
 Pure.  Everything of application `<app>` sits under `/rsm/<app>`
 (`docs/architecture.md`, "ZooKeeper layout of one application")::
 
-    /rsm/<app>/log                 the segments (rsm/core/entry_format.py); changed only by CAS
+    /rsm/<app>/log                 the segments (rsm/core/log_format.py); changed only by CAS
     /rsm/<app>/election/n-<seq>    ephemeral sequential candidacies {replica_id, address}
     /rsm/<app>/leader              ephemeral {replica_id, address, epoch}: discovery
     /rsm/<app>/handoff             {target, epoch}: who should lead that epoch; empty: nobody

@@ -10,7 +10,7 @@ writer of its state:
 
 Around that loop, tasks owned by the replica's task group:
 
-* the client-facing server (rsm/server.py), which hands requests to
+* the client-facing server (rsm/runtime/server.py), which hands requests to
   `handle_call` / `handle_query` (the `Endpoint` of the server);
 * the election loop: stands as a candidate once the follower is caught up
   (`limits.candidate_lag_entries_max`), evaluates the leader-elect on every
@@ -21,7 +21,7 @@ Around that loop, tasks owned by the replica's task group:
   outlive the disconnection by the session timeout); after LOST the
   candidacy and membership are gone and are created again once caught up;
 * the leader watch (`Leadership.follow_leader`), for NotLeader hints;
-* the snapshot work (rsm/snapshot_service.py): the snapshots znode watch and
+* the snapshot work (rsm/runtime/snapshot_service.py): the snapshots znode watch and
   the snapshot policy; while leading, also truncation and garbage deletion.
 
 A replica starts from the newest valid snapshot (and replays the log after
@@ -75,14 +75,16 @@ from bookie.meta.api import (
     Op as MetadataOp,
 )
 from rsm import limits
-from rsm.applier import Answerer, Applier, Read
 from rsm.config import ReplicaConfig
 from rsm.core import log_state
 from rsm.core.commands import AppliedPosition
 from rsm.core.election import Candidate
-from rsm.core.entry_format import Handoff, encode_handoff, encode_log
+from rsm.core.layout import RSM_ROOT, AppLayout, check_replica_id
+from rsm.core.log_format import Handoff, encode_handoff, encode_log
+from rsm.core.protocol import CallRequest, Consistency, Op, QueryRequest
 from rsm.core.sessions import Outcome, SessionTable
 from rsm.core.snapshot_policy import snapshotter
+from rsm.core.state_machine import StateMachine
 from rsm.errors import (
     BadRequest,
     InvalidConfig,
@@ -92,18 +94,16 @@ from rsm.errors import (
     Truncated,
     Unavailable,
 )
-from rsm.layout import RSM_ROOT, AppLayout, check_replica_id
-from rsm.leader import LeaderTerm
-from rsm.leadership import ElectionView, Leadership
-from rsm.log import LogFollower, LogStore, SegmentReader
-from rsm.protocol import CallRequest, Consistency, Op, QueryRequest
-from rsm.server import ReplicaServer
-from rsm.snapshot_inspect import manifest_plain
-from rsm.snapshot_service import SnapshotService
-from rsm.snapshots import SnapshotStore
-from rsm.state_machine import StateMachine
-from rsm.takeover import Takeover, take_over
-from rsm.transient import is_transient
+from rsm.runtime.applier import Answerer, Applier, Read
+from rsm.runtime.election import ElectionView, Leadership
+from rsm.runtime.leader_term import LeaderTerm
+from rsm.runtime.log import LogFollower, LogStore, SegmentReader
+from rsm.runtime.server import ReplicaServer
+from rsm.runtime.snapshot_service import SnapshotService
+from rsm.runtime.takeover import Takeover, take_over
+from rsm.runtime.transient import is_transient
+from rsm.snapshots.inspect import manifest_plain
+from rsm.snapshots.store import SnapshotStore
 
 logger = logging.getLogger(__name__)
 

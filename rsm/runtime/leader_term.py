@@ -53,7 +53,7 @@ from the version this term last wrote.
 
 The leader also carries state hashes into the log: each batch it cuts takes
 the newest hash it recorded that the log does not carry yet
-(rsm/core/snapshot_hashes.py).
+(rsm/core/state_hashes.py).
 
 Step-down (`step_down`): EFENCED or any other refusal of the ledger, a lost
 CAS, or a reason from outside (session trouble, election lost).  A ledger
@@ -99,19 +99,19 @@ from bookie.errors import BookieError, LedgerFenced
 from bookie.logs import emit
 from bookie.meta.api import Op as MetadataOp
 from bookie.meta.api import SetData
-from rsm.applier import Answerer, Applier, Read
 from rsm.config import ReplicaConfig
 from rsm.core import log_state
 from rsm.core.batching import Batcher, OutgoingBatch
 from rsm.core.commands import prepare_command_item
-from rsm.core.entry_format import Batch, LeaderStart, encode_leader_start, encode_log
+from rsm.core.log_format import Batch, LeaderStart, encode_leader_start, encode_log
 from rsm.core.log_state import Log, Segment
+from rsm.core.protocol import CallRequest, Op
 from rsm.core.reads import LinearizableReads, ReadLease
 from rsm.core.sessions import Outcome
 from rsm.errors import NotLeader, OutcomeUnknown, StatusError
-from rsm.log import LogStore, decode_entry, discard_ledger
-from rsm.protocol import CallRequest, Op
-from rsm.transient import is_transient
+from rsm.runtime.applier import Answerer, Applier, Read
+from rsm.runtime.log import LogStore, decode_entry, discard_ledger
+from rsm.runtime.transient import is_transient
 
 logger = logging.getLogger(__name__)
 
