@@ -13,7 +13,7 @@ run: bootstrap
 	@.venv/bin/kvstore up $(ARGS)
 
 cluster: bootstrap
-	@$(PY) -m bookie.local_cluster $(ARGS)
+	@$(PY) -m bookie.local.cluster $(ARGS)
 
 # The tests also compare the key-value store with a real redis-server and drive it
 # with redis-benchmark, so they install both (Debian's redis-server, redis-tools).

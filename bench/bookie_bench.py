@@ -50,10 +50,10 @@ from proc_cpu import process_cpu_s  # noqa: E402
 
 from bookie.client.bookie_conn import BookieConnection  # noqa: E402
 from bookie.errors import BookieError  # noqa: E402
-from bookie.local_cluster import bookie_command  # noqa: E402
+from bookie.local.cluster import bookie_command  # noqa: E402
+from bookie.local.zookeeper import LocalZooKeeper, free_port  # noqa: E402
 from bookie.runtime_tuning import tune_for_throughput  # noqa: E402
 from bookie.server.config import render_toml  # noqa: E402
-from bookie.testing.zookeeper import LocalZooKeeper, free_port  # noqa: E402
 from bookie.wire.messages import AddRequest, Response  # noqa: E402
 from bookie.wire.packet import Digest, DigestType, master_key  # noqa: E402
 

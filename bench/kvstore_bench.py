@@ -96,7 +96,7 @@ from kvstore.launcher import KvSettings, LocalKvCluster  # noqa: E402
 from proc_cpu import machine_cpu_s, process_cpu_s  # noqa: E402
 from pysyncobj_conf import baseline_conf  # noqa: E402
 
-from bookie.testing.zookeeper import free_port  # noqa: E402
+from bookie.local.zookeeper import free_port  # noqa: E402
 from rsm import limits as rsm_limits  # noqa: E402
 
 HOST = "127.0.0.1"

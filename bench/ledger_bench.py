@@ -89,11 +89,11 @@ from bookie import limits as bookie_limits  # noqa: E402
 from bookie.client.config import ClientConfig  # noqa: E402
 from bookie.client.ledger_client import LedgerClient  # noqa: E402
 from bookie.client.write_handle import WriteHandle  # noqa: E402
-from bookie.local_cluster import bookie_command  # noqa: E402
+from bookie.local.cluster import bookie_command  # noqa: E402
+from bookie.local.zookeeper import LocalZooKeeper, free_port  # noqa: E402
 from bookie.meta.zk import ZkMetadataStore  # noqa: E402
 from bookie.runtime_tuning import tune_for_throughput  # noqa: E402
 from bookie.server.config import render_toml  # noqa: E402
-from bookie.testing.zookeeper import LocalZooKeeper, free_port  # noqa: E402
 
 BOOKIES = 3
 QUORUMS = ((3, 3, 2), (3, 2, 2))

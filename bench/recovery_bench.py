@@ -3,7 +3,7 @@ what truncation gives back on the bookies' disks.
 
     python bench/recovery_bench.py [--commands 1000000] [--keys 100000] [--value-bytes 100]
 
-Starts a ZooKeeper and three `bookie serve` processes (`bookie.local_cluster`,
+Starts a ZooKeeper and three `bookie serve` processes (`bookie.local.cluster`,
 fsync on, garbage collection every second) in a temporary directory, then:
 
 1. writes a history of `--commands` key-value puts (`--keys` keys, so the live
@@ -49,10 +49,10 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
 from bookie.client.ledger_client import LedgerClient  # noqa: E402
-from bookie.local_cluster import BOOKIE_CONFIG_FILE, LocalCluster  # noqa: E402
+from bookie.local.cluster import BOOKIE_CONFIG_FILE, LocalCluster  # noqa: E402
+from bookie.local.zookeeper import free_port  # noqa: E402
 from bookie.meta.zk import ZkMetadataStore  # noqa: E402
 from bookie.server.config import render_toml  # noqa: E402
-from bookie.testing.zookeeper import free_port  # noqa: E402
 from rsm.config import ReplicaConfig  # noqa: E402
 from rsm.core.layout import AppLayout  # noqa: E402
 from rsm.core.log_format import encode_batch, encode_command, encode_leader_start, encode_log  # noqa: E402

@@ -3,7 +3,7 @@
     python bench/rsm_bench.py [--seconds 5] [--clients 64] [--workers 2] [--zk HOSTS] ...
 
 Starts a ZooKeeper (unless `--zk`) and 3 `bookie serve` processes with fsync
-on (`bookie.local_cluster.LocalCluster`), then 3 `rsm run` replicas of
+on (`bookie.local.cluster.LocalCluster`), then 3 `rsm run` replicas of
 `rsm.testing.workload:AuditCounter` with E=3, Qw=3, Qa=2: an acknowledged
 command is in a ledger entry fsynced on at least two bookies.  Measured:
 
@@ -62,8 +62,8 @@ sys.path.insert(0, str(REPOSITORY))
 
 from pysyncobj_conf import baseline_conf  # noqa: E402
 
-from bookie.local_cluster import LocalCluster  # noqa: E402
-from bookie.testing.zookeeper import free_port  # noqa: E402
+from bookie.local.cluster import LocalCluster  # noqa: E402
+from bookie.local.zookeeper import free_port  # noqa: E402
 from rsm.client import ClientConfig, connect  # noqa: E402
 from rsm.core.log_format import encode_command  # noqa: E402
 from rsm.errors import RsmError  # noqa: E402

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 
 _roots = itertools.count(1)
 

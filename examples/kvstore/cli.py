@@ -53,7 +53,7 @@ import anyio
 from bookie import limits as bookie_limits
 from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError, NoNode
-from bookie.local_cluster import ClusterError, LocalBookie
+from bookie.local.cluster import ClusterError, LocalBookie
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies

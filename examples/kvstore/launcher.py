@@ -1,6 +1,6 @@
 """`kvstore up`: ZooKeeper, bookies and key-value replica processes on this machine, resumable.
 
-`LocalKvCluster` is an `async with` block: it starts a `bookie.local_cluster`
+`LocalKvCluster` is an `async with` block: it starts a `bookie.local.cluster`
 (a standalone ZooKeeper unless one is given, and N `bookie serve`
 processes), then M `kvstore serve` processes, and returns once every
 replica is registered, a leader serves and every replica has caught up.
@@ -12,7 +12,7 @@ the bookies, then ZooKeeper.
 Everything persists under the data directory, so the next run resumes the
 same data: same ports, same replica ids, the same log::
 
-    DIR/cluster.toml, DIR/zookeeper/, DIR/bookie-N/   the bookie cluster (bookie.local_cluster)
+    DIR/cluster.toml, DIR/zookeeper/, DIR/bookie-N/   the bookie cluster (bookie.local.cluster)
     DIR/kvstore.toml                                  app, ZooKeeper, replica names and ports
     DIR/kv-N/replica.log                              replica N's log (JSON lines), appended
 
@@ -48,7 +48,7 @@ import anyio.abc
 
 from bookie import limits as bookie_limits
 from bookie.errors import BookieError
-from bookie.local_cluster import (
+from bookie.local.cluster import (
     BOOKIE_CONFIG_FILE,
     ClusterError,
     LocalCluster,

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from bookie import limits
 from bookie.client.bookie_conn import BookieConnection
 from bookie.errors import NoSuchLedger, RemoteProtocolError
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 from bookie.wire.codec import FrameDecoder, decode_request
 from bookie.wire.messages import Op
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from bookie.local.zookeeper import LocalZooKeeper, free_port
 from bookie.meta.bookies import read_cookie
 from bookie.meta.zk import ZkMetadataStore
 from bookie.server.identity import COOKIE_FILE
 from bookie.server.node import EXIT_REFUSED
-from bookie.testing.zookeeper import LocalZooKeeper, free_port
 
 from .support.processes import BookieCluster, BookieProcess, BookieSetup
 

@@ -20,7 +20,7 @@ import pytest
 
 from bookie.client.bookie_conn import BookieConnection
 from bookie.errors import Fenced
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 
 from .support.entries import KEY, AddStream, check_durable, expect_status, packet
 from .support.processes import HOST, BookieCluster, BookieSetup

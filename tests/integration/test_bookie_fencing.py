@@ -10,7 +10,7 @@ import pytest
 
 from bookie.client.bookie_conn import BookieConnection
 from bookie.errors import Fenced, Unauthorized
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 from bookie.wire.packet import master_key
 
 from .support.entries import KEY, check_durable, expect_status, packet

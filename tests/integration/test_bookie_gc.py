@@ -23,13 +23,13 @@ import anyio
 import pytest
 
 from bookie.client.ledger_client import LedgerClient
+from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.bookies import BookieInfo, init_cluster, register
 from bookie.meta.zk import ZkMetadataStore
 from bookie.server.gc import GarbageCollector
 from bookie.server.server import BookieServer
 from bookie.storage.entry_log import entry_log_ids, entry_log_path
 from bookie.storage.file import FileLedgerStorage, StorageConfig
-from bookie.testing.zookeeper import LocalZooKeeper
 from tests.unit.ledger_client.cluster import fast_config
 
 from .support.disk import file_bytes

@@ -1,4 +1,4 @@
-"""`python -m bookie.local_cluster` (what `make run` starts), as a user runs it: it prints
+"""`python -m bookie.local.cluster` (what `make run` starts), as a user runs it: it prints
 where everything is once the bookies are registered, refuses a second launcher on the
 same data directory, stops cleanly on Ctrl-C (SIGINT), and a second run resumes the same
 cluster (same bookie addresses, same cookies).  The session's ZooKeeper stands in for
@@ -15,9 +15,9 @@ import anyio
 import anyio.abc
 import pytest
 
+from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.bookies import list_bookies
 from bookie.meta.zk import ZkMetadataStore
-from bookie.testing.zookeeper import LocalZooKeeper
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
 
@@ -43,7 +43,7 @@ def launcher(data_dir: Path, zookeeper: LocalZooKeeper, zk_root: str) -> list[st
     return [
         sys.executable,
         "-m",
-        "bookie.local_cluster",
+        "bookie.local.cluster",
         "--data-dir",
         str(data_dir),
         "--bookies",

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from bookie.client.bookie_conn import BookieConnection
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 from bookie.wire.messages import ReadResponse
 
 from .support.entries import KEY, packet

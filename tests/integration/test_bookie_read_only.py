@@ -16,9 +16,9 @@ import pytest
 
 from bookie.client.bookie_conn import BookieConnection
 from bookie.errors import ReadOnly
+from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.bookies import list_bookies
 from bookie.meta.zk import ZkMetadataStore
-from bookie.testing.zookeeper import LocalZooKeeper
 
 from .support.entries import KEY, check_durable, expect_status, packet
 from .support.processes import HOST, BookieCluster

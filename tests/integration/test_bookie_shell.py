@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from bookie.client.bookie_conn import BookieConnection
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 
 from .support.entries import KEY, PASSWORD, packet, payload
 from .support.processes import HOST, BookieCluster, BookieSetup
@@ -25,7 +25,7 @@ ENTRIES = 5
 
 async def shell(*arguments: str, check: bool = True) -> tuple[int, str, str]:
     result = await anyio.run_process(
-        [sys.executable, "-m", "bookie.cli", "shell", *arguments], check=False
+        [sys.executable, "-m", "bookie.tools.cli", "shell", *arguments], check=False
     )
     stdout, stderr = result.stdout.decode(), result.stderr.decode()
     if check:

@@ -11,9 +11,9 @@ import pytest
 
 from bookie.client.bookie_conn import BookieConnection
 from bookie.errors import BookieUnavailable, Status
+from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.bookies import list_bookies
 from bookie.meta.zk import ZkMetadataStore
-from bookie.testing.zookeeper import LocalZooKeeper
 from bookie.wire.messages import AddResponse
 
 from .support.entries import AddStream, check_durable

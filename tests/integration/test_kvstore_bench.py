@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 from tests.integration.support.tools import required_tool
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]

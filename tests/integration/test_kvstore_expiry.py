@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 from tests.unit.kvstore.local_store import Store, command, running_store, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]

@@ -26,7 +26,7 @@ import pytest
 import redis
 import redis.exceptions
 
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 from rsm import limits
 from rsm.runtime.cpu_priority import FollowerPriority, parse_autogroup
 from tests.unit.kvstore.local_store import WAIT_S, Store, command, running_store, wait_for

@@ -23,7 +23,7 @@ import pytest
 import redis
 import redis.exceptions
 
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 from rsm.testing import HistoryRecorder, KvModel, check_per_key, kv_key
 from rsm.testing.models import KV_ERROR
 from tests.unit.kvstore.local_store import WAIT_S, Store, running_store, wait_for

@@ -23,7 +23,7 @@ import pytest
 import redis
 import redis.exceptions
 
-from bookie.testing.zookeeper import LocalZooKeeper, free_port
+from bookie.local.zookeeper import LocalZooKeeper, free_port
 from tests.integration.support.tools import required_tool
 from tests.unit.kvstore.local_store import WAIT_S, Store, running_store, wait_for
 

@@ -23,7 +23,7 @@ import anyio.abc
 import pytest
 import redis
 
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
 

@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from bookie.client.write_handle import WriteHandle
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 
 from .support.ledgers import (
     PASSWORD,

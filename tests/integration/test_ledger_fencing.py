@@ -19,7 +19,7 @@ import pytest
 from bookie.client.write_handle import WriteHandle
 from bookie.core.metadata import LedgerState
 from bookie.errors import LedgerFenced, UnauthorizedLedgerAccess
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 
 from .support.ledgers import (
     PASSWORD,

@@ -31,7 +31,7 @@ from bookie.errors import (
     ReadBeyondLastAddConfirmed,
     Status,
 )
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 from bookie.wire.messages import READ_FLAG_FENCE, AddResponse, ReadRequest, ReadResponse, Request
 
 from .support.entries import read_all

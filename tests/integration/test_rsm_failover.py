@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 from rsm.testing.linearizability import check
 from rsm.testing.models import Counter
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 from rsm.client import Client
 from rsm.errors import RsmError
 from rsm.testing.linearizability import check

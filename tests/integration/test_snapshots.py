@@ -32,9 +32,9 @@ import pytest
 
 from bookie.client.bookie_conn import BookieConnection
 from bookie.client.ledger_client import LedgerClient
+from bookie.local.zookeeper import LocalZooKeeper, free_port
 from bookie.meta.zk import ZkMetadataStore
 from bookie.storage.entry_log import entry_log_ids
-from bookie.testing.zookeeper import LocalZooKeeper, free_port
 from bookie.wire.messages import ReadResponse
 from rsm.client import connect
 from rsm.config import ReplicaConfig

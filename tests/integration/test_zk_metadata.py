@@ -12,6 +12,7 @@ import pytest
 
 from bookie.core.metadata import LedgerMetadata
 from bookie.errors import MetadataUnavailable
+from bookie.local.zookeeper import LocalZooKeeper, free_port
 from bookie.meta.api import NO_NODE_VERSION, SessionState
 from bookie.meta.bookies import (
     BookieInfo,
@@ -22,7 +23,6 @@ from bookie.meta.bookies import (
 )
 from bookie.meta.ledgers import LedgerManager
 from bookie.meta.zk import ZkMetadataStore
-from bookie.testing.zookeeper import LocalZooKeeper, free_port
 from bookie.wire.packet import DigestType
 
 pytestmark = [pytest.mark.anyio, pytest.mark.zookeeper]

@@ -36,8 +36,8 @@ import anyio.abc
 from bookie.client.config import ClientConfig
 from bookie.client.connections import tcp_connector
 from bookie.client.ledger_client import LedgerClient
+from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.zk import ZkMetadataStore
-from bookie.testing.zookeeper import LocalZooKeeper
 from bookie.wire.codec import FrameDecoder, decode_request, decode_response, frame
 from bookie.wire.messages import (
     ADD_FLAG_RECOVERY,

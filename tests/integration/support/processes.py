@@ -29,9 +29,9 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from bookie.local_cluster import bookie_command
+from bookie.local.cluster import bookie_command
+from bookie.local.zookeeper import LocalZooKeeper, free_port
 from bookie.server.config import render_toml
-from bookie.testing.zookeeper import LocalZooKeeper, free_port
 
 HOST = "127.0.0.1"
 SESSION_TIMEOUT_MS = 2_000

@@ -37,7 +37,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from bookie.testing.zookeeper import LocalZooKeeper, free_port
+from bookie.local.zookeeper import LocalZooKeeper, free_port
 from rsm.client import Client, ClientConfig, connect
 from rsm.errors import RsmError
 from rsm.testing.history import HistoryRecorder

@@ -29,7 +29,7 @@ from kvstore.launcher import KvSettings, LocalKvCluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 
 SESSION_TIMEOUT_MS = 2_000
 WAIT_S = 60.0

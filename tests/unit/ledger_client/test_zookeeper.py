@@ -13,9 +13,9 @@ from anyio.from_thread import start_blocking_portal
 from bookie.client.sync import SyncLedgerClient
 from bookie.core.metadata import LedgerState
 from bookie.errors import LedgerFenced, UnauthorizedLedgerAccess
+from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
-from bookie.testing.zookeeper import LocalZooKeeper
 from tests.unit.ledger_client.cluster import LocalCluster, fast_config
 
 pytestmark = pytest.mark.zookeeper

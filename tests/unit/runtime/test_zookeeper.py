@@ -14,9 +14,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
-from bookie.testing.zookeeper import LocalZooKeeper
 from rsm.client import connect, connect_sync
 from rsm.tools import cli
 from tests.unit.ledger_client.cluster import LocalCluster

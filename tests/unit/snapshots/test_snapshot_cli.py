@@ -7,7 +7,7 @@ import json
 import anyio
 import pytest
 
-from bookie.testing.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper
 from rsm.tools import cli
 from tests.unit.runtime.harness import APP, wait_until
 from tests.unit.runtime.test_zookeeper import zk_replicas

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from bookie.local_cluster import pick_port
-from bookie.testing import zookeeper
-from bookie.testing.zookeeper import free_port
+from bookie.local import zookeeper
+from bookie.local.cluster import pick_port
+from bookie.local.zookeeper import free_port
 
 
 class RepeatingSockets:

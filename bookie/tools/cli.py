@@ -8,11 +8,11 @@ with one `bookie.invalid_config` log event naming the key.  The process then
 runs `BookieNode` (bookie/server/node.py), which documents signals, logs and
 exit statuses.
 
-`bookie shell COMMAND` runs one of the inspection commands of bookie/shell.py;
+`bookie shell COMMAND` runs one of the inspection commands of bookie/tools/admin.py;
 `--json` prints one JSON object instead of human-readable lines.  A failure
 prints one line on stderr and exits 1.
 
-Also runnable as `python -m bookie.cli`, which is how launchers start bookies
+Also runnable as `python -m bookie.tools.cli`, which is how launchers start bookies
 (the same interpreter and virtualenv as theirs).
 """
 
@@ -39,7 +39,7 @@ from bookie.server.config import (
     parse_address,
 )
 from bookie.server.node import EXIT_FAILED, EXIT_USAGE, BookieNode
-from bookie.shell import (
+from bookie.tools.admin import (
     ShellError,
     bookie_info,
     last_mark,

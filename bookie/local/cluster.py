@@ -1,8 +1,8 @@
 """A ZooKeeper and N bookie processes on this machine, for `make run` and for launchers.
 
-    python -m bookie.local_cluster [--data-dir DIR] [--bookies 3] [--zk HOSTS]
+    python -m bookie.local.cluster [--data-dir DIR] [--bookies 3] [--zk HOSTS]
 
-starts a standalone ZooKeeper (`bookie.testing.zookeeper.LocalZooKeeper`,
+starts a standalone ZooKeeper (`bookie.local.zookeeper.LocalZooKeeper`,
 unless `--zk` names one to use) and N `bookie serve` processes, waits until
 every bookie is registered, prints where everything is, and runs until Ctrl-C
 (SIGINT) or SIGTERM.  Then it stops the bookies first (SIGTERM: each drains
@@ -22,7 +22,7 @@ ledgers::
 
 `LocalCluster` is the same thing as an `async with` block, for other
 launchers (the key-value store's) and tools.  Bookie processes are the real
-`bookie serve` (`python -m bookie.cli serve`), with the launcher's interpreter.
+`bookie serve` (`python -m bookie.tools.cli serve`), with the launcher's interpreter.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ import anyio.abc
 import anyio.to_thread
 
 from bookie import limits
+from bookie.local.zookeeper import LocalZooKeeper, ZooKeeperUnavailable, free_port
 from bookie.meta.bookies import list_bookies, watch_bookies
 from bookie.meta.zk import ZkMetadataStore
 from bookie.server.config import render_toml
-from bookie.testing.zookeeper import LocalZooKeeper, ZooKeeperUnavailable, free_port
 
 HOST: Final = "127.0.0.1"
 ZK_PORT_PREFERRED: Final = 2181
@@ -65,7 +65,7 @@ class ClusterError(Exception):
 
 def bookie_command(config_file: Path, *flags: str) -> list[str]:
     """The command line of a `bookie serve` process with this launcher's interpreter."""
-    return [sys.executable, "-m", "bookie.cli", "serve", "--config", str(config_file), *flags]
+    return [sys.executable, "-m", "bookie.tools.cli", "serve", "--config", str(config_file), *flags]
 
 
 def last_failure(log_file: Path) -> str | None:
@@ -414,7 +414,7 @@ async def _run(data_dir: Path, bookies: int, zk_servers: str | None, zk_root: st
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bookie.local_cluster",
+        prog="python -m bookie.local.cluster",
         description="Run ZooKeeper and N bookie processes locally until Ctrl-C.",
     )
     parser.add_argument(
