@@ -38,23 +38,15 @@ Derived from those, private (not in snapshots; rebuilt by `restore`):
   redis-benchmark's SETs of new keys);
 * `_expiry_queue`: the pairs of `expire_at_ms` as `(expire_at_ms, key)`,
   sorted, so the keys due first are found without a scan;
-* `_content_hash`: the state hash (`state_hash`), kept up to date change by
-  change: the sum modulo 2^256 of a 256-bit BLAKE2b digest of each (key,
-  value) and each (key, expiry time), each read as a big-endian integer: of
-  `b"value" + len(key) as 4 bytes big-endian + key + value`, and of
-  `b"expiry" + len(key) as 4 bytes + key + expiry ms as 8 bytes`, both
-  unkeyed; `state_hash` gives the sum as 32 bytes big-endian.  Leaders log
-  it and followers compare, so this definition is part of the log's format:
-  replicas that computed it differently would report a divergence.  A sum
-  does not depend on order, so equal contents give equal hashes however
-  they were built, and each change costs one or two digests instead of
-  hashing the whole store.  The digests are taken later than the change: a
-  key's first change since the hash was last brought up to date notes its
-  value and expiry before it (`_hash_pending`), and `_settle_hash` swaps the
-  digests of the noted ones for those of the current ones.  That runs in
-  `idle` (a leader calls it while the bookies store a batch, so the digests
-  leave the path from the clients' commands to their answers), in
-  `state_hash`, and when `limits.hash_pending_keys_max` keys are noted.
+* `_content_hash`: the state hash (`state_hash`; defined in
+  `kvstore.content_hash`), kept up to date change by change.  The digests
+  are taken later than the change: a key's first change since the hash was
+  last brought up to date notes its value and expiry before it
+  (`_hash_pending`), and `_settle_hash` swaps the digests of the noted ones
+  for those of the current ones.  That runs in `idle` (a leader calls it
+  while the bookies store a batch, so the digests leave the path from the
+  clients' commands to their answers), in `state_hash`, and when
+  `limits.hash_pending_keys_max` keys are noted.
 
 Transactions.  A connection queues MULTI's commands and EXEC logs them as
 one command, `exec(watched, calls)`: it checks the watched keys first (a
@@ -90,15 +82,15 @@ every key is at most
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from hashlib import blake2b
 from typing import Any, Final
 
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
 from kvstore import errors, limits, numbers
 from kvstore.commands import COMMANDS, Route
+from kvstore.content_hash import HASH_BYTES, content_hash, settled_hash
 from kvstore.errors import RedisError
 from kvstore.glob import GlobPattern, ScanRequest, key_hash
 from rsm.state_machine import StateMachine, command, query, resolve_command, resolve_query
@@ -117,36 +109,6 @@ _EXPIRY_UNITS: Final = {
     b"pxat": _MILLISECONDS,
 }
 _RELATIVE_EXPIRY: Final = frozenset({b"ex", b"px"})
-
-
-_HASH_BYTES: Final = 32
-_HASH_MODULUS: Final = 1 << (8 * _HASH_BYTES)
-
-
-def _key_prefix(key: bytes) -> bytes:
-    """What a key's digests start with: its length too, so ("ab", "c") and ("a", "bc")
-    differ."""
-    return len(key).to_bytes(4, "big") + key
-
-
-def _value_digest(prefix: bytes, value: bytes) -> int:
-    """BLAKE2b-256 of b"value", the key's prefix and the value, as an integer."""
-    return int.from_bytes(
-        blake2b(b"value" + prefix + value, digest_size=_HASH_BYTES).digest(), "big"
-    )
-
-
-def _expiry_digest(prefix: bytes, expire_at_ms: int) -> int:
-    """BLAKE2b-256 of b"expiry", the key's prefix and the time as 8 bytes, as an integer."""
-    data = b"expiry" + prefix + expire_at_ms.to_bytes(8, "big")
-    return int.from_bytes(blake2b(data, digest_size=_HASH_BYTES).digest(), "big")
-
-
-def content_hash(values: Mapping[bytes, bytes], expire_at_ms: Mapping[bytes, int]) -> int:
-    """The state hash computed from scratch (what `KVStore` keeps up to date change by change)."""
-    total = sum(_value_digest(_key_prefix(key), value) for key, value in values.items())
-    total += sum(_expiry_digest(_key_prefix(key), at) for key, at in expire_at_ms.items())
-    return total % _HASH_MODULUS
 
 
 class KVStore(StateMachine):
@@ -190,7 +152,7 @@ class KVStore(StateMachine):
     def state_hash(self) -> bytes:
         """The running hash of the contents (see the module docstring): no serialization."""
         self._settle_hash()
-        return self._content_hash.to_bytes(_HASH_BYTES, "big")
+        return self._content_hash.to_bytes(HASH_BYTES, "big")
 
     def idle(self) -> None:
         """Bring the state hash up to date while the replica has nothing else to do."""
@@ -211,26 +173,9 @@ class KVStore(StateMachine):
         pending = self._hash_pending
         if not pending:
             return
-        values = self.values
-        expiries = self.expire_at_ms
-        total = self._content_hash
-        for key, (old_value, old_expiry) in pending.items():
-            value = values.get(key)
-            expiry = expiries.get(key)
-            if value == old_value and expiry == old_expiry:
-                continue
-            prefix = _key_prefix(key)
-            if value != old_value:
-                if old_value is not None:
-                    total -= _value_digest(prefix, old_value)
-                if value is not None:
-                    total += _value_digest(prefix, value)
-            if expiry != old_expiry:
-                if old_expiry is not None:
-                    total -= _expiry_digest(prefix, old_expiry)
-                if expiry is not None:
-                    total += _expiry_digest(prefix, expiry)
-        self._content_hash = total % _HASH_MODULUS
+        self._content_hash = settled_hash(
+            self._content_hash, pending, self.values, self.expire_at_ms
+        )
         pending.clear()
 
     # --- reading and writing strings ----------------------------------------------------------

@@ -17,6 +17,7 @@ KVSTORE = Path(__file__).resolve().parents[3] / "examples" / "kvstore"
 PURE_MODULES = [
     "commands.py",
     "connection.py",
+    "content_hash.py",
     "dispatch.py",
     "endpoints.py",
     "errors.py",
