@@ -15,38 +15,8 @@ line.  The server checks command names and argument counts before a
 command is logged (`kvstore.commands`); the methods check everything else,
 before they change anything.
 
-State:
-
-* `values`: key -> value;
-* `expire_at_ms`: key -> the logged time (ms since the Unix epoch) at which
-  it expires, for keys with a TTL;
-* `versions`: key -> the log index of the command that last changed it (its
-  value or its TTL), for every key; `tombstones`: deleted key -> `(index of
-  the deletion, expiry time if it was deleted for expiring, else None)`, for
-  the last `limits.watch_tombstones_max` deletions, and
-  `tombstones_forgotten_index`, the highest deletion index forgotten.
-  Together they answer "did this key change after index i?" for WATCH.
-
-Derived from those, private (not in snapshots; rebuilt by `restore`):
-
-* `_scan_index`: `(key_hash(key), key)` for every key, sorted: the order in
-  which SCAN and KEYS walk the keys (see `kvstore.glob`), so a SCAN cursor
-  is one 64-bit number whatever the key.  Kept lazily: a new key goes into
-  the set `_unindexed`, and SCAN and KEYS merge that set into the index
-  before walking it (`_scan_order`), so a SET of a new key costs a set
-  insertion, not a sorted insertion (which was 5% of a leader's CPU under
-  redis-benchmark's SETs of new keys);
-* `_expiry_queue`: the pairs of `expire_at_ms` as `(expire_at_ms, key)`,
-  sorted, so the keys due first are found without a scan;
-* `_content_hash`: the state hash (`state_hash`; defined in
-  `kvstore.content_hash`), kept up to date change by change.  The digests
-  are taken later than the change: a key's first change since the hash was
-  last brought up to date notes its value and expiry before it
-  (`_hash_pending`), and `_settle_hash` swaps the digests of the noted ones
-  for those of the current ones.  That runs in `idle` (a leader calls it
-  while the bookies store a batch, so the digests leave the path from the
-  clients' commands to their answers), in `state_hash`, and when
-  `limits.hash_pending_keys_max` keys are noted.
+The state, and the operations on it every command shares, are in
+`kvstore.state`.
 
 Transactions.  A connection queues MULTI's commands and EXEC logs them as
 one command, `exec(watched, calls)`: it checks the watched keys first (a
@@ -54,30 +24,6 @@ change after the index the connection's WATCH read at, including expiring
 after it, aborts: None, which the server answers as a null array, as
 Redis), then applies each call in order at the same index and time, each
 error becoming that call's result while the others go on (Redis's EXEC).
-
-Expiry is decided by logged time only, so it is the same on every replica:
-a key is expired once `expire_at_ms <= now`, where `now` is the time of the
-command being applied, or for a query the time of the last applied entry
-(the replica passes its applied position to the query; a linearizable read
-on the leader sees the leader's clock when later).  Commands delete expired
-keys they touch (lazy expiry), and every command also deletes up to
-`limits.active_expiry_keys_max` due keys from the front of `_expiry_queue`
-(active expiry), so unread keys do not stay forever.  Queries change
-nothing: they treat an expired key as absent.  Like Redis, DBSIZE counts
-keys not deleted yet, expired or not.
-
-Keys are at most `key_bytes_max` bytes and values `value_bytes_max` (every
-write checks); these settings decide results, so they must be equal on
-every replica.
-
-Invariants: `expire_at_ms` and `_expiry_queue` hold the same pairs, and only
-keys present in `values`; `_scan_index` and `_unindexed` (disjoint), and
-`versions`, hold exactly the keys of `values`, and `tombstones` none of them;
-`_content_hash`, once `_settle_hash` ran, is the sum of the digests of
-`values` and `expire_at_ms`; every change of `values` or `expire_at_ms` is
-preceded by `_note_change` of its key;
-every key is at most
-`key_bytes_max` bytes and every value at most `value_bytes_max`.
 """
 
 from __future__ import annotations
@@ -86,13 +32,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sortedcontainers import SortedList  # type: ignore[import-untyped]
-
 from kvstore import errors, limits, numbers
 from kvstore.commands import COMMANDS, Route
-from kvstore.content_hash import HASH_BYTES, content_hash, settled_hash
+from kvstore.content_hash import HASH_BYTES
 from kvstore.errors import RedisError
-from kvstore.glob import GlobPattern, ScanRequest, key_hash
+from kvstore.glob import GlobPattern, ScanRequest
+from kvstore.state import KVState
 from rsm.state_machine import StateMachine, command, query, resolve_command, resolve_query
 
 _SECONDS: Final = 1000
@@ -111,31 +56,8 @@ _EXPIRY_UNITS: Final = {
 _RELATIVE_EXPIRY: Final = frozenset({b"ex", b"px"})
 
 
-class KVStore(StateMachine):
-    """Redis's string commands, replicated.  See the module docstring for state and expiry."""
-
-    def __init__(
-        self,
-        *,
-        key_bytes_max: int = limits.key_bytes_max_default,
-        value_bytes_max: int = limits.value_bytes_max_default,
-    ) -> None:
-        assert key_bytes_max >= 1
-        assert value_bytes_max >= 1
-        self.values: dict[bytes, bytes] = {}
-        self.expire_at_ms: dict[bytes, int] = {}
-        self._scan_index: SortedList = SortedList()
-        self._unindexed: set[bytes] = set()
-        self._expiry_queue: SortedList = SortedList()
-        self._content_hash = 0
-        self._hash_pending: dict[bytes, tuple[bytes | None, int | None]] = {}
-        """Key changed since `_content_hash` was brought up to date -> its value and expiry
-        then (None: none)."""
-        self.versions: dict[bytes, int] = {}
-        self.tombstones: dict[bytes, tuple[int, int | None]] = {}
-        self.tombstones_forgotten_index = 0
-        self.key_bytes_max = key_bytes_max
-        self.value_bytes_max = value_bytes_max
+class KVStore(KVState, StateMachine):
+    """Redis's string commands, replicated.  See `kvstore.state` for the state and expiry."""
 
     # --- snapshots and state hashes --------------------------------------------------------
 
@@ -143,40 +65,16 @@ class KVStore(StateMachine):
         """The default restore of the public attributes, then the private indexes and the
         hash rebuilt from them (they are derived, so snapshots do not carry them)."""
         super().restore(chunks)
-        self._scan_index = SortedList((key_hash(key), key) for key in self.values)
-        self._unindexed = set()
-        self._expiry_queue = SortedList((at, key) for key, at in self.expire_at_ms.items())
-        self._content_hash = content_hash(self.values, self.expire_at_ms)
-        self._hash_pending = {}
+        self._rebuild_derived()
 
     def state_hash(self) -> bytes:
-        """The running hash of the contents (see the module docstring): no serialization."""
+        """The running hash of the contents (see `kvstore.state`): no serialization."""
         self._settle_hash()
         return self._content_hash.to_bytes(HASH_BYTES, "big")
 
     def idle(self) -> None:
         """Bring the state hash up to date while the replica has nothing else to do."""
         self._settle_hash()
-
-    def _note_change(self, key: bytes) -> None:
-        """Call before changing the value or the expiry of `key` (see the module docstring)."""
-        pending = self._hash_pending
-        if key in pending:
-            return
-        if len(pending) >= limits.hash_pending_keys_max:
-            self._settle_hash()
-        pending[key] = (self.values.get(key), self.expire_at_ms.get(key))
-
-    def _settle_hash(self) -> None:
-        """Swap the digests of what `_hash_pending` noted for those of the keys' current
-        value and expiry."""
-        pending = self._hash_pending
-        if not pending:
-            return
-        self._content_hash = settled_hash(
-            self._content_hash, pending, self.values, self.expire_at_ms
-        )
-        pending.clear()
 
     # --- reading and writing strings ----------------------------------------------------------
 
@@ -620,80 +518,6 @@ class KVStore(StateMachine):
 
     # --- helpers: time and expiry -------------------------------------------------------------
 
-    def _command_time_ms(self) -> int:
-        """The logged time of the command being applied, after active expiry of due keys."""
-        now_ms = self.context.time_ms
-        if self.expire_at_ms:  # (the queue holds the same keys; a dict's test costs less)
-            queue = self._expiry_queue
-            for _ in range(limits.active_expiry_keys_max):
-                if not queue or queue[0][0] > now_ms:
-                    break
-                expire_at_ms, key = queue[0]
-                self._delete(key, expired_at_ms=expire_at_ms)
-        return now_ms
-
-    def _query_time_ms(self) -> int:
-        """The time of the last applied entry (a query's "now")."""
-        return self.context.time_ms
-
-    def _expired(self, key: bytes, now_ms: int) -> bool:
-        expire_at_ms = self.expire_at_ms.get(key)
-        return expire_at_ms is not None and expire_at_ms <= now_ms
-
-    def _lookup(self, key: bytes, now_ms: int) -> bytes | None:
-        """The live value of `key` for a command; an expired key is deleted (lazy expiry)."""
-        expire_at_ms = self.expire_at_ms.get(key)
-        if expire_at_ms is not None and expire_at_ms <= now_ms:
-            self._delete(key, expired_at_ms=expire_at_ms)
-            return None
-        return self.values.get(key)
-
-    def _peek(self, key: bytes, now_ms: int) -> bytes | None:
-        """The live value of `key` for a query, which changes nothing."""
-        if self._expired(key, now_ms):
-            return None
-        return self.values.get(key)
-
-    def _store(self, key: bytes, value: bytes, *, keep_ttl: bool) -> None:
-        self._note_change(key)
-        if not keep_ttl and key in self.expire_at_ms:
-            self._persist(key)
-        if key not in self.values:
-            self._unindexed.add(key)
-            self.tombstones.pop(key, None)
-        self.values[key] = value
-        self.versions[key] = self.context.index
-
-    def _delete(self, key: bytes, *, expired_at_ms: int | None = None) -> None:
-        """Delete `key` (which exists); `expired_at_ms`: it is deleted because it expired then."""
-        self._note_change(key)
-        self._persist(key)
-        del self.values[key]
-        del self.versions[key]
-        if key in self._unindexed:
-            self._unindexed.remove(key)
-        else:
-            self._scan_index.remove((key_hash(key), key))
-        self._bury(key, expired_at_ms)
-
-    def _scan_order(self) -> SortedList:
-        """`_scan_index` with the keys stored since the last walk merged in."""
-        unindexed = self._unindexed
-        if unindexed:
-            self._scan_index.update((key_hash(key), key) for key in unindexed)
-            unindexed.clear()
-        return self._scan_index
-
-    def _bury(self, key: bytes, expired_at_ms: int | None) -> None:
-        """Remember that `key` was deleted now, for WATCH; forget the oldest deletion past the
-        bound (`tombstones_forgotten_index` then says how recent the forgotten ones are)."""
-        tombstones = self.tombstones
-        tombstones[key] = (self.context.index, expired_at_ms)
-        if len(tombstones) > limits.watch_tombstones_max:
-            oldest = next(iter(tombstones))
-            index, _ = tombstones.pop(oldest)
-            self.tombstones_forgotten_index = max(self.tombstones_forgotten_index, index)
-
     def _changed_since(self, key: bytes, index: int, time_ms: int, now_ms: int) -> bool:
         """Whether `key` changed after log index `index` (logged at `time_ms`), as WATCH sees it.
 
@@ -770,27 +594,6 @@ class KVStore(StateMachine):
         self._hash_pending.clear()
         return "OK"
 
-    def _expire(self, key: bytes, expire_at_ms: int, now_ms: int) -> None:
-        """Give `key` (which exists) a TTL; a time already past deletes it."""
-        if expire_at_ms <= now_ms:
-            self._delete(key)
-            return
-        self._note_change(key)
-        self._persist(key)
-        self.expire_at_ms[key] = expire_at_ms
-        self._expiry_queue.add((expire_at_ms, key))
-        self.versions[key] = self.context.index
-
-    def _persist(self, key: bytes) -> bool:
-        """Drop the TTL of `key`; whether it had one (then the key changed, for WATCH)."""
-        if key not in self.expire_at_ms:
-            return False
-        self._note_change(key)
-        expire_at_ms = self.expire_at_ms.pop(key)
-        self._expiry_queue.remove((expire_at_ms, key))
-        self.versions[key] = self.context.index
-        return True
-
     def _time_left(self, key: bytes, *, milliseconds: bool, absolute: bool) -> int:
         now_ms = self._query_time_ms()
         if self._peek(key, now_ms) is None:
@@ -842,7 +645,7 @@ class KVStore(StateMachine):
         self._expire(key, expire_at_ms, now_ms)
         return "OK"
 
-    # --- helpers: numbers and checks ----------------------------------------------------------
+    # --- helpers: numbers and pairs -----------------------------------------------------------
 
     def _increment(self, key: bytes, amount: int) -> int:
         now_ms = self._command_time_ms()
@@ -854,18 +657,6 @@ class KVStore(StateMachine):
             raise RedisError(errors.INCREMENT_OVERFLOW)
         self._store(key, b"%d" % new, keep_ttl=True)
         return new
-
-    def _check_key(self, key: bytes) -> None:
-        if type(key) is not bytes:
-            raise TypeError(f"keys are bytes, not {type(key).__name__}")
-        if len(key) > self.key_bytes_max:
-            raise RedisError(errors.KEY_TOO_LONG)
-
-    def _check_value(self, value: bytes) -> None:
-        if type(value) is not bytes:
-            raise TypeError(f"values are bytes, not {type(value).__name__}")
-        if len(value) > self.value_bytes_max:
-            raise RedisError(errors.STRING_TOO_LONG)
 
     def _check_pairs(self, pairs: Sequence[bytes], name: str) -> None:
         if not pairs or len(pairs) % 2:

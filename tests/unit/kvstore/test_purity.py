@@ -26,6 +26,7 @@ PURE_MODULES = [
     "numbers.py",
     "resp.py",
     "session.py",
+    "state.py",
     "state_machine.py",
 ]
 
