@@ -29,7 +29,6 @@ error becoming that call's result while the others go on (Redis's EXEC).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from kvstore import errors, limits, numbers
@@ -37,23 +36,17 @@ from kvstore.commands import COMMANDS, Route
 from kvstore.content_hash import HASH_BYTES
 from kvstore.errors import RedisError
 from kvstore.glob import GlobPattern, ScanRequest
+from kvstore.options import (
+    MILLISECONDS,
+    NEGATIVE_SECONDS_LIMIT,
+    SECONDS,
+    SECONDS_LIMIT,
+    ExpireCondition,
+    StringOptions,
+    expiry_time_ms,
+)
 from kvstore.state import KVState
 from rsm.state_machine import StateMachine, command, query, resolve_command, resolve_query
-
-_SECONDS: Final = 1000
-_MILLISECONDS: Final = 1
-_SECONDS_LIMIT: Final = numbers.INT64_MAX // 1000
-"""C's LLONG_MAX / 1000: seconds above it overflow when converted to ms."""
-_NEGATIVE_SECONDS_LIMIT: Final = -(-numbers.INT64_MIN // 1000)
-"""C's LLONG_MIN / 1000 (C division truncates toward zero)."""
-
-_EXPIRY_UNITS: Final = {
-    b"ex": _SECONDS,
-    b"px": _MILLISECONDS,
-    b"exat": _SECONDS,
-    b"pxat": _MILLISECONDS,
-}
-_RELATIVE_EXPIRY: Final = frozenset({b"ex", b"px"})
 
 
 class KVStore(KVState, StateMachine):
@@ -95,7 +88,7 @@ class KVStore(KVState, StateMachine):
             self._lookup(key, now_ms)
             self._store(key, value, keep_ttl=False)
             return "OK"
-        parsed = _StringOptions.parse(options, for_set=True)
+        parsed = StringOptions.parse(options, for_set=True)
         expire_at_ms = parsed.expire_at_ms(now_ms, "set")
         old = self._lookup(key, now_ms)
         if (parsed.only_if_absent and old is not None) or (parsed.only_if_present and old is None):
@@ -148,7 +141,7 @@ class KVStore(KVState, StateMachine):
     def getex(self, key: bytes, *options: bytes) -> bytes | None:
         """GETEX key [EX s|PX ms|EXAT unix-s|PXAT unix-ms|PERSIST]: GET, then change the TTL."""
         now_ms = self._command_time_ms()
-        parsed = _StringOptions.parse(options, for_set=False)
+        parsed = StringOptions.parse(options, for_set=False)
         value = self._lookup(key, now_ms)
         if value is None:
             return None
@@ -468,25 +461,25 @@ class KVStore(KVState, StateMachine):
         time is later/earlier (no TTL counts as infinitely late).  A time
         in the past deletes the key (and answers 1).
         """
-        return self._set_ttl(key, seconds, options, _SECONDS, relative=True, name="expire")
+        return self._set_ttl(key, seconds, options, SECONDS, relative=True, name="expire")
 
     @command
     def pexpire(self, key: bytes, milliseconds: bytes, *options: bytes) -> int:
         """PEXPIRE key milliseconds [NX|XX|GT|LT]: EXPIRE in milliseconds."""
         return self._set_ttl(
-            key, milliseconds, options, _MILLISECONDS, relative=True, name="pexpire"
+            key, milliseconds, options, MILLISECONDS, relative=True, name="pexpire"
         )
 
     @command
     def expireat(self, key: bytes, unix_seconds: bytes, *options: bytes) -> int:
         """EXPIREAT key unix-seconds [NX|XX|GT|LT]: EXPIRE at an absolute time."""
-        return self._set_ttl(key, unix_seconds, options, _SECONDS, relative=False, name="expireat")
+        return self._set_ttl(key, unix_seconds, options, SECONDS, relative=False, name="expireat")
 
     @command
     def pexpireat(self, key: bytes, unix_milliseconds: bytes, *options: bytes) -> int:
         """PEXPIREAT key unix-milliseconds [NX|XX|GT|LT]: EXPIREAT in milliseconds."""
         return self._set_ttl(
-            key, unix_milliseconds, options, _MILLISECONDS, relative=False, name="pexpireat"
+            key, unix_milliseconds, options, MILLISECONDS, relative=False, name="pexpireat"
         )
 
     @command
@@ -616,12 +609,12 @@ class KVStore(KVState, StateMachine):
     ) -> int:
         """The EXPIRE family, checked in Redis's order: options, time, then the key."""
         now_ms = self._command_time_ms()
-        condition = _ExpireCondition.parse(options)
+        condition = ExpireCondition.parse(options)
         when = numbers.require_int(raw_time)
-        if unit_ms == _SECONDS:
-            if when > _SECONDS_LIMIT or when < _NEGATIVE_SECONDS_LIMIT:
+        if unit_ms == SECONDS:
+            if when > SECONDS_LIMIT or when < NEGATIVE_SECONDS_LIMIT:
                 raise RedisError(errors.invalid_expire_time(name))
-            when *= _SECONDS
+            when *= SECONDS
         base_ms = now_ms if relative else 0
         if when > numbers.INT64_MAX - base_ms:
             raise RedisError(errors.invalid_expire_time(name))
@@ -640,7 +633,7 @@ class KVStore(KVState, StateMachine):
         now_ms = self._command_time_ms()
         self._check_key(key)
         self._check_value(value)
-        expire_at_ms = _expiry_time_ms(unit, raw_time, now_ms, name)
+        expire_at_ms = expiry_time_ms(unit, raw_time, now_ms, name)
         self._store(key, value, keep_ttl=False)
         self._expire(key, expire_at_ms, now_ms)
         return "OK"
@@ -664,116 +657,6 @@ class KVStore(KVState, StateMachine):
         for key, value in zip(pairs[::2], pairs[1::2], strict=True):
             self._check_key(key)
             self._check_value(value)
-
-
-def _expiry_time_ms(unit: bytes, raw_time: bytes, now_ms: int, name: str) -> int:
-    """The absolute expiry an EX/PX/EXAT/PXAT argument asks for, checked as Redis does."""
-    amount = numbers.require_int(raw_time)
-    scale_ms = _EXPIRY_UNITS[unit]
-    if amount <= 0 or (scale_ms == _SECONDS and amount > _SECONDS_LIMIT):
-        raise RedisError(errors.invalid_expire_time(name))
-    amount *= scale_ms
-    if unit in _RELATIVE_EXPIRY:
-        amount += now_ms
-        if amount > numbers.INT64_MAX:
-            raise RedisError(errors.invalid_expire_time(name))
-    return amount
-
-
-@dataclass(frozen=True, slots=True)
-class _StringOptions:
-    """The options of SET (`for_set`) or GETEX, parsed and checked as Redis does."""
-
-    only_if_absent: bool = False
-    only_if_present: bool = False
-    get: bool = False
-    keep_ttl: bool = False
-    persist: bool = False
-    expiry_unit: bytes | None = None
-    """b"ex", b"px", b"exat" or b"pxat" when a time was given."""
-    expiry_time: bytes = b""
-
-    @classmethod
-    def parse(cls, options: Sequence[bytes], *, for_set: bool) -> _StringOptions:
-        """Redis's rules: an unknown option, or one clashing with an earlier one: syntax error."""
-        if not options:
-            return _NO_OPTIONS
-        nx = xx = get = keep_ttl = persist = False
-        unit: bytes | None = None
-        time = b""
-        position = 0
-        while position < len(options):
-            option = options[position].lower()
-            has_value = position + 1 < len(options)
-            if for_set and option == b"nx" and not xx:
-                nx = True
-            elif for_set and option == b"xx" and not nx:
-                xx = True
-            elif for_set and option == b"get":
-                get = True
-            elif for_set and option == b"keepttl" and unit is None:
-                keep_ttl = True
-            elif not for_set and option == b"persist" and unit is None:
-                persist = True
-            elif (
-                option in _EXPIRY_UNITS
-                and not keep_ttl
-                and not persist
-                and unit in (None, option)
-                and has_value
-            ):
-                unit = option
-                position += 1
-                time = options[position]
-            else:
-                raise RedisError(errors.SYNTAX)
-            position += 1
-        return cls(nx, xx, get, keep_ttl, persist, unit, time)
-
-    def expire_at_ms(self, now_ms: int, name: str) -> int | None:
-        """The absolute expiry asked for, or None; `RedisError` for an invalid time."""
-        if self.expiry_unit is None:
-            return None
-        return _expiry_time_ms(self.expiry_unit, self.expiry_time, now_ms, name)
-
-
-_NO_OPTIONS: Final = _StringOptions()
-"""What a plain SET or GETEX parses to (most calls: parsed once, here)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _ExpireCondition:
-    """EXPIRE's NX / XX / GT / LT options."""
-
-    nx: bool = False
-    xx: bool = False
-    gt: bool = False
-    lt: bool = False
-
-    @classmethod
-    def parse(cls, options: Sequence[bytes]) -> _ExpireCondition:
-        flags = {b"nx": False, b"xx": False, b"gt": False, b"lt": False}
-        for option in options:
-            lowered = option.lower()
-            if lowered not in flags:
-                raise RedisError(f"ERR Unsupported option {errors.c_text(option)}")
-            flags[lowered] = True
-        condition = cls(flags[b"nx"], flags[b"xx"], flags[b"gt"], flags[b"lt"])
-        if condition.nx and (condition.xx or condition.gt or condition.lt):
-            raise RedisError("ERR NX and XX, GT or LT options at the same time are not compatible")
-        if condition.gt and condition.lt:
-            raise RedisError("ERR GT and LT options at the same time are not compatible")
-        return condition
-
-    def allows(self, when_ms: int, current_ms: int | None) -> bool:
-        """Whether a new expiry `when_ms` may replace `current_ms` (None: no TTL, "infinite")."""
-        if self.nx and current_ms is not None:
-            return False
-        if self.xx and current_ms is None:
-            return False
-        if self.gt and (current_ms is None or when_ms <= current_ms):
-            return False
-        return not (self.lt and current_ms is not None and when_ms >= current_ms)
 
 
 def _operations() -> dict[str, Callable[..., Any]]:

@@ -24,6 +24,7 @@ PURE_MODULES = [
     "glob.py",
     "limits.py",
     "numbers.py",
+    "options.py",
     "resp.py",
     "session.py",
     "state.py",
