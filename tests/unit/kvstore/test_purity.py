@@ -28,6 +28,7 @@ PURE_MODULES = [
     "resp.py",
     "session.py",
     "state.py",
+    "strings.py",
     "state_machine.py",
 ]
 
