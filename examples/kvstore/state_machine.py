@@ -36,6 +36,7 @@ from kvstore.commands import COMMANDS, Route
 from kvstore.content_hash import HASH_BYTES
 from kvstore.errors import RedisError
 from kvstore.glob import GlobPattern, ScanRequest
+from kvstore.keys import KeyCommands
 from kvstore.options import (
     MILLISECONDS,
     NEGATIVE_SECONDS_LIMIT,
@@ -47,7 +48,7 @@ from kvstore.strings import StringCommands
 from rsm.state_machine import StateMachine, command, query, resolve_command, resolve_query
 
 
-class KVStore(StringCommands, StateMachine):
+class KVStore(StringCommands, KeyCommands, StateMachine):
     """Redis's string commands, replicated.  See `kvstore.state` for the state and expiry."""
 
     # --- snapshots and state hashes --------------------------------------------------------
@@ -66,83 +67,6 @@ class KVStore(StringCommands, StateMachine):
     def idle(self) -> None:
         """Bring the state hash up to date while the replica has nothing else to do."""
         self._settle_hash()
-
-    # --- keys ---------------------------------------------------------------------------------
-
-    @command(name="del")
-    def delete(self, *keys: bytes) -> int:
-        """DEL key [key ...]: delete the keys; how many existed."""
-        return self._delete_keys(keys)
-
-    @command
-    def unlink(self, *keys: bytes) -> int:
-        """UNLINK key [key ...]: DEL (Redis frees memory later; here there is nothing to defer)."""
-        return self._delete_keys(keys)
-
-    @command
-    def rename(self, key: bytes, new_key: bytes) -> str:
-        """RENAME key newkey: move the value and TTL of `key` to `newkey`, replacing what
-        was there; "OK" (also when the names are equal), "ERR no such key" without `key`."""
-        self._rename(key, new_key, replace=True)
-        return "OK"
-
-    @command
-    def renamenx(self, key: bytes, new_key: bytes) -> int:
-        """RENAMENX key newkey: RENAME only if `newkey` does not exist; 1 if renamed, else 0
-        (also when the names are equal)."""
-        return 1 if self._rename(key, new_key, replace=False) else 0
-
-    @command
-    def copy(self, source: bytes, destination: bytes, *options: bytes) -> int:
-        """COPY source destination [DB 0] [REPLACE]: copy the value and TTL; 1 if copied, 0
-        if `source` does not exist or `destination` does (without REPLACE).
-
-        There is one database: DB takes only 0 ("ERR DB index is out of range"
-        otherwise, where Redis would copy to that database).
-        """
-        now_ms = self._command_time_ms()
-        replace = False
-        position = 0
-        while position < len(options):
-            option = options[position].lower()
-            if option == b"replace":
-                replace = True
-            elif option == b"db" and position + 1 < len(options):
-                position += 1
-                if numbers.require_int(options[position]) != 0:
-                    raise RedisError(errors.DB_INDEX_OUT_OF_RANGE)
-            else:
-                raise RedisError(errors.SYNTAX)
-            position += 1
-        if source == destination:
-            raise RedisError("ERR source and destination objects are the same")
-        value = self._lookup(source, now_ms)
-        if value is None:
-            return 0
-        self._check_key(destination)
-        if self._lookup(destination, now_ms) is not None and not replace:
-            return 0
-        self._store(destination, value, keep_ttl=False)
-        expire_at_ms = self.expire_at_ms.get(source)
-        if expire_at_ms is not None:
-            self._expire(destination, expire_at_ms, now_ms)
-        return 1
-
-    @query
-    def exists(self, *keys: bytes) -> int:
-        """EXISTS key [key ...]: how many of the keys exist (a key named twice counts twice)."""
-        return self._count_live(keys)
-
-    @query
-    def touch(self, *keys: bytes) -> int:
-        """TOUCH key [key ...]: EXISTS.  (Redis also notes the keys' access time for its
-        eviction; this store evicts nothing, so it keeps none.)"""
-        return self._count_live(keys)
-
-    @query
-    def type(self, key: bytes) -> str:
-        """TYPE key: "string", or "none" for a missing key."""
-        return "none" if self._peek(key, self._query_time_ms()) is None else "string"
 
     @query
     def keys(self, pattern: bytes) -> list[bytes]:
@@ -298,38 +222,6 @@ class KVStore(StringCommands, StateMachine):
         if deleted_index <= index:
             return False
         return expired_at_ms is None or expired_at_ms > time_ms
-
-    def _count_live(self, keys: Sequence[bytes]) -> int:
-        now_ms = self._query_time_ms()
-        return sum(1 for key in keys if self._peek(key, now_ms) is not None)
-
-    def _rename(self, key: bytes, new_key: bytes, *, replace: bool) -> bool:
-        """RENAME (`replace`) and RENAMENX, checked in Redis's order; whether it renamed."""
-        now_ms = self._command_time_ms()
-        value = self._lookup(key, now_ms)
-        if value is None:
-            raise RedisError("ERR no such key")
-        if key == new_key:
-            return replace
-        self._check_key(new_key)
-        if self._lookup(new_key, now_ms) is not None and not replace:
-            return False
-        expire_at_ms = self.expire_at_ms.get(key)
-        self._store(new_key, value, keep_ttl=False)
-        if expire_at_ms is not None:
-            self._expire(new_key, expire_at_ms, now_ms)
-        self._delete(key)
-        return True
-
-    def _delete_keys(self, keys: Sequence[bytes]) -> int:
-        """DEL: delete the live ones of `keys`; how many there were."""
-        now_ms = self._command_time_ms()
-        deleted = 0
-        for key in keys:
-            if self._lookup(key, now_ms) is not None:
-                self._delete(key)
-                deleted += 1
-        return deleted
 
     def _flush(self, options: Sequence[bytes]) -> str:
         """FLUSHDB / FLUSHALL: ASYNC and SYNC are accepted and mean the same here."""

@@ -22,6 +22,7 @@ PURE_MODULES = [
     "endpoints.py",
     "errors.py",
     "glob.py",
+    "keys.py",
     "limits.py",
     "numbers.py",
     "options.py",
