@@ -31,12 +31,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
-from kvstore import errors, limits, numbers
+from kvstore import errors, numbers
 from kvstore.commands import COMMANDS, Route
 from kvstore.content_hash import HASH_BYTES
 from kvstore.errors import RedisError
-from kvstore.glob import GlobPattern, ScanRequest
 from kvstore.keys import KeyCommands
+from kvstore.keyspace import KeyspaceCommands
 from kvstore.options import (
     MILLISECONDS,
     NEGATIVE_SECONDS_LIMIT,
@@ -48,7 +48,7 @@ from kvstore.strings import StringCommands
 from rsm.state_machine import StateMachine, command, query, resolve_command, resolve_query
 
 
-class KVStore(StringCommands, KeyCommands, StateMachine):
+class KVStore(StringCommands, KeyCommands, KeyspaceCommands, StateMachine):
     """Redis's string commands, replicated.  See `kvstore.state` for the state and expiry."""
 
     # --- snapshots and state hashes --------------------------------------------------------
@@ -67,49 +67,6 @@ class KVStore(StringCommands, KeyCommands, StateMachine):
     def idle(self) -> None:
         """Bring the state hash up to date while the replica has nothing else to do."""
         self._settle_hash()
-
-    @query
-    def keys(self, pattern: bytes) -> list[bytes]:
-        """KEYS pattern: every key matching the glob pattern, in key order."""
-        now_ms = self._query_time_ms()
-        glob = GlobPattern(pattern)
-        everything = glob.matches_everything
-        return [
-            key
-            for _, key in self._scan_order()
-            if (everything or glob.matches(key)) and not self._expired(key, now_ms)
-        ]
-
-    @query
-    def scan(self, cursor: bytes, *options: bytes) -> list[bytes | list[bytes]]:
-        """SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: [next cursor, keys].
-
-        A full iteration starts and ends with cursor "0" (see `kvstore.glob`).
-        """
-        request = ScanRequest.parse(cursor, options)
-        now_ms = self._query_time_ms()
-        next_cursor, found = request.page(self._scan_order())
-        return [next_cursor, [key for key in found if not self._expired(key, now_ms)]]
-
-    @query
-    def dbsize(self) -> int:
-        """DBSIZE: how many keys are stored (expired ones not deleted yet included, as Redis)."""
-        return len(self.values)
-
-    @query
-    def keyspace(self) -> list[int]:
-        """[keys, keys with a TTL]: for INFO's keyspace section."""
-        return [len(self.values), len(self.expire_at_ms)]
-
-    @command
-    def flushdb(self, *options: bytes) -> str:
-        """FLUSHDB [ASYNC|SYNC]: delete every key; "OK"."""
-        return self._flush(options)
-
-    @command
-    def flushall(self, *options: bytes) -> str:
-        """FLUSHALL [ASYNC|SYNC]: FLUSHDB (there is one database)."""
-        return self._flush(options)
 
     # --- transactions (MULTI / EXEC / WATCH) --------------------------------------------------
 
@@ -222,28 +179,6 @@ class KVStore(StringCommands, KeyCommands, StateMachine):
         if deleted_index <= index:
             return False
         return expired_at_ms is None or expired_at_ms > time_ms
-
-    def _flush(self, options: Sequence[bytes]) -> str:
-        """FLUSHDB / FLUSHALL: ASYNC and SYNC are accepted and mean the same here."""
-        self._command_time_ms()
-        if len(options) > 1 or (options and options[0].lower() not in (b"async", b"sync")):
-            raise RedisError(errors.SYNTAX)
-        if len(self.tombstones) + len(self.values) > limits.watch_tombstones_max:
-            # Too many to remember one by one: every older WATCH will abort.
-            self.tombstones.clear()
-            self.tombstones_forgotten_index = self.context.index
-        else:
-            for key in self.values:
-                self._bury(key, None)
-        self.values.clear()
-        self._scan_index.clear()
-        self._unindexed.clear()
-        self.versions.clear()
-        self.expire_at_ms.clear()
-        self._expiry_queue.clear()
-        self._content_hash = 0
-        self._hash_pending.clear()
-        return "OK"
 
     def _time_left(self, key: bytes, *, milliseconds: bool, absolute: bool) -> int:
         now_ms = self._query_time_ms()

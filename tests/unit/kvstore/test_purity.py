@@ -23,6 +23,7 @@ PURE_MODULES = [
     "errors.py",
     "glob.py",
     "keys.py",
+    "keyspace.py",
     "limits.py",
     "numbers.py",
     "options.py",
