@@ -21,6 +21,7 @@ PURE_MODULES = [
     "dispatch.py",
     "endpoints.py",
     "errors.py",
+    "expiry.py",
     "glob.py",
     "keys.py",
     "keyspace.py",
