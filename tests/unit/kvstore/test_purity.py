@@ -32,6 +32,7 @@ PURE_MODULES = [
     "session.py",
     "state.py",
     "strings.py",
+    "transactions.py",
     "state_machine.py",
 ]
 
