@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvstore import errors, limits
+from kvstore import errors
 from kvstore.errors import RedisError
 from kvstore.glob import GlobPattern, ScanRequest
 from kvstore.state import KVState
@@ -70,19 +70,5 @@ class KeyspaceCommands(KVState):
         self._command_time_ms()
         if len(options) > 1 or (options and options[0].lower() not in (b"async", b"sync")):
             raise RedisError(errors.SYNTAX)
-        if len(self.tombstones) + len(self.values) > limits.watch_tombstones_max:
-            # Too many to remember one by one: every older WATCH will abort.
-            self.tombstones.clear()
-            self.tombstones_forgotten_index = self.context.index
-        else:
-            for key in self.values:
-                self._bury(key, None)
-        self.values.clear()
-        self._scan_index.clear()
-        self._unindexed.clear()
-        self.versions.clear()
-        self.expire_at_ms.clear()
-        self._expiry_queue.clear()
-        self._content_hash = 0
-        self._hash_pending.clear()
+        self._delete_all()
         return "OK"

@@ -59,8 +59,9 @@ keys present in `values`; `_scan_index` and `_unindexed` (disjoint), and
 `versions`, hold exactly the keys of `values`, and `tombstones` none of them;
 `_content_hash`, once `_settle_hash` ran, is the sum of the digests of
 `values` and `expire_at_ms`; every change of `values` or `expire_at_ms` is
-preceded by `_note_change` of its key; every key is at most `key_bytes_max`
-bytes and every value at most `value_bytes_max`.
+preceded by `_note_change` of its key, except in `_delete_all`, which
+empties the hash and its notes with the rest; every key is at most
+`key_bytes_max` bytes and every value at most `value_bytes_max`.
 """
 
 from __future__ import annotations
@@ -197,6 +198,25 @@ class KVState:
         else:
             self._scan_index.remove((key_hash(key), key))
         self._bury(key, expired_at_ms)
+
+    def _delete_all(self) -> None:
+        """Delete every key at once, remembering the deletions for WATCH (past the bound,
+        forgetting every deletion instead)."""
+        if len(self.tombstones) + len(self.values) > limits.watch_tombstones_max:
+            # Too many to remember one by one: every older WATCH will abort.
+            self.tombstones.clear()
+            self.tombstones_forgotten_index = self.context.index
+        else:
+            for key in self.values:
+                self._bury(key, None)
+        self.values.clear()
+        self._scan_index.clear()
+        self._unindexed.clear()
+        self.versions.clear()
+        self.expire_at_ms.clear()
+        self._expiry_queue.clear()
+        self._content_hash = 0
+        self._hash_pending.clear()
 
     def _bury(self, key: bytes, expired_at_ms: int | None) -> None:
         """Remember that `key` was deleted now, for WATCH; forget the oldest deletion past the
