@@ -17,7 +17,7 @@ and returns an action for the server shell:
   watched at that position;
 * `Execute(watched, calls, replies)`: EXEC: log one `exec` command holding
   the watched keys and every queued data command (see
-  `kvstore.state_machine`); the replies of queued server commands are
+  `kvstore.transactions`); the replies of queued server commands are
   computed at EXEC time, in order with the others.
 
 `finish(action, outcome, client)` turns the framework's outcome of a

@@ -9,8 +9,9 @@ import hashlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kvstore import limits
+from kvstore.content_hash import content_hash
 from kvstore.glob import key_hash
-from kvstore.state_machine import KVStore, content_hash
+from kvstore.state_machine import KVStore
 
 from rsm.core.commands import apply_batch
 from rsm.core.log_format import decode_batch
