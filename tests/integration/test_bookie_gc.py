@@ -30,7 +30,7 @@ from bookie.server.gc import GarbageCollector
 from bookie.server.server import BookieServer
 from bookie.storage.entry_log import entry_log_ids, entry_log_path
 from bookie.storage.file import FileLedgerStorage, StorageConfig
-from tests.unit.ledger_client.cluster import fast_config
+from tests.unit.bookie.client.cluster import fast_config
 
 from .support.disk import file_bytes
 

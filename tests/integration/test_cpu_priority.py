@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(
     import anyio
     from rsm.runtime.cpu_priority import AUTOGROUP_PATH, FollowerPriority, parse_autogroup
     from rsm.runtime.replica import Role
-    from tests.unit.runtime.harness import wait_until
+    from tests.unit.rsm.runtime.harness import wait_until
 
     def nice() -> int | None:
         return parse_autogroup(AUTOGROUP_PATH.read_text())

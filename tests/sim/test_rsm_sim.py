@@ -22,7 +22,7 @@ from rsm.errors import RsmError
 from rsm.testing.cluster import APP, RsmCluster
 from rsm.testing.nemesis import RsmFault
 from rsm.testing.rsm_sim import SimOptions, main, run_seed, run_seeds
-from tests.unit.runtime.harness import wait_until
+from tests.unit.rsm.runtime.harness import wait_until
 
 CI_SEEDS = 100
 """As many seeds as run in about two minutes on a busy 2-core machine (40 take 45 s)."""

@@ -27,8 +27,8 @@ from kvstore.server import ReplicaInfo, RespConnection, RespServer, ServerConfig
 from kvstore.session import Session
 
 from rsm.core.sessions import Outcome
+from tests.unit.bookie.server.support import wait_for
 from tests.unit.kvstore.replica import Replica
-from tests.unit.server.support import wait_for
 
 pytestmark = pytest.mark.anyio
 

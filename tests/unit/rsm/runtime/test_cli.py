@@ -1,0 +1,127 @@
+"""The `rsm` command's own parsing and rendering, and its status report against an
+in-memory ZooKeeper (the commands themselves run against ZooKeeper in test_zookeeper.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from rsm.core.layout import AppLayout
+from rsm.errors import InvalidConfig
+from rsm.runtime.log import LogStore
+from rsm.tools import cli
+from tests.unit.bookie.client.cluster import memory_cluster
+from tests.unit.rsm.core.counter import Counter
+
+
+@pytest.mark.parametrize(
+    ("connect_string", "expected"),
+    [
+        ("127.0.0.1:2181", ("127.0.0.1:2181", None)),
+        ("a:1,b:2/my/root", ("a:1,b:2", "/my/root")),
+        ("a:1/", ("a:1", None)),
+    ],
+)
+def test_zookeeper_connect_strings_split_into_hosts_and_chroot(
+    connect_string: str, expected: tuple[str, str | None]
+) -> None:
+    assert cli.split_zk(connect_string) == expected
+
+
+def test_a_connect_string_without_hosts_is_refused() -> None:
+    with pytest.raises(InvalidConfig):
+        cli.split_zk("/root")
+
+
+def test_arguments_are_json_where_they_parse_and_keywords_by_name() -> None:
+    args, kwargs = cli.parse_arguments(["5", '"x"', "hello", "[1, 2]", "null", "amount=3", "a=b=c"])
+    assert args == [5, "x", "hello", [1, 2], None]
+    assert kwargs == {"amount": 3, "a": "b=c"}
+
+
+def test_machines_are_loaded_by_module_and_class() -> None:
+    assert cli.load_machine("tests.unit.rsm.core.counter:Counter") is Counter
+    for target in (
+        "tests.unit.rsm.core.counter",
+        "no.such.module:X",
+        "tests.unit.rsm.core.counter:nope",
+    ):
+        with pytest.raises(InvalidConfig):
+            cli.load_machine(target)
+
+
+def test_status_renders_one_row_per_replica() -> None:
+    report = {
+        "app": "counter",
+        "epoch": 3,
+        "leader": {"replica_id": "a", "address": "h:1", "epoch": 3},
+        "segments": 2,
+        "open_segment": {"ledger_id": 9, "first_index": 12},
+        "end_index": None,
+        "replicas": [
+            {
+                "replica_id": "a",
+                "address": "h:1",
+                "role": "leader",
+                "serving": True,
+                "epoch": 3,
+                "applied_index": 20,
+                "lag": 0,
+                "candidate": True,
+            },
+            {"replica_id": "b", "address": "h:2", "error": "Timeout: no answer"},
+        ],
+    }
+    lines = cli.render_status(report).splitlines()
+    assert lines[0] == "app counter  epoch 3  leader a (h:1)"
+    assert lines[1] == "log: 2 segments, open: ledger 9 from index 12"
+    assert lines[3].split() == [
+        "REPLICA",
+        "ADDRESS",
+        "ROLE",
+        "EPOCH",
+        "APPLIED",
+        "LAG",
+        "CANDIDATE",
+    ]
+    assert lines[4].split() == ["a", "h:1", "leader", "3", "20", "0", "yes"]
+    assert lines[5].split()[:3] == ["b", "h:2", "Timeout:"]
+
+
+def test_usage_errors_exit_with_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == cli.EXIT_USAGE
+    with pytest.raises(SystemExit) as raised:
+        cli.main(["call", "--app", "x"])
+    assert raised.value.code == cli.EXIT_USAGE
+    assert "--zk" in capsys.readouterr().err
+    run = ["run", "counter:Counter", "--app", "x", "--zk", "127.0.0.1:1", "--listen", "h:1"]
+    assert cli.main([*run, "--follower-nice", "20"]) == cli.EXIT_USAGE
+    assert "follower nice 20 is outside 0..19" in capsys.readouterr().err
+
+
+class SilentReplicaClient:
+    """A client of app "app" whose one registered replica never answers STATUS."""
+
+    app = "app"
+
+    async def replicas(self) -> dict[str, str]:
+        return {"a": "h:1"}
+
+    async def status(self, replica: str | None = None) -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+@pytest.mark.anyio
+async def test_a_replica_that_does_not_answer_its_status_gets_a_row_saying_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cli, "_STATUS_TIMEOUT_S", 0.05)
+    async with memory_cluster(3) as cluster, cluster.store_factory() as store:
+        await LogStore(store, AppLayout.of("app")).ensure_layout()
+        report = await cli.application_status(store, SilentReplicaClient())  # type: ignore[arg-type]
+    assert report["replicas"] == [
+        {"replica_id": "a", "address": "h:1", "error": "no answer within 0.05 s"}
+    ]

@@ -1,0 +1,84 @@
+"""The replica's server under bad and unusual client input, over a raw socket."""
+
+from __future__ import annotations
+
+import struct
+
+import anyio
+import anyio.abc
+import cbor2
+import pytest
+
+from rsm import limits
+from rsm.core.protocol import CallRequest, Op, StatusRequest, encode_request
+from rsm.errors import RsmStatus
+from rsm.runtime.replica import Replica
+from tests.unit.bookie.server.support import read_bodies, read_until_closed
+from tests.unit.rsm.runtime.harness import replica_cluster, wait_until
+from tests.unit.rsm.runtime.test_failover import start_three
+
+pytestmark = pytest.mark.anyio
+
+
+async def open_raw(replica: Replica) -> anyio.abc.ByteStream:
+    host, _, port = replica.address.rpartition(":")
+    return await anyio.connect_tcp(host, int(port))
+
+
+def raw_frame(item: object) -> bytes:
+    body = cbor2.dumps(item)
+    return struct.pack(">I", len(body)) + body
+
+
+async def test_bad_requests_are_answered_and_the_connection_goes_on() -> None:
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas)
+        async with await open_raw(leader) as stream:
+            await stream.send(
+                raw_frame([1, 99, 1])  # unknown op
+                + raw_frame([9, Op.STATUS, 2])  # unknown version
+                + raw_frame([1, Op.CALL, 3, "add", "not a list", {}, None, None, None])
+                + raw_frame([1, Op.CALL, 4, "no_such_command", [], {}, None, None, None])
+                + raw_frame([1, Op.CALL, 5, "add", ["x", "y"], {}, None, None, None])
+                + encode_request(CallRequest(6, "add", [2], {}))
+                + encode_request(StatusRequest(7))
+            )
+            answers = {body[2]: body for body in await read_bodies(stream, 7)}
+        assert {answers[i][3] for i in (1, 2, 3)} == {RsmStatus.BAD_REQUEST}
+        assert answers[4][3] == RsmStatus.UNKNOWN_COMMAND
+        assert answers[5][3] == RsmStatus.BAD_ARGUMENTS
+        assert (answers[6][3], answers[6][6]) == (RsmStatus.OK, 2)
+        assert answers[7][3] == RsmStatus.OK
+        assert answers[7][6]["role"] == "leader"
+        assert await leader.call("add", 1) == 3
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"\x00\x00\x00\x00",  # an empty frame
+        struct.pack(">I", limits.frame_bytes_max + 1),  # oversized
+        struct.pack(">I", 2) + b"\xff\xff",  # not CBOR
+        raw_frame({"op": 1}),  # not an array
+        raw_frame([1, Op.CALL, "id"]),  # no usable request id
+    ],
+)
+async def test_unanswerable_input_closes_only_that_connection(garbage: bytes) -> None:
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas)
+        async with await open_raw(leader) as stream:
+            await stream.send(garbage)
+            assert await read_until_closed(stream) == []
+        assert await leader.call("add", 1) == 1, "the replica goes on serving"
+
+
+async def test_a_follower_answers_commands_with_the_leaders_address() -> None:
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas)
+        follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
+        await wait_until(lambda: follower.status()["leader_address"] == leader.address)
+        async with await open_raw(follower) as stream:
+            await stream.send(encode_request(CallRequest(1, "add", [1], {})))
+            [answer] = await read_bodies(stream, 1)
+        assert answer[3] == RsmStatus.NOT_LEADER
+        assert answer[5] == leader.address
