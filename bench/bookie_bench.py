@@ -19,8 +19,8 @@ ratios:
   acknowledges each group after one fdatasync, driven the same way: the
   ceiling for this design in Python on this machine.
 
-The last line of output is ONE JSON object (DESIGN.md §10 shape); progress
-goes to stderr.  The defaults keep the whole run under a minute.
+The last line of output is ONE JSON object (its shape: docs/operations.md,
+"Benchmark"); progress goes to stderr.  The defaults keep the whole run under a minute.
 """
 
 from __future__ import annotations

@@ -58,7 +58,8 @@ GET.  `ratios` reports them; `meets_targets` says whether this run met them.
 
 Missing tools: `scripts/bootstrap.sh redis-tools redis-server` installs
 them (apt-get); the benchmark runs it when they are missing.  The last line
-of output is ONE JSON object (DESIGN.md §10); progress goes to stderr.
+of output is ONE JSON object (its shape: docs/operations.md, "Benchmark");
+progress goes to stderr.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ fsync on, garbage collection every second) in a temporary directory, then:
 Targets (the issue's): `snapshot_ready_s` at least 10x below `replay_ready_s`;
 `disk_after_bytes` within 2x of `live_bytes` plus the bookies' fixed files (one
 current journal file and one current entry log each, `fixed_bytes`).  The last
-line of output is ONE JSON object (DESIGN.md §10 shape); progress goes to
-stderr.  `--seconds` bounds each wait, not the work.
+line of output is ONE JSON object (its shape: docs/operations.md,
+"Benchmark"); progress goes to stderr.  `--seconds` bounds each wait, not the work.
 """
 
 from __future__ import annotations

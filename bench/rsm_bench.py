@@ -27,11 +27,11 @@ extra), 3 nodes as processes on loopback, a replicated counter whose `add`
 takes a 100-byte argument, driven with the same number of concurrent
 callers, inside one node's process (PySyncObj has no client protocol, so its
 callers skip the network hop ours pay).  PySyncObj keeps its log in memory
-and fsyncs nothing.  Targets (DESIGN.md / the issue): at least 2x its
+and fsyncs nothing.  Targets: at least 2x its
 throughput, failover under 2x the session timeout, handoff under 100 ms.
 
-The last line of output is ONE JSON object (DESIGN.md §10 shape); progress
-goes to stderr.  `--worker` and `--pysyncobj-node` are this script's own
+The last line of output is ONE JSON object (its shape: docs/operations.md,
+"Benchmark"); progress goes to stderr.  `--worker` and `--pysyncobj-node` are this script's own
 subprocess roles.
 """
 

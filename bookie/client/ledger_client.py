@@ -1,6 +1,6 @@
 """`LedgerClient`: create, open (with or without recovery), delete and list ledgers.
 
-The entry point of the ledger layer (DESIGN.md §5).  Opened with
+The entry point of the ledger layer (docs/ledgers.md, "Using the client").  Opened with
 `async with LedgerClient.open(store) as client:` over any `MetadataStore`; it
 owns one task group for its whole life, in which run the bookie watch
 (`BookieRegistry`), the connections (`ConnectionPool`), and every task its

@@ -3,8 +3,8 @@
 Step 0 (mark) is a metadata CAS loop here: `mark_in_recovery_transform` moves
 an OPEN ledger to IN_RECOVERY; from then on its writer can change nothing in
 the metadata (an ensemble change or close of its raises `LedgerFenced`).
-Everything after is the core's (reference/bookkeeper.md §3b, the steps in the
-core's docstring); this shell carries out its effects:
+Everything after is the core's (docs/ledgers.md, "Recovery, step by step", and
+the core's docstring); this shell carries out its effects:
 
 * `SendRead` (fencing reads of the last entry, then fencing recovery reads,
   then possibly one plain read) and `SendAdd` (recovery adds, encoded once per

@@ -7,7 +7,7 @@ ids to indices with `ensemble_indices`.
 
 Vocabulary: E is the ensemble size, Qw the write quorum, Qa the ack quorum,
 with E >= Qw >= Qa >= 1.  The rules, which every other core builds on
-(reference/bookkeeper.md §1a and §3b):
+(docs/ledgers.md, "Writing" and "Recovery, step by step"):
 
 1. Write set.  Entry e is stored on the ensemble indices (e + i) mod E for
    i = 0 .. Qw-1.  There are only E distinct write sets; the one of entry e is

@@ -1,6 +1,6 @@
 """Reading a ledger as pure state machines: entries, the last add confirmed, tailing.
 
-Pure (reference/bookkeeper.md §1a, DESIGN.md §5).  Same shape as the writer:
+Pure (docs/ledgers.md, "What a reader may see").  Same shape as the writer:
 inputs through methods (answers, timeouts, `tick(now_ms)` for timers), effects
 queued and pulled with `take_effects()`.  Effects name bookies by id; the shell
 builds `ReadRequest` / `ReadLacRequest` from them, assigns request ids, and

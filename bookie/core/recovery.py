@@ -1,6 +1,6 @@
 """Open with recovery as a pure state machine: fence, find the end, re-replicate, close.
 
-Pure (reference/bookkeeper.md §3b, DESIGN.md §5).  Same shape as the writer
+Pure (docs/ledgers.md, "Recovery, step by step").  Same shape as the writer
 and the readers: inputs through methods, effects pulled with `take_effects()`.
 The shell runs step 0 itself and everything else as the effects say.
 

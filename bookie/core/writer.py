@@ -1,6 +1,6 @@
 """The write handle of a ledger as a pure state machine: appends in; adds, confirmations out.
 
-Pure (reference/bookkeeper.md §1a, DESIGN.md §5).  The shell feeds inputs
+Pure (docs/ledgers.md, "Writing").  The shell feeds inputs
 through methods (`append`, `on_add_response`, `on_add_timeout`,
 `on_ensemble_changed`, ..., `tick(now_ms)`) and carries out the effects it
 pulls with `take_effects()`, in order.  Effects name bookies by id; the shell

@@ -1,5 +1,5 @@
 """Smoke test of bench/kvstore_bench.py: it runs end to end (briefly, against the session's
-ZooKeeper) and its last line is one JSON object of the shape DESIGN.md §10 asks for.
+ZooKeeper) and its last line is one JSON object of the shape docs/operations.md ("Benchmark") gives.
 The numbers themselves are not checked: benchmarks are compared by people, not tests."""
 
 from __future__ import annotations

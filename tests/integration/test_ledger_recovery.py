@@ -1,5 +1,5 @@
 """Ledger recovery with real bookie processes and a real ZooKeeper (BookKeeper's
-`LedgerRecoveryTest` and `LedgerRecovery2Test`, reference/bookkeeper.md §3c).
+`LedgerRecoveryTest` and `LedgerRecovery2Test`).
 
 Faults are real: a slow bookie is a stopped process (SIGSTOP, so its socket
 stays open and its answers never come), a failed bookie is a killed one

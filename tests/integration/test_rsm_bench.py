@@ -1,7 +1,7 @@
 """Smoke test of bench/rsm_bench.py: it runs end to end (briefly, against the session's
 ZooKeeper, PySyncObj baseline included) and its last line is one JSON object of the shape
-DESIGN.md §10 asks for.  The numbers themselves are not checked: benchmarks are compared by
-people, on a quiet machine, not by tests."""
+docs/operations.md ("Benchmark") gives.  The numbers themselves are not checked:
+benchmarks are compared by people, on a quiet machine, not by tests."""
 
 from __future__ import annotations
 

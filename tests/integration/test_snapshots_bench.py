@@ -1,6 +1,6 @@
 """Smoke test of bench/recovery_bench.py: it runs end to end on a small history and its last
-line is one JSON object of the shape DESIGN.md §10 asks for.  The numbers are for people on
-a quiet machine; only their presence and sanity are checked."""
+line is one JSON object of the shape docs/operations.md ("Benchmark") gives.  The
+numbers are for people on a quiet machine; only their presence and sanity are checked."""
 
 from __future__ import annotations
 
