@@ -32,6 +32,7 @@ if not __debug__:  # pragma: no cover - only reachable under python -O
 from rsm.client import Client, ClientConfig, SyncClient, connect, connect_sync
 from rsm.config import ReplicaConfig
 from rsm.core.protocol import Consistency
+from rsm.core.roles import Role
 from rsm.core.state_machine import Context, StateMachine, command, query
 from rsm.errors import (
     BadArguments,
@@ -45,7 +46,7 @@ from rsm.errors import (
     Unavailable,
     UnknownCommand,
 )
-from rsm.runtime.replica import Replica, Role
+from rsm.runtime.replica import Replica
 
 __all__ = [
     "BadArguments",

@@ -97,7 +97,6 @@ KVSTORE_INTERNALS = frozenset(
         "rsm.core.state_machine",
         "rsm.runtime.applier",
         "rsm.runtime.cpu_priority",
-        "rsm.runtime.replica",
         "rsm.tools.cli",
     }
 )

@@ -44,11 +44,11 @@ from kvstore.forward import Connector
 from kvstore.router import Router
 from kvstore.server import ReplicaInfo, RespServer, ServerConfig
 from kvstore.state_machine import KVStore
+from rsm import Replica, Role
 from rsm.client import tcp_connector
 from rsm.config import ReplicaConfig
 from rsm.core.layout import RSM_ROOT
 from rsm.errors import InvalidConfig
-from rsm.runtime.replica import Replica, Role
 
 DEFAULT_APP = "kv"
 

@@ -50,8 +50,8 @@ import anyio
 
 from bookie.logs import emit
 from rsm import limits
+from rsm.core.roles import Role
 from rsm.errors import InvalidConfig
-from rsm.runtime.replica import Role
 
 logger = logging.getLogger(__name__)
 

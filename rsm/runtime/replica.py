@@ -2,11 +2,10 @@
 
 A replica is a follower, a leader-elect taking over, or the leader, and moves
 between them in one loop (`_role_loop`), so there is never more than one
-writer of its state:
-
-    follow the log ──(leader-elect)──> take over ──(CAS won)──> lead
-        ^                                  │                       │
-        └────────(lost CAS, not elected)───┘<──(step down, handover)┘
+writer of its state.  Every decision about its role (when to stop following,
+whether a takeover may go on, when to step down, stand, or stand aside) is
+the pure `RoleMachine`'s (rsm/core/roles.py, with the transitions): this
+shell reports what its loops see and carries out the effects.
 
 Around that loop, tasks owned by the replica's task group:
 
@@ -49,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import random
 from collections.abc import AsyncIterator, Callable
@@ -82,6 +80,18 @@ from rsm.core.election import Candidate
 from rsm.core.layout import RSM_ROOT, AppLayout, check_replica_id
 from rsm.core.log_format import Handoff, encode_handoff, encode_log
 from rsm.core.protocol import CallRequest, Consistency, Op, QueryRequest
+from rsm.core.roles import (
+    CancelFollow,
+    CancelTakeover,
+    Effect,
+    ForgetCandidacy,
+    Role,
+    RoleMachine,
+    Step,
+    StepDown,
+    WakeElection,
+    WakeElectionAt,
+)
 from rsm.core.sessions import Outcome, SessionTable
 from rsm.core.snapshot_policy import snapshotter
 from rsm.core.state_machine import StateMachine
@@ -106,14 +116,6 @@ from rsm.snapshots.inspect import manifest_plain
 from rsm.snapshots.store import SnapshotStore
 
 logger = logging.getLogger(__name__)
-
-
-class Role(enum.Enum):
-    """Where a replica is in its role loop (see the module docstring)."""
-
-    FOLLOWER = "follower"
-    TAKING_OVER = "taking_over"
-    LEADER = "leader"
 
 
 class _LocalAnswer:
@@ -194,14 +196,9 @@ class Replica:
         self._wall_clock_ms = wall_clock_ms
         self._lease_clock_s = lease_clock_s
         self._on_role = on_role
-        self._role = Role.FOLLOWER
+        self._roles = RoleMachine(self.config.retry_delay_ms)
+        self._announced_role = Role.FOLLOWER
         self._term: LeaderTerm | None = None
-        self._elected = False
-        self._caught_up = False
-        self._stopping = False
-        self._handing_over = False
-        self._registration_lost = False
-        self._session_lost_pin = False
         self._view: ElectionView | None = None
         self._follow_scope: anyio.CancelScope | None = None
         self._follower: LogFollower | None = None
@@ -213,10 +210,6 @@ class Replica:
         self._snapshots: SnapshotService | None = None
         self.last_transfer_window_ms: int | None = None
         self.takeovers = 0
-        self._stand_aside_delay_ms = 0
-        """How long this replica waited before standing again after its last stand-aside."""
-        self._stand_not_before_s = 0.0
-        """When that wait ended (it may stand again from then on)."""
 
     # --- lifetime -----------------------------------------------------------------------------
 
@@ -343,7 +336,7 @@ class Replica:
 
     @property
     def role(self) -> Role:
-        return self._role
+        return self._roles.role
 
     @property
     def is_leader(self) -> bool:
@@ -405,7 +398,7 @@ class Replica:
             "app": self.app,
             "replica_id": leadership.replica_id,
             "address": leadership.address,
-            "role": self._role.value,
+            "role": self._roles.role.value,
             "serving": self.is_leader,
             "epoch": self.epoch,
             "applied_index": position.index,
@@ -414,7 +407,7 @@ class Replica:
             "leader_address": leader.address if leader is not None else None,
             "leader_epoch": leader.epoch if leader is not None else None,
             "candidate": leadership.candidacy is not None,
-            "caught_up": self._caught_up,
+            "caught_up": self._roles.caught_up,
             "lag_entries": self._lag_entries(),
             "sessions": len(self._applier.sessions),
             "waiting_reads": self._applier.waiting_reads,
@@ -512,23 +505,53 @@ class Replica:
     # --- the role loop ------------------------------------------------------------------------
 
     async def _role_loop(self) -> None:
+        roles = self._roles
         while True:
             await self._follow()
-            if self._stopping:
+            if roles.stopping:
                 break
+            self._step_ended(Step.FOLLOW_ENDED)
             taken = await self._try_take_over()
-            if taken is not None:
+            if taken is None:
+                self._step_ended(Step.TAKEOVER_LOST)
+            else:
                 await self._lead(taken)
-        self._set_role(Role.FOLLOWER)
 
-    def _set_role(self, role: Role) -> None:
-        if role is not self._role:
-            self._role = role
+    def _step_ended(self, step: Step) -> None:
+        self._roles.step_ended(step)
+        self._announce_role()
+
+    def _announce_role(self) -> None:
+        """Tell `on_role` about a change of role since it was last told."""
+        role = self._roles.role
+        if role is not self._announced_role:
+            self._announced_role = role
             if self._on_role is not None:
                 self._on_role(role)
 
+    def _apply(self, effects: list[Effect]) -> None:
+        """Carry out what the role machine decided, in order."""
+        for effect in effects:
+            if isinstance(effect, CancelFollow):
+                if self._follow_scope is not None:
+                    self._follow_scope.cancel()
+            elif isinstance(effect, CancelTakeover):
+                if self._takeover_scope is not None:
+                    self._takeover_scope.cancel()
+            elif isinstance(effect, StepDown):
+                if self._term is not None:
+                    self._term.step_down(effect.reason, stand_aside=False)
+            elif isinstance(effect, ForgetCandidacy):
+                self._election.candidacy = None
+            elif isinstance(effect, WakeElection):
+                self._wake_election()
+            else:
+                assert isinstance(effect, WakeElectionAt)
+                task_group = self._task_group
+                assert task_group is not None
+                task_group.start_soon(self._wake_election_after, effect.delay_ms)
+
     async def _follow(self) -> None:
-        self._set_role(Role.FOLLOWER)
         follower = self._follower = LogFollower(
             self._log_store,
             self._reader,
@@ -539,7 +562,7 @@ class Replica:
         )
         with anyio.CancelScope() as scope:
             self._follow_scope = scope
-            if self._elected or self._stopping:
+            if not self._roles.should_follow():
                 scope.cancel()
             while True:
                 try:
@@ -550,22 +573,20 @@ class Replica:
 
     def _lag_entries(self) -> int:
         follower = self._follower
-        if self._role is Role.LEADER or follower is None:
+        if self._roles.role is Role.LEADER or follower is None:
             return 0
         return follower.lag_entries
 
     def _on_progress(self, caught_up: bool) -> None:
-        was, self._caught_up = self._caught_up, caught_up
-        if caught_up and not was:
-            self._wake_election()
+        self._apply(self._roles.caught_up_changed(caught_up))
 
     async def _try_take_over(self) -> Takeover | None:
-        self._set_role(Role.TAKING_OVER)
+        roles = self._roles
         taken: Takeover | None = None
         with anyio.CancelScope() as scope:
             self._takeover_scope = scope
             for _attempt in range(limits.takeover_attempts_max):
-                if not self._elected or self._stopping:
+                if not roles.may_take_over():
                     break
                 try:
                     taken = await take_over(
@@ -576,7 +597,7 @@ class Replica:
                         replica_id=self.replica_id,
                         app=self.app,
                         config=self.config,
-                        still_elected=lambda: self._elected and not self._stopping,
+                        still_elected=roles.may_take_over,
                         lease_clock_s=self._lease_clock,
                     )
                 except Truncated as error:
@@ -611,19 +632,19 @@ class Replica:
             lease_clock_s=self._lease_clock,
         )
         self._term = term
-        self._set_role(Role.LEADER)
+        effects = self._roles.takeover_won()
+        self._announce_role()
         self.takeovers += 1
-        if not self._elected or self._stopping:
-            # Told to stop after the CAS was won: the term ends at once and
-            # its ledger is closed like any other.
-            term.step_down("no longer leader-elect", stand_aside=False)
+        # Told to stop after the CAS was won: the term ends at once and its
+        # ledger is closed like any other.
+        self._apply(effects)
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(self._serve, term, taken)
             task_group.start_soon(self.snapshots.truncation_loop, term)
             await term.run()
             task_group.cancel_scope.cancel()
         self._term = None
-        self._set_role(Role.FOLLOWER)
+        self._step_ended(Step.TERM_ENDED)
         if term.stepped_down:
             await self._after_step_down(term)
 
@@ -669,36 +690,20 @@ class Replica:
     async def _stand_aside(self) -> None:
         """Let another candidate be elected: withdraw (to re-stand later) and clear the pin."""
         leadership = self._election
-        self._elected = False
+        self._roles.standing_aside()
         try:
             await leadership.withdraw()
             await leadership.clear_pin()
         except BookieError as error:
             emit(logger, logging.WARNING, "rsm.stand_aside_failed", error=repr(error))
-        # Standing again at once would let replicas whose new ledgers all fail at once (a
-        # dead bookie still registered, say) take over and step down in a loop that takes
-        # no time and fills the log with empty segments: wait, twice as long after each
-        # stand-aside that follows the previous one closely (a term may even serve a
-        # little before its ledger fails), from the retry delay again after a quiet spell.
-        now_s = anyio.current_time()
-        if now_s - self._stand_not_before_s > limits.stand_aside_delay_ms_max / 1000:
-            self._stand_aside_delay_ms = 0
-        delay_ms = min(
-            max(2 * self._stand_aside_delay_ms, self.config.retry_delay_ms),
-            limits.stand_aside_delay_ms_max,
-        )
-        self._stand_aside_delay_ms = delay_ms
-        self._stand_not_before_s = now_s + delay_ms / 1000
-        task_group = self._task_group
-        assert task_group is not None
-        task_group.start_soon(self._wake_election_after, delay_ms)
+        self._apply([self._roles.stood_aside(anyio.current_time())])
 
     async def _wake_election_after(self, delay_ms: int) -> None:
         await anyio.sleep(delay_ms / 1000)
         # A timer may fire a hair before its deadline (asyncio runs timers due
         # within its clock's resolution; a virtual clock rounds): wait out what
         # is left, or `_may_stand` refuses and nothing wakes the election again.
-        while (remaining_s := self._stand_not_before_s - anyio.current_time()) > 0:
+        while (remaining_s := self._roles.stand_not_before_s - anyio.current_time()) > 0:
             await anyio.sleep(remaining_s)
         self._wake_election()
 
@@ -746,9 +751,7 @@ class Replica:
     def _is_snapshotter(self) -> bool:
         """Whether this replica takes the scheduled snapshots now (see snapshot_policy)."""
         view = self._view
-        if view is None or self._stopping:
-            return False
-        if self._role is Role.FOLLOWER and not self._caught_up:
+        if view is None or not self._roles.may_snapshot():
             return False
         return snapshotter(view.candidates, view.elect) == self.replica_id
 
@@ -758,28 +761,22 @@ class Replica:
 
     # --- election -----------------------------------------------------------------------------
 
-    def _may_stand(self) -> bool:
-        if self._stopping or anyio.current_time() < self._stand_not_before_s:
-            return False
-        return self._role is not Role.FOLLOWER or self._caught_up
-
     def _wake_election(self) -> None:
         self._election_wakeup.set()
 
     async def _election_loop(self) -> None:
         leadership = self._election
+        roles = self._roles
         while True:
             wakeup = self._election_wakeup = anyio.Event()
             try:
-                if self._registration_lost and not self._stopping:
+                if roles.must_register():
                     await leadership.register()
-                    self._registration_lost = False
-                if leadership.candidacy is None and self._may_stand():
-                    if self._session_lost_pin:
-                        # It lost its session: someone else should lead now if
-                        # anyone can, so its pin must not make it leader-elect again.
+                    roles.registered()
+                if leadership.candidacy is None and roles.may_stand(anyio.current_time()):
+                    if roles.pin_to_clear:
                         await leadership.clear_pin()
-                        self._session_lost_pin = False
+                        roles.pin_cleared()
                     await leadership.stand()
                 view = await leadership.evaluate()
                 if leadership.candidacy is not None and leadership.candidacy not in view.children:
@@ -795,22 +792,11 @@ class Replica:
 
     def _on_election(self, view: ElectionView) -> None:
         candidacy = self._election.candidacy
-        elected = (
-            not self._stopping
-            and candidacy is not None
-            and view.elect is not None
-            and view.elect.name == candidacy
-        )
-        self._elected = elected
-        if elected:
-            if self._follow_scope is not None:
-                self._follow_scope.cancel()
-            return
-        if self._takeover_scope is not None:
-            self._takeover_scope.cancel()
+        is_elect = candidacy is not None and view.elect is not None and view.elect.name == candidacy
         term = self._term
-        if term is not None and term.ended is None and not self._handing_over:
-            term.step_down("another replica is leader-elect", stand_aside=False)
+        self._apply(
+            self._roles.election_evaluated(is_elect, term is not None and term.ended is None)
+        )
 
     # --- ZooKeeper session --------------------------------------------------------------------
 
@@ -821,17 +807,10 @@ class Replica:
             self._wake_election()
 
     def _on_session_trouble(self, state: SessionState) -> None:
-        emit(logger, logging.WARNING, "rsm.session", state=state.value, role=self._role.value)
-        if state is SessionState.LOST:
-            self._election.candidacy = None
-            self._registration_lost = True
-            self._session_lost_pin = True
-        self._elected = False
-        if self._takeover_scope is not None:
-            self._takeover_scope.cancel()
-        term = self._term
-        if term is not None:
-            term.step_down(f"ZooKeeper session {state.value}", stand_aside=False)
+        roles = self._roles
+        emit(logger, logging.WARNING, "rsm.session", state=state.value, role=roles.role.value)
+        lost = state is SessionState.LOST
+        self._apply(roles.session_trouble(state.value, lost, self._term is not None))
 
     # --- handover -----------------------------------------------------------------------------
 
@@ -845,14 +824,14 @@ class Replica:
         `BadRequest` when `to` is not one.
         """
         term = self._term
-        if term is None or not term.accepting or self._handing_over:
+        if term is None or not self._roles.may_hand_over(term.accepting):
             raise NotLeader(
                 f"replica {self.replica_id} is not the leader", self._not_leader().detail
             )
         if to == self.replica_id:
             return {"target": to, "epoch": term.epoch, "window_ms": 0}
         started_s = anyio.current_time()
-        self._handing_over = True
+        self._roles.handover_started()
         try:
             view = await self._election.evaluate()
             target = _choose_target(view, to, self.replica_id)
@@ -860,7 +839,7 @@ class Replica:
         except BookieError as error:
             raise Unavailable(f"the candidates could not be read: {error}") from None
         finally:
-            self._handing_over = False
+            self._roles.handover_ended()
         emit(logger, logging.INFO, "rsm.handed_over", target=target.replica_id, epoch=term.epoch)
         window_ms: int | None = None
         epoch: int | None = None
@@ -877,10 +856,11 @@ class Replica:
         """Stop, drain, close the ledger; one CAS: close the segment, name `target` in the
         handoff, drop this replica's candidacy and leader znode.  The term then ends.
 
-        The caller sets `_handing_over` first, so that nothing steps the term
-        down meanwhile for having stopped being leader-elect.
+        The caller starts the handover in the role machine first, so that
+        nothing steps the term down meanwhile for having stopped being
+        leader-elect.
         """
-        assert self._handing_over
+        assert self._roles.handing_over
         try:
             with anyio.fail_after(self.config.stop_drain_ms_max / 1000):
                 await term.drain()
@@ -918,16 +898,12 @@ class Replica:
             term.step_down("the log or the election moved during a handover")
             raise NotLeader("the log moved during the handover; this replica stepped down")
         leadership.candidacy = None
-        self._elected = False
+        self._roles.handed_over()
         term.end("handed over" if target is None else f"handed over to {target.replica_id}")
 
     async def _stop_gracefully(self) -> None:
-        self._stopping = True
         term = self._term
-        leading = term is not None and term.accepting and not self._handing_over
-        # Set before anything waits: being stopped, this replica is no longer
-        # leader-elect, and the term must end by the handover, not by a step-down.
-        self._handing_over = self._handing_over or leading
+        leading = self._roles.stop(term is not None and term.accepting)
         self._wake_election()
         leadership = self._election
         try:

@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent(
     """
     import anyio
     from rsm.runtime.cpu_priority import AUTOGROUP_PATH, FollowerPriority, parse_autogroup
-    from rsm.runtime.replica import Role
+    from rsm.core.roles import Role
     from tests.unit.rsm.runtime.harness import wait_until
 
     def nice() -> int | None:

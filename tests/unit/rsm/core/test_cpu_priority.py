@@ -16,9 +16,9 @@ import pytest
 
 from bookie.logs import record_fields
 from rsm import limits
+from rsm.core.roles import Role
 from rsm.errors import InvalidConfig
 from rsm.runtime.cpu_priority import FollowerPriority, nice_for, parse_autogroup
-from rsm.runtime.replica import Role
 from tests.unit.rsm.runtime.harness import wait_until
 
 

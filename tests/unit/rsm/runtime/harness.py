@@ -30,8 +30,9 @@ from bookie.meta.memory import MemoryMetadataStore
 from rsm.client import Client, connect
 from rsm.client import ClientConfig as RsmClientConfig
 from rsm.config import ReplicaConfig
+from rsm.core.roles import Role
 from rsm.core.state_machine import StateMachine
-from rsm.runtime.replica import Replica, Role
+from rsm.runtime.replica import Replica
 from tests.unit.bookie.client.cluster import WAIT_S, LocalCluster, fast_config, memory_cluster
 from tests.unit.rsm.core.counter import Counter
 

@@ -10,8 +10,8 @@ import pytest
 from rsm.core.layout import AppLayout
 from rsm.core.log_format import decode_log
 from rsm.core.log_state import Log, SegmentState
+from rsm.core.roles import Role
 from rsm.errors import BadRequest, NotLeader
-from rsm.runtime.replica import Role
 from tests.unit.rsm.runtime.harness import APP, Replicas, replica_cluster, wait_until
 from tests.unit.rsm.runtime.test_failover import NAMES, all_converge_to, fenced_on, start_three
 
