@@ -1,7 +1,7 @@
 """`IoThread`: one long-lived thread that makes blocking calls for the event loop.
 
-The journal hands group commits (a write and an fdatasync) to a thread when
-the disk is not fast enough to sync on the loop, so that the loop keeps
+The journal hands the group commits (a write and an fdatasync) it does not run
+on the loop to a thread (bookie/storage/journal.py), so that the loop keeps
 serving while the disk works: hundreds of calls a second under load.
 `anyio.to_thread.run_sync` costs, per call, a capacity-limiter token, a cancel
 scope and worker-pool lookups through context variables: more CPU than the

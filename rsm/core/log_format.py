@@ -22,7 +22,7 @@ Log entry (one ledger entry's payload = one batch), a CBOR array of 7::
     timestamp_ms  uint    the leader's clock, never decreasing along the log
     seed          uint    u64 drawn by the leader; commands' randomness derives from it
     items         array   the commands, item k at index first_index + k
-                          (empty: takes no index; current leaders write none)
+                          (empty: takes no index; the leader writes none)
     state_hash    null or [index: uint, digest: bytes (1..64)]
 
 The leader builds the batch from items it encoded one by one when they
