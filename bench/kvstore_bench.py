@@ -52,7 +52,7 @@ the run, divided by its requests: the store's `leader`, `followers` and
 Kernel work done outside those processes (the disks' journal threads, for
 one) shows only in the machine's figure.
 
-The targets (the issue's): replicated SET at least 25% of Redis-with-fsync
+The targets: replicated SET at least 25% of Redis-with-fsync
 SET and at least 2x PySyncObj's; linearizable GET at least 30% of Redis's
 GET.  `ratios` reports them; `meets_targets` says whether this run met them.
 

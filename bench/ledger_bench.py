@@ -10,11 +10,9 @@ most `--window` adds pending, confirmations taken in runs).  The window
 defaults to the ledger client's own bound on adds in flight
 (`limits.outstanding_adds_max_default`, like BookKeeper's client throttle):
 a throughput benchmark measures the client saturated, as
-BenchThroughputLatency does with its 10,000 outstanding; with a window of
-1,000 the four processes left the CPU 15% idle waiting for acknowledgements
-and the run measured round trips, not throughput (1-KiB E3/Qw3/Qa2, three
-alternating runs each: 10,800, 11,700 and 12,800 entries/s on average at
-windows of 1,000, 2,000 and 5,000; p50 latency 91, 164 and 371 ms).  For each quorum
+BenchThroughputLatency does with its 10,000 outstanding; a smaller window
+leaves the CPU idle waiting for acknowledgements, and the run measures round
+trips, not throughput (docs/operations.md, "Benchmark").  For each quorum
 configuration (E=3 Qw=3 Qa=2 and E=3 Qw=2 Qa=2) and entry size (100 B and
 1 KiB) it writes one ledger for `--seconds` (default 20: two of the bookies'
 10-second checkpoint intervals, see below) after a short warm-up and reports
@@ -40,16 +38,13 @@ where the time goes when the wall-clock rate disappoints.
 
 Why 20 seconds: a bookie checkpoints every 10 s (`checkpoint_interval_ms`),
 and a checkpoint of a hundred thousand entries costs the bookies a visible
-share of their CPU.  With 5-second runs the result depended on where the
-checkpoints fell: 1-KiB E3/Qw3/Qa2 gave 17,300-18,200 entries/s measured
-first on fresh bookies (no checkpoint in the window) and 14,000-15,800 right
-after the 100-byte run (whose entries were checkpointed in the window).  A
-run over two intervals pays for about as many checkpoints as it causes:
-16,500 and 16,900 on the same machine and hour.
+share of their CPU.  A shorter run's result depends on where the checkpoints
+fall (whether it pays for an earlier run's entries or for none); a run over
+two intervals pays for about as many checkpoints as it causes.
 
 The last line of output is ONE JSON object; progress goes to stderr.  The
-defaults take about two and a half minutes.  The target of the issue is
-reported in `target`: at least 15,000 confirmed 1-KiB entries/s at E=3 Qw=3
+defaults take about two and a half minutes.  The target is reported in
+`target`: at least 15,000 confirmed 1-KiB entries/s at E=3 Qw=3
 Qa=2 on a 2-core machine.
 """
 

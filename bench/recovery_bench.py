@@ -24,7 +24,7 @@ fsync on, garbage collection every second) in a temporary directory, then:
    (`live_bytes`: the snapshot and the log segments left, times the write
    quorum of 3).
 
-Targets (the issue's): `snapshot_ready_s` at least 10x below `replay_ready_s`;
+Targets: `snapshot_ready_s` at least 10x below `replay_ready_s`;
 `disk_after_bytes` within 2x of `live_bytes` plus the bookies' fixed files (one
 current journal file and one current entry log each, `fixed_bytes`).  The last
 line of output is ONE JSON object (its shape: docs/operations.md,

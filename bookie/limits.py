@@ -82,10 +82,10 @@ journal_flush_when_queue_empty_default = True
 journal_sync_on_loop_us_default = 1_000
 """A journal group is written and fdatasynced on the event loop, not in the journal's
 thread, while the last such group (no new file, no allocation) took at most this long.
-Handing a group to the thread and back costs two thread wake-ups; on a 2-core machine
-under the key-value store's write load that was about a fifth of a bookie's CPU, more
-than a fast disk's sync blocks the loop (about 0.15 ms here).  A slow or stalling disk
-sends the groups back to the thread, which keeps the loop serving reads meanwhile."""
+Handing a group to the thread and back costs two thread wake-ups, which under a heavy
+write load cost a bookie more than a fast disk's sync blocks the loop (docs/storage-format.md,
+"Group commit").  A slow or stalling disk sends the groups back to the thread, which keeps
+the loop serving reads meanwhile."""
 
 journal_sync_on_loop_us_max = 1_000_000
 """Largest on-loop sync time an operator may configure."""
@@ -100,7 +100,7 @@ journal_preallocation_bytes = 1 * MiB
 """A journal file's space is allocated ahead of its records, by writing zeros, in steps of
 this size, so a group's fdatasync writes its data only (BookKeeper's
 journalPreAllocSizeMB).  A step's zeros are written in the thread by the group that needs
-them: 1 MiB is a few ms there, where 16 MiB stalled that group's commit for 20-50 ms."""
+them, so a step is small enough not to stall that group's commit noticeably."""
 
 journal_files_kept_default = 2
 """Journal files older than the checkpoint mark kept anyway, for inspection."""

@@ -17,21 +17,16 @@ objects alive at start-up (modules, configuration) move to the permanent
 generation, which no collection walks, and collections get rarer
 (`limits.gc_young_collection_allocations`, `limits.gc_older_collection_ratio`);
 the cyclic garbage held meanwhile is bounded by the threshold, a few
-megabytes.  Measured with `bench/ledger_bench.py` (1 KiB entries,
-E3/Qw3/Qa2, window 1,000, three bookie processes, 2 cores, three
-alternating runs each): 10,400-11,400 entries/s, p99 144-177 ms with the
-defaults; 11,900-12,900 entries/s, p99 129-156 ms tuned.
+megabytes.
 
 The GIL switch interval.  A bookie's journal thread comes back from each
 fdatasync needing the GIL to hand the group's completion to the event loop;
 while the loop is busy, CPython makes it wait up to the switch interval (5 ms
 by default) before the loop must let go, and every add of that group waits
 with it.  `limits.gil_switch_interval_us` bounds that wait to half a
-millisecond.  Measured with `bench/kvstore_bench.py`'s load (50 Redis
-clients setting 100-byte values on the three-bookie cluster, three
-alternating pairs): 3,484 / 3,345 / 3,160 SETs/s with 5 ms, 4,005 / 3,865 /
-3,273 with 0.5 ms; the ledger benchmark, whose groups are large, did not
-move beyond its noise.
+millisecond.
+
+docs/operations.md ("Interpreter settings") has what each setting gained.
 """
 
 from __future__ import annotations

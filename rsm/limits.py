@@ -58,21 +58,17 @@ pipeline_batches_max_default = 1
 So a lone command is sent without waiting for a timer; once this many are in
 flight, commands queue and the next batch grows: batches adapt to the load.
 One, because a log entry's cost (three bookie writes and syncs, two
-followers' tail reads) hardly depends on its size: with 50 Redis clients
-setting keys (bench/kvstore_bench.py), a depth of 4 cut entries of 8 commands
-on average and the cluster spent 465 us of CPU per SET; a depth of 1 cuts
-entries of 25 and spends 315 us, for 42% more SETs per second (entries of 50
-with `batch_linger_ms` below).  The latency a command can wait for the batch
-ahead of it is one append round trip."""
+followers' tail reads) hardly depends on its size: a deeper pipeline cuts
+more, smaller entries and spends more CPU per command (examples/kvstore/README.md,
+Benchmark).  The latency a command can wait for the batch ahead of it is one
+append round trip."""
 
 batch_linger_ms_default = 4
 """Longest the leader's next batch waits for the clients its last completion answered to
-send again (rsm/core/batching.py); 0: cut at once.  With 50 Redis clients setting keys,
-entries grew from 25 commands to 50; a client that does not come back costs at most this
-much latency (the wait usually ends as soon as the answered clients' commands arrive).
-The wait starts once the batch's answers are out, so it has to cover the clients' turn
-around and the leader reading their commands: about 1.5 ms for 50 clients here (an
-estimate from the leader's CPU per command, about 25 us to read one)."""
+send again (rsm/core/batching.py); 0: cut at once.  A client that does not come back
+costs at most this much latency (the wait usually ends as soon as the answered clients'
+commands arrive).  The wait starts once the batch's answers are out, so it has to be long
+enough for the clients' turnaround and for the leader to read all their commands."""
 
 batch_linger_ms_max = 1_000
 """Largest linger a configuration may ask for."""
@@ -194,10 +190,9 @@ close_abandoned_ms_max = 5_000
 
 follower_nice_default = 19
 """CPU priority (a nice value) a replica that is its own session's leader takes while it
-follows (rsm/runtime/cpu_priority.py); 0 leaves its priority alone.  The lowest, because it
-measured best: bench/kvstore_bench.py's SET against Redis-with-fsync, two runs each,
-alternating, 0.279 and 0.281 at 19, 0.200 and 0.220 at 10 (0.218-0.240 at 0 in
-earlier sessions); followers kept up under pipelined load at 19."""
+follows (rsm/runtime/cpu_priority.py); 0 leaves its priority alone.  The lowest, because
+it gave the leader the most SETs a second in bench/kvstore_bench.py and the followers still
+kept up under pipelined load (docs/operations.md, "Followers' CPU priority")."""
 
 follower_nice_max = 19
 """The lowest priority Linux has (nice 19)."""

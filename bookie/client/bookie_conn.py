@@ -28,11 +28,10 @@ are joined and handed to the transport once, at the end of that turn; no task
 per direction.  `over(stream)` runs it over any anyio byte stream (the
 simulated network, a recorder in tests, a wrapped stream) with a reading task
 and a writing task (`bookie.outbox.Outbox`).  Everything else (ids, timeouts,
-failure) is the same code.  Why two: on this repository's 2-core machine the
-tasks cost more than the work once requests come one or a few at a time
-(one add in flight to one bookie, 100 B: client CPU per add 194-216 ->
-114-117 us; the replicated key-value store's leader, whose bookie requests
-are mostly confirmation rounds and single adds, served 20-35% more GETs).
+failure) is the same code.  Why two: tasks cost more than the work once
+requests come one or a few at a time, as a replicated state machine's
+leader sends them (confirmation rounds, single adds); the simulated network
+is a stream (docs/protocol.md, section 9, has the measurements).
 
 Request ids come from an iterator given at construction, which several
 connections may share (the ledger client shares one between all of its

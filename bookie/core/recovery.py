@@ -17,8 +17,8 @@ The shell runs step 0 itself and everything else as the effects say.
 2. Start point: LAC := max(highest LAC in the verified answers' headers,
    first entry of the last segment - 1); earlier segments are complete.
 3. Read forward from LAC + 1 with fencing READs (fencing again: a fence
-   answer lost or delayed in step 1 must not let the old writer reach Qa; the
-   TLA+ finding behind BookKeeper issue #2614) to the whole write set, at most
+   answer lost or delayed in step 1 must not let the old writer reach Qa;
+   docs/ledgers.md, section 3) to the whole write set, at most
    `recovery_read_batch_max` entries ahead of the confirmed recovery adds.
    An entry is *found* on the first verified packet, *absent* once Qw - Qa + 1
    members explicitly answered ENOENTRY/ENOLEDGER (quorum rule 4; errors and

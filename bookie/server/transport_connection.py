@@ -12,11 +12,10 @@ of tasks:
   transport once, at the end of that turn, so a group commit that releases a
   thousand acknowledgements costs one write, not a thousand.
 
-Why two drivers: on this repository's 2-core machine a bookie spent about a
-third of its CPU in the tasks' machinery (a receive, a send under a timeout
-scope and an event per batch, each through anyio's backend lookup), as much as
-the requests' own work; the ledger client's connections were changed the same
-way before (`bookie.client.bookie_conn`).
+Why two drivers: the tasks' machinery (a receive, a send under a timeout scope
+and an event per batch, each through anyio's backend lookup) costs a bookie as
+much CPU as the requests' own work (docs/protocol.md, section 9); the ledger
+client's connections are driven the same way (`bookie.client.bookie_conn`).
 
 Invariants (as `ServerConnection`'s):
 

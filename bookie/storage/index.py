@@ -25,15 +25,14 @@ Threads.  `commit`, `load` and compaction's writes run in worker threads on
 the writer connection, one at a time (the storage's checkpoint lock).  Reads
 (`lookup`, `entry_ranges`) run on the event loop on a second, read-only
 connection: WAL lets them proceed while a checkpoint commits, and a point
-lookup by primary key costs about 10 microseconds (measured), less than a
-thread hop would.  Compaction's queries (`log_usage`, `live_offsets`,
-`referenced_logs`) run in worker threads on a third, read-only connection, so
-a scan of the whole table never holds up a lookup on the loop.
+lookup by primary key costs less than a thread hop would.  Compaction's
+queries (`log_usage`, `live_offsets`, `referenced_logs`) run in worker threads
+on a third, read-only connection, so a scan of the whole table never holds up
+a lookup on the loop.
 
 Why no secondary index on `log_id`: it would make every checkpoint insert
-about 50% slower and double the index's size (measured), to speed up queries
-that compaction runs once per pass; a full scan of a million rows takes about
-0.25 s in a worker thread.
+slower and the index larger, to speed up queries that compaction runs once
+per pass in a worker thread (docs/storage-format.md, "Index", has the numbers).
 """
 
 from __future__ import annotations

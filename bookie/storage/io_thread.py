@@ -1,11 +1,11 @@
 """`IoThread`: one long-lived thread that makes blocking calls for the event loop.
 
-The journal hands every group commit (a write and an fdatasync) to a thread so
-that the loop keeps serving while the disk works: hundreds of calls a second
-under load.  `anyio.to_thread.run_sync` costs, per call, a capacity-limiter
-token, a cancel scope and worker-pool lookups through context variables; on a
-2-core machine that was about a tenth of a bookie's CPU under the key-value
-store's write load, more than the write itself.  This thread takes its calls
+The journal hands the group commits (a write and an fdatasync) it does not run
+on the loop to a thread (bookie/storage/journal.py), so that the loop keeps
+serving while the disk works: hundreds of calls a second under load.
+`anyio.to_thread.run_sync` costs, per call, a capacity-limiter token, a cancel
+scope and worker-pool lookups through context variables: more CPU than the
+write itself under a heavy write load.  This thread takes its calls
 from a `queue.SimpleQueue` and answers through the loop's
 `call_soon_threadsafe`: one queue put and one loop wake-up per call.
 

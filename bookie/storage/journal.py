@@ -249,15 +249,11 @@ class JournalWriter:
     file already has, so its fdatasync writes the data and nothing else: not
     the file's size, and not the conversion of blocks reserved but unwritten
     (what `posix_fallocate` leaves, which ext4 must journal on the first write
-    into them).  On ext4 and this repository's machine, 5,000-byte groups with
-    fdatasync each: appending 0.31 ms a sync, into `posix_fallocate`d space
-    0.21 ms, into zeros 0.11 ms (three writers at once: 0.45 / 0.37 /
-    0.26 ms); 100,000-byte groups: 172 MB/s into `posix_fallocate`d space,
-    206 MB/s zeroing 1 MiB steps ahead.  A file that is
-    finished (rolled or closed) is cut back to its last record, so only the
-    newest file can end in unused zeros, which replay trims like a torn tail.
-    Allocation is an optimisation only: when the filesystem refuses it (full),
-    records are appended as before and the write itself reports a full disk.
+    into them); docs/storage-format.md ("Journal files") has the measurements.
+    A file that is finished (rolled or closed) is cut back to its last record,
+    so only the newest file can end in unused zeros, which replay trims like a
+    torn tail.  Allocation is an optimisation only: when the filesystem refuses
+    it (full), records are appended and the write itself reports a full disk.
     """
 
     def __init__(

@@ -21,11 +21,9 @@ whose callbacks run on the event loop, without a task of its own:
 Why protocols and not anyio streams: a stream needs a reading task and a
 writing task per connection, and every command then costs two task switches,
 a cancel-scope checkpoint and two epoll changes (the stream pauses and
-resumes the transport around each receive).  A RESP PING server written both
-ways spent 40 us of CPU per command on streams and 9-10 us as a protocol
-(redis-benchmark, 50 clients, uvloop, this repository's 2-core machine);
-for a key-value store whose commands cost a few microseconds, that overhead
-was most of the work.
+resumes the transport around each receive).  For a key-value store whose
+commands cost a few microseconds, that overhead would be most of the work
+(examples/kvstore/README.md, "How it is built", has the measurement).
 
 Replies are owed in request order: each command takes the next *ticket*;
 replies that arrive out of order (a stale read before an earlier write's

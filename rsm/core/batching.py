@@ -31,10 +31,7 @@ When a batch is cut, and why:
   were queued at the completion plus the ones it answered, or for
   `linger_ms` after the first cut it refused, whichever comes first.  A lone
   client's next command is that count by itself and goes at once; clients
-  that do not come back cost at most `linger_ms`.  With 50 Redis clients
-  setting keys (redis-benchmark against `kvstore up`) entries went from 25
-  commands to 50, the bookies' CPU per SET from 14 to 8.5 us, and SETs per
-  second up by about 5% (three alternating pairs of runs).
+  that do not come back cost at most `linger_ms`.
 * A batch that is already full (`batch_commands_max` items or
   `batch_bytes_max` bytes queued) is cut even with the pipeline full, up to
   the hard bound `outstanding_batches_max`: waiting could not make it bigger.

@@ -22,7 +22,7 @@ Log entry (one ledger entry's payload = one batch), a CBOR array of 7::
     timestamp_ms  uint    the leader's clock, never decreasing along the log
     seed          uint    u64 drawn by the leader; commands' randomness derives from it
     items         array   the commands, item k at index first_index + k
-                          (empty: takes no index; current leaders write none)
+                          (empty: takes no index; the leader writes none)
     state_hash    null or [index: uint, digest: bytes (1..64)]
 
 The leader builds the batch from items it encoded one by one when they
@@ -270,8 +270,8 @@ def _encode_bytes_command(
 ) -> bytes | None:
     """The item of a command with an ASCII name and at most 255 arguments, all byte strings
     (what a key-value store logs), byte for byte as `cbor2.dumps` encodes it but built
-    here: cbor2 took about 1 us more, on the leader's path of every such command.  None
-    for any other command.  The name and session fields are already checked."""
+    here, because this is cheaper than cbor2 and lies on the leader's path of every such
+    command.  None for any other command.  The name and session fields are already checked."""
     if len(args) > 255 or not name.isascii():
         return None
     parts = [_COMMAND_HEAD, _SMALL_TEXT_HEADS[len(name)], name.encode("ascii")]

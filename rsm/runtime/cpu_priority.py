@@ -4,15 +4,11 @@ Why.  Nobody waits for a follower: it reads each log entry after the bookies
 made it durable and applies it.  Every acknowledgement waits for the leader,
 the bookies and the clients.  Where they share CPUs with the followers (the
 local cluster of `kvstore up`, small deployments), the followers' work sits
-in the same run queues: with 50 Redis clients setting keys on a 2-core
-machine (bench/kvstore_bench.py), the leader, the bookies and the benchmark
-waited to run for 12-29% of their wall time.  Followers at nice 10 while they
-follow raised SET throughput by about 15%, at 19 by about 32% (one cluster,
-nice rotated from run to run, six rounds); SETs sent to a follower
-(forwarded to the leader) kept their rate.  The cost: on a saturated machine
-followers fall further behind, and a follower elected leader replays more
-before it serves (it takes its priority back the moment it starts taking
-over).  No correctness rests on any of this.
+in the same run queues, and the processes an acknowledgement waits for wait
+to run (docs/operations.md, "Followers' CPU priority", has the measurements).
+The cost: on a saturated machine followers fall further behind, and a
+follower elected leader replays more before it serves (it takes its priority
+back the moment it starts taking over).  No correctness rests on any of this.
 
 How.  Linux with scheduler autogroups (`kernel.sched_autogroup_enabled`, on
 in most distributions) shares CPU time first between autogroups, one per

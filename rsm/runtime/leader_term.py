@@ -42,7 +42,8 @@ before it is applied (`wait_started`).
 Rollover (segment full by entries, bytes or age): pre-create the next ledger
 while appends go on, pause cutting batches (commands keep queueing), wait for
 the batches in flight, close the ledger, one CAS that closes the segment and
-appends the next one with the same epoch, resume.  The pause is measured.
+appends the next one with the same epoch, resume.  The pause is timed
+(`rollover_pause_ms`).
 
 Truncation (`truncate`, called by the replica's truncation loop): one
 multi-operation from the term's log version replaces the log by a truncated
