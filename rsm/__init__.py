@@ -33,7 +33,14 @@ from rsm.client import Client, ClientConfig, SyncClient, connect, connect_sync
 from rsm.config import ReplicaConfig
 from rsm.core.protocol import Consistency
 from rsm.core.roles import Role
-from rsm.core.state_machine import Context, StateMachine, command, query
+from rsm.core.state_machine import (
+    Context,
+    StateMachine,
+    command,
+    query,
+    resolve_command,
+    resolve_query,
+)
 from rsm.errors import (
     BadArguments,
     CommandFailed,
@@ -72,4 +79,6 @@ __all__ = [
     "connect",
     "connect_sync",
     "query",
+    "resolve_command",
+    "resolve_query",
 ]

@@ -201,6 +201,11 @@ cpu_priority_retry_ms = 110
 """Pause before retrying a priority change the kernel refused as too soon (it allows one
 unprivileged autogroup change per 100 ms on the whole machine)."""
 
+# --- status reports ---------------------------------------------------------------------------
+
+status_answer_timeout_ms = 2_000
+"""How long a status report (`rsm status`, `kvstore status`) waits for one replica's STATUS."""
+
 # --- snapshots, truncation and state hashes ---------------------------------------------------
 
 snapshot_chunk_bytes_default = 1 * MiB

@@ -66,8 +66,14 @@ from kvstore.node import DEFAULT_APP, KvNode, StoreSettings
 from rsm.client import connect
 from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig, MalformedValue, RsmError
-from rsm.runtime.cpu_priority import FollowerPriority
-from rsm.tools.cli import add_follower_nice, application_status, split_zk
+from rsm.host import (
+    FollowerPriority,
+    add_follower_nice,
+    aligned,
+    application_status,
+    split_zk,
+    status_heading,
+)
 
 logger = logging.getLogger("kvstore.cli")
 
@@ -416,15 +422,7 @@ async def _endpoints(store: MetadataStore, app: str) -> dict[str, str]:
 
 def render_status(report: dict[str, Any]) -> str:
     """The human-readable form of `kvstore status`."""
-    leader = report["leader"]
-    leader_text = f"{leader['replica_id']} ({leader['address']})" if leader else "none"
-    segments = report["segments"]
-    open_segment = report["open_segment"]
-    open_text = (
-        f"open: ledger {open_segment['ledger_id']} from index {open_segment['first_index']}"
-        if open_segment
-        else f"all closed, end index {report['end_index']}"
-    )
+    leader_text, log_line = status_heading(report)
     bookies = report["bookies"]
     bookie_text = ", ".join(bookies["writable"]) or "none"
     if bookies["read_only"]:
@@ -434,12 +432,11 @@ def render_status(report: dict[str, Any]) -> str:
     lines = [
         f"store {report['app']}  ZooKeeper {report['zk']}  epoch {report['epoch']}  "
         f"leader {leader_text}",
-        f"log: {segments} segment{'' if segments == 1 else 's'}, {open_text}",
+        log_line,
         f"bookies: {bookie_text}",
         "",
     ]
-    header = ("REPLICA", "REDIS", "ROLE", "EPOCH", "APPLIED", "LAG", "TRY")
-    rows = [header]
+    rows = [("REPLICA", "REDIS", "ROLE", "EPOCH", "APPLIED", "LAG", "TRY")]
     for entry in report["replicas"]:
         resp = entry.get("resp") or "?"
         try_text = f"redis-cli -p {resp.rpartition(':')[2]}" if entry.get("resp") else ""
@@ -457,9 +454,7 @@ def render_status(report: dict[str, Any]) -> str:
                 try_text,
             )
         )
-    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-    for row in rows:
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    lines += aligned(rows)
     if any(
         (entry.get("term") or {}).get("ensemble_change_deferred") for entry in report["replicas"]
     ):
@@ -469,7 +464,7 @@ def render_status(report: dict[str, Any]) -> str:
             "go to the bookies left (each on the ack quorum's disks, fewer than the write",
             "quorum's); start another bookie",
         ]
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from bookie.meta import paths
-from rsm.core.layout import check_name, check_replica_id
 from rsm.errors import MalformedValue
+from rsm.host import check_name, check_replica_id
 
 KVSTORE_ROOT: Final = "/kvstore"
 _APP_CHARS_MAX: Final = 128

@@ -20,7 +20,7 @@ from kvstore.options import (
     ExpireCondition,
 )
 from kvstore.state import KVState
-from rsm.core.state_machine import command, query
+from rsm import command, query
 
 
 class ExpiryCommands(KVState):

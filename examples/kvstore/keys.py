@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from kvstore import errors, numbers
 from kvstore.errors import RedisError
 from kvstore.state import KVState
-from rsm.core.state_machine import command, query
+from rsm import command, query
 
 
 class KeyCommands(KVState):

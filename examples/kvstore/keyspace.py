@@ -14,7 +14,7 @@ from kvstore import errors
 from kvstore.errors import RedisError
 from kvstore.glob import GlobPattern, ScanRequest
 from kvstore.state import KVState
-from rsm.core.state_machine import command, query
+from rsm import command, query
 
 
 class KeyspaceCommands(KVState):

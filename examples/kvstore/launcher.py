@@ -59,7 +59,7 @@ from bookie.meta.zk import ZkMetadataStore
 from kvstore.node import DEFAULT_APP
 from rsm.client import Client, connect
 from rsm.errors import RsmError
-from rsm.tools.cli import split_zk
+from rsm.host import split_zk
 
 HOST: Final = "127.0.0.1"
 KV_FILE: Final = "kvstore.toml"

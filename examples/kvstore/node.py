@@ -47,8 +47,8 @@ from kvstore.state_machine import KVStore
 from rsm import Replica, Role
 from rsm.client import tcp_connector
 from rsm.config import ReplicaConfig
-from rsm.core.layout import RSM_ROOT
 from rsm.errors import InvalidConfig
+from rsm.host import RSM_ROOT
 
 DEFAULT_APP = "kv"
 

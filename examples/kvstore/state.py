@@ -72,7 +72,7 @@ from kvstore import errors, limits
 from kvstore.content_hash import content_hash, settled_hash
 from kvstore.errors import RedisError
 from kvstore.glob import key_hash
-from rsm.core.state_machine import Context
+from rsm import Context
 
 
 class KVState:

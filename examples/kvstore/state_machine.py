@@ -41,7 +41,7 @@ from kvstore.keys import KeyCommands
 from kvstore.keyspace import KeyspaceCommands
 from kvstore.strings import StringCommands
 from kvstore.transactions import TransactionCommands
-from rsm.core.state_machine import StateMachine
+from rsm import StateMachine
 
 
 class KVStore(

@@ -15,7 +15,7 @@ from kvstore import errors, numbers
 from kvstore.errors import RedisError
 from kvstore.options import StringOptions, expiry_time_ms
 from kvstore.state import KVState
-from rsm.core.state_machine import command, query
+from rsm import command, query
 
 
 class StringCommands(KVState):

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from kvstore.commands import COMMANDS, Route
 from kvstore.errors import RedisError
 from kvstore.state import KVState
-from rsm.core.state_machine import StateMachine, command, query, resolve_command, resolve_query
+from rsm import StateMachine, command, query, resolve_command, resolve_query
 
 
 class TransactionCommands(KVState):

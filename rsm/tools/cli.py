@@ -60,7 +60,7 @@ import anyio
 
 from bookie import limits as bookie_limits
 from bookie.client.ledger_client import LedgerClient
-from bookie.errors import BookieError, NoNode
+from bookie.errors import BookieError
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
@@ -69,11 +69,17 @@ from rsm import limits
 from rsm.client import Client, connect
 from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
 from rsm.core.layout import AppLayout
-from rsm.core.log_format import decode_leader
 from rsm.core.protocol import Consistency
 from rsm.core.state_machine import StateMachine
-from rsm.errors import InvalidConfig, MalformedValue, RsmError, Unavailable
-from rsm.runtime.cpu_priority import FollowerPriority
+from rsm.errors import InvalidConfig, RsmError, Unavailable
+from rsm.host import (
+    FollowerPriority,
+    add_follower_nice,
+    aligned,
+    application_status,
+    split_zk,
+    status_heading,
+)
 from rsm.runtime.log import LogStore
 from rsm.runtime.replica import Replica
 from rsm.snapshots.inspect import inspect, listing
@@ -85,7 +91,6 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
-_STATUS_TIMEOUT_S: Final = 2.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -175,16 +180,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_follower_nice(run: argparse.ArgumentParser) -> None:
-    """`--follower-nice`, for every command that runs a replica (rsm/runtime/cpu_priority.py)."""
-    run.add_argument(
-        "--follower-nice",
-        type=int,
-        default=limits.follower_nice_default,
-        help="CPU priority while following, when the replica leads its session (0: leave it)",
-    )
-
-
 def _snapshot_knobs(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--snapshot-every-commands", type=int, default=limits.snapshot_every_commands_default
@@ -220,14 +215,6 @@ def _common(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
     parser.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,...][/chroot]")
     if output:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def split_zk(connect_string: str) -> tuple[str, str | None]:
-    """("hosts", chroot or None) of a ZooKeeper connect string."""
-    hosts, slash, chroot = connect_string.partition("/")
-    if not hosts:
-        raise InvalidConfig(f"--zk {connect_string!r} names no host")
-    return hosts, ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else None
 
 
 def parse_arguments(words: Sequence[str]) -> tuple[list[Any], dict[str, Any]]:
@@ -406,68 +393,11 @@ async def _status(arguments: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def application_status(store: MetadataStore, client: Client) -> dict[str, Any]:
-    """The log, the leader znode and every registered replica's STATUS, as one report."""
-    layout = AppLayout.of(client.app)
-    try:
-        log, _version = await LogStore(store, layout).read()
-    except NoNode:
-        raise InvalidConfig(f"there is no application {client.app!r} in this ZooKeeper") from None
-    leader: dict[str, Any] | None = None
-    try:
-        info = decode_leader((await store.get(layout.leader)).value)
-        leader = {"replica_id": info.replica_id, "address": info.address, "epoch": info.epoch}
-    except (NoNode, MalformedValue):
-        pass
-    open_segment = log.open_segment
-    replicas: list[dict[str, Any]] = []
-    for replica_id, address in sorted((await client.replicas()).items()):
-        entry: dict[str, Any] = {"replica_id": replica_id, "address": address}
-        try:
-            with anyio.fail_after(_STATUS_TIMEOUT_S):
-                entry.update(await client.status(address))
-        except TimeoutError:
-            entry["error"] = f"no answer within {_STATUS_TIMEOUT_S:g} s"
-        except RsmError as error:
-            entry["error"] = f"{type(error).__name__}: {error}"
-        replicas.append(entry)
-    leader_index = max(
-        (r["applied_index"] for r in replicas if r.get("serving")),
-        default=max((r.get("applied_index", 0) for r in replicas), default=0),
-    )
-    for entry in replicas:
-        if "applied_index" in entry:
-            entry["lag"] = max(0, leader_index - entry["applied_index"])
-    return {
-        "app": client.app,
-        "epoch": log.epoch,
-        "leader": leader,
-        "segments": len(log.segments),
-        "open_segment": None
-        if open_segment is None
-        else {"ledger_id": open_segment.ledger_id, "first_index": open_segment.first_index},
-        "end_index": log.end_index,
-        "replicas": replicas,
-    }
-
-
 def render_status(report: dict[str, Any]) -> str:
     """The human-readable form of `application_status`."""
-    leader = report["leader"]
-    leader_text = f"{leader['replica_id']} ({leader['address']})" if leader else "none"
-    open_segment = report["open_segment"]
-    open_text = (
-        f"open: ledger {open_segment['ledger_id']} from index {open_segment['first_index']}"
-        if open_segment
-        else f"all closed, end index {report['end_index']}"
-    )
-    lines = [
-        f"app {report['app']}  epoch {report['epoch']}  leader {leader_text}",
-        f"log: {report['segments']} segment{'' if report['segments'] == 1 else 's'}, {open_text}",
-        "",
-    ]
-    header = ("REPLICA", "ADDRESS", "ROLE", "EPOCH", "APPLIED", "LAG", "CANDIDATE")
-    rows = [header]
+    leader_text, log_line = status_heading(report)
+    lines = [f"app {report['app']}  epoch {report['epoch']}  leader {leader_text}", log_line, ""]
+    rows = [("REPLICA", "ADDRESS", "ROLE", "EPOCH", "APPLIED", "LAG", "CANDIDATE")]
     for entry in report["replicas"]:
         if "error" in entry:
             rows.append((entry["replica_id"], entry["address"], entry["error"], "", "", "", ""))
@@ -483,10 +413,7 @@ def render_status(report: dict[str, Any]) -> str:
                 "yes" if entry["candidate"] else "no",
             )
         )
-    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
-    for row in rows:
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
-    return "\n".join(line.rstrip() for line in lines)
+    return "\n".join(lines + aligned(rows))
 
 
 # --- snapshots --------------------------------------------------------------------------------
@@ -530,7 +457,7 @@ async def _create_snapshot(client: Client, replica_id: str | None) -> dict[str, 
     followers: list[tuple[int, str]] = []
     for address in members.values():
         try:
-            with anyio.fail_after(_STATUS_TIMEOUT_S):
+            with anyio.fail_after(limits.status_answer_timeout_ms / 1000):
                 status = await client.status(address)
         except (TimeoutError, RsmError):
             continue

@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
+from rsm import host, limits
 from rsm.core.layout import AppLayout
 from rsm.errors import InvalidConfig
 from rsm.runtime.log import LogStore
@@ -118,10 +119,10 @@ class SilentReplicaClient:
 async def test_a_replica_that_does_not_answer_its_status_gets_a_row_saying_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cli, "_STATUS_TIMEOUT_S", 0.05)
+    monkeypatch.setattr(limits, "status_answer_timeout_ms", 50)
     async with memory_cluster(3) as cluster, cluster.store_factory() as store:
         await LogStore(store, AppLayout.of("app")).ensure_layout()
-        report = await cli.application_status(store, SilentReplicaClient())  # type: ignore[arg-type]
+        report = await host.application_status(store, SilentReplicaClient())  # type: ignore[arg-type]
     assert report["replicas"] == [
         {"replica_id": "a", "address": "h:1", "error": "no answer within 0.05 s"}
     ]

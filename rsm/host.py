@@ -1,0 +1,138 @@
+"""What a program that hosts replicas needs besides `rsm`: the pieces its command line
+shares with `rsm run` and `rsm status`.
+
+An application that ships its own command (the key-value store's `kvstore`)
+runs replicas with `rsm.Replica` and reports on them like `rsm status`; it
+takes from here, and from nowhere else inside the framework:
+
+* the ZooKeeper connect string's form (`split_zk`) and the root under which
+  applications live (`RSM_ROOT`), and the rules for names (`check_name`,
+  `check_replica_id`);
+* `--follower-nice` and the priority it sets (`add_follower_nice`,
+  `FollowerPriority`: a follower lowers its CPU priority, docs/operations.md);
+* an application's status report (`application_status`: the log, the leader
+  znode and every registered replica's STATUS) and the pieces of its
+  human-readable form (`status_heading`, `aligned`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+
+from bookie.errors import NoNode
+from bookie.meta.api import MetadataStore
+from rsm import limits
+from rsm.client import Client
+from rsm.core.layout import RSM_ROOT, AppLayout, check_name, check_replica_id
+from rsm.core.log_format import decode_leader
+from rsm.errors import InvalidConfig, MalformedValue, RsmError
+from rsm.runtime.cpu_priority import FollowerPriority
+from rsm.runtime.log import LogStore
+
+__all__ = [
+    "RSM_ROOT",
+    "FollowerPriority",
+    "add_follower_nice",
+    "aligned",
+    "application_status",
+    "check_name",
+    "check_replica_id",
+    "split_zk",
+    "status_heading",
+]
+
+
+def split_zk(connect_string: str) -> tuple[str, str | None]:
+    """("hosts", chroot or None) of a ZooKeeper connect string (`HOST:PORT[,...][/chroot]`)."""
+    hosts, slash, chroot = connect_string.partition("/")
+    if not hosts:
+        raise InvalidConfig(f"--zk {connect_string!r} names no host")
+    return hosts, ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else None
+
+
+def add_follower_nice(run: argparse.ArgumentParser) -> None:
+    """`--follower-nice`, for every command that runs a replica (rsm/runtime/cpu_priority.py)."""
+    run.add_argument(
+        "--follower-nice",
+        type=int,
+        default=limits.follower_nice_default,
+        help="CPU priority while following, when the replica leads its session (0: leave it)",
+    )
+
+
+async def application_status(store: MetadataStore, client: Client) -> dict[str, Any]:
+    """The log, the leader znode and every registered replica's STATUS, as one report.
+
+    A replica that does not answer within `limits.status_answer_timeout_ms`, or
+    answers an error, has an `error` instead of its STATUS fields; the others
+    have `lag`: how far their applied index is behind the leader's.
+    """
+    layout = AppLayout.of(client.app)
+    try:
+        log, _version = await LogStore(store, layout).read()
+    except NoNode:
+        raise InvalidConfig(f"there is no application {client.app!r} in this ZooKeeper") from None
+    leader: dict[str, Any] | None = None
+    try:
+        info = decode_leader((await store.get(layout.leader)).value)
+        leader = {"replica_id": info.replica_id, "address": info.address, "epoch": info.epoch}
+    except (NoNode, MalformedValue):
+        pass
+    open_segment = log.open_segment
+    timeout_s = limits.status_answer_timeout_ms / 1000
+    replicas: list[dict[str, Any]] = []
+    for replica_id, address in sorted((await client.replicas()).items()):
+        entry: dict[str, Any] = {"replica_id": replica_id, "address": address}
+        try:
+            with anyio.fail_after(timeout_s):
+                entry.update(await client.status(address))
+        except TimeoutError:
+            entry["error"] = f"no answer within {timeout_s:g} s"
+        except RsmError as error:
+            entry["error"] = f"{type(error).__name__}: {error}"
+        replicas.append(entry)
+    leader_index = max(
+        (r["applied_index"] for r in replicas if r.get("serving")),
+        default=max((r.get("applied_index", 0) for r in replicas), default=0),
+    )
+    for entry in replicas:
+        if "applied_index" in entry:
+            entry["lag"] = max(0, leader_index - entry["applied_index"])
+    return {
+        "app": client.app,
+        "epoch": log.epoch,
+        "leader": leader,
+        "segments": len(log.segments),
+        "open_segment": None
+        if open_segment is None
+        else {"ledger_id": open_segment.ledger_id, "first_index": open_segment.first_index},
+        "end_index": log.end_index,
+        "replicas": replicas,
+    }
+
+
+def status_heading(report: dict[str, Any]) -> tuple[str, str]:
+    """The leader ("id (address)" or "none") and the log's line of an `application_status`."""
+    leader = report["leader"]
+    leader_text = f"{leader['replica_id']} ({leader['address']})" if leader else "none"
+    segments = report["segments"]
+    open_segment = report["open_segment"]
+    open_text = (
+        f"open: ledger {open_segment['ledger_id']} from index {open_segment['first_index']}"
+        if open_segment
+        else f"all closed, end index {report['end_index']}"
+    )
+    return leader_text, f"log: {segments} segment{'' if segments == 1 else 's'}, {open_text}"
+
+
+def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
+    """`rows` (the header first) as lines of left-aligned columns two spaces apart."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
