@@ -62,7 +62,7 @@ FORBIDDEN_CALLS = frozenset(
 
 LAYERS: dict[str, list[list[str]]] = {
     "bookie": [
-        ["bookie.errors", "bookie.limits", "bookie.logs"],
+        ["bookie.errors", "bookie.limits", "bookie.logs", "bookie.clock"],
         ["bookie.wire", "bookie.storage.api", "bookie.address"],
         ["bookie.core"],
         ["bookie.storage", "bookie.meta", "bookie.outbox", "bookie.runtime_tuning"],

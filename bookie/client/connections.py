@@ -56,6 +56,7 @@ import anyio.abc
 from bookie.address import Address, parse_address
 from bookie.client.bookie_conn import BookieConnection, OnResponse
 from bookie.client.config import ClientConfig
+from bookie.clock import loop_clock_ms
 from bookie.errors import (
     BookieError,
     BookieUnavailable,
@@ -85,10 +86,6 @@ async def tcp_connector(address: str) -> anyio.abc.ByteStream:
     fault injector): without a connector the pool connects over TCP by itself."""
     target = bookie_address(address)
     return await anyio.connect_tcp(target.host, target.port)
-
-
-def _now_ms() -> int:
-    return int(anyio.current_time() * 1000)
 
 
 class _LinkState(enum.Enum):
@@ -272,7 +269,7 @@ class ConnectionPool:
             self._defer(on_response, BookieUnavailable(f"bookie {bookie_id} is not registered"))
             return
         if link.state is _LinkState.BACKOFF:
-            wait_ms = link.retry_at_ms - _now_ms()
+            wait_ms = link.retry_at_ms - loop_clock_ms()
             if wait_ms > 0:
                 self._defer(
                     on_response,
@@ -370,7 +367,7 @@ class ConnectionPool:
         link.scope = None
         link.state = _LinkState.BACKOFF
         link.last_failure = failure
-        link.retry_at_ms = _now_ms() + link.delay_ms
+        link.retry_at_ms = loop_clock_ms() + link.delay_ms
         link.delay_ms = min(2 * link.delay_ms, self._config.reconnect_delay_ms_max)
         queued, link.queued = link.queued, []
         for _, _, on_response, _ in queued:

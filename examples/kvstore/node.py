@@ -36,7 +36,8 @@ import anyio.abc
 from anyio.abc import SocketAttribute
 
 from bookie.address import Address, parse_address
-from bookie.client.ledger_client import LedgerClient, system_wall_clock_ms
+from bookie.client.ledger_client import LedgerClient
+from bookie.clock import system_wall_clock_ms
 from bookie.errors import InvalidAddress, NodeExists
 from bookie.meta.api import ANY_VERSION, MetadataStore
 from kvstore import limits

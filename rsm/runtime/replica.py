@@ -61,8 +61,9 @@ import anyio.abc
 from anyio.abc import SocketAttribute
 
 from bookie.address import Address, parse_address
-from bookie.client.ledger_client import LedgerClient, system_wall_clock_ms
+from bookie.client.ledger_client import LedgerClient
 from bookie.client.write_handle import WriteHandle
+from bookie.clock import system_wall_clock_ms
 from bookie.errors import BookieError, InvalidAddress
 from bookie.logs import emit
 from bookie.meta.api import (
