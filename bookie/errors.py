@@ -196,6 +196,10 @@ class StorageBusy(TooManyRequests):
     """
 
 
+class InvalidAddress(BookieError, ValueError):
+    """Text that is not a network address (`bookie.address`); callers say what it was for."""
+
+
 class InvalidConfig(BookieError):
     """The bookie's configuration (file or command-line flags) is not acceptable.
 

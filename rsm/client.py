@@ -61,7 +61,8 @@ import anyio
 import anyio.abc
 import anyio.from_thread
 
-from bookie.errors import MetadataError, NoNode, RemoteProtocolError
+from bookie.address import parse_address
+from bookie.errors import InvalidAddress, MetadataError, NoNode, RemoteProtocolError
 from bookie.meta.api import NO_NODE_VERSION, MetadataStore
 from bookie.meta.zk import ZkMetadataStore
 from bookie.wire.codec import FrameDecoder
@@ -108,10 +109,11 @@ _CLIENT_ID_BYTES: Final = 16
 
 async def tcp_connector(address: str) -> anyio.abc.ByteStream:
     """The default connector: a TCP connection to "host:port"."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise OSError(f"replica address {address!r} is not host:port")
-    return await anyio.connect_tcp(host.strip("[]"), int(port))
+    try:
+        target = parse_address(address)
+    except InvalidAddress as error:
+        raise OSError(f"replica address {address!r} is not host:port") from error
+    return await anyio.connect_tcp(target.host, target.port)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,8 +62,8 @@ FORBIDDEN_CALLS = frozenset(
 
 LAYERS: dict[str, list[list[str]]] = {
     "bookie": [
-        ["bookie.errors", "bookie.limits", "bookie.logs"],
-        ["bookie.wire", "bookie.storage.api"],
+        ["bookie.errors", "bookie.limits", "bookie.logs", "bookie.clock"],
+        ["bookie.wire", "bookie.storage.api", "bookie.address"],
         ["bookie.core"],
         ["bookie.storage", "bookie.meta", "bookie.outbox", "bookie.runtime_tuning"],
         ["bookie.client", "bookie.server"],

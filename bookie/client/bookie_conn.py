@@ -79,6 +79,7 @@ import anyio
 import anyio.abc
 
 from bookie import limits
+from bookie.clock import loop_clock_ms_reader
 from bookie.errors import (
     BookieError,
     BookieUnavailable,
@@ -229,9 +230,8 @@ class BookieConnection:
         self._failure: str | None = None
         """Why the connection failed; each caller gets its own exception saying so."""
         self._failed = anyio.Event()
-        self._loop_time_s = asyncio.get_running_loop().time
-        """The event loop's clock (never the wall clock): monotonic, virtual under simulation;
-        looked up once, since a lookup through anyio costs more than the reading."""
+        self.now_ms = loop_clock_ms_reader()
+        """The event loop's clock in milliseconds (`bookie.clock`)."""
         self._clock_ms = self.now_ms()
         """The loop's clock as last read by the sweep or on data received; never decreases."""
         # The loops run under their own scope, so that stopping them on a
@@ -478,10 +478,6 @@ class BookieConnection:
                     task_group.start_soon(self._read_loop, self._stream)
                     task_group.start_soon(self._write_loop, self._sink)
                 task_group.start_soon(self._sweep_loop)
-
-    def now_ms(self) -> int:
-        """The event loop's clock in milliseconds."""
-        return int(self._loop_time_s() * 1000)
 
     def on_data(self, data: bytes) -> None:
         """Bytes received from the bookie: answer every request whose response they complete."""

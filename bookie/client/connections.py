@@ -53,9 +53,17 @@ from typing import Final
 import anyio
 import anyio.abc
 
+from bookie.address import Address, parse_address
 from bookie.client.bookie_conn import BookieConnection, OnResponse
 from bookie.client.config import ClientConfig
-from bookie.errors import BookieError, BookieUnavailable, ClientClosed, TooManyRequests
+from bookie.clock import loop_clock_ms
+from bookie.errors import (
+    BookieError,
+    BookieUnavailable,
+    ClientClosed,
+    InvalidAddress,
+    TooManyRequests,
+)
 from bookie.wire.codec import encode_request
 from bookie.wire.messages import Request
 
@@ -65,25 +73,19 @@ Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
 _CONNECT_ERRORS: Final = (OSError, TimeoutError, anyio.BrokenResourceError, BookieError)
 
 
-def split_address(address: str) -> tuple[str, int]:
-    """("host", port) of "host:port" or "[v6 address]:port"; `BookieUnavailable` otherwise."""
-    host, _, port = address.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host or not port.isdigit() or not 0 < int(port) <= 0xFFFF:
-        raise BookieUnavailable(f"bookie address {address!r} is not host:port")
-    return host, int(port)
+def bookie_address(address: str) -> Address:
+    """The `Address` a bookie registered (`bookie.address`); `BookieUnavailable` otherwise."""
+    try:
+        return parse_address(address)
+    except InvalidAddress as error:
+        raise BookieUnavailable(f"bookie address {address!r} is not host:port") from error
 
 
 async def tcp_connector(address: str) -> anyio.abc.ByteStream:
     """A TCP byte stream to "host:port", for connectors that wrap one (a recorder, a
     fault injector): without a connector the pool connects over TCP by itself."""
-    host, port = split_address(address)
-    return await anyio.connect_tcp(host, port)
-
-
-def _now_ms() -> int:
-    return int(anyio.current_time() * 1000)
+    target = bookie_address(address)
+    return await anyio.connect_tcp(target.host, target.port)
 
 
 class _LinkState(enum.Enum):
@@ -267,7 +269,7 @@ class ConnectionPool:
             self._defer(on_response, BookieUnavailable(f"bookie {bookie_id} is not registered"))
             return
         if link.state is _LinkState.BACKOFF:
-            wait_ms = link.retry_at_ms - _now_ms()
+            wait_ms = link.retry_at_ms - loop_clock_ms()
             if wait_ms > 0:
                 self._defer(
                     on_response,
@@ -325,10 +327,10 @@ class ConnectionPool:
     async def _open(self, address: str) -> AsyncIterator[BookieConnection]:
         config = self._config
         if self._connector is None:
-            host, port = split_address(address)
+            target = bookie_address(address)
             async with BookieConnection.connect(
-                host,
-                port,
+                target.host,
+                target.port,
                 connect_timeout_ms=config.connect_timeout_ms,
                 inflight_max=config.connection_inflight_max,
                 request_ids=self._request_ids,
@@ -365,7 +367,7 @@ class ConnectionPool:
         link.scope = None
         link.state = _LinkState.BACKOFF
         link.last_failure = failure
-        link.retry_at_ms = _now_ms() + link.delay_ms
+        link.retry_at_ms = loop_clock_ms() + link.delay_ms
         link.delay_ms = min(2 * link.delay_ms, self._config.reconnect_delay_ms_max)
         queued, link.queued = link.queued, []
         for _, _, on_response, _ in queued:

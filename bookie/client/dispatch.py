@@ -24,20 +24,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-import anyio
-
 from bookie.client.bookie_conn import OnResponse
 from bookie.client.connections import ConnectionPool, Wakeup
+from bookie.clock import loop_clock_ms
 from bookie.core.reader import SendRead
 from bookie.core.writer import SendAdd
 from bookie.errors import BookieError
 from bookie.wire.codec import encode_request
 from bookie.wire.messages import READ_FLAG_FENCE, AddRequest, ReadRequest, Response
-
-
-def now_ms() -> int:
-    """The event loop's clock in ms, the time every core is fed (virtual under simulation)."""
-    return int(anyio.current_time() * 1000)
 
 
 def send_adds(
@@ -104,8 +98,8 @@ async def drive(
         if due_ms is None:
             await wakeup.wait(None)
             continue
-        delay_ms = due_ms - now_ms()
+        delay_ms = due_ms - loop_clock_ms()
         if delay_ms > 0:
             await wakeup.wait(delay_ms)
             continue
-        tick(now_ms())
+        tick(loop_clock_ms())

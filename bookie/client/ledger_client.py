@@ -25,7 +25,6 @@ import contextlib
 import hashlib
 import hmac
 import random
-import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 
@@ -39,6 +38,7 @@ from bookie.client.read_handle import ReadHandle
 from bookie.client.recovery import recover
 from bookie.client.registry import BookieRegistry
 from bookie.client.write_handle import WriteHandle
+from bookie.clock import system_wall_clock_ms
 from bookie.core.metadata import LedgerMetadata, new_ledger
 from bookie.core.placement import choose_ensemble
 from bookie.core.quorum import check_quorum
@@ -51,11 +51,6 @@ from bookie.wire.packet import DigestType
 def password_hash(password: bytes) -> bytes:
     """What ledger metadata keeps of a password: enough to refuse a wrong one early."""
     return hashlib.sha256(b"password" + password).digest()
-
-
-def system_wall_clock_ms() -> int:
-    """Milliseconds since the Unix epoch: only ever stamped on metadata as creation time."""
-    return time.time_ns() // 1_000_000
 
 
 class LedgerClient:

@@ -36,7 +36,8 @@ import anyio
 
 from bookie import limits
 from bookie.client.context import ClientContext
-from bookie.client.dispatch import drive, now_ms, send_read
+from bookie.client.dispatch import drive, send_read
+from bookie.clock import loop_clock_ms
 from bookie.core.metadata import LedgerMetadata
 from bookie.core.reader import (
     EntriesRead,
@@ -189,16 +190,16 @@ class ReadHandle:
 
         def on_answer(bookie_id: str, entry_id: int, outcome: Response | BookieError) -> None:
             if type(outcome) is ReadResponse:
-                core.on_read_response(bookie_id, entry_id, outcome, now_ms())
+                core.on_read_response(bookie_id, entry_id, outcome, loop_clock_ms())
             else:
-                core.on_read_timeout(bookie_id, entry_id, now_ms())
+                core.on_read_timeout(bookie_id, entry_id, loop_clock_ms())
             carry_out()
 
         def tick(at_ms: int) -> None:
             core.tick(at_ms)
             carry_out()
 
-        core.start(now_ms())
+        core.start(loop_clock_ms())
         carry_out()
         await drive(context.pool, wakeup, lambda: core.finished, lambda: core.next_tick_ms, tick)
         return payloads, failures[0] if failures else None
@@ -395,11 +396,11 @@ class LedgerTail:
         if due_ms is None:
             await self._wakeup.wait(None)
             return
-        delay_ms = due_ms - now_ms()
+        delay_ms = due_ms - loop_clock_ms()
         if delay_ms > 0:
             await self._wakeup.wait(delay_ms)
             return
-        core.tick(now_ms())
+        core.tick(loop_clock_ms())
         self._carry_out()
 
     def _start_following(self) -> LongPollTail:
@@ -434,9 +435,9 @@ class LedgerTail:
         if self._stopped or core is None:
             return
         if type(outcome) is ReadResponse:
-            core.on_read_response(bookie_id, entry_id, outcome, now_ms())
+            core.on_read_response(bookie_id, entry_id, outcome, loop_clock_ms())
         else:
-            core.on_read_timeout(bookie_id, entry_id, now_ms())
+            core.on_read_timeout(bookie_id, entry_id, loop_clock_ms())
         self._carry_out()
 
     def _carry_out(self) -> None:

@@ -61,7 +61,8 @@ from types import TracebackType
 import anyio
 
 from bookie.client.context import ClientContext
-from bookie.client.dispatch import now_ms, send_adds
+from bookie.client.dispatch import send_adds
+from bookie.clock import loop_clock_ms
 from bookie.core.metadata import (
     LedgerMetadata,
     writer_close_transform,
@@ -558,8 +559,8 @@ class WriteHandle:
                     wakeup = self._tick_wakeup = anyio.Event()
                     await wakeup.wait()
                     continue
-                delay_ms = due_ms - now_ms()
+                delay_ms = due_ms - loop_clock_ms()
                 if delay_ms > 0:
                     await anyio.sleep(delay_ms / 1000)
-                writer.tick(now_ms())
+                writer.tick(loop_clock_ms())
                 self._process()

@@ -49,7 +49,7 @@ from bookie import limits
 from bookie.local.zookeeper import LocalZooKeeper, ZooKeeperUnavailable, free_port
 from bookie.meta.bookies import list_bookies, watch_bookies
 from bookie.meta.zk import ZkMetadataStore
-from bookie.server.config import render_toml
+from bookie.server.config import address_setting, render_toml
 
 HOST: Final = "127.0.0.1"
 ZK_PORT_PREFERRED: Final = 2181
@@ -243,7 +243,8 @@ class LocalCluster:
         config_file = directory / BOOKIE_CONFIG_FILE
         if config_file.exists():
             with config_file.open("rb") as handle:
-                port = int(str(tomllib.load(handle)["listen_address"]).rpartition(":")[2])
+                listen = str(tomllib.load(handle)["listen_address"])
+            port = address_setting(listen, "listen_address").port
             if not port_is_free(port):
                 raise ClusterError(
                     f"port {port} of bookie-{number} is in use: is another cluster or "

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Final
 
 from bookie import limits
-from bookie.errors import InvalidConfig
+from bookie.address import Address, parse_address
+from bookie.errors import InvalidAddress, InvalidConfig
 from bookie.logs import FORMATS, LEVELS
 from bookie.meta import paths
 from bookie.meta.layout import READONLY_DIRECTORY
@@ -47,28 +48,12 @@ WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::", "*"})
 EVENT_LOOPS: Final = ("asyncio", "uvloop")
 
 
-@dataclass(frozen=True, slots=True)
-class Address:
-    """A TCP endpoint, written `host:port` (`[host]:port` for an IPv6 host)."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-
-def parse_address(text: str, what: str) -> Address:
-    """`host:port` or `[v6-host]:port` -> Address; `InvalidConfig` otherwise."""
-    head, separator, port_text = text.rpartition(":")
-    if not separator or not port_text.isdigit():
-        raise InvalidConfig(f"{what} = {text!r}: expected host:port, e.g. 127.0.0.1:3181")
-    host = head[1:-1] if head.startswith("[") and head.endswith("]") else head
-    port = int(port_text)
-    if not 1 <= port <= 0xFFFF:
-        raise InvalidConfig(f"{what} = {text!r}: the port must be from 1 to 65535")
-    return Address(host, port)
+def address_setting(text: str, what: str) -> Address:
+    """The address a setting names (`bookie.address`, empty host allowed), or `InvalidConfig`."""
+    try:
+        return parse_address(text, empty_host=True)
+    except InvalidAddress as error:
+        raise InvalidConfig(f"{what} = {error}") from error
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +368,7 @@ def _validate(name: str, key: Key, value: object, base: Path) -> object:
     if kind in ("text", "optional_text"):
         return _text(name, value)
     if kind in ("address", "optional_address"):
-        return parse_address(_text(name, value), name)
+        return address_setting(_text(name, value), name)
     if kind == "path":
         return _path(name, value, base)
     if kind == "paths":
@@ -478,7 +463,7 @@ def _finish(values: dict[str, object]) -> BookieConfig:
     servers = values["zk_servers"]
     assert isinstance(servers, str)
     for server in servers.split(","):
-        parse_address(server.strip(), "zk_servers")
+        address_setting(server.strip(), "zk_servers")
     threshold = values["disk_usage_threshold"]
     low_water = values["disk_usage_low_water_mark"]
     assert isinstance(threshold, float)

@@ -38,9 +38,10 @@ import anyio
 import anyio.abc
 
 from bookie import limits
+from bookie.clock import loop_clock_ms
 from bookie.errors import RemoteProtocolError
 from bookie.outbox import Outbox
-from bookie.server.processor import PendingItem, RequestProcessor, now_ms
+from bookie.server.processor import PendingItem, RequestProcessor
 from bookie.wire.codec import FrameDecoder
 
 _log = logging.getLogger(__name__)
@@ -131,7 +132,7 @@ class ServerConnection:
                 frames = decoder.feed(data)
                 if not frames:
                     continue
-                now = now_ms()
+                now = loop_clock_ms()
                 for body in frames:
                     if outbox.backlogged:
                         await outbox.wait_drained()

@@ -41,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from types import TracebackType
@@ -51,6 +50,7 @@ import anyio
 import anyio.abc
 
 from bookie import limits
+from bookie.clock import system_wall_clock_ms
 from bookie.errors import BadMetadata, BookieError, MetadataError, NoNode, NoSuchLedgerError
 from bookie.logs import emit
 from bookie.meta.api import MetadataStore
@@ -286,7 +286,7 @@ class GarbageCollector:
             metrics.logs_deleted += report.compaction.logs_deleted
             metrics.logs_compacted += report.compaction.logs_compacted
             metrics.bytes_reclaimed += report.compaction.bytes_reclaimed
-        metrics.last_run_time_ms = int(time.time() * 1000)
+        metrics.last_run_time_ms = system_wall_clock_ms()
         metrics.last_duration_ms = report.duration_ms
         if report.error is not None:
             metrics.errors += 1

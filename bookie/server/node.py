@@ -39,6 +39,7 @@ from typing import Final
 import anyio
 import anyio.abc
 
+from bookie.address import Address
 from bookie.errors import (
     BookieError,
     CookieMismatch,
@@ -50,7 +51,7 @@ from bookie.errors import (
 from bookie.logs import configure, emit
 from bookie.meta.bookies import BookieInfo, Cookie, init_cluster, register
 from bookie.meta.zk import ZkMetadataStore
-from bookie.server.config import Address, BookieConfig, restart_needed
+from bookie.server.config import BookieConfig, restart_needed
 from bookie.server.disk_monitor import DiskMonitor, measure
 from bookie.server.gc import GarbageCollector
 from bookie.server.identity import establish_identity

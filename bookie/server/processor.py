@@ -103,11 +103,6 @@ class Connection(Protocol):
         ...
 
 
-def now_ms() -> int:
-    """The shell's clock for the handler: monotonic milliseconds (the event loop's clock)."""
-    return int(anyio.current_time() * 1000)
-
-
 class RequestProcessor:
     """Carries out the handler's effects against storage for every connection."""
 

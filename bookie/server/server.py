@@ -40,10 +40,11 @@ import anyio
 import anyio.abc
 
 from bookie import limits
+from bookie.clock import loop_clock_ms
 from bookie.core.bookie_handler import BookieHandler
 from bookie.errors import Status
 from bookie.server.connection import ServerConnection
-from bookie.server.processor import DiskSpace, PendingItem, RequestProcessor, now_ms
+from bookie.server.processor import DiskSpace, PendingItem, RequestProcessor
 from bookie.server.transport_connection import TransportConnection
 from bookie.storage.api import LedgerStorage
 
@@ -198,7 +199,7 @@ class BookieServer:
         for connection in self._connections.values():
             connection.stop_reading()
         # Every parked poll's deadline is at most the longest poll from now.
-        self._processor.expire(now_ms() + limits.long_poll_timeout_ms_max)
+        self._processor.expire(loop_clock_ms() + limits.long_poll_timeout_ms_max)
         with anyio.move_on_after(deadline_s - anyio.current_time()):
             await self._processor.wait_idle()
         if self._processor.pending_total:
@@ -323,12 +324,12 @@ class BookieServer:
                 if deadline_ms is None:
                     await wakeup.wait()
                     continue
-                delay_ms = deadline_ms - now_ms()
+                delay_ms = deadline_ms - loop_clock_ms()
                 if delay_ms > 0:
                     with anyio.move_on_after(delay_ms / 1000):
                         await wakeup.wait()
                     continue
-                self._processor.expire(now_ms())
+                self._processor.expire(loop_clock_ms())
 
     def _on_parked(self, deadline_ms: int) -> None:
         current = self._timer_deadline_ms

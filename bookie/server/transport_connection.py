@@ -46,6 +46,7 @@ from typing import Final, cast
 import anyio
 
 from bookie import limits
+from bookie.clock import loop_clock_ms_reader
 from bookie.errors import RemoteProtocolError
 from bookie.server.processor import PendingItem, RequestProcessor
 from bookie.wire.codec import FrameDecoder
@@ -68,8 +69,7 @@ class TransportConnection(asyncio.Protocol):
         on_close: Callable[[TransportConnection], None],
     ) -> None:
         loop = asyncio.get_running_loop()
-        self._loop_time_s = loop.time
-        """The event loop's clock, looked up once (through anyio it costs more than reading)."""
+        self._now_ms = loop_clock_ms_reader()
         self._call_soon = loop.call_soon
         self._call_later = loop.call_later
         self._connection_id = connection_id
@@ -197,7 +197,7 @@ class TransportConnection(asyncio.Protocol):
 
     def _take(self, frames: list[bytes]) -> None:
         """Hand request frames to the processor until answers back up; hold the rest."""
-        now = int(self._loop_time_s() * 1000)
+        now = self._now_ms()
         process = self._process
         for index, body in enumerate(frames):
             if self._frames_bytes > _QUEUED_BYTES_MAX:

@@ -18,8 +18,8 @@ What it models, and why that is the right model:
 * A crashed host's listeners stop and its connections reset; restarting it is
   the caller's business (start new servers on the same host name).
 
-Addresses are "host:port" strings; a host name is any string, so bookie ids
-like "bookie-1:3181" work unchanged.  All randomness comes from the `Random`
+Addresses are "host:port" strings (`bookie.address`); a host name is any
+string, so bookie ids like "bookie-1:3181" work unchanged.  All randomness comes from the `Random`
 given to `SimNetwork`, all time from the running loop's virtual clock.
 """
 
@@ -35,6 +35,8 @@ from typing import Any
 import anyio
 from anyio.abc import ByteStream, Listener, TaskGroup
 
+from bookie.address import parse_address
+
 Handler = Callable[[ByteStream], Coroutine[Any, Any, Any]]
 
 _DELIVERY_STEP_S = 1e-9
@@ -46,13 +48,6 @@ _STREAM_BUFFER_BYTES_MAX = 64 * 1024 * 1024
 
 class SimConnectError(OSError):
     """Connecting failed: nobody listens there, the host is down, or it is partitioned away."""
-
-
-def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"address {address!r} is not host:port")
-    return host, int(port)
 
 
 @dataclass(slots=True)
@@ -281,7 +276,7 @@ class SimNetwork:
         """The host goes down: its listeners stop, its connections reset, connects to it fail."""
         self._down.add(host)
         for address, listener in list(self._listeners.items()):
-            if split_address(address)[0] == host:
+            if parse_address(address).host == host:
                 listener._stopped.set()
                 del self._listeners[address]
         self.reset_connections(host)
@@ -296,7 +291,7 @@ class SimNetwork:
     # --- endpoints ----------------------------------------------------------------------------
 
     def listen(self, address: str) -> SimListener:
-        host, _ = split_address(address)
+        host = parse_address(address).host
         if host in self._down:
             raise SimConnectError(f"host {host} is down")
         if address in self._listeners:
@@ -307,7 +302,7 @@ class SimNetwork:
 
     async def connect(self, source_host: str, address: str) -> ByteStream:
         """Open a connection from `source_host` to `address`."""
-        target_host, _ = split_address(address)
+        target_host = parse_address(address).host
         if source_host in self._down:
             raise SimConnectError(f"host {source_host} is down")
         if self.is_partitioned(source_host, target_host):

@@ -36,9 +36,9 @@ from typing import Any
 import anyio
 
 from bookie import limits
+from bookie.address import Address
 from bookie.client.bookie_conn import BookieConnection
 from bookie.errors import BookieError, DigestMismatch, StatusError
-from bookie.server.config import Address
 from bookie.storage.index import read_checkpoint_mark
 from bookie.storage.inspect import FileTail, checkpoint_mark, journal_records
 from bookie.wire.packet import HEADER, HEADER_BYTES, Digest, DigestType

@@ -27,16 +27,16 @@ from pathlib import Path
 
 import anyio
 
+from bookie.address import Address
 from bookie.errors import InvalidConfig
 from bookie.logs import configure, emit
 from bookie.runtime_tuning import tune_for_throughput
 from bookie.server.config import (
     KEYS,
     REQUIRED,
-    Address,
     BookieConfig,
+    address_setting,
     load_config,
-    parse_address,
 )
 from bookie.server.node import EXIT_FAILED, EXIT_USAGE, BookieNode
 from bookie.tools.admin import (
@@ -222,7 +222,7 @@ def _run_tool(arguments: argparse.Namespace) -> dict[str, object]:
 
 
 def _address(text: str) -> Address:
-    return parse_address(text, "address")
+    return address_setting(text, "address")
 
 
 def _offline_config(path: Path) -> BookieConfig:

@@ -35,8 +35,10 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 
-from bookie.client.ledger_client import LedgerClient, system_wall_clock_ms
-from bookie.errors import NodeExists
+from bookie.address import Address, parse_address
+from bookie.client.ledger_client import LedgerClient
+from bookie.clock import system_wall_clock_ms
+from bookie.errors import InvalidAddress, NodeExists
 from bookie.meta.api import ANY_VERSION, MetadataStore
 from kvstore import limits
 from kvstore.endpoints import Endpoint, encode_endpoint, endpoint_path
@@ -210,13 +212,14 @@ class KvNode:
         if self._resp_listener is not None:
             assert self._resp_advertise is not None
             self.resp_address = self._resp_advertise
-            return self._resp_listener, int(self._resp_advertise.rpartition(":")[2])
-        host, _, port_text = self._resp_listen.rpartition(":")
-        if not host or not port_text.isdigit():
-            raise InvalidConfig(f"RESP address {self._resp_listen!r} is not host:port")
-        listener = await anyio.create_tcp_listener(local_host=host, local_port=int(port_text))
+            return self._resp_listener, parse_address(self._resp_advertise).port
+        try:
+            listen = parse_address(self._resp_listen, port_zero=True)
+        except InvalidAddress as error:
+            raise InvalidConfig(f"RESP address {self._resp_listen!r} is not host:port") from error
+        listener = await anyio.create_tcp_listener(local_host=listen.host, local_port=listen.port)
         port = int(listener.extra(SocketAttribute.local_port))
-        self.resp_address = self._resp_advertise or f"{host}:{port}"
+        self.resp_address = self._resp_advertise or str(Address(listen.host, port))
         return listener, port
 
     async def _publish_endpoint(self) -> None:

@@ -58,9 +58,11 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 
-from bookie.client.ledger_client import LedgerClient, system_wall_clock_ms
+from bookie.address import Address, parse_address
+from bookie.client.ledger_client import LedgerClient
 from bookie.client.write_handle import WriteHandle
-from bookie.errors import BookieError
+from bookie.clock import system_wall_clock_ms
+from bookie.errors import BookieError, InvalidAddress
 from bookie.logs import emit
 from bookie.meta.api import (
     ANY_VERSION,
@@ -292,17 +294,18 @@ class Replica:
         if self._listener is not None:
             assert self._advertise is not None
             return self._listener, self._advertise
-        host, _, port_text = self._listen.rpartition(":")
-        if not host or not port_text.isdigit():
-            raise InvalidConfig(f"listen address {self._listen!r} is not host:port")
-        listener = await anyio.create_tcp_listener(local_host=host, local_port=int(port_text))
+        try:
+            listen = parse_address(self._listen, port_zero=True)
+        except InvalidAddress as error:
+            raise InvalidConfig(f"listen address {self._listen!r} is not host:port") from error
+        listener = await anyio.create_tcp_listener(local_host=listen.host, local_port=listen.port)
         port = listener.extra(SocketAttribute.local_port)
-        if self._advertise is None and host in ("0.0.0.0", "::", ""):
+        if self._advertise is None and listen.host in ("0.0.0.0", "::"):
             await listener.aclose()
             raise InvalidConfig(
-                f"listening on {host} needs --advertise: the address to tell others"
+                f"listening on {listen.host} needs --advertise: the address to tell others"
             )
-        return listener, self._advertise or f"{host}:{port}"
+        return listener, self._advertise or str(Address(listen.host, port))
 
     # --- state --------------------------------------------------------------------------------
 

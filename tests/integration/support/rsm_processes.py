@@ -38,7 +38,7 @@ import anyio
 import anyio.abc
 
 from bookie.local.zookeeper import LocalZooKeeper, free_port
-from rsm.client import Client, ClientConfig, connect
+from rsm.client import Client, ClientConfig, connect, tcp_connector
 from rsm.errors import RsmError
 from rsm.testing.history import HistoryRecorder
 
@@ -271,8 +271,7 @@ class RsmProcesses:
         """A client that only ever talks to the replica at `address`, whatever it is told."""
 
         async def to_pinned(_address: str) -> anyio.abc.ByteStream:
-            host, _, port = address.rpartition(":")
-            return await anyio.connect_tcp(host, int(port))
+            return await tcp_connector(address)
 
         async with connect(
             self.app,

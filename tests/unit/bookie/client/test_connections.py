@@ -11,9 +11,10 @@ import anyio
 import anyio.abc
 import pytest
 
+from bookie.address import Address
 from bookie.client.bookie_conn import BookieConnection
 from bookie.client.config import ClientConfig
-from bookie.client.connections import ConnectionPool, split_address, tcp_connector
+from bookie.client.connections import ConnectionPool, bookie_address, tcp_connector
 from bookie.errors import BookieError, BookieUnavailable, ClientClosed
 from bookie.storage.memory import MemoryLedgerStorage
 from bookie.wire.codec import encode_request
@@ -146,12 +147,11 @@ async def test_unknown_bookies_and_a_closed_pool_answer_with_errors() -> None:
         assert connector.attempts == []
 
 
-def test_addresses_are_host_and_port() -> None:
-    assert split_address("bookie-1.example:3181") == ("bookie-1.example", 3181)
-    assert split_address("[::1]:3181") == ("::1", 3181)
-    for bad in ("nohost", ":3181", "host:", "host:http", "host:70000"):
-        with pytest.raises(BookieUnavailable):
-            split_address(bad)
+def test_a_bookie_address_that_is_not_host_and_port_makes_the_bookie_unavailable() -> None:
+    assert bookie_address("bookie-1.example:3181") == Address("bookie-1.example", 3181)
+    for bad in ("nohost", ":3181", "host:", "host:http", "host:0", "host:70000"):
+        with pytest.raises(BookieUnavailable, match="is not host:port"):
+            bookie_address(bad)
 
 
 async def test_one_frame_goes_to_two_bookies_under_a_shared_request_id() -> None:

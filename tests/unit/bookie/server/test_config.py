@@ -11,16 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bookie import limits
+from bookie.address import Address
 from bookie.errors import InvalidConfig
 from bookie.server.config import (
     KEYS,
     RELOADABLE,
     REQUIRED,
-    Address,
     BookieConfig,
+    address_setting,
     flag_value,
     load_config,
-    parse_address,
     read_file,
     render_toml,
     restart_needed,
@@ -162,7 +162,7 @@ def test_wildcard_listen_with_advertised_address(tmp_path: Path) -> None:
 
 
 def test_ipv6_addresses() -> None:
-    address = parse_address("[::1]:3181", "listen_address")
+    address = address_setting("[::1]:3181", "listen_address")
     assert address == Address("::1", 3181)
     assert str(address) == "[::1]:3181"
 

@@ -24,7 +24,8 @@ import anyio
 import anyio.abc
 
 from bookie.client.config import ClientConfig
-from bookie.client.ledger_client import LedgerClient, system_wall_clock_ms
+from bookie.client.ledger_client import LedgerClient
+from bookie.clock import system_wall_clock_ms
 from bookie.meta.api import MetadataStore
 from bookie.meta.memory import MemoryMetadataStore
 from rsm.client import Client, connect

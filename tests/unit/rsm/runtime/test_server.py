@@ -10,6 +10,7 @@ import cbor2
 import pytest
 
 from rsm import limits
+from rsm.client import tcp_connector
 from rsm.core.protocol import CallRequest, Op, StatusRequest, encode_request
 from rsm.errors import RsmStatus
 from rsm.runtime.replica import Replica
@@ -21,8 +22,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def open_raw(replica: Replica) -> anyio.abc.ByteStream:
-    host, _, port = replica.address.rpartition(":")
-    return await anyio.connect_tcp(host, int(port))
+    return await tcp_connector(replica.address)
 
 
 def raw_frame(item: object) -> bytes:
