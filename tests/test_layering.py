@@ -91,6 +91,7 @@ is outside the layers and may not be imported from inside the package.
 KVSTORE_INTERNALS = frozenset(
     {
         "bookie.wire.codec",
+        "rsm.core.exactly_once",
         "rsm.core.layout",
         "rsm.core.protocol",
         "rsm.core.sessions",
