@@ -12,12 +12,14 @@ is not the leader answers NotLeader with the leader's address when it knows
 it, and the client goes there at once.  Other queries go to a replica picked
 at random from `replicas/`.
 
-Retries.  Every retryable error (NotLeader, OutcomeUnknown, Unavailable,
-Overloaded, an attempt's timeout, a lost connection) is retried with
-exponential backoff and jitter drawn from the client's `Random`, at most
-`attempts_max` times and within `deadline_ms` overall, after which the call
-raises `Timeout` (its outcome unknown).  An error that is not retryable
-(CommandFailed, UnknownCommand, BadArguments, ...) is raised at once.
+Retries.  The session and what follows each attempt are decided by
+`rsm/core/exactly_once.py`; this module does the I/O.  Every retryable error
+(NotLeader, OutcomeUnknown, Unavailable, Overloaded, an attempt's timeout, a
+lost connection) is retried with exponential backoff and jitter drawn from
+the client's `Random`, at most `attempts_max` times and within `deadline_ms`
+overall, after which the call raises `Timeout` (its outcome unknown).  An
+error that is not retryable (CommandFailed, UnknownCommand, BadArguments,
+...) is raised at once.
 
 Exactly-once.  The client is one session: a random `client_id` and a `seq` per
 command, 1, 2, ...; every attempt of a call carries the same seq, and
@@ -44,13 +46,17 @@ any replica.
 Many calls may be in flight from one client at once; they share one
 pipelined connection per replica.  Everything is injected (store, connector,
 rng), so the client runs unchanged in the simulation.
+
+A program that forwards its own clients' requests to the framework (the
+key-value store's router) keeps one session per client of its own with the
+same policy: `Session`, `Command`, `RetryPolicy`, `Backoff`, `Decision` and
+`new_client_id` are public here for it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import heapq
 import itertools
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -67,6 +73,7 @@ from bookie.meta.api import NO_NODE_VERSION, MetadataStore
 from bookie.meta.zk import ZkMetadataStore
 from bookie.wire.codec import FrameDecoder
 from rsm import limits
+from rsm.core.exactly_once import Backoff, Command, Decision, RetryPolicy, Session, new_client_id
 from rsm.core.layout import RSM_ROOT, AppLayout
 from rsm.core.log_format import decode_candidate, decode_leader
 from rsm.core.protocol import (
@@ -84,10 +91,8 @@ from rsm.core.protocol import (
 from rsm.errors import (
     InvalidConfig,
     MalformedValue,
-    NotLeader,
-    OutcomeUnknown,
     ProtocolViolation,
-    SessionExpired,
+    RsmStatus,
     StatusError,
     Timeout,
     Unavailable,
@@ -104,7 +109,22 @@ _CONNECTION_ERRORS: Final = (
     RemoteProtocolError,
     ProtocolViolation,
 )
-_CLIENT_ID_BYTES: Final = 16
+
+
+__all__ = [
+    "Backoff",
+    "Client",
+    "ClientConfig",
+    "Command",
+    "Decision",
+    "RetryPolicy",
+    "Session",
+    "SyncClient",
+    "connect",
+    "connect_sync",
+    "new_client_id",
+    "tcp_connector",
+]
 
 
 async def tcp_connector(address: str) -> anyio.abc.ByteStream:
@@ -152,6 +172,15 @@ class ClientConfig:
                 f"outstanding_commands_max may be at most {limits.session_results_max_default}: "
                 "a session keeps no more results, so a retry could apply a command twice"
             )
+
+    def retry_policy(self) -> RetryPolicy:
+        """How one request is retried."""
+        return RetryPolicy(
+            deadline_ms=self.deadline_ms,
+            backoff_ms_initial=self.backoff_ms_initial,
+            backoff_ms_max=self.backoff_ms_max,
+            attempts_max=self.attempts_max,
+        )
 
 
 class _Pending:
@@ -252,78 +281,6 @@ class _Link:
                 await self._stream.send(b"".join(output))
 
 
-class _Session:
-    """One exactly-once session of the client: its id, its seqs, and which answers it holds.
-
-    At most `window_max` seqs are open at once, counted from the oldest one not
-    yet answered (not merely how many are in flight): the session table keeps
-    the results of the seqs above the client's `ack_seq` only up to a bound, so
-    a slow command must hold back new ones or its own retry could be refused.
-    A session that expired is `retire`d: the client starts a new one, and the
-    calls still holding seqs of the old one keep its `ack_seq` until they move.
-    """
-
-    def __init__(self, client_id: bytes, window_max: int) -> None:
-        self.client_id = client_id
-        self._window_max = window_max
-        self._next_seq = 1
-        self._outstanding: list[int] = []
-        self._finished: set[int] = set()
-        self._moved: anyio.Event | None = None
-        self.retired = False
-
-    async def begin(self) -> int:
-        """A new seq, once the window has room for it (at once when retired)."""
-        while self._next_seq - self._oldest() >= self._window_max and not self.retired:
-            moved = self._moved
-            if moved is None:
-                moved = self._moved = anyio.Event()
-            await moved.wait()
-        seq = self._next_seq
-        self._next_seq += 1
-        heapq.heappush(self._outstanding, seq)
-        return seq
-
-    def end(self, seq: int) -> None:
-        """The answer of `seq` arrived, or the client gave up on it."""
-        self._finished.add(seq)
-        if self._outstanding and self._outstanding[0] == seq:
-            self._wake()
-
-    def ack_seq(self) -> int:
-        """The highest seq such that the client holds (or gave up on) every answer up to it."""
-        return self._oldest() - 1
-
-    def retire(self) -> None:
-        """The replicas dropped this session: calls waiting for room stop waiting."""
-        self.retired = True
-        self._wake()
-
-    def _wake(self) -> None:
-        moved, self._moved = self._moved, None
-        if moved is not None:
-            moved.set()
-
-    def _oldest(self) -> int:
-        outstanding = self._outstanding
-        finished = self._finished
-        while outstanding and outstanding[0] in finished:
-            finished.discard(heapq.heappop(outstanding))
-        return outstanding[0] if outstanding else self._next_seq
-
-
-class _Command:
-    """One `call` across its attempts: its session and seq, and whether an attempt may
-    have been logged (then a retry is safe only in the same session)."""
-
-    __slots__ = ("session", "seq", "maybe_logged")
-
-    def __init__(self, session: _Session, seq: int) -> None:
-        self.session = session
-        self.seq = seq
-        self.maybe_logged = False
-
-
 class Client:
     """A connection to one application's replicas; create it with `connect`."""
 
@@ -345,7 +302,11 @@ class Client:
         self._rng = rng
         self._config = config
         self._task_group = task_group
-        self._session = _Session(rng.randbytes(_CLIENT_ID_BYTES), config.outstanding_commands_max)
+        self._policy = config.retry_policy()
+        self._session = Session(new_client_id(rng))
+        self._room = anyio.Event()
+        """Set when the session's window may have room again (its oldest seq ended, or it was
+        renewed)."""
         self._request_ids = itertools.count(1)
         self._links: dict[str, _Link] = {}
         self._connect_lock = anyio.Lock()
@@ -365,8 +326,8 @@ class Client:
         on every replica), `UnknownCommand`, `BadArguments`, or `Timeout` when
         no attempt succeeded in time (outcome unknown).
         """
-        session = self._session
-        command = _Command(session, await session.begin())
+        await self._wait_for_room()
+        command = Command(self._policy, self._now_ms(), self._session)
         try:
             response = await self._request(
                 lambda request_id: CallRequest(
@@ -374,15 +335,15 @@ class Client:
                     name,
                     list(args),
                     kwargs,
-                    command.session.client_id,
+                    command.client_id,
                     command.seq,
-                    command.session.ack_seq(),
+                    self._ack_seq(command),
                 ),
                 to_leader=True,
                 command=command,
             )
         finally:
-            command.session.end(command.seq)
+            self._end(command)
         return self._result(response)
 
     async def query(
@@ -478,99 +439,116 @@ class Client:
         to_leader: bool,
         target: str | None = None,
         idempotent: bool = True,
-        command: _Command | None = None,
+        command: Command | None = None,
     ) -> Response:
-        """Send until an answer that is OK or not retryable; raise `Timeout` past the bounds.
+        """Send until the attempts' policy (rsm/core/exactly_once.py) says to stop: return the
+        answer it delivers, or raise the error of an attempt that got none, or `Timeout`.
 
-        A `command` (a call) notes every attempt whose outcome is unknown, and
-        moves to a new session when its own expired (see `_follow_session`).
+        A `command` (a call) moves to a new session when its own expired (see
+        `_follow_session`).
         """
-        config = self._config
-        deadline_s = anyio.current_time() + config.deadline_ms / 1000
-        attempt_s = config.attempt_timeout_ms / 1000 if idempotent else config.deadline_ms / 1000
-        backoff_ms = float(config.backoff_ms_initial)
+        if command is None:
+            command = Command(
+                self._policy, self._now_ms(), idempotent=idempotent, pinned=target is not None
+            )
+        attempt_s = (
+            self._config.attempt_timeout_ms if idempotent else self._config.deadline_ms
+        ) / 1000
+        deadline_s = command.deadline_ms / 1000
+        backoff = Backoff(self._policy)
         last_error: StatusError = Unavailable(f"no replica of {self.app} was tried")
-        for _attempt in range(config.attempts_max):
+        while True:
             remaining_s = deadline_s - anyio.current_time()
-            if remaining_s <= 0:
-                break
-            if command is not None:
-                await self._follow_session(command, last_error)
+            if command.start_attempt(self._now_ms()) is not Decision.SEND:
+                raise Timeout(f"gave up on {self.app}: {last_error.message}") from last_error
+            if await self._follow_session(command) is not Decision.SEND:
+                raise Timeout(
+                    f"gave up on {self.app}: the session expired after an attempt whose "
+                    "outcome is unknown"
+                ) from last_error
+            response: Response | None = None
+            hint: str | None = None
             address = target or await self._choose(to_leader)
-            if address is not None:
+            if address is None:
+                last_error = Unavailable(f"no leader of {self.app} is known")
+                status = RsmStatus.NOT_LEADER
+            else:
                 try:
                     with anyio.fail_after(min(attempt_s, remaining_s)):
                         response = await self._exchange(address, build)
                 except TimeoutError:
                     last_error = Timeout(f"{address} did not answer in time")
-                    if command is not None:
-                        command.maybe_logged = True
-                    if not idempotent:
-                        raise last_error from None
+                    status = RsmStatus.TIMEOUT
                 except _LinkLost as lost:
                     last_error = Unavailable(f"connection to {address} failed: {lost}")
+                    status = RsmStatus.OUTCOME_UNKNOWN if lost.sent else RsmStatus.UNAVAILABLE
                     self._forget(address)
-                    if command is not None and lost.sent:
-                        command.maybe_logged = True
-                    if not idempotent:
-                        raise last_error from None
                 else:
-                    if response.ok:
-                        return response
-                    refusal = response.error()
-                    if command is not None and isinstance(refusal, SessionExpired):
-                        last_error = refusal
-                        self._retire(command.session)
-                        continue
-                    if not refusal.retryable or target is not None:
-                        return response
-                    last_error = refusal
-                    if command is not None and isinstance(refusal, OutcomeUnknown | Timeout):
-                        command.maybe_logged = True
-                    if isinstance(refusal, NotLeader):
-                        redirect = refusal.leader_address
-                        self._hint = redirect if redirect != address else None
-                        if self._hint is not None:
-                            continue
-                    elif not idempotent:
-                        return response
-            else:
-                last_error = Unavailable(f"no leader of {self.app} is known")
-            await self._pause(backoff_ms, deadline_s)
-            backoff_ms = min(backoff_ms * 2, config.backoff_ms_max)
-        raise Timeout(f"gave up on {self.app}: {last_error.message}") from last_error
+                    status = response.status
+                    if status == RsmStatus.NOT_LEADER:
+                        hint = response.detail
+            decision = command.decide(
+                status,
+                self._now_ms(),
+                leader_address=hint,
+                sent_to=address,
+                answered=response is not None,
+            )
+            if decision is Decision.DELIVER:
+                if response is None:
+                    raise last_error from None
+                return response
+            if response is not None:
+                last_error = response.error()
+                if status == RsmStatus.NOT_LEADER:
+                    self._hint = hint if hint != address else None
+            if decision is Decision.RENEW:
+                assert command.client_id is not None
+                if self._session.renew_after(command.client_id, self._rng):
+                    self._make_room()
+            elif decision is Decision.WAIT:
+                await self._pause(backoff.next_wait_ms(self._rng), deadline_s)
+            elif decision is not Decision.REDIRECT:
+                raise Timeout(f"gave up on {self.app}: {last_error.message}") from last_error
 
-    async def _follow_session(self, command: _Command, last_error: StatusError) -> None:
+    async def _follow_session(self, command: Command) -> Decision:
         """Move `command` to the client's current session if its own expired meanwhile.
 
         The replicas dropped the old session, and with it the results of its
         seqs; so the command goes again under a new seq only if none of its
-        attempts may have been logged.  Otherwise a retry could apply it twice,
-        and the call gives up with `Timeout` (its outcome unknown).
+        attempts may have been logged, else it gives up (MAYBE_APPLIED).
         """
-        while command.session is not self._session:
-            if command.maybe_logged:
-                raise Timeout(
-                    f"gave up on {self.app}: the session expired after an attempt whose "
-                    "outcome is unknown"
-                ) from last_error
-            session = self._session
-            seq = await session.begin()
-            command.session.end(command.seq)
-            command.session, command.seq = session, seq
+        if command.needs_new_seq(self._session):
+            await self._wait_for_room()
+        return command.follow(self._session)
 
-    def _retire(self, session: _Session) -> None:
-        """The replicas dropped `session` (idle past the TTL, or evicted): start a new one."""
-        if session is self._session:
-            session.retire()
-            self._session = _Session(
-                self._rng.randbytes(_CLIENT_ID_BYTES), self._config.outstanding_commands_max
-            )
+    async def _wait_for_room(self) -> None:
+        """Wait until the session may open one more seq."""
+        while not self._session.has_room(self._config.outstanding_commands_max):
+            await self._room.wait()
 
-    async def _pause(self, backoff_ms: float, deadline_s: float) -> None:
-        """Wait a jittered backoff, or less if the leader znode changes first."""
-        delay_s = backoff_ms * (0.5 + self._rng.random() / 2) / 1000
-        delay_s = min(delay_s, max(0.0, deadline_s - anyio.current_time()))
+    def _make_room(self) -> None:
+        room, self._room = self._room, anyio.Event()
+        room.set()
+
+    def _ack_seq(self, command: Command) -> int:
+        """The `ack_seq` an attempt of `command` carries: its session's.  If that session was
+        renewed after the command followed it (while connecting), 0: the replicas dropped it,
+        and no attempt of the command may have been logged."""
+        session = self._session
+        return session.ack_seq() if command.client_id == session.client_id else 0
+
+    def _end(self, command: Command) -> None:
+        """The call of `command` returned or raised: its seq is no longer open."""
+        if command.client_id is not None and self._session.end(command.client_id, command.seq):
+            self._make_room()
+
+    def _now_ms(self) -> float:
+        return anyio.current_time() * 1000
+
+    async def _pause(self, wait_ms: float, deadline_s: float) -> None:
+        """Wait `wait_ms` (at most until the deadline), or less if the leader znode changes."""
+        delay_s = min(wait_ms / 1000, max(0.0, deadline_s - anyio.current_time()))
         with anyio.move_on_after(delay_s):
             await self._leader_changed.wait()
 

@@ -32,7 +32,10 @@ error_message_chars_max = 4096
 """Longest error message recorded for a failed command; longer ones are cut deterministically."""
 
 client_id_bytes_max = 32
-"""Longest client id of a session (clients draw 16 random bytes)."""
+"""Longest client id of a session."""
+
+client_id_bytes = 16
+"""Random bytes a client draws for its client id."""
 
 replica_id_chars_max = 128
 address_chars_max = 256
@@ -340,6 +343,7 @@ explanation_operations_max = 12
 
 # --- relations --------------------------------------------------------------------------------
 
+assert 0 < client_id_bytes <= client_id_bytes_max
 assert request_bytes_max <= batch_bytes_max
 assert batch_bytes_max + batch_header_bytes_max <= bookie_limits.entry_payload_bytes_max
 assert batch_commands_max <= pending_commands_max

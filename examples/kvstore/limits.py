@@ -117,6 +117,9 @@ retry_backoff_ms_initial = 10
 
 retry_backoff_ms_max = 500
 
+leader_redirects_max = 3
+"""`NotLeader` redirects a command follows at once before it waits a backoff."""
+
 forward_links_max = 8
 """Framework connections one server keeps open to (former) leaders."""
 

@@ -19,21 +19,23 @@ znode, or a remote one's).  When it knows none, it asks the local replica,
 which answers `NotLeader` with its own idea of the leader, or takes the
 command if it leads meanwhile.
 
-Retries.  An answer that says the command was not applied (`NotLeader`,
-`Unavailable`, `Overloaded`) or may have been (`OutcomeUnknown`, `Timeout`,
-a lost leader connection) is retried, with the same session seq, so a
-write applied before a failover is answered from the session table instead
-of being applied twice.  A `NotLeader` naming another leader is followed at
-once (`redirects_max` times); otherwise the command waits a backoff (10 ms
-doubling to 500 ms, with jitter) and goes again, until its deadline
-(`limits.command_deadline_ms_default`): then the connection gets TRYAGAIN
-(never applied) or TIMEOUT (maybe applied), see `kvstore.dispatch`.
-`SessionExpired` (the connection was idle past the session TTL, or its
-session was evicted) means the replicas dropped the session: the connection
-starts a new one, and each of its writes goes again under a new seq, unless
-an attempt of it may have been logged (`OutcomeUnknown`, `Timeout`): the
-old session's results are gone, so a retry could apply it twice, and that
-write gets TIMEOUT instead.
+Retries.  What follows each answer is decided by the framework's client
+policy (`rsm/core/exactly_once.py`), with the connection's session.  An
+answer that says the command was not applied (`NotLeader`, `Unavailable`,
+`Overloaded`) or may have been (`OutcomeUnknown`, `Timeout`, a lost leader
+connection) is retried, with the same session seq, so a write applied
+before a failover is answered from the session table instead of being
+applied twice.  A `NotLeader` naming another leader is followed at once
+(`limits.leader_redirects_max` times); otherwise the command waits a
+backoff (10 ms doubling to 500 ms, with jitter, per connection) and goes
+again, until its deadline (`limits.command_deadline_ms_default`): then the
+connection gets TRYAGAIN (never applied) or TIMEOUT (maybe applied), see
+`kvstore.dispatch`.  `SessionExpired` (the connection was idle past the
+session TTL, or its session was evicted) means the replicas dropped the
+session: the connection starts a new one, and each of its writes goes
+again at once under a new seq, unless an attempt of it may have been
+logged (`OutcomeUnknown`, `Timeout`): the old session's results are gone,
+so a retry could apply it twice, and that write gets TIMEOUT instead.
 
 Order.  A connection's commands reach the leader in the order it sent them:
 once one of them waits for a retry, the connection's later ones wait behind
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 import heapq
 import itertools
 import random
@@ -61,26 +64,18 @@ import anyio.abc
 
 from kvstore import limits
 from kvstore.forward import Connector, ForwardLink
-from kvstore.session import Session
+from rsm.client import Backoff, Command, Decision, RetryPolicy, Session, new_client_id
 from rsm.core.protocol import CallRequest, Consistency, QueryRequest
 from rsm.core.sessions import Outcome
 from rsm.errors import RsmStatus, Timeout, Unavailable
 from rsm.runtime.applier import Answerer
 
-CLIENT_ID_BYTES: Final = 16
-REDIRECTS_MAX: Final = 3
-"""`NotLeader` redirects one attempt follows at once before it waits a backoff."""
-_RETRYABLE: Final = frozenset(
-    {
-        RsmStatus.NOT_LEADER,
-        RsmStatus.OUTCOME_UNKNOWN,
-        RsmStatus.UNAVAILABLE,
-        RsmStatus.OVERLOADED,
-        RsmStatus.TIMEOUT,
-        RsmStatus.SESSION_EXPIRED,
-    }
+_RETRY_POLICY: Final = RetryPolicy(
+    deadline_ms=limits.command_deadline_ms_default,
+    backoff_ms_initial=limits.retry_backoff_ms_initial,
+    backoff_ms_max=limits.retry_backoff_ms_max,
+    redirects_max=limits.leader_redirects_max,
 )
-_MAYBE_LOGGED: Final = frozenset({RsmStatus.OUTCOME_UNKNOWN, RsmStatus.TIMEOUT})
 
 
 class LocalReplica(Protocol):
@@ -122,13 +117,14 @@ class Lane:
     parked: list[_Attempt] = field(default_factory=list)
     """Sorted by `order`: the connection's order."""
     scheduled: bool = False
-    backoff_ms: float = limits.retry_backoff_ms_initial
+    backoff: Backoff = field(default_factory=lambda: Backoff(_RETRY_POLICY))
+    """The waits before the lane's parked commands go again; reset by an answer."""
     closed: bool = False
     """The connection is gone: parked commands are dropped instead of retried."""
     next_order: int = 0
 
 
-class _Attempt:
+class _Attempt(Command):
     """One command on its way through the router: its `Answerer` on every attempt."""
 
     __slots__ = (
@@ -139,13 +135,9 @@ class _Attempt:
         "args",
         "call",
         "stale",
-        "client_id",
-        "seq",
         "receiver",
         "ticket",
-        "deadline_s",
-        "redirects",
-        "maybe_logged",
+        "sent_to",
     )
 
     def __init__(
@@ -159,8 +151,10 @@ class _Attempt:
         stale: bool,
         receiver: Receiver,
         ticket: int,
-        deadline_s: float,
+        policy: RetryPolicy,
+        now_ms: float,
     ) -> None:
+        super().__init__(policy, now_ms, lane.session if call else None)
         self.router = router
         self.lane = lane
         self.order = lane.next_order
@@ -169,14 +163,10 @@ class _Attempt:
         self.args = args
         self.call = call
         self.stale = stale
-        session = lane.session
-        self.client_id = session.client_id
-        self.seq = session.begin() if call else 0
         self.receiver = receiver
         self.ticket = ticket
-        self.deadline_s = deadline_s
-        self.redirects = 0
-        self.maybe_logged = False
+        self.sent_to: str | None = None
+        """Where the last attempt went."""
 
     def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
         self.router._on_answer(self, outcome, index)
@@ -201,7 +191,7 @@ class Router:
         self._replica = replica
         self._connector = connector
         self._rng = rng
-        self._deadline_s = deadline_ms / 1000
+        self._policy = dataclasses.replace(_RETRY_POLICY, deadline_ms=deadline_ms)
         self._clock_s = asyncio.get_running_loop().time
         """The event loop's clock (as `anyio.current_time` reads it), looked up once: anyio's
         lookup per call cost a few percent of a leader's CPU per GET."""
@@ -221,7 +211,7 @@ class Router:
 
     def lane(self) -> Lane:
         """A new connection's lane, with a new session."""
-        return Lane(Session(self._rng.randbytes(CLIENT_ID_BYTES)))
+        return Lane(Session(new_client_id(self._rng)))
 
     def call(self, lane: Lane, name: str, args: list[Any], receiver: Receiver, ticket: int) -> None:
         """Log command `name` (exactly once, with the lane's session); deliver its outcome."""
@@ -235,7 +225,8 @@ class Router:
                 stale=False,
                 receiver=receiver,
                 ticket=ticket,
-                deadline_s=self._clock_s() + self._deadline_s,
+                policy=self._policy,
+                now_ms=self._clock_s() * 1000,
             )
         )
 
@@ -268,7 +259,8 @@ class Router:
                 stale=stale,
                 receiver=receiver,
                 ticket=ticket,
-                deadline_s=self._clock_s() + self._deadline_s,
+                policy=self._policy,
+                now_ms=self._clock_s() * 1000,
             )
         )
 
@@ -352,10 +344,12 @@ class Router:
         local = replica.is_leader or leader is None or leader == replica.address
         request_id = 0 if local else next(self._request_ids)
         request: CallRequest | QueryRequest
+        attempt.sent_to = replica.address if local else leader
         if attempt.call:
-            if attempt.client_id != attempt.lane.session.client_id and not self._follow_session(
-                attempt
-            ):
+            session = attempt.lane.session
+            if attempt.follow(session) is not Decision.SEND:
+                error = Timeout("the session expired after an attempt whose outcome is unknown")
+                self._deliver(attempt, Outcome.failure(error), 0)
                 return
             request = CallRequest(
                 request_id,
@@ -364,7 +358,7 @@ class Router:
                 {},
                 attempt.client_id,
                 attempt.seq,
-                attempt.lane.session.ack_seq(),
+                session.ack_seq(),
             )
             if local:
                 replica.handle_call(request, attempt)
@@ -395,76 +389,55 @@ class Router:
 
     def _on_answer(self, attempt: _Attempt, outcome: Outcome, index: int) -> None:
         status = outcome.status
-        if status == RsmStatus.OK or status not in _RETRYABLE:
+        hint = outcome.detail if status == RsmStatus.NOT_LEADER else None
+        decision = attempt.decide(
+            status, self._clock_s() * 1000, leader_address=hint, sent_to=attempt.sent_to
+        )
+        if decision is Decision.DELIVER:
             self._deliver(attempt, outcome, index)
             return
-        if status == RsmStatus.SESSION_EXPIRED:
-            self._renew_session(attempt)
-        elif status == RsmStatus.NOT_LEADER:
-            hint = outcome.detail
+        if status == RsmStatus.NOT_LEADER:
             self._leader = hint
-            if hint is not None and attempt.redirects < REDIRECTS_MAX:
-                attempt.redirects += 1
-                self._send(attempt)
-                return
-        else:
+        elif decision is not Decision.RENEW:
             # The leader we sent to is gone or stuck: ask the local replica who leads now.
             self._leader = None
-            if status in _MAYBE_LOGGED:
-                attempt.maybe_logged = True
-        self._park(attempt)
-
-    def _renew_session(self, attempt: _Attempt) -> None:
-        """The replicas dropped the attempt's session: the lane starts a new one (once)."""
-        session = attempt.lane.session
-        if attempt.client_id == session.client_id:
-            session.renew(self._rng.randbytes(CLIENT_ID_BYTES))
-
-    def _follow_session(self, attempt: _Attempt) -> bool:
-        """Move a write whose session expired to its lane's new one; whether it may go.
-
-        The old session's results went with it, so a write none of whose attempts
-        may have been logged goes again under a new seq; one that may have been
-        logged would risk applying twice, so it gets `Timeout` (outcome unknown).
-        """
-        if attempt.maybe_logged:
-            error = Timeout("the session expired after an attempt whose outcome is unknown")
-            self._deliver(attempt, Outcome.failure(error), 0)
-            return False
-        session = attempt.lane.session
-        attempt.client_id = session.client_id
-        attempt.seq = session.begin()
-        return True
-
-    def _park(self, attempt: _Attempt) -> None:
+        if decision is Decision.REDIRECT:
+            self._send(attempt)
+            return
         lane = attempt.lane
         if lane.closed:
             return
-        now_s = self._clock_s()
-        if now_s >= attempt.deadline_s:
-            seconds = self._deadline_s
-            if attempt.maybe_logged:
+        if decision is Decision.RENEW:
+            assert attempt.client_id is not None
+            lane.session.renew_after(attempt.client_id, self._rng)
+            self._submit(attempt)
+        elif decision is Decision.WAIT:
+            self._park(attempt)
+        else:
+            seconds = self._policy.deadline_ms / 1000
+            if decision is Decision.MAYBE_APPLIED:
                 error: Timeout | Unavailable = Timeout(
                     f"no answer from a leader within {seconds} s"
                 )
             else:
                 error = Unavailable(f"no leader took it within {seconds} s")
             self._deliver(attempt, Outcome.failure(error), 0)
-            return
-        attempt.redirects = 0
+
+    def _park(self, attempt: _Attempt) -> None:
+        """Wait, in the lane's order, for the lane's next retry."""
+        lane = attempt.lane
         bisect.insort(lane.parked, attempt, key=_order)
         if lane.scheduled:
             return
         lane.scheduled = True
-        delay_s = lane.backoff_ms * (0.5 + self._rng.random() / 2) / 1000
-        lane.backoff_ms = min(lane.backoff_ms * 2, limits.retry_backoff_ms_max)
-        heapq.heappush(self._schedule, (now_s + delay_s, next(self._schedule_ids), lane))
+        delay_s = lane.backoff.next_wait_ms(self._rng) / 1000
+        heapq.heappush(self._schedule, (self._clock_s() + delay_s, next(self._schedule_ids), lane))
         self._wakeup.set()
 
     def _deliver(self, attempt: _Attempt, outcome: Outcome, index: int) -> None:
         lane = attempt.lane
-        if attempt.call:
+        if attempt.client_id is not None:
             lane.session.end(attempt.client_id, attempt.seq)
         if outcome.ok:
-            lane.backoff_ms = limits.retry_backoff_ms_initial
+            lane.backoff.reset()
         attempt.receiver.deliver(attempt.ticket, outcome, index)

@@ -35,7 +35,7 @@ Bounds.  A connection owes at most `limits.connection_replies_max` replies:
 at the bound it stops taking commands and pauses reading the socket until
 replies have been written, so a client that sends without reading is slowed
 by TCP, and a connection's writes in flight stay within its session's window
-(`kvstore.session`).  The parser holds at most `limits.buffered_bytes_max`
+(`rsm/core/exactly_once.py`).  The parser holds at most `limits.buffered_bytes_max`
 bytes; bytes received beyond its room wait, with reading paused.  When the
 transport's write buffer passes its high-water mark, asyncio pauses the
 writing: replies stay owed (so the bound above holds reading too), and a

@@ -27,7 +27,6 @@ PURE_MODULES = [
     "numbers.py",
     "options.py",
     "resp.py",
-    "session.py",
     "state.py",
     "strings.py",
     "transactions.py",

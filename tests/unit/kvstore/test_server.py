@@ -24,8 +24,8 @@ from anyio.abc import SocketAttribute
 from kvstore import limits
 from kvstore.router import Lane, Receiver
 from kvstore.server import ReplicaInfo, RespConnection, RespServer, ServerConfig
-from kvstore.session import Session
 
+from rsm.core.exactly_once import Session
 from rsm.core.sessions import Outcome
 from tests.unit.bookie.server.support import wait_for
 from tests.unit.kvstore.replica import Replica
