@@ -5,7 +5,7 @@ positions, ACL categories, documentation) and a `Route`:
 
 * `Route.COMMAND`: a `KVStore` `@command`, logged and applied on every replica;
 * `Route.QUERY`: a `KVStore` `@query`, answered from one replica's state;
-* `Route.SERVER`: answered by the server itself (`kvstore.connection`):
+* `Route.SERVER`: answered by the server itself (`kvstore.server_commands`):
   PING, ECHO, QUIT, SELECT, HELLO, RESET, READONLY, READWRITE, CLIENT ...,
   CONFIG ..., COMMAND ..., INFO, TIME; and the transaction commands MULTI,
   EXEC, DISCARD, WATCH, UNWATCH, which the connection handles with the

@@ -48,11 +48,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-from kvstore import commands, connection, limits
+from kvstore import commands, limits, server_commands
 from kvstore.commands import CommandSpec, Route
-from kvstore.connection import ClientState, ServerView, Watch
 from kvstore.errors import RedisError
 from kvstore.resp import NULL_ARRAY, Reply
+from kvstore.server_commands import ClientState, ServerView, Watch
 from rsm.core.sessions import Outcome
 from rsm.errors import RsmStatus
 
@@ -117,7 +117,7 @@ def plan(args: list[bytes], client: ClientState, server: ServerView) -> Action:
         return Read(spec.name, args[1:], client.stale_reads)
     try:
         return _transaction_command(spec, args, client, server) or Answer(
-            connection.answer(spec, args, client, server)
+            server_commands.answer(spec, args, client, server)
         )
     except RedisError as error:
         return Answer(error)
@@ -199,7 +199,7 @@ def _server_reply(
 ) -> Reply:
     """A queued server command's reply at EXEC (its error is its reply)."""
     try:
-        return connection.answer(spec, args, client, server)
+        return server_commands.answer(spec, args, client, server)
     except RedisError as error:
         return error
 

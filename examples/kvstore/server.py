@@ -78,11 +78,11 @@ from anyio.streams.stapled import MultiListener
 
 from bookie.logs import emit
 from kvstore import limits
-from kvstore.connection import ClientState, ServerStatus
 from kvstore.dispatch import Answer, Execute, Read, WatchRead, Write, failure_reply, finish, plan
 from kvstore.errors import ProtocolError
 from kvstore.resp import Reply, RespParser, encode_reply
 from kvstore.router import Lane, Receiver
+from kvstore.server_commands import ClientState, ServerStatus
 from rsm.core.sessions import Outcome
 
 logger = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kvstore.commands import Route, resolve
-from kvstore.connection import ClientState, ServerStatus
 from kvstore.dispatch import Answer, Execute, Read, WatchRead, Write, finish, plan
 from kvstore.resp import encode_replies
+from kvstore.server_commands import ClientState, ServerStatus
 from kvstore.state_machine import KVStore
 
 from rsm.core.commands import (

@@ -14,7 +14,7 @@ import tests.test_layering as layering
 
 PURE_MODULES = [
     "commands.py",
-    "connection.py",
+    "server_commands.py",
     "content_hash.py",
     "dispatch.py",
     "endpoints.py",

@@ -7,9 +7,16 @@ from dataclasses import replace
 
 import pytest
 from kvstore.commands import resolve
-from kvstore.connection import REDIS_VERSION, ClientState, ServerStatus, Watch, answer, info_text
 from kvstore.errors import RedisError
 from kvstore.resp import Reply, RespMap, Verbatim, encode_replies
+from kvstore.server_commands import (
+    REDIS_VERSION,
+    ClientState,
+    ServerStatus,
+    Watch,
+    answer,
+    info_text,
+)
 
 STATUS = ServerStatus(
     process_id=4242,
