@@ -12,7 +12,11 @@ takes from here, and from nowhere else inside the framework:
   `FollowerPriority`: a follower lowers its CPU priority, docs/operations.md);
 * an application's status report (`application_status`: the log, the leader
   znode and every registered replica's STATUS) and the pieces of its
-  human-readable form (`status_heading`, `aligned`).
+  human-readable form (`status_heading`, `aligned`);
+* what a front end of its own (the store's Redis server) hands a `Replica`
+  in process and gets back: `CallRequest` and `QueryRequest` for
+  `Replica.handle_call` / `handle_query`, the `Answerer` that receives each
+  answer, and the `Outcome` it carries (`Replica.read_now` returns one too).
 """
 
 from __future__ import annotations
@@ -29,13 +33,20 @@ from rsm import limits
 from rsm.client import Client
 from rsm.core.layout import RSM_ROOT, AppLayout, check_name, check_replica_id
 from rsm.core.log_format import decode_leader
+from rsm.core.protocol import CallRequest, QueryRequest
+from rsm.core.sessions import Outcome
 from rsm.errors import InvalidConfig, MalformedValue, RsmError
+from rsm.runtime.applier import Answerer
 from rsm.runtime.cpu_priority import FollowerPriority
 from rsm.runtime.log import LogStore
 
 __all__ = [
     "RSM_ROOT",
+    "Answerer",
+    "CallRequest",
     "FollowerPriority",
+    "Outcome",
+    "QueryRequest",
     "add_follower_nice",
     "aligned",
     "application_status",

@@ -53,8 +53,8 @@ from kvstore.commands import CommandSpec, Route
 from kvstore.errors import RedisError
 from kvstore.resp import NULL_ARRAY, Reply
 from kvstore.server_commands import ClientState, ServerView, Watch
-from rsm.core.sessions import Outcome
 from rsm.errors import RsmStatus
+from rsm.host import Outcome
 
 EXEC_ABORT: Final = "EXECABORT Transaction discarded because of previous errors."
 _REDIS_ERROR: Final = "RedisError"

@@ -36,10 +36,9 @@ from bookie.errors import RemoteProtocolError
 from bookie.wire.codec import FrameDecoder
 from kvstore import limits
 from rsm import limits as rsm_limits
-from rsm.core.protocol import CallRequest, Op, Request, decode_response, encode_request
-from rsm.core.sessions import Outcome
+from rsm.core.protocol import Op, Request, decode_response, encode_request
 from rsm.errors import OutcomeUnknown, ProtocolViolation, StatusError, Unavailable
-from rsm.runtime.applier import Answerer
+from rsm.host import Answerer, CallRequest, Outcome
 
 Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
 """Opens a byte stream to a framework address ("host:port")."""

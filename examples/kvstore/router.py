@@ -64,11 +64,10 @@ import anyio.abc
 
 from kvstore import limits
 from kvstore.forward import Connector, ForwardLink
+from rsm import Consistency
 from rsm.client import Backoff, Command, Decision, RetryPolicy, Session, new_client_id
-from rsm.core.protocol import CallRequest, Consistency, QueryRequest
-from rsm.core.sessions import Outcome
 from rsm.errors import RsmStatus, Timeout, Unavailable
-from rsm.runtime.applier import Answerer
+from rsm.host import Answerer, CallRequest, Outcome, QueryRequest
 
 _RETRY_POLICY: Final = RetryPolicy(
     deadline_ms=limits.command_deadline_ms_default,

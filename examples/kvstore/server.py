@@ -83,7 +83,7 @@ from kvstore.errors import ProtocolError
 from kvstore.resp import Reply, RespParser, encode_reply
 from kvstore.router import Lane, Receiver
 from kvstore.server_commands import ClientState, ServerStatus
-from rsm.core.sessions import Outcome
+from rsm.host import Outcome
 
 logger = logging.getLogger(__name__)
 
