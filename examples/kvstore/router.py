@@ -165,7 +165,7 @@ class _Attempt(Command):
         self.receiver = receiver
         self.ticket = ticket
         self.sent_to: str | None = None
-        """Where the last attempt went."""
+        """Where the last attempt went: a leader's address, None for the local replica."""
 
     def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
         self.router._on_answer(self, outcome, index)
@@ -343,10 +343,13 @@ class Router:
         local = replica.is_leader or leader is None or leader == replica.address
         request_id = 0 if local else next(self._request_ids)
         request: CallRequest | QueryRequest
-        attempt.sent_to = replica.address if local else leader
+        attempt.sent_to = None if local else leader
         if attempt.call:
             session = attempt.lane.session
-            if attempt.follow(session) is not Decision.SEND:
+            if (
+                attempt.client_id != session.client_id
+                and attempt.follow(session) is not Decision.SEND
+            ):
                 error = Timeout("the session expired after an attempt whose outcome is unknown")
                 self._deliver(attempt, Outcome.failure(error), 0)
                 return
@@ -388,9 +391,18 @@ class Router:
 
     def _on_answer(self, attempt: _Attempt, outcome: Outcome, index: int) -> None:
         status = outcome.status
-        hint = outcome.detail if status == RsmStatus.NOT_LEADER else None
+        if status == RsmStatus.OK:
+            # The policy's first rule, taken here so that the answers of every command
+            # cost neither a clock reading nor the policy's call.
+            self._deliver(attempt, outcome, index)
+            return
+        hint = None
+        sent_to = attempt.sent_to
+        if status == RsmStatus.NOT_LEADER:
+            hint = outcome.detail
+            sent_to = sent_to or self._replica.address
         decision = attempt.decide(
-            status, self._clock_s() * 1000, leader_address=hint, sent_to=attempt.sent_to
+            status, self._clock_s() * 1000, leader_address=hint, sent_to=sent_to
         )
         if decision is Decision.DELIVER:
             self._deliver(attempt, outcome, index)
