@@ -444,8 +444,10 @@ class Client:
         """Send until the attempts' policy (rsm/core/exactly_once.py) says to stop: return the
         answer it delivers, or raise the error of an attempt that got none, or `Timeout`.
 
-        A `command` (a call) moves to a new session when its own expired (see
-        `_follow_session`).
+        A `command` (a call) moves to the session renewed after its own expired,
+        under a new seq, unless an attempt of it may have been logged: the
+        replicas dropped the old session and its results, so it gives up then
+        (`Command.follow`).
         """
         if command is None:
             command = Command(
@@ -455,13 +457,17 @@ class Client:
             self._config.attempt_timeout_ms if idempotent else self._config.deadline_ms
         ) / 1000
         deadline_s = command.deadline_ms / 1000
-        backoff = Backoff(self._policy)
+        backoff: Backoff | None = None
         last_error: StatusError = Unavailable(f"no replica of {self.app} was tried")
+        session = self._session
         while True:
-            remaining_s = deadline_s - anyio.current_time()
-            if command.start_attempt(self._now_ms()) is not Decision.SEND:
+            now_s = anyio.current_time()
+            remaining_s = deadline_s - now_s
+            if command.start_attempt(now_s * 1000) is not Decision.SEND:
                 raise Timeout(f"gave up on {self.app}: {last_error.message}") from last_error
-            if await self._follow_session(command) is not Decision.SEND:
+            if command.needs_new_seq(session):
+                await self._wait_for_room()
+            if command.follow(session) is not Decision.SEND:
                 raise Timeout(
                     f"gave up on {self.app}: the session expired after an attempt whose "
                     "outcome is unknown"
@@ -485,6 +491,9 @@ class Client:
                     self._forget(address)
                 else:
                     status = response.status
+                    if status == RsmStatus.OK:
+                        # The policy's first rule, without its call and a clock reading.
+                        return response
                     if status == RsmStatus.NOT_LEADER:
                         hint = response.detail
             decision = command.decide(
@@ -507,20 +516,10 @@ class Client:
                 if self._session.renew_after(command.client_id, self._rng):
                     self._make_room()
             elif decision is Decision.WAIT:
+                backoff = backoff or Backoff(self._policy)
                 await self._pause(backoff.next_wait_ms(self._rng), deadline_s)
             elif decision is not Decision.REDIRECT:
                 raise Timeout(f"gave up on {self.app}: {last_error.message}") from last_error
-
-    async def _follow_session(self, command: Command) -> Decision:
-        """Move `command` to the client's current session if its own expired meanwhile.
-
-        The replicas dropped the old session, and with it the results of its
-        seqs; so the command goes again under a new seq only if none of its
-        attempts may have been logged, else it gives up (MAYBE_APPLIED).
-        """
-        if command.needs_new_seq(self._session):
-            await self._wait_for_room()
-        return command.follow(self._session)
 
     async def _wait_for_room(self) -> None:
         """Wait until the session may open one more seq."""
