@@ -46,6 +46,7 @@ STEPS ?= 8
 soak: bootstrap
 	@$(PY) -m bookie.testing.ledger_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
 	@$(PY) -m rsm.testing.rsm_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
+	@$(PY) -m kvstore.testing.kv_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
 
 clean:
 	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache build *.egg-info

@@ -12,7 +12,8 @@
   testing packages themselves.
 * The key-value store, the guide to writing an application, imports the
   framework's internals only where `KVSTORE_INTERNALS` lists them, so the
-  list can only shrink.
+  list can only shrink (its test support, like every testing package, may
+  import anything).
 """
 
 from __future__ import annotations
@@ -291,7 +292,7 @@ def test_the_key_value_store_uses_only_public_names_of_the_framework_or_listed_o
     used = {
         target
         for name in _modules()
-        if name.split(".")[0] == "kvstore"
+        if name.split(".")[0] == "kvstore" and ".testing" not in f".{name}"
         for _, target in _imports(name)
         if target.split(".")[0] in ("rsm", "bookie")
     }

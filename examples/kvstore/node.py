@@ -14,6 +14,10 @@ connections close), then the replica stops gracefully (a leader hands over
 to a caught-up replica, so the next leader needs no fencing).  Leaving it
 by an exception or a cancellation stops at once, as a crash would.
 
+`redis_server` is that server side alone (router and RESP server) beside a
+replica someone else runs: the seeded simulation's
+(`kvstore.testing.kv_sim`).
+
 Everything external is injected (metadata store, ledger client, listeners,
 randomness, wall clock, the connector to other replicas), so the same code
 runs in a process and in the seeded simulation.
@@ -26,6 +30,7 @@ replica of a store (they decide what commands answer).
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -173,38 +178,16 @@ class KvNode:
         try:
             async with replica:
                 await self._publish_endpoint()
-                router = Router(
+                async with redis_server(
                     replica,
+                    listener,
+                    port=port,
+                    settings=self.settings,
                     connector=self._connector,
                     rng=self._rng,
-                    deadline_ms=self.settings.command_deadline_ms,
-                )
-                server = self.server = RespServer(
-                    listener,
-                    router,
-                    replica_info=self._replica_info,
-                    config=ServerConfig(
-                        port=port,
-                        request_bytes_max=self.settings.request_bytes_max,
-                        bulk_bytes_max=self.settings.request_bytes_max,
-                        settings={
-                            "kvstore-key-bytes-max": str(self.settings.key_bytes_max),
-                            "kvstore-value-bytes-max": str(self.settings.value_bytes_max),
-                        },
-                    ),
-                )
-                try:
-                    async with anyio.create_task_group() as task_group:
-                        await task_group.start(router.run)
-                        task_group.start_soon(server.serve)
-                        yield self
-                        task_group.cancel_scope.cancel()
-                except BaseExceptionGroup as group:
-                    # The router and the server raise only fatal errors; one is
-                    # handed back as it was raised, not wrapped.
-                    if len(group.exceptions) == 1:
-                        raise group.exceptions[0] from None
-                    raise
+                ) as server:
+                    self.server = server
+                    yield self
         finally:
             await listener.aclose()
 
@@ -231,17 +214,61 @@ class KvNode:
         except NodeExists:
             await self._store.set(path, value, ANY_VERSION)
 
-    def _replica_info(self) -> ReplicaInfo:
-        status = self.replica.status()
-        machine = self.replica.machine
-        assert isinstance(machine, KVStore)
-        return ReplicaInfo(
-            role=status["role"],
-            leader_address=status["leader_address"],
-            epoch=status["epoch"],
-            applied_index=status["applied_index"],
-            caught_up=status["caught_up"],
-            lag_entries=status["lag_entries"],
-            keys=len(machine.values),
-            keys_with_ttl=len(machine.expire_at_ms),
-        )
+
+@contextlib.asynccontextmanager
+async def redis_server(
+    replica: Replica,
+    listener: anyio.abc.Listener[anyio.abc.ByteStream],
+    *,
+    port: int,
+    settings: StoreSettings,
+    connector: Connector,
+    rng: random.Random,
+) -> AsyncIterator[RespServer]:
+    """Serve Redis clients on `listener` beside the running `replica` of a `KVStore`, for the
+    block: its `Router` (forwarding through `connector`) and `RespServer`.  `port` is what INFO
+    shows.  Leaving the block stops both (the server's connections are aborted)."""
+    router = Router(replica, connector=connector, rng=rng, deadline_ms=settings.command_deadline_ms)
+    server = RespServer(
+        listener,
+        router,
+        replica_info=functools.partial(replica_info, replica),
+        config=ServerConfig(
+            port=port,
+            request_bytes_max=settings.request_bytes_max,
+            bulk_bytes_max=settings.request_bytes_max,
+            settings={
+                "kvstore-key-bytes-max": str(settings.key_bytes_max),
+                "kvstore-value-bytes-max": str(settings.value_bytes_max),
+            },
+        ),
+    )
+    try:
+        async with anyio.create_task_group() as task_group:
+            await task_group.start(router.run)
+            task_group.start_soon(server.serve)
+            yield server
+            task_group.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The router and the server raise only fatal errors; one is
+        # handed back as it was raised, not wrapped.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+def replica_info(replica: Replica) -> ReplicaInfo:
+    """What INFO says about `replica`, a replica of a `KVStore`."""
+    status = replica.status()
+    machine = replica.machine
+    assert isinstance(machine, KVStore)
+    return ReplicaInfo(
+        role=status["role"],
+        leader_address=status["leader_address"],
+        epoch=status["epoch"],
+        applied_index=status["applied_index"],
+        caught_up=status["caught_up"],
+        lag_entries=status["lag_entries"],
+        keys=len(machine.values),
+        keys_with_ttl=len(machine.expire_at_ms),
+    )

@@ -3,7 +3,11 @@
 A `RespServer` serves the TCP sockets of an injected anyio `Listener` with
 asyncio's protocol interface (anyio runs on asyncio here, with uvloop when
 installed): each connection is a `RespConnection`, an `asyncio.Protocol`
-whose callbacks run on the event loop, without a task of its own:
+whose callbacks run on the event loop, without a task of its own.  The
+connections of any other listener (the seeded simulation's network) are
+anyio byte streams: the same protocol runs over each on a
+`kvstore.stream_transport.StreamTransport`, with a reading and a writing task.
+Either way:
 
 * `data_received` feeds the parser (`kvstore.resp`) at most `room_bytes` at a
   time, hands every complete command to `kvstore.dispatch.plan` and carries
@@ -83,6 +87,7 @@ from kvstore.errors import ProtocolError
 from kvstore.resp import Reply, RespParser, encode_reply
 from kvstore.router import Lane, Receiver
 from kvstore.server_commands import ClientState, ServerStatus
+from kvstore.stream_transport import StreamTransport
 from rsm.host import Outcome
 
 logger = logging.getLogger(__name__)
@@ -192,16 +197,25 @@ class RespServer:
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
         servers: list[asyncio.AbstractServer] = []
+        listener = self._listener
         try:
-            for sock in _raw_sockets(self._listener):
-                servers.append(await loop.create_server(self._accept, sock=sock))
-            await self._watchdog()
+            async with anyio.create_task_group() as task_group:
+                if isinstance(listener, (anyio.abc.SocketListener, MultiListener)):
+                    for sock in _raw_sockets(listener):
+                        servers.append(await loop.create_server(self._accept, sock=sock))
+                else:
+                    task_group.start_soon(listener.serve, self._serve_stream)
+                await self._watchdog()
         finally:
             for server in servers:
                 server.close()
             for connection in list(self._connections):
                 connection.abort()
             await self._listener.aclose()
+
+    async def _serve_stream(self, stream: anyio.abc.ByteStream) -> None:
+        """One connection of a listener that is not TCP, on a `StreamTransport`."""
+        await StreamTransport(stream, self._accept()).run()
 
     def _accept(self) -> RespConnection:
         client_id = self._next_client_id

@@ -6,12 +6,15 @@ loop, simulated network, bookies over memory disks, in-memory metadata with
 sessions), so a nemesis can break them and the checks can watch:
 
 * Replicas are hosts `replica-1`, `replica-2`, ... on the network, each
-  incarnation with its own metadata session, ledger client and `SimStore`
-  (`rsm.testing.workload`) whose observer records every command it applies,
-  with the replica incarnation (`replica-1#2`) and whether the replica was
-  then the leader of that command's epoch (its term is of that epoch: the
-  leader applies its own batches only once Qa bookies confirmed them, so
-  that is "this replica got a batch of this epoch acknowledged").
+  incarnation with its own metadata session, ledger client and state
+  machine, made by `machine` (default: a `SimStore`, `rsm.testing.workload`)
+  with an observer that records every command it applies, with the replica
+  incarnation (`replica-1#2`) and whether the replica was then the leader of
+  that command's epoch (its term is of that epoch: the leader applies its own
+  batches only once Qa bookies confirmed them, so that is "this replica got a
+  batch of this epoch acknowledged").  `beside`, if given, runs beside each
+  incarnation for as long as it runs (an application's own server, which its
+  clients call instead of the framework's port).
 * `crash` is `kill -9`: the host goes down (its connections reset), the
   incarnation's tasks are cancelled, its session is cut off and expires
   `session_timeout_ms` later, as ZooKeeper would expire it; `restart` starts a
@@ -50,6 +53,7 @@ import itertools
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,12 +74,13 @@ from rsm.config import ReplicaConfig
 from rsm.core.layout import AppLayout
 from rsm.core.log_format import Batch, CommandItem, LeaderStart
 from rsm.core.log_state import Log, Segment
+from rsm.core.state_machine import StateMachine
 from rsm.errors import RsmError, RsmStatus
 from rsm.runtime.applier import Applier
 from rsm.runtime.log import LogStore, SegmentReader, replay_log
 from rsm.runtime.replica import Replica
 from rsm.runtime.transient import is_transient
-from rsm.testing.workload import Applied, observed_store
+from rsm.testing.workload import Applied, Observer, observed_store
 
 APP = "sim"
 REPLICA_PORT = 7000
@@ -109,6 +114,14 @@ class SimReplica:
         return f"{self.name}#{self.incarnation}"
 
 
+MachineFactory = Callable[[Observer, Callable[[], None] | None], Callable[[], StateMachine]]
+"""Makes the application's state machine (a class or a factory) whose instances report every
+command they apply to the observer, and every restore from a snapshot to the callback (if any)."""
+
+Beside = Callable[["RsmCluster", SimReplica, Replica], AbstractAsyncContextManager[object]]
+"""What runs beside one replica incarnation of the cluster, for as long as it runs."""
+
+
 @dataclass(frozen=True, slots=True)
 class FinalLog:
     """The log as a fresh host reads it at the end of a run."""
@@ -122,6 +135,9 @@ class FinalLog:
     """Command items in the log, duplicates (a retry logged twice) included."""
     sessions_expired: int
     """Command items the session table refused with `SessionExpired` (applied nothing)."""
+    overloaded: int
+    """Command items the session table refused with `Overloaded`: a new session past
+    `sessions_max` while no session could be evicted (applied nothing)."""
     end_index: int
     """The index of the log's last item (commands and leader-start markers)."""
     state_hash: bytes
@@ -130,20 +146,21 @@ class FinalLog:
 
 class _CountingApplier(Applier):
     """An `Applier` that also counts the command items of the entries it applies, and
-    those refused because their session had expired."""
+    those refused because their session had expired or the session table was full."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.command_items = 0
         self.sessions_expired = 0
+        self.overloaded = 0
 
     def apply(self, batch: Batch, ledger_id: int, entry_id: int) -> Any:
         outcomes = super().apply(batch, ledger_id, entry_id)
         if outcomes is not None:
             self.command_items += sum(isinstance(item, CommandItem) for item in batch.items)
-            self.sessions_expired += sum(
-                outcome.status == RsmStatus.SESSION_EXPIRED for outcome in outcomes
-            )
+            statuses = [outcome.status for outcome in outcomes]
+            self.sessions_expired += statuses.count(RsmStatus.SESSION_EXPIRED)
+            self.overloaded += statuses.count(RsmStatus.OVERLOADED)
         return outcomes
 
 
@@ -188,6 +205,8 @@ class RsmCluster:
     replica_count: int = 3
     lease_clock_rates: tuple[float, ...] = ()
     """Per replica, in order: how fast its lease clock runs against the loop's (default 1)."""
+    machine: MachineFactory = observed_store
+    beside: Beside | None = None
     replicas: dict[str, SimReplica] = field(init=False)
     applied: dict[str, list[Applied]] = field(init=False)
     """Incarnation label -> the commands it applied, in order."""
@@ -196,6 +215,9 @@ class RsmCluster:
     leaders: dict[int, list[str]] = field(init=False)
     """Epoch -> the replicas that applied a command of it as its leader (one, or a bug)."""
     client_stores: dict[str, MemoryMetadataStore] = field(init=False)
+    client_hosts: list[str] = field(init=False)
+    """Hosts of clients without a metadata session (an application's own clients), which
+    their workload adds: partitions and resets may pick them."""
     failures: list[str] = field(init=False)
     _cuts: dict[str, tuple[MemoryMetadataStore, int]] = field(init=False)
     _cut_numbers: Iterator[int] = field(init=False)
@@ -211,6 +233,7 @@ class RsmCluster:
         self.snapshot_loaders = set()
         self.leaders = {}
         self.client_stores = {}
+        self.client_hosts = []
         self.failures = []
         self._cuts = {}
         self._cut_numbers = itertools.count(1)
@@ -226,7 +249,12 @@ class RsmCluster:
     @property
     def hosts(self) -> list[str]:
         """Every host on the network that matters to partitions: bookies, replicas, clients."""
-        return self.world.bookie_ids + list(self.replicas) + list(self.client_stores)
+        return (
+            self.world.bookie_ids
+            + list(self.replicas)
+            + list(self.client_stores)
+            + self.client_hosts
+        )
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[RsmCluster]:
@@ -307,7 +335,7 @@ class RsmCluster:
         store = world.metadata.client()
         listener = world.network.listen(sim.address)
         self.applied[label] = []
-        machine = observed_store(
+        machine = self.machine(
             functools.partial(self._observe, sim, incarnation),
             functools.partial(self.snapshot_loaders.add, label),
         )
@@ -340,6 +368,7 @@ class RsmCluster:
                         wall_clock_ms=world.wall_clock_ms,
                         lease_clock_s=self._lease_clock(sim.name),
                     ) as replica,
+                    self._beside(sim, replica),
                     anyio.create_task_group() as tasks,
                 ):
                     sim.replica = replica
@@ -358,6 +387,11 @@ class RsmCluster:
                 self._cuts.pop(sim.name, None)
                 with anyio.CancelScope(shield=True):
                     await store.aclose()
+
+    def _beside(self, sim: SimReplica, replica: Replica) -> AbstractAsyncContextManager[object]:
+        if self.beside is None:
+            return contextlib.nullcontext()
+        return self.beside(self, sim, replica)
 
     def _lease_clock(self, name: str) -> Callable[[], float]:
         rates = dict(zip(self.replicas, self.lease_clock_rates, strict=False))
@@ -498,7 +532,7 @@ class RsmCluster:
             log, _version = await LogStore(store, AppLayout.of(APP)).read()
             reader = SegmentReader(ledgers, self.replica_config.ledger_password)
             canonical: list[Applied] = []
-            applier = _CountingApplier(observed_store(canonical.append)(), self.replica_config)
+            applier = _CountingApplier(self.machine(canonical.append, None)(), self.replica_config)
             open_segment = log.open_segment
             recovered = None
             if open_segment is not None:
@@ -518,6 +552,7 @@ class RsmCluster:
                 markers,
                 applier.command_items,
                 applier.sessions_expired,
+                applier.overloaded,
                 applier.applied_index,
                 applier.machine.state_hash(),
             )

@@ -43,6 +43,15 @@ The invariants, by the name a failure reports:
    final write up because its session expired writes once more, and that
    write must be acknowledged).
 
+What is replicated and who calls it is the run's `Application`: by default
+(`FRAMEWORK`) the `SimStore` called by the framework's own clients
+(`KvWorkload`); another application brings its state machine, what runs beside
+each replica (its own server) and its clients, and `main` gives it this
+command line (`kvstore.testing.kv_sim` is one).  Its commands must be observed
+as `Applied` records whose `op` is unique per command (a retry logged twice
+and applied once counts once), and its clients' history must be key-value
+operations (`KvModel`).
+
 A run is a pure function of (seed, options): two runs of one seed give equal
 traces, which is how a failure is replayed.  `python -m rsm.testing.rsm_sim
 --seeds N [--first S]` runs seeds in a row and prints a summary, and for each
@@ -57,7 +66,9 @@ import sys
 import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 
@@ -75,18 +86,21 @@ from bookie.testing.simloop import run_simulation
 from rsm import limits
 from rsm.client import ClientConfig as RsmClientConfig
 from rsm.config import ReplicaConfig
-from rsm.testing.cluster import FinalLog, RsmCluster, events_traced
-from rsm.testing.history import History
+from rsm.testing.cluster import Beside, FinalLog, MachineFactory, RsmCluster, events_traced
+from rsm.testing.history import History, HistoryRecorder, Value
 from rsm.testing.linearizability import Verdict, check_per_key
 from rsm.testing.models import KvModel, kv_key
 from rsm.testing.nemesis import ALL_FAULTS, RsmFault, RsmNemesis
-from rsm.testing.workload import Applied, KvWorkload, WorkloadPlan
+from rsm.testing.workload import Applied, KvWorkload, WorkloadPlan, observed_store
 
 __all__ = [
+    "FRAMEWORK",
+    "Application",
     "RunReport",
     "Scenario",
     "SimOptions",
     "Summary",
+    "Workload",
     "draw_scenario",
     "main",
     "replay_command",
@@ -120,12 +134,62 @@ LINEARIZABILITY_NODES_MAX = 2_000_000
 REPLICAS = 3
 
 
+class Workload(Protocol):
+    """The clients of one run, as `run_seed` drives and checks them (`KvWorkload` is one)."""
+
+    recorder: HistoryRecorder
+    """Every call, on the virtual clock: key-value operations (`KvModel`)."""
+    acknowledged: dict[str, tuple[str, Value]]
+    """Op label -> (kind, the answer) of commands acknowledged to a client."""
+    stats: Counter[str]
+
+    def running(self) -> AbstractAsyncContextManager[None]:
+        """The clients call for the block; leaving it waits for the calls in flight."""
+        ...
+
+    def stop(self) -> None:
+        """Start no new call."""
+        ...
+
+    async def wait_idle(self) -> None:
+        """Return once no call is in flight (after `stop`)."""
+        ...
+
+    async def final_round(self) -> list[str]:
+        """One more write per client after the faults; the clients whose write failed."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Application:
+    """What a run replicates and who calls it (see the module docstring)."""
+
+    command: str
+    """The command line that runs it (`main`'s), for the replay command."""
+    machine: MachineFactory
+    workload: Callable[[Scenario, RsmCluster, random.Random], Workload]
+    """The clients of a run (given their own `Random`)."""
+    beside: Callable[[Scenario], Beside | None] = lambda _scenario: None
+    """What runs beside each replica incarnation (`RsmCluster.beside`)."""
+    scenario: Callable[[Scenario], Scenario] = lambda scenario: scenario
+    """What the application changes in the scenario a seed drew (`draw_scenario`)."""
+
+
+def _framework_clients(scenario: Scenario, cluster: RsmCluster, rng: random.Random) -> Workload:
+    return KvWorkload(scenario.workload, rng, cluster.trace, cluster.client)
+
+
+FRAMEWORK = Application("python -m rsm.testing.rsm_sim", observed_store, _framework_clients)
+"""The `SimStore`, called by the framework's own clients."""
+
+
 @dataclass(frozen=True, slots=True)
 class SimOptions:
     """What a run depends on besides its seed (all of it goes into the replay command)."""
 
     steps: int = STEPS_DEFAULT
     faults: tuple[RsmFault, ...] = ALL_FAULTS
+    application: Application = FRAMEWORK
 
     def __post_init__(self) -> None:
         assert self.steps >= 0
@@ -133,7 +197,7 @@ class SimOptions:
 
 def replay_command(seed: int, options: SimOptions) -> str:
     """The command line that runs exactly this seed again, with its trace."""
-    words = ["python -m rsm.testing.rsm_sim", f"--seeds 1 --first {seed} --steps {options.steps}"]
+    words = [options.application.command, f"--seeds 1 --first {seed} --steps {options.steps}"]
     if options.faults != ALL_FAULTS:
         words.append("--faults " + ",".join(kind.value for kind in options.faults))
     words.append("--verbose")
@@ -303,7 +367,7 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
     """Run one seed; raise `InvariantViolation` if it breaks an invariant (see the module)."""
     options = SimOptions() if options is None else options
     rng = random.Random(seed)
-    scenario = draw_scenario(rng, options)
+    scenario = options.application.scenario(draw_scenario(rng, options))
     trace = Trace()
     replay = replay_command(seed, options)
     stats: Counter[str] = Counter()
@@ -313,7 +377,7 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
         found = InvariantViolation(seed, invariant, detail, trace.tail(TRACE_TAIL_LINES), replay)
         return found.with_trace(trace.lines)
 
-    async def main() -> tuple[RsmCluster, KvWorkload]:
+    async def main() -> tuple[RsmCluster, Workload]:
         with anyio.fail_after(RUN_MS_MAX / 1000):
             async with SimCluster.start(
                 random.Random(rng.getrandbits(64)), scenario.world, trace
@@ -345,11 +409,15 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
         raise violation("linearizable", result.explain())
     if result.verdict is Verdict.UNKNOWN:
         stats["linearizability-unknown"] += 1
-    duplicates = final.command_items - len(final.applied) - final.sessions_expired
+    duplicates = (
+        final.command_items - len(final.applied) - final.sessions_expired - final.overloaded
+    )
     if duplicates:
         stats["retry-deduplicated"] += duplicates
     if final.sessions_expired:
         stats["session-expired-refused"] += final.sessions_expired
+    if final.overloaded:
+        stats["overloaded-refused"] += final.overloaded
     return RunReport(
         seed=seed,
         scenario=scenario,
@@ -368,7 +436,8 @@ async def _run(
     rng: random.Random,
     options: SimOptions,
     outcome: _Outcome,
-) -> tuple[RsmCluster, KvWorkload]:
+) -> tuple[RsmCluster, Workload]:
+    application = options.application
     cluster = RsmCluster(
         world,
         replica_config=scenario.replica_config,
@@ -377,10 +446,10 @@ async def _run(
         session_timeout_ms=scenario.session_timeout_ms,
         replica_count=REPLICAS,
         lease_clock_rates=scenario.lease_clock_rates,
+        machine=application.machine,
+        beside=application.beside(scenario),
     )
-    workload = KvWorkload(
-        scenario.workload, random.Random(rng.getrandbits(64)), world.trace, cluster.client
-    )
+    workload = application.workload(scenario, cluster, random.Random(rng.getrandbits(64)))
     nemesis = RsmNemesis(
         cluster,
         random.Random(rng.getrandbits(64)),
@@ -464,7 +533,7 @@ def _trace_applied(trace: Trace, cluster: RsmCluster, final: FinalLog) -> None:
 
 def _problems(
     cluster: RsmCluster,
-    workload: KvWorkload,
+    workload: Workload,
     final: FinalLog,
     final_hashes: dict[str, tuple[int, bytes]],
 ) -> list[tuple[str, str]]:
@@ -579,16 +648,16 @@ def run_seeds(
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, application: Application = FRAMEWORK) -> int:
     parser = seed_parser(
-        "python -m rsm.testing.rsm_sim",
+        application.command,
         "Seeded whole-cluster simulation of replicated state machines under faults.",
         steps_default=STEPS_DEFAULT,
         kinds=RsmFault,
         all_faults=ALL_FAULTS,
     )
     arguments = parse_seed_arguments(parser, argv)
-    options = SimOptions(steps=arguments.steps, faults=arguments.faults)
+    options = SimOptions(steps=arguments.steps, faults=arguments.faults, application=application)
 
     def on_report(report: RunReport) -> None:
         if arguments.verbose:

@@ -11,7 +11,8 @@ Two state machines, both deterministic and both observable from outside:
   command it applies (index, epoch, op, result) to its class's `observer`,
   which is how the simulation sees every replica's applied sequence.  A
   class made by `observed_store` carries one observer: a class attribute, so
-  the instance's attributes stay the application's state alone.
+  the instance's attributes stay the application's state alone (`observed`
+  makes such a class of any state machine that reports to its `observer`).
 * `AuditCounter`: a counter that also keeps, per client, the sequence numbers
   it applied, so a test of real processes can read back "every acknowledged
   increment exactly once" from the state (`audit`).  `pad` makes a command as
@@ -25,7 +26,8 @@ think times, until told to stop or out of operations.  Every call is recorded
 in a `HistoryRecorder` on the virtual clock; an error is indeterminate (INFO),
 since the client already retried everything retryable.  The workload keeps
 what each acknowledged command answered (`acknowledged`), for the checks that
-compare client answers with the log.
+compare client answers with the log.  Its processes' lifetime (stop, wait until
+all ended) is `Processes`, which other workloads share.
 
 Determinism: every choice comes from `Random`s derived in a fixed order from
 the one given; values written are drawn from one counter, so they are unique,
@@ -35,13 +37,14 @@ which keeps the linearizability search small.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import random
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import anyio
 import anyio.abc
@@ -69,6 +72,8 @@ class Applied:
 
 Observer = Callable[[Applied], None]
 
+M = TypeVar("M", bound=StateMachine)
+
 WRITE_KINDS = ("set", "incrby", "cas", "del")
 """The key-value operations the workload sends through the log (`kv` refuses others)."""
 
@@ -77,17 +82,9 @@ class SimStore(StateMachine):
     """Keys to string values; see the module docstring."""
 
     observer: ClassVar[Observer | None] = None
-    on_restore: ClassVar[Callable[[], None] | None] = None
-    """Called after this instance's state came from a snapshot."""
 
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
-
-    def restore(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
-        super().restore(chunks)
-        on_restore = type(self).on_restore
-        if on_restore is not None:
-            on_restore()
 
     @command
     def kv(self, kind: str, key: str, args: list[Any], op: str) -> Any:
@@ -110,15 +107,29 @@ class SimStore(StateMachine):
         return self.values.get(key)
 
 
+def observed(
+    machine: type[M], observer: Observer, on_restore: Callable[[], None] | None = None
+) -> type[M]:
+    """A subclass of `machine` whose `observer` class attribute is `observer` (the class reports
+    the commands it applies there) and whose instances call `on_restore`, if given, after their
+    state came from a snapshot."""
+    attributes: dict[str, Any] = {"observer": staticmethod(observer)}
+    if on_restore is not None:
+
+        def restore(self: M, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+            machine.restore(self, chunks)
+            on_restore()
+
+        attributes["restore"] = restore
+    return cast(type[M], type(machine.__name__, (machine,), attributes))
+
+
 def observed_store(
     observer: Observer, on_restore: Callable[[], None] | None = None
 ) -> type[SimStore]:
     """A `SimStore` class whose instances report every applied command to `observer` (and
     every restore from a snapshot to `on_restore`)."""
-    attributes: dict[str, Any] = {"observer": staticmethod(observer)}
-    if on_restore is not None:
-        attributes["on_restore"] = staticmethod(on_restore)
-    return cast(type[SimStore], type("SimStore", (SimStore,), attributes))
+    return observed(SimStore, observer, on_restore)
 
 
 # --- the audited counter (real processes, benchmark) ------------------------------------------
@@ -175,7 +186,45 @@ ClientFactory = Callable[[str], AbstractAsyncContextManager[Client]]
 """Opens the rsm client of host `name` for a block."""
 
 
-class KvWorkload:
+class Processes:
+    """The concurrent processes of a workload: they look at `stopping` before each operation,
+    and `wait_idle` waits for every one started (`_start`) to end."""
+
+    def __init__(self) -> None:
+        self._stopping = False
+        self._active = 0
+        self._idle = anyio.Event()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self) -> None:
+        """Issue no new operation (those in flight finish)."""
+        self._stopping = True
+
+    async def wait_idle(self) -> None:
+        """Return once every process has finished (after `stop`, or out of operations)."""
+        if self._active:
+            await self._idle.wait()
+
+    def _start(
+        self, task_group: anyio.abc.TaskGroup, process: Callable[..., Awaitable[None]], *args: Any
+    ) -> None:
+        """Run `process(*args)` in `task_group` as one of the processes."""
+        self._active += 1
+        task_group.start_soon(self._run, functools.partial(process, *args))
+
+    async def _run(self, process: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await process()
+        finally:
+            self._active -= 1
+            if not self._active:
+                self._idle.set()
+
+
+class KvWorkload(Processes):
     """The clients of one simulated run; see the module docstring."""
 
     def __init__(
@@ -185,6 +234,7 @@ class KvWorkload:
         trace: Trace,
         open_client: ClientFactory,
     ) -> None:
+        super().__init__()
         self.plan = plan
         self._rng = rng
         self._trace = trace
@@ -195,10 +245,7 @@ class KvWorkload:
         self.stats: Counter[str] = Counter()
         self._values = itertools.count(1)
         self._ops_left = plan.ops_max
-        self._stopping = False
         self._clients: dict[str, Client] = {}
-        self._active = 0
-        self._idle = anyio.Event()
 
     @property
     def keys(self) -> list[str]:
@@ -216,23 +263,9 @@ class KvWorkload:
                 for name in self._clients:
                     for slot in range(self.plan.slots):
                         rng = random.Random(self._rng.getrandbits(64))
-                        self._active += 1
-                        task_group.start_soon(self._slot, name, f"{name}.{slot}", rng)
+                        self._start(task_group, self._issue, name, f"{name}.{slot}", rng)
                 yield
             self._clients.clear()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping
-
-    def stop(self) -> None:
-        """Issue no new operation (those in flight finish)."""
-        self._stopping = True
-
-    async def wait_idle(self) -> None:
-        """Return once every slot has finished (after `stop`, or out of operations)."""
-        if self._active:
-            await self._idle.wait()
 
     async def final_round(self) -> list[str]:
         """One write per client, after the faults: the processes whose write was not
@@ -256,14 +289,6 @@ class KvWorkload:
             if isinstance(answer, RsmError):
                 failed.append(process)
         return failed
-
-    async def _slot(self, name: str, process: str, rng: random.Random) -> None:
-        try:
-            await self._issue(name, process, rng)
-        finally:
-            self._active -= 1
-            if not self._active:
-                self._idle.set()
 
     async def _issue(self, name: str, process: str, rng: random.Random) -> None:
         last_seen: dict[str, str | None] = {}

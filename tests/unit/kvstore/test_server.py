@@ -1,4 +1,5 @@
-"""The RESP server shell on real sockets, with redis-py and raw bytes, over a store-backed router.
+"""The RESP server shell on real sockets (and on another listener's streams), with redis-py and
+raw bytes, over a store-backed router.
 
 The router here applies each command to one in-memory `KVStore` at once (no
 bookies, no leader): what is tested is the shell's own work: reading,
@@ -9,6 +10,7 @@ and, end to end, in tests/integration.
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -25,6 +27,7 @@ from kvstore import limits
 from kvstore.router import Lane, Receiver
 from kvstore.server import ReplicaInfo, RespConnection, RespServer, ServerConfig
 
+from bookie.testing.simnet import SimNetwork
 from rsm.core.exactly_once import Session
 from rsm.core.sessions import Outcome
 from tests.unit.bookie.server.support import wait_for
@@ -409,3 +412,24 @@ async def test_a_client_that_stops_reading_is_disconnected_after_the_send_timeou
                     pass
         assert received < gets * value_bytes, "the stalled connection was cut, not served"
         assert await other.ping(), "other connections go on"
+
+
+async def test_a_listener_that_is_not_tcp_has_its_streams_served_by_the_same_connections() -> None:
+    network = SimNetwork(random.Random(1))
+    router = StoreRouter()
+    server = RespServer(network.listen("server:6379"), router, replica_info=lambda: INFO)
+    connect = network.connector("client")
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(server.serve)
+        await wait_all_tasks_blocked()
+        async with await connect("server:6379") as stream:
+            expected = b"+PONG\r\n+OK\r\n$3\r\nx y\r\n"
+            await stream.send(b"PING\r\nSET a 'x y'\r\nGET a\r\n")
+            assert await receive_exactly(stream, len(expected)) == expected
+        async with await connect("server:6379") as stream:
+            await stream.send(b"GET a\r\nQUIT\r\nGET a\r\n")
+            # QUIT: the replies owed are sent, then the server closes the connection.
+            assert await receive_until_closed(stream) == b"$3\r\nx y\r\n+OK\r\n"
+        await wait_for(lambda: server.connection_count == 0)
+        assert [lane.closed for lane in router.lanes] == [True, True]
+        task_group.cancel_scope.cancel()
