@@ -247,7 +247,7 @@ class Command:
         return (
             self.client_id is not None
             and self.client_id != session.client_id
-            and not (self.maybe_logged)
+            and not self.maybe_logged
         )
 
     def follow(self, session: Session) -> Decision:

@@ -138,14 +138,14 @@ class RoleMachine:
 
     def step_ended(self, step: Step) -> Role:
         """The role loop's current step ended with `step`: move to the next role."""
-        following = self.role
-        next_role = TRANSITIONS.get((following, step))
-        assert next_role is not None, f"no transition from {following} on {step}"
+        current = self.role
+        next_role = TRANSITIONS.get((current, step))
+        assert next_role is not None, f"no transition from {current} on {step}"
         self.role = next_role
         return next_role
 
     def should_follow(self) -> bool:
-        """Whether following should end at once (elected or stopping before it started)."""
+        """Whether to follow the log now: not once elected or stopping (following ends at once)."""
         return not (self.elected or self.stopping)
 
     def may_take_over(self) -> bool:
