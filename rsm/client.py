@@ -71,6 +71,7 @@ from bookie.address import parse_address
 from bookie.errors import InvalidAddress, MetadataError, NoNode, RemoteProtocolError
 from bookie.meta.api import NO_NODE_VERSION, MetadataStore
 from bookie.meta.zk import ZkMetadataStore
+from bookie.net.connection_errors import CONNECTION_ERRORS
 from bookie.wire.codec import FrameDecoder
 from rsm import limits
 from rsm.core.exactly_once import Backoff, Command, Decision, RetryPolicy, Session, new_client_id
@@ -101,14 +102,7 @@ from rsm.errors import (
 Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
 """Opens a byte stream to a replica's address ("host:port")."""
 
-_CONNECTION_ERRORS: Final = (
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    OSError,
-    RemoteProtocolError,
-    ProtocolViolation,
-)
+_CONNECTION_ERRORS: Final = (*CONNECTION_ERRORS, RemoteProtocolError, ProtocolViolation)
 
 
 __all__ = [

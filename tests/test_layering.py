@@ -66,7 +66,7 @@ LAYERS: dict[str, list[list[str]]] = {
         ["bookie.errors", "bookie.limits", "bookie.logs", "bookie.clock"],
         ["bookie.wire", "bookie.storage.api", "bookie.address"],
         ["bookie.core"],
-        ["bookie.storage", "bookie.meta", "bookie.outbox", "bookie.runtime_tuning"],
+        ["bookie.storage", "bookie.meta", "bookie.net", "bookie.runtime_tuning"],
         ["bookie.client", "bookie.server"],
         ["bookie.local"],
         ["bookie.tools", "bookie.testing"],

@@ -21,17 +21,15 @@ Two ways to use it:
   `bookie_info`, `list_entries`) that return the response and raise the
   `StatusError` of a non-OK status (`bookie.errors.error_for_status`).
 
-Two drivers, one protocol.  `connect` (TCP) runs the connection as an
-asyncio protocol: bytes received are handled in the transport's
-`data_received` callback, and the frames queued in one turn of the event loop
-are joined and handed to the transport once, at the end of that turn; no task
-per direction.  `over(stream)` runs it over any anyio byte stream (the
-simulated network, a recorder in tests, a wrapped stream) with a reading task
-and a writing task (`bookie.outbox.Outbox`).  Everything else (ids, timeouts,
-failure) is the same code.  Why two: tasks cost more than the work once
-requests come one or a few at a time, as a replicated state machine's
-leader sends them (confirmation rounds, single adds); the simulated network
-is a stream (docs/protocol.md, section 9, has the measurements).
+The connection is driven as an asyncio protocol (`bookie.net.framed_protocol`):
+bytes received are handled in the transport's `data_received` callback, and
+the frames queued in one turn of the event loop are joined and handed to the
+transport once, at the end of that turn; no task per direction, since tasks
+cost more than the work once requests come one or a few at a time, as a
+replicated state machine's leader sends them (docs/protocol.md, section 9).
+`connect` runs it over TCP; `over(stream)` over any anyio byte stream (the
+simulated network, a recorder in tests, a wrapped stream) through a
+`bookie.net.stream_transport.StreamTransport`.
 
 Request ids come from an iterator given at construction, which several
 connections may share (the ledger client shares one between all of its
@@ -58,10 +56,9 @@ Invariants:
 * Everything queued in one turn of the event loop goes out in one write
   (over a stream, in sends of up to `limits.socket_send_coalesce_bytes_max`
   bytes).
-* On any connection failure (peer closed, socket error, a send stalled past
-  `limits.socket_send_timeout_ms` (as a protocol: writing paused by the
-  transport for that long, noticed by the sweep), undecodable bytes from the
-  bookie) every
+* On any connection failure (peer closed, socket error, writing paused by
+  the transport for `limits.socket_send_timeout_ms`, undecodable bytes from
+  the bookie) every
   request in flight fails with `BookieUnavailable` once, and `submit` raises
   `BookieUnavailable` from then on.  A failed connection is not reconnected:
   the owner opens a new one.
@@ -73,7 +70,7 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from typing import Final, Protocol, TypeVar, cast
+from typing import Final, TypeVar
 
 import anyio
 import anyio.abc
@@ -89,7 +86,8 @@ from bookie.errors import (
     TooManyRequests,
     error_for_status,
 )
-from bookie.outbox import Outbox
+from bookie.net.framed_protocol import FramedProtocol
+from bookie.net.stream_transport import StreamTransport
 from bookie.wire.codec import FrameDecoder, decode_response, encode_request
 from bookie.wire.messages import (
     ADD_FLAG_RECOVERY,
@@ -118,40 +116,13 @@ _ResponseT = TypeVar("_ResponseT", bound=Response)
 _EOK: Final = int(Status.EOK)
 _SWEEP_INTERVAL_MS: Final = limits.request_timeout_sweep_interval_ms
 
-# What a broken or closed socket raises through anyio.
-_CONNECTION_ERRORS: Final = (
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    OSError,
-    TimeoutError,
-)
 
-
-class _FrameSink(Protocol):
-    """Where a connection queues its request frames (an `Outbox`, or a `_TransportLink`)."""
-
-    def put(self, frame: bytes) -> None: ...
-
-    def clear(self) -> None: ...
-
-
-class _TransportLink(asyncio.Protocol):
-    """A `BookieConnection` driven as an asyncio protocol over a TCP transport."""
+class _Link(FramedProtocol):
+    """The asyncio protocol a `BookieConnection` runs on (over TCP or a `StreamTransport`)."""
 
     def __init__(self, connection: BookieConnection) -> None:
+        super().__init__(send_timeout_ms=limits.socket_send_timeout_ms)
         self._connection = connection
-        self._loop = asyncio.get_running_loop()
-        self._transport: asyncio.Transport | None = None
-        self._frames: list[bytes] = []
-        self.writing_paused_since_ms: int | None = None
-        """When the transport paused the writing (its buffer is full); None: not paused."""
-
-    # --- asyncio.Protocol ---------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A TCP transport (uvloop's does not derive from asyncio.Transport).
-        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._connection.on_data(data)
@@ -160,44 +131,11 @@ class _TransportLink(asyncio.Protocol):
         return False  # close; `connection_lost` follows
 
     def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
         self._connection.on_lost(exc)
 
-    def pause_writing(self) -> None:
-        self.writing_paused_since_ms = self._connection.now_ms()
-
-    def resume_writing(self) -> None:
-        self.writing_paused_since_ms = None
-
-    # --- the connection's frame sink ----------------------------------------------------------
-
-    def put(self, frame: bytes) -> None:
-        frames = self._frames
-        frames.append(frame)
-        if len(frames) == 1:
-            self._loop.call_soon(self._flush)
-
-    def clear(self) -> None:
-        self._frames.clear()
-
-    def _flush(self) -> None:
-        frames, self._frames = self._frames, []
-        transport = self._transport
-        if frames and transport is not None and not transport.is_closing():
-            transport.write(frames[0] if len(frames) == 1 else b"".join(frames))
-
-    def abort(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
-
-
-class _NoSink:
-    """The sink of a connection not yet connected: nothing can be submitted then."""
-
-    def put(self, frame: bytes) -> None:
-        raise AssertionError("a connection sends only once connected")
-
-    def clear(self) -> None:
-        pass
+    def send_stalled(self) -> None:
+        self._connection.on_send_stalled(self.send_timeout_ms)
 
 
 class BookieConnection:
@@ -214,12 +152,7 @@ class BookieConnection:
         assert inflight_max > 0
         self.address = address
         """host:port of the bookie, for messages."""
-        self._stream: anyio.abc.ByteStream | None = None
-        """The stream `over` runs on (None for a TCP connection driven as a protocol)."""
-        self._link: _TransportLink | None = None
-        """The protocol `connect` runs (None over a stream)."""
-        self._sink: _FrameSink = _NoSink()
-        """Where frames go: set by `connect` (the protocol) or `over` (an `Outbox`)."""
+        self._link = _Link(self)
         self._inflight_max = inflight_max
         self._request_ids = itertools.count(1) if request_ids is None else request_ids
         # request id -> (on_response, timeout_ms); the timeout names the bucket
@@ -257,16 +190,13 @@ class BookieConnection:
         address = f"{host}:{port}"
         connection = cls(address, inflight_max=inflight_max, request_ids=request_ids)
         loop = asyncio.get_running_loop()
+        link = connection._link
         try:
             with anyio.fail_after(connect_timeout_ms / 1000):
-                _, link = await loop.create_connection(
-                    lambda: _TransportLink(connection), host, port
-                )
+                await loop.create_connection(lambda: link, host, port)
         except (OSError, TimeoutError) as error:
             raise BookieUnavailable(f"cannot connect to bookie {address}: {error}") from error
-        connection._link = link
-        connection._sink = link
-        async with connection._serving():  # its end aborts the transport (`_fail`)
+        async with connection._serving(None):  # its end aborts the transport (`_fail`)
             yield connection
 
     @classmethod
@@ -285,21 +215,17 @@ class BookieConnection:
         tests, the ledger client's injected connector.
         """
         connection = cls(address, inflight_max=inflight_max, request_ids=request_ids)
-        connection._stream = stream
-        connection._sink = Outbox(
-            stream,
-            coalesce_bytes_max=limits.socket_send_coalesce_bytes_max,
-            send_timeout_ms=limits.socket_send_timeout_ms,
-        )
-        async with stream, connection._serving():
+        transport = StreamTransport(stream, connection._link)
+        async with stream, connection._serving(transport):  # its end aborts the transport
             yield connection
 
     @asynccontextmanager
-    async def _serving(self) -> AsyncIterator[None]:
-        """Run the loops while the caller's block runs; fail the connection when it ends."""
+    async def _serving(self, transport: StreamTransport | None) -> AsyncIterator[None]:
+        """Run the sweep (and the stream transport, if any) while the caller's block runs;
+        fail the connection when it ends."""
         try:
             async with anyio.create_task_group() as task_group:
-                task_group.start_soon(self._run_loops)
+                task_group.start_soon(self._run_loops, transport)
                 try:
                     yield
                 finally:
@@ -374,7 +300,7 @@ class BookieConnection:
         if bucket is None:
             bucket = self._deadlines[timeout_ms] = {}
         bucket[request_id] = self._clock_ms + timeout_ms + _SWEEP_INTERVAL_MS
-        self._sink.put(frame)
+        self._link.queue(frame)
 
     # --- awaitable API ------------------------------------------------------------------------
 
@@ -471,12 +397,11 @@ class BookieConnection:
 
     # --- loops --------------------------------------------------------------------------------
 
-    async def _run_loops(self) -> None:
+    async def _run_loops(self, transport: StreamTransport | None) -> None:
         with self._loops_scope:
             async with anyio.create_task_group() as task_group:
-                if self._stream is not None:
-                    task_group.start_soon(self._read_loop, self._stream)
-                    task_group.start_soon(self._write_loop, self._sink)
+                if transport is not None:
+                    task_group.start_soon(transport.run)
                 task_group.start_soon(self._sweep_loop)
 
     def on_data(self, data: bytes) -> None:
@@ -507,21 +432,9 @@ class BookieConnection:
         cause = "closed by the bookie" if error is None else repr(error)
         self._fail(f"connection to bookie {self.address} lost: {cause}")
 
-    async def _read_loop(self, stream: anyio.abc.ByteStream) -> None:
-        try:
-            while self._failure is None:
-                # No timeout: an idle connection with nothing in flight is
-                # healthy; requests in flight have their own deadlines.
-                self.on_data(await stream.receive(limits.socket_receive_bytes))
-        except _CONNECTION_ERRORS as error:
-            self.on_lost(error)
-
-    async def _write_loop(self, sink: _FrameSink) -> None:
-        assert isinstance(sink, Outbox)
-        try:
-            await sink.run()
-        except _CONNECTION_ERRORS as error:
-            self._fail(f"cannot send to bookie {self.address}: {error!r}")
+    def on_send_stalled(self, stalled_ms: int) -> None:
+        """The transport's writing stayed paused that long: the bookie stopped reading."""
+        self._fail(f"sending to bookie {self.address} stalled for {stalled_ms} ms")
 
     async def _sweep_loop(self) -> None:
         interval_s = limits.request_timeout_sweep_interval_ms / 1000
@@ -529,11 +442,6 @@ class BookieConnection:
             await anyio.sleep(interval_s)
             now_ms = self._clock_ms = self.now_ms()
             self._sweep(now_ms)
-            link = self._link
-            if link is not None and link.writing_paused_since_ms is not None:
-                stalled_ms = now_ms - link.writing_paused_since_ms
-                if stalled_ms >= limits.socket_send_timeout_ms:
-                    self._fail(f"sending to bookie {self.address} stalled for {stalled_ms} ms")
 
     def _sweep(self, now_ms: int) -> None:
         """Answer every request whose deadline passed with `ClientTimeout`."""
@@ -565,9 +473,8 @@ class BookieConnection:
         inflight = list(self._inflight.values())
         self._inflight.clear()
         self._deadlines.clear()
-        self._sink.clear()
+        self._link.drop_queued()
         self._loops_scope.cancel()
-        if self._link is not None:
-            self._link.abort()
+        self._link.abort()
         for on_response, _ in inflight:
             on_response(BookieUnavailable(reason))

@@ -2,9 +2,9 @@
 
 It listens on a host and port, accepts up to `connections_max` client
 connections (later ones are closed at once), serves each TCP client with a
-`TransportConnection` (an asyncio protocol; no task per connection) and each
-client of an injected listener (the simulated network) with a
-`ServerConnection` (two tasks over a byte stream), and runs one timer task
+`TransportConnection` (an asyncio protocol; no task per connection; over a
+`StreamTransport` for the clients of an injected listener, the simulated
+network), and runs one timer task
 that answers long-poll READs whose deadline passed.  Requests flow connection
 -> `RequestProcessor` -> `BookieHandler` (protocol decisions) -> storage; this
 module only wires them together and owns the tasks.
@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import deque
 from types import TracebackType
-from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -43,31 +41,10 @@ from bookie import limits
 from bookie.clock import loop_clock_ms
 from bookie.core.bookie_handler import BookieHandler
 from bookie.errors import Status
-from bookie.server.connection import ServerConnection
-from bookie.server.processor import DiskSpace, PendingItem, RequestProcessor
+from bookie.net.stream_transport import StreamTransport
+from bookie.server.processor import DiskSpace, RequestProcessor
 from bookie.server.transport_connection import TransportConnection
 from bookie.storage.api import LedgerStorage
-
-
-class _Served(Protocol):
-    """What the server needs of a connection it serves (either driver)."""
-
-    @property
-    def connection_id(self) -> int: ...
-
-    @property
-    def pending(self) -> deque[PendingItem]: ...
-
-    @property
-    def queued_bytes(self) -> int: ...
-
-    def send(self, frame: bytes) -> None: ...
-
-    def stop_reading(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    async def flushed(self) -> None: ...
 
 
 class BookieServer:
@@ -115,12 +92,12 @@ class BookieServer:
             pending_requests_total_max=pending_requests_total_max,
             pending_bytes_total_max=pending_bytes_total_max,
         )
-        self._connections: dict[int, _Served] = {}
+        self._connections: dict[int, TransportConnection] = {}
         self._connection_ids = itertools.count(1)
         self._injected_listener = listener
         self._tcp_server: asyncio.Server | None = None
         self._all_gone: anyio.Event | None = None
-        """Set when the last TCP connection is gone (the server waits for it at the end)."""
+        """Set when the last connection is gone (the server waits for it at the end)."""
         self._port = 0
         self._started = False
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -170,13 +147,12 @@ class BookieServer:
         self._timer_scope.cancel()
         for connection in list(self._connections.values()):
             connection.close()
-        if self._tcp_server is not None:
-            # An aborted transport tells its protocol in the next turn of the loop;
-            # shielded, as the task group must be left in this same call.
-            with anyio.CancelScope(shield=True):
-                while self._connections:
-                    gone = self._all_gone = anyio.Event()
-                    await gone.wait()
+        # An aborted transport tells its protocol in the next turn of the loop;
+        # shielded, as the task group must be left in this same call.
+        with anyio.CancelScope(shield=True):
+            while self._connections:
+                gone = self._all_gone = anyio.Event()
+                await gone.wait()
         self._processor.close()
         try:
             suppressed = await task_group.__aexit__(exc_type, exc, traceback)
@@ -302,17 +278,8 @@ class BookieServer:
                 await listener.serve(self._serve, task_group)
 
     async def _serve(self, stream: anyio.abc.ByteStream) -> None:
-        async with stream:
-            if len(self._connections) >= self._connections_max or self._accept_scope.cancel_called:
-                return
-            connection = ServerConnection(next(self._connection_ids), stream, self._processor)
-            self._connections[connection.connection_id] = connection
-            self._processor.connection_opened(connection)
-            try:
-                await connection.run()
-            finally:
-                del self._connections[connection.connection_id]
-                self._processor.connection_closed(connection)
+        transport = StreamTransport(stream, self._new_transport_connection())
+        await transport.run()
 
     async def _timer_loop(self) -> None:
         """Answer long polls at their deadline; `_on_parked` wakes it for an earlier one."""

@@ -33,6 +33,7 @@ import anyio
 import anyio.abc
 
 from bookie.errors import RemoteProtocolError
+from bookie.net.connection_errors import CONNECTION_ERRORS
 from bookie.wire.codec import FrameDecoder
 from kvstore import limits
 from rsm import limits as rsm_limits
@@ -43,15 +44,7 @@ from rsm.host import Answerer, CallRequest, Outcome
 Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
 """Opens a byte stream to a framework address ("host:port")."""
 
-_CONNECTION_ERRORS: Final = (
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    OSError,
-    TimeoutError,
-    RemoteProtocolError,
-    ProtocolViolation,
-)
+_CONNECTION_ERRORS: Final = (*CONNECTION_ERRORS, RemoteProtocolError, ProtocolViolation)
 _CHECKS_PER_TIMEOUT: Final = 4
 """How often, per answer timeout, a waiting reader looks at the age of the oldest request."""
 

@@ -6,7 +6,7 @@ installed): each connection is a `RespConnection`, an `asyncio.Protocol`
 whose callbacks run on the event loop, without a task of its own.  The
 connections of any other listener (the seeded simulation's network) are
 anyio byte streams: the same protocol runs over each on a
-`kvstore.stream_transport.StreamTransport`, with a reading and a writing task.
+`bookie.net.stream_transport.StreamTransport`, with a reading and a writing task.
 Either way:
 
 * `data_received` feeds the parser (`kvstore.resp`) at most `room_bytes` at a
@@ -44,9 +44,8 @@ bytes; bytes received beyond its room wait, with reading paused.  When the
 transport's write buffer passes its high-water mark, asyncio pauses the
 writing: replies stay owed (so the bound above holds reading too), and a
 connection whose writing stays paused for `limits.send_timeout_ms` is
-closed by the server's watchdog, which looks at every connection a few
-times per timeout.  WATCH waits for its read before the next command is
-dispatched (EXEC needs its position).
+closed (`bookie.net.framed_protocol`'s stall timer).  WATCH waits for its
+read before the next command is dispatched (EXEC needs its position).
 
 Ends.  QUIT, and a protocol error (garbage: the parser's `ProtocolError`),
 stop the reading; the replies owed are sent, the protocol error's last,
@@ -73,7 +72,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
@@ -81,19 +80,20 @@ from anyio.abc import SocketAttribute
 from anyio.streams.stapled import MultiListener
 
 from bookie.logs import emit
+from bookie.net.framed_protocol import FramedProtocol
+from bookie.net.stream_transport import StreamTransport
 from kvstore import limits
 from kvstore.dispatch import Answer, Execute, Read, WatchRead, Write, failure_reply, finish, plan
 from kvstore.errors import ProtocolError
 from kvstore.resp import Reply, RespParser, encode_reply
 from kvstore.router import Lane, Receiver
 from kvstore.server_commands import ClientState, ServerStatus
-from kvstore.stream_transport import StreamTransport
+from rsm import limits as rsm_limits
 from rsm.host import Outcome
 
 logger = logging.getLogger(__name__)
 
 _TOO_MANY_CLIENTS: Final = b"-ERR max number of clients reached\r\n"
-_WATCHDOG_LOOKS_PER_TIMEOUT: Final = 4
 
 
 class _Pending:
@@ -205,7 +205,7 @@ class RespServer:
                         servers.append(await loop.create_server(self._accept, sock=sock))
                 else:
                     task_group.start_soon(listener.serve, self._serve_stream)
-                await self._watchdog()
+                await anyio.sleep_forever()
         finally:
             for server in servers:
                 server.close()
@@ -215,7 +215,14 @@ class RespServer:
 
     async def _serve_stream(self, stream: anyio.abc.ByteStream) -> None:
         """One connection of a listener that is not TCP, on a `StreamTransport`."""
-        await StreamTransport(stream, self._accept()).run()
+        transport = StreamTransport(
+            stream,
+            self._accept(),
+            receive_bytes=rsm_limits.socket_receive_bytes,
+            coalesce_bytes_max=rsm_limits.socket_send_coalesce_bytes_max,
+            send_timeout_ms=limits.send_timeout_ms,
+        )
+        await transport.run()
 
     def _accept(self) -> RespConnection:
         client_id = self._next_client_id
@@ -231,15 +238,6 @@ class RespServer:
 
     def forget(self, connection: RespConnection) -> None:
         self._connections.discard(connection)
-
-    async def _watchdog(self) -> None:
-        """Close every connection whose writing has been paused for the send timeout."""
-        timeout_s = limits.send_timeout_ms / 1000
-        while True:
-            await anyio.sleep(timeout_s / _WATCHDOG_LOOKS_PER_TIMEOUT)
-            now_s = anyio.current_time()
-            for connection in list(self._connections):
-                connection.close_if_stalled(now_s - timeout_s)
 
     # --- the connections' ServerView ----------------------------------------------------------
 
@@ -294,10 +292,11 @@ class _View:
         return self._server.config_settings()
 
 
-class RespConnection(asyncio.Protocol):
+class RespConnection(FramedProtocol):
     """One client connection (see the module docstring); the `Receiver` of its commands."""
 
     def __init__(self, server: RespServer, client_id: int) -> None:
+        super().__init__(send_timeout_ms=limits.send_timeout_ms)
         self._server = server
         self._router = server.router
         self._view = server.view
@@ -306,9 +305,6 @@ class RespConnection(asyncio.Protocol):
         self._parser = RespParser(
             request_bytes_max=config.request_bytes_max, bulk_bytes_max=config.bulk_bytes_max
         )
-        self._loop = asyncio.get_running_loop()
-        """Looked up once: each lookup costs a getpid system call on CPython 3.11."""
-        self._transport: asyncio.Transport | None = None
         self._lane: Lane | None = None
         self._unfed = bytearray()
         """Bytes received that the parser had no room for yet."""
@@ -326,8 +322,6 @@ class RespConnection(asyncio.Protocol):
         """No more commands: send what is owed, then close."""
         self._closed = False
         self._reading_paused = False
-        self._writing_paused_since_s: float | None = None
-        """When asyncio paused the writing (None: not paused), for the watchdog."""
         self._servicing = False
         self._taking = False
         """Inside `_take_commands`: a reply delivered now is written right after it."""
@@ -337,12 +331,10 @@ class RespConnection(asyncio.Protocol):
     # --- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A TCP transport (uvloop's does not derive from asyncio.Transport).
-        transport = cast(asyncio.Transport, transport)
-        self._transport = transport
+        super().connection_made(transport)
         if not self._server.admit(self):
             self._closed = True
-            transport.write(_TOO_MANY_CLIENTS)
+            self.write(_TOO_MANY_CLIENTS)
             transport.close()
             return
         self._lane = self._router.lane()
@@ -361,31 +353,22 @@ class RespConnection(asyncio.Protocol):
         return False  # the client left: close at once (see the module docstring)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
         self._closed = True
         lane, self._lane = self._lane, None
         if lane is not None:  # it was admitted
             self._server.forget(self)
             self._router.close_lane(lane)
 
-    def pause_writing(self) -> None:
-        self._writing_paused_since_s = anyio.current_time()
-
     def resume_writing(self) -> None:
-        self._writing_paused_since_s = None
+        super().resume_writing()
         self._service()
 
     # --- the server's controls ----------------------------------------------------------------
 
-    def close_if_stalled(self, paused_before_s: float) -> None:
-        """The watchdog's check: writing paused since before `paused_before_s` is stuck."""
-        since_s = self._writing_paused_since_s
-        if since_s is not None and since_s < paused_before_s:
-            emit(logger, logging.INFO, "kvstore.send_timeout", client_id=self.client.client_id)
-            self.abort()
-
-    def abort(self) -> None:
-        if self._transport is not None:
-            self._transport.abort()
+    def send_stalled(self) -> None:
+        emit(logger, logging.INFO, "kvstore.send_timeout", client_id=self.client.client_id)
+        self.abort()
 
     # --- replies ------------------------------------------------------------------------------
 
@@ -440,7 +423,7 @@ class RespConnection(asyncio.Protocol):
                 self._service_again = True
         elif not self._service_scheduled:
             self._service_scheduled = True
-            self._loop.call_soon(self._scheduled_service)
+            self._call_soon(self._scheduled_service)
 
     def _scheduled_service(self) -> None:
         self._service_scheduled = False
@@ -539,7 +522,7 @@ class RespConnection(asyncio.Protocol):
     def _write_ready(self) -> None:
         """Write every reply that is ready at the head of the queue, in one call."""
         replies = self._replies
-        if self._writing_paused_since_s is not None or not replies:
+        if self.writing_paused or not replies:
             return
         chunks: list[bytes] = []
         while replies:
@@ -554,13 +537,11 @@ class RespConnection(asyncio.Protocol):
         if len(replies) + len(chunks) >= limits.connection_replies_max:
             self._service_again = True  # commands held back by the bound may go now
         self._first_ticket += len(chunks)
-        transport = self._transport
-        assert transport is not None
-        transport.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+        self.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
 
     def _settle(self) -> None:
         """Close a drained connection; pause reading while blocked, resume once not."""
-        transport = self._transport
+        transport = self.transport
         if self._closed or transport is None:
             return
         if self._draining:

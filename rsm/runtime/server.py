@@ -42,7 +42,8 @@ import anyio.abc
 
 from bookie.errors import RemoteProtocolError
 from bookie.logs import emit
-from bookie.outbox import Outbox
+from bookie.net.connection_errors import CONNECTION_ERRORS
+from bookie.net.outbox import Outbox
 from bookie.wire.codec import FrameDecoder
 from rsm import limits
 from rsm.core.protocol import (
@@ -62,14 +63,6 @@ from rsm.errors import Overloaded, ProtocolViolation, RsmStatus, StatusError
 from rsm.runtime.applier import Answerer
 
 logger = logging.getLogger(__name__)
-
-_CONNECTION_ERRORS: Final = (
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    OSError,
-    TimeoutError,
-)
 
 
 class Endpoint(Protocol):
@@ -189,7 +182,7 @@ class ClientConnection:
                     self._dispatch(body)
                 if bodies:
                     endpoint.flush()
-        except _CONNECTION_ERRORS:
+        except CONNECTION_ERRORS:
             return
         except (RemoteProtocolError, ProtocolViolation) as error:
             emit(logger, logging.INFO, "rsm.bad_client", error=str(error))
@@ -245,7 +238,7 @@ class ClientConnection:
     async def _write_loop(self) -> None:
         try:
             await self._outbox.run()
-        except _CONNECTION_ERRORS:
+        except CONNECTION_ERRORS:
             task_group = self._task_group
             assert task_group is not None
             task_group.cancel_scope.cancel()

@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Final, TypeAlias
 import anyio
 import anyio.abc
 
+from bookie.net.connection_errors import CONNECTION_ERRORS
 from kvstore.state_machine import KVStore
 from rsm import command
 from rsm.testing.cluster import RsmCluster
@@ -201,14 +202,7 @@ class RedisConnection:
             await self._stream.aclose()
 
 
-_CONNECTION_ERRORS: Final = (
-    anyio.EndOfStream,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    OSError,
-    TimeoutError,
-    ReplyError,
-)
+_CONNECTION_ERRORS: Final = (*CONNECTION_ERRORS, ReplyError)
 
 Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
 

@@ -2,7 +2,7 @@
 
 The rule `tests/test_layering.py` enforces for the framework's cores (on each
 module and everything it imports), applied to every module of the key-value
-store but its shells (server.py, stream_transport.py, router.py, forward.py,
+store but its shells (server.py, router.py, forward.py,
 node.py, launcher.py, cli.py), which do the I/O, and its test support
 (testing/).
 """

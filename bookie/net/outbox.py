@@ -1,8 +1,8 @@
 """`Outbox`: the frames queued for one stream, sent coalesced, with backpressure.
 
-Both servers (the bookie's `ServerConnection` and the replica's `rsm.runtime.server`)
-answer many requests per connection out of order, and the bookie client
-(`BookieConnection`) pipelines thousands of requests; queuing the frames here and
+The replica's server (`rsm.runtime.server`) answers many requests per
+connection out of order, and every protocol run over a stream
+(`bookie.net.stream_transport`) writes through one; queuing the frames here and
 sending every queued frame in one `send` (up to `coalesce_bytes_max` bytes) makes
 a group commit that releases a thousand answers cost one system call, not a
 thousand.
@@ -11,10 +11,13 @@ Backpressure: `backlogged` says more than `coalesce_bytes_max` bytes wait, and
 `wait_drained` returns once they fall back under it, so a server's reader stops
 taking requests from a client that does not read its answers; TCP then slows the
 client instead of the server's memory growing.  A send that stalls for
-`send_timeout_ms` ends `run` with `TimeoutError`.
+`send_timeout_ms` ends `run` with `TimeoutError`.  `on_sent`, if given, is
+called after each send (a transport's flow control watches `queued_bytes` so).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import anyio
 import anyio.abc
@@ -32,10 +35,16 @@ class Outbox:
         "_wakeup",
         "_drained",
         "_flushed",
+        "_on_sent",
     )
 
     def __init__(
-        self, stream: anyio.abc.ByteStream, *, coalesce_bytes_max: int, send_timeout_ms: int
+        self,
+        stream: anyio.abc.ByteStream,
+        *,
+        coalesce_bytes_max: int,
+        send_timeout_ms: int,
+        on_sent: Callable[[], None] | None = None,
     ) -> None:
         assert coalesce_bytes_max > 0
         assert send_timeout_ms > 0
@@ -49,6 +58,7 @@ class Outbox:
         """Set when the queue falls back under the bound `wait_drained` waits on."""
         self._flushed: anyio.Event | None = None
         """Set when the queue is empty (`flushed` waits on it)."""
+        self._on_sent = on_sent
 
     @property
     def queued_bytes(self) -> int:
@@ -98,6 +108,8 @@ class Outbox:
             with anyio.fail_after(self._send_timeout_s):
                 await stream.send(data)
             self._bytes -= len(data)
+            if self._on_sent is not None:
+                self._on_sent()
             drained = self._drained
             if drained is not None and not self.backlogged:
                 self._drained = None

@@ -9,7 +9,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from bookie.outbox import Outbox
+from bookie.net.outbox import Outbox
 from tests.unit.bookie.server.support import wait_for
 
 pytestmark = pytest.mark.anyio
