@@ -59,20 +59,18 @@ import contextlib
 import functools
 import itertools
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import anyio
 import anyio.abc
 import anyio.from_thread
 
 from bookie.address import parse_address
-from bookie.errors import InvalidAddress, MetadataError, NoNode, RemoteProtocolError
+from bookie.errors import InvalidAddress, MetadataError, NoNode
 from bookie.meta.api import NO_NODE_VERSION, MetadataStore
 from bookie.meta.zk import ZkMetadataStore
-from bookie.net.connection_errors import CONNECTION_ERRORS
-from bookie.wire.codec import FrameDecoder
 from rsm import limits
 from rsm.core.exactly_once import Backoff, Command, Decision, RetryPolicy, Session, new_client_id
 from rsm.core.layout import RSM_ROOT, AppLayout
@@ -86,24 +84,16 @@ from rsm.core.protocol import (
     SnapshotRequest,
     StatusRequest,
     TransferRequest,
-    decode_response,
-    encode_request,
 )
 from rsm.errors import (
     InvalidConfig,
     MalformedValue,
-    ProtocolViolation,
     RsmStatus,
     StatusError,
     Timeout,
     Unavailable,
 )
-
-Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
-"""Opens a byte stream to a replica's address ("host:port")."""
-
-_CONNECTION_ERRORS: Final = (*CONNECTION_ERRORS, RemoteProtocolError, ProtocolViolation)
-
+from rsm.link import Connector, Link, LinkLost
 
 __all__ = [
     "Backoff",
@@ -178,101 +168,22 @@ class ClientConfig:
 
 
 class _Pending:
-    """One request waiting for its answer on a link."""
+    """One request waiting for its answer on a link (a `rsm.link.Waiter`)."""
 
     __slots__ = ("event", "response", "error")
 
     def __init__(self) -> None:
         self.event = anyio.Event()
         self.response: Response | None = None
-        self.error: BaseException | None = None
+        self.error: LinkLost | None = None
 
+    def answered(self, response: Response) -> None:
+        self.response = response
+        self.event.set()
 
-class _LinkLost(Exception):
-    """The connection to a replica failed.
-
-    `sent`: the request was handed to the connection, so it may have arrived
-    (its outcome is unknown); otherwise it never left the client.
-    """
-
-    def __init__(self, message: str, *, sent: bool) -> None:
-        super().__init__(message)
-        self.sent = sent
-
-
-class _Link:
-    """One pipelined connection to one replica: answers are matched by request id."""
-
-    def __init__(self, address: str, stream: anyio.abc.ByteStream) -> None:
-        self.address = address
-        self._stream = stream
-        self._waiting: dict[int, _Pending] = {}
-        self._output: list[bytes] = []
-        self._wakeup: anyio.Event | None = None
-        self.lost: BaseException | None = None
-        self._scope = anyio.CancelScope()
-
-    def submit(self, request_id: int, frame: bytes) -> _Pending:
-        if self.lost is not None:
-            raise _LinkLost(str(self.lost), sent=False)
-        pending = self._waiting[request_id] = _Pending()
-        self._output.append(frame)
-        wakeup = self._wakeup
-        if wakeup is not None:
-            self._wakeup = None
-            wakeup.set()
-        return pending
-
-    def forget(self, request_id: int) -> None:
-        self._waiting.pop(request_id, None)
-
-    def close(self) -> None:
-        self._scope.cancel()
-
-    async def run(self) -> None:
-        try:
-            with self._scope:
-                async with self._stream, anyio.create_task_group() as task_group:
-                    task_group.start_soon(self._guard, self._write_loop)
-                    await self._guard(self._read_loop)
-        finally:
-            if self.lost is None:
-                self.lost = _LinkLost(f"connection to {self.address} closed", sent=True)
-            waiting, self._waiting = self._waiting, {}
-            for pending in waiting.values():
-                pending.error = self.lost
-                pending.event.set()
-
-    async def _guard(self, loop: Callable[[], Awaitable[None]]) -> None:
-        """Run one of the link's loops; a connection error ends the whole link."""
-        try:
-            await loop()
-        except _CONNECTION_ERRORS as error:
-            if self.lost is None:
-                self.lost = error
-        self._scope.cancel()
-
-    async def _read_loop(self) -> None:
-        decoder = FrameDecoder(limits.frame_bytes_max)
-        while True:
-            data = await self._stream.receive(limits.socket_receive_bytes)
-            for body in decoder.feed(data):
-                response = decode_response(body)
-                pending = self._waiting.pop(response.request_id, None)
-                if pending is not None:
-                    pending.response = response
-                    pending.event.set()
-
-    async def _write_loop(self) -> None:
-        timeout_s = limits.socket_send_timeout_ms / 1000
-        while True:
-            if not self._output:
-                wakeup = self._wakeup = anyio.Event()
-                await wakeup.wait()
-                continue
-            output, self._output = self._output, []
-            with anyio.fail_after(timeout_s):
-                await self._stream.send(b"".join(output))
+    def lost(self, error: LinkLost) -> None:
+        self.error = error
+        self.event.set()
 
 
 class Client:
@@ -302,8 +213,7 @@ class Client:
         """Set when the session's window may have room again (its oldest seq ended, or it was
         renewed)."""
         self._request_ids = itertools.count(1)
-        self._links: dict[str, _Link] = {}
-        self._connect_lock = anyio.Lock()
+        self._links: dict[str, Link] = {}
         self._leader_address: str | None = None
         self._hint: str | None = None
         self._leader_changed = anyio.Event()
@@ -479,7 +389,7 @@ class Client:
                 except TimeoutError:
                     last_error = Timeout(f"{address} did not answer in time")
                     status = RsmStatus.TIMEOUT
-                except _LinkLost as lost:
+                except LinkLost as lost:
                     last_error = Unavailable(f"connection to {address} failed: {lost}")
                     status = RsmStatus.OUTCOME_UNKNOWN if lost.sent else RsmStatus.UNAVAILABLE
                     self._forget(address)
@@ -562,38 +472,32 @@ class Client:
             self._members.remove(address)
 
     async def _exchange(self, address: str, build: Callable[[int], Request]) -> Response:
-        link = await self._link(address)
+        """Send one request to `address`; its response.  Raises `LinkLost`."""
+        link = self._link(address)
         request_id = next(self._request_ids)
-        frame = encode_request(build(request_id))
-        pending = link.submit(request_id, frame)
+        pending = _Pending()
+        link.send(build(request_id), pending)
         try:
             await pending.event.wait()
         finally:
             link.forget(request_id)
-        if pending.response is None:
-            raise _LinkLost(str(pending.error), sent=True)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.response is not None
         return pending.response
 
-    async def _link(self, address: str) -> _Link:
+    def _link(self, address: str) -> Link:
         link = self._links.get(address)
-        if link is not None and link.lost is None:
+        if link is not None and not link.closed:
             return link
-        async with self._connect_lock:
-            link = self._links.get(address)
-            if link is not None and link.lost is None:
-                return link
-            try:
-                with anyio.fail_after(self._config.connect_timeout_ms / 1000):
-                    stream = await self._connector(address)
-            except (OSError, TimeoutError) as error:
-                raise _LinkLost(f"cannot connect to {address}: {error!r}", sent=False) from None
-            link = _Link(address, stream)
-            self._links[address] = link
-            self._task_group.start_soon(link.run)
-            while len(self._links) > limits.client_replica_connections_max:
-                oldest = next(iter(self._links))
-                self._links.pop(oldest).close()
-            return link
+        link = self._links[address] = Link(
+            address, self._connector, connect_timeout_ms=self._config.connect_timeout_ms
+        )
+        self._task_group.start_soon(link.run)
+        while len(self._links) > limits.client_replica_connections_max:
+            oldest = next(iter(self._links))
+            self._links.pop(oldest).close()
+        return link
 
     # --- discovery ----------------------------------------------------------------------------
 

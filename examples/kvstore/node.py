@@ -47,7 +47,6 @@ from bookie.errors import InvalidAddress, NodeExists
 from bookie.meta.api import ANY_VERSION, MetadataStore
 from kvstore import limits
 from kvstore.endpoints import Endpoint, encode_endpoint, endpoint_path
-from kvstore.forward import Connector
 from kvstore.router import Router
 from kvstore.server import ReplicaInfo, RespServer, ServerConfig
 from kvstore.state_machine import KVStore
@@ -56,6 +55,7 @@ from rsm.client import tcp_connector
 from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig
 from rsm.host import RSM_ROOT
+from rsm.link import Connector
 
 DEFAULT_APP = "kv"
 

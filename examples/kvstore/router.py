@@ -5,7 +5,7 @@ Any replica's server accepts any command.  The `Router` of a server sends:
 * writes (`KVStore` commands, EXEC) with the connection's session seq, and
   linearizable reads (queries, WATCH's position read) to the leader: the
   local replica when it leads (in process, no network), else the leader's
-  framework port over a shared `ForwardLink`;
+  framework port over a shared `rsm.link.Link` (one per leader address);
 * stale reads (READONLY connections) to the local replica, answered at once
   from its state.
 
@@ -63,11 +63,11 @@ import anyio
 import anyio.abc
 
 from kvstore import limits
-from kvstore.forward import Connector, ForwardLink
 from rsm import Consistency
 from rsm.client import Backoff, Command, Decision, RetryPolicy, Session, new_client_id
-from rsm.errors import RsmStatus, Timeout, Unavailable
+from rsm.errors import OutcomeUnknown, RsmStatus, StatusError, Timeout, Unavailable
 from rsm.host import Answerer, CallRequest, Outcome, QueryRequest
+from rsm.link import Connector, Link, LinkLost, Response
 
 _RETRY_POLICY: Final = RetryPolicy(
     deadline_ms=limits.command_deadline_ms_default,
@@ -168,7 +168,18 @@ class _Attempt(Command):
         """Where the last attempt went: a leader's address, None for the local replica."""
 
     def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
+        """The local replica's answer (an `Answerer`)."""
         self.router._on_answer(self, outcome, index)
+
+    def answered(self, response: Response) -> None:
+        """The leader's answer over a link (a `rsm.link.Waiter`)."""
+        outcome = Outcome(response.status, response.value, response.message or "", response.detail)
+        self.router._on_answer(self, outcome, response.log_index)
+
+    def lost(self, error: LinkLost) -> None:
+        """The link to the leader ended first: a CALL may have been logged if it was sent."""
+        failure = OutcomeUnknown(str(error)) if error.sent else Unavailable(str(error))
+        self.router._on_answer(self, Outcome.failure(failure), 0)
 
 
 def _order(attempt: _Attempt) -> int:
@@ -195,7 +206,7 @@ class Router:
         """The event loop's clock (as `anyio.current_time` reads it), looked up once: anyio's
         lookup per call cost a few percent of a leader's CPU per GET."""
         self._leader: str | None = None
-        self._links: dict[str, ForwardLink] = {}
+        self._links: dict[str, Link] = {}
         self._request_ids = itertools.count(1)
         self._schedule: list[tuple[float, int, Lane]] = []
         self._schedule_ids = itertools.count()
@@ -374,13 +385,21 @@ class Router:
                 replica.handle_query(request, attempt)
                 return
         assert leader is not None
-        self._link(leader).send(request, attempt)
+        try:
+            self._link(leader).send(request, attempt)
+        except StatusError as error:  # a value the protocol cannot carry: not sent
+            self._on_answer(attempt, Outcome.failure(error), 0)
 
-    def _link(self, address: str) -> ForwardLink:
+    def _link(self, address: str) -> Link:
         link = self._links.get(address)
         if link is not None and not link.closed:
             return link
-        link = self._links[address] = ForwardLink(address, self._connector)
+        link = self._links[address] = Link(
+            address,
+            self._connector,
+            connect_timeout_ms=limits.forward_connect_timeout_ms,
+            answer_timeout_ms=limits.forward_answer_timeout_ms,
+        )
         task_group = self._task_group
         assert task_group is not None, "the router is not running"
         task_group.start_soon(link.run)

@@ -7,7 +7,7 @@ checks) with the store as the application (`APPLICATION`):
   real `KVStore`, observed) on the simulated network (`RsmCluster`);
 * beside it runs the store's real server side, `kvstore.node.redis_server`:
   a `Router` with one exactly-once session per Redis connection, its
-  `ForwardLink`s to the leader's framework port through the simulated
+  `rsm.link.Link`s to the leader's framework port through the simulated
   network's connector, and the `RespServer` on the simulated listener
   `replica-N:6379` (its connections on `StreamTransport`s, since the
   simulated network has no sockets);

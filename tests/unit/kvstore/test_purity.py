@@ -2,9 +2,8 @@
 
 The rule `tests/test_layering.py` enforces for the framework's cores (on each
 module and everything it imports), applied to every module of the key-value
-store but its shells (server.py, router.py, forward.py,
-node.py, launcher.py, cli.py), which do the I/O, and its test support
-(testing/).
+store but its shells (server.py, router.py, node.py, launcher.py, cli.py),
+which do the I/O, and its test support (testing/).
 """
 
 from __future__ import annotations

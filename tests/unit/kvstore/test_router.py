@@ -3,7 +3,7 @@ deadlines, order within a connection, expired sessions.
 
 Replicas are fakes answering from a script; a remote one is served by the
 framework's real `ReplicaServer` on a loopback port, so forwarding goes
-through the real client protocol and `ForwardLink`.
+through the real client protocol and `rsm.link.Link`.
 """
 
 from __future__ import annotations
