@@ -23,7 +23,8 @@ operations on them every command uses):
 * `kvstore.keys`: DEL, UNLINK, RENAME, RENAMENX, COPY, EXISTS, TOUCH, TYPE;
 * `kvstore.keyspace`: KEYS, SCAN, DBSIZE, FLUSHDB, FLUSHALL;
 * `kvstore.expiry`: the EXPIRE, TTL and EXPIRETIME families, PERSIST;
-* `kvstore.transactions`: EXEC, and the position WATCH remembers.
+* `kvstore.transactions`: EXEC, and the position WATCH remembers;
+* `kvstore.digests`: DEBUG DIGEST and DEBUG DIGEST-VALUE.
 
 The framework finds their `@command` and `@query` methods along the class's
 MRO.  `KVStore` itself adds what the framework calls besides: `restore`,
@@ -37,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from kvstore.content_hash import HASH_BYTES, key_digest
+from kvstore.digests import DigestCommands
 from kvstore.expiry import ExpiryCommands
 from kvstore.keys import KeyCommands
 from kvstore.keyspace import KeyspaceCommands
@@ -51,6 +53,7 @@ class KVStore(
     KeyspaceCommands,
     ExpiryCommands,
     TransactionCommands,
+    DigestCommands,
     StateMachine,
 ):
     """Redis's string commands, replicated.  See the module docstring for its parts and
