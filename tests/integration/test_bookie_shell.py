@@ -122,6 +122,7 @@ async def test_offline_commands(zookeeper: LocalZooKeeper, zk_root: str, tmp_pat
 
 CLOSED_LEDGER = 1_000
 OPEN_LEDGER = 1_001
+DOWN_LEDGER = 1_002
 OTHER_PAYLOAD = b"not what the writer wrote".ljust(100, b".")
 
 
@@ -149,10 +150,12 @@ async def hand_made_ledger(
         await LedgerManager(store, cluster.zk_root).create(metadata)
 
 
-async def add_entries(setup: BookieSetup, entries: dict[int, bytes]) -> None:
+async def add_entries(
+    setup: BookieSetup, entries: dict[int, bytes], ledger_id: int = CLOSED_LEDGER
+) -> None:
     async with BookieConnection.connect(HOST, setup.port) as connection:
         for entry_id, entry_packet in entries.items():
-            await connection.add(CLOSED_LEDGER, entry_id, KEY, entry_packet)
+            await connection.add(ledger_id, entry_id, KEY, entry_packet)
 
 
 async def add_open_entries(setup: BookieSetup, entry_ids: range) -> None:
@@ -256,6 +259,13 @@ async def test_cluster_commands(zookeeper: LocalZooKeeper, zk_root: str, tmp_pat
         ]
         assert [problem["bookie_id"] for problem in compared["problems"]] == [third, first]
 
+        code, _, error = await shell("readledger", str(CLOSED_LEDGER), *zk, check=False)
+        assert (code, error) == (
+            2,
+            f"bookie shell readledger: ledger {CLOSED_LEDGER} has a password: pass it with "
+            "--password\n",
+        )
+
         opened = await shell_json("readledger", str(OPEN_LEDGER), *password, *zk)
         assert (opened["state"], opened["readable_to"]) == ("open", 2)
         assert [entry["entry_id"] for entry in opened["entries"]] == [0, 1, 2]
@@ -290,6 +300,27 @@ async def test_cluster_commands(zookeeper: LocalZooKeeper, zk_root: str, tmp_pat
             "PROBLEM create: NotEnoughBookies: need 4 writable bookies, have 3 (3 available, 0 "
             "excluded)",
             "1 problems",
+        ]
+
+        # A ledger one of whose bookies is down: plain reads go to the others, and
+        # --all-bookies names it for every entry.
+        on_down = [ensemble[0], ensemble[1], down.bookie_id]
+        await hand_made_ledger(cluster, DOWN_LEDGER, on_down, closed_at=1)
+        for setup in writable[:2]:
+            await add_entries(
+                setup, {n: packet(DOWN_LEDGER, n) for n in range(2)}, ledger_id=DOWN_LEDGER
+            )
+        plain = await shell_json("readledger", str(DOWN_LEDGER), *password, *zk)
+        assert [entry["payload_bytes"] for entry in plain["entries"]] == [100, 100]
+        assert plain["problems"] == []
+        code, human, _ = await shell(
+            "readledger", str(DOWN_LEDGER), "--all-bookies", *password, *zk, check=False
+        )
+        assert code == 1
+        assert squeezed(human)[-3:] == [
+            f"PROBLEM entry 0 bookie {down.bookie_id}: unreachable: not registered (down?)",
+            f"PROBLEM entry 1 bookie {down.bookie_id}: unreachable: not registered (down?)",
+            "2 problems",
         ]
 
 
