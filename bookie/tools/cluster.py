@@ -11,9 +11,11 @@ answer.  Only `simpletest` writes anything.
 * `ledgermetadata ID`: one ledger's metadata record;
 * `readledger ID [--from --to] [--all-bookies]`: a ledger's entries, never
   fencing and never writing: a closed ledger up to its last entry, an open one
-  up to the LAC its bookies report.  With `--all-bookies` each entry is read
-  from every bookie of its write set (`bookie.client.copies`) and every bookie
-  whose copy is not the agreed one is a problem (`bookie.core.copies`);
+  up to the LAC its bookies report.  An entry of which no copy can be read is
+  a problem, and the entries after it are still read.  With `--all-bookies`
+  each entry is read from every bookie of its write set
+  (`bookie.client.copies`) and every bookie whose copy is not the agreed one
+  is a problem (`bookie.core.copies`);
 * `simpletest`: create a ledger, write entries, close it, read them back,
   delete it.  Every step that fails is a problem.
 
@@ -40,12 +42,19 @@ from bookie.core.metadata import LedgerMetadata
 from bookie.errors import (
     BookieError,
     MetadataUnavailable,
+    NoNode,
     NoSuchLedgerError,
     UnauthorizedLedgerAccess,
 )
 from bookie.meta import paths
 from bookie.meta.api import MetadataStore
-from bookie.meta.bookies import BookieInfo, list_bookies, list_cookies, read_cookie
+from bookie.meta.bookies import (
+    BookieInfo,
+    list_bookies,
+    list_cookies,
+    read_cookie,
+    read_instance_id,
+)
 from bookie.meta.zk import ZkMetadataStore
 from bookie.server.node import EXIT_USAGE
 from bookie.tools.admin import EXIT_PROBLEM, Result, ShellError, pairs
@@ -73,21 +82,28 @@ class Cluster:
                 EXIT_USAGE,
             )
 
-    def __str__(self) -> str:
-        return f"{self.zk_servers} {self.zk_root}"
-
 
 @contextlib.asynccontextmanager
 async def _metadata(cluster: Cluster) -> AsyncIterator[MetadataStore]:
+    """A session on the cluster's ZooKeeper; `ShellError` if it is unreachable or holds no
+    cluster under the root."""
     try:
         async with ZkMetadataStore.connect(
             cluster.zk_servers, operation_timeout_ms=limits.shell_metadata_timeout_ms
         ) as store:
+            try:
+                await read_instance_id(store, cluster.zk_root)
+            except NoNode as error:
+                raise ShellError(
+                    f"there is no cluster under {cluster.zk_root} in ZooKeeper "
+                    f"{cluster.zk_servers} (no INSTANCEID): is --zk-root the bookies' zk_root?",
+                    EXIT_USAGE,
+                ) from error
             yield store
     except MetadataUnavailable as error:
         raise ShellError(
             f"cannot reach ZooKeeper at {cluster.zk_servers}: {error}.  Is it running, and "
-            "are --zk and --zk-root the cluster's?",
+            "is --zk the bookies' zk_servers?",
             EXIT_USAGE,
         ) from error
 
@@ -102,7 +118,12 @@ async def _client(cluster: Cluster) -> AsyncIterator[LedgerClient]:
 
 
 def _run(action: Callable[[], Any]) -> Result:
-    result: Result = anyio.run(action)
+    """Run a command's coroutine; a failure it did not foresee is still one line, not a
+    traceback."""
+    try:
+        result: Result = anyio.run(action)
+    except BookieError as error:
+        raise ShellError(f"{type(error).__name__}: {error}", EXIT_PROBLEM) from error
     return result
 
 
@@ -190,6 +211,8 @@ def read_ledger(
     preview_bytes: int = 16,
 ) -> Result:
     """Entries `first` .. `last` (inclusive; default: the whole readable ledger)."""
+    if preview_bytes < 0:
+        raise ShellError(f"--preview-bytes {preview_bytes}: expected 0 or more", EXIT_USAGE)
 
     async def ask() -> Result:
         async with _client(cluster) as client:
@@ -264,15 +287,19 @@ async def _read_entries(
         batch_last = min(stop, batch_first + batch_max - 1)
         try:
             read = await handle.read_entries(batch_first, batch_last)
-        except BookieError as error:
-            result["problems"].append(
-                {
-                    "entry_id": batch_first,
-                    "bookie_id": None,
-                    "problem": f"entries {batch_first}-{batch_last}: {error}",
-                }
-            )
-            return
+        except BookieError:
+            # Name the entries no copy could serve, and read every other one.
+            for entry_id in range(batch_first, batch_last + 1):
+                try:
+                    [one] = await handle.read_entries(entry_id, entry_id)
+                except BookieError as error:
+                    result["entries"].append(_entry(entry_id, None, preview_bytes))
+                    result["problems"].append(
+                        {"entry_id": entry_id, "bookie_id": None, "problem": str(error)}
+                    )
+                else:
+                    result["entries"].append(_entry(entry_id, one.payload, preview_bytes))
+            continue
         result["entries"].extend(
             _entry(entry.entry_id, entry.payload, preview_bytes) for entry in read
         )
@@ -475,10 +502,11 @@ def _human_read_ledger(result: Result) -> Iterator[str]:
     )
     rows: list[tuple[str, ...]] = []
     for entry in result["entries"]:
+        missing = entry["payload_bytes"] is None
         row: tuple[str, ...] = (
             str(entry["entry_id"]),
-            "-" if entry["payload_bytes"] is None else str(entry["payload_bytes"]),
-            repr(bytes.fromhex(entry["payload_preview"])),
+            "-" if missing else str(entry["payload_bytes"]),
+            "-" if missing else repr(bytes.fromhex(entry["payload_preview"])),
         )
         if "copies" in entry:
             row += (" ".join(f"{bookie}={state}" for bookie, state in entry["copies"].items()),)

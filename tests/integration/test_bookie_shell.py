@@ -226,6 +226,11 @@ async def test_cluster_commands(zookeeper: LocalZooKeeper, zk_root: str, tmp_pat
             "ctime_ms 0",
             f"ensemble from entry 0: {', '.join(ensemble)}",
         ]
+        code, _, error = await shell("ledgermetadata", "5", *zk, check=False)
+        assert (code, error) == (
+            2,
+            "bookie shell ledgermetadata: there is no ledger 5 (see listledgers)\n",
+        )
         metadata = await shell_json("ledgermetadata", str(OPEN_LEDGER), *zk)
         assert (metadata["state"], metadata["last_entry_id"]) == ("open", -1)
         assert metadata["ensembles"] == [[0, ensemble]]
@@ -302,26 +307,49 @@ async def test_cluster_commands(zookeeper: LocalZooKeeper, zk_root: str, tmp_pat
             "1 problems",
         ]
 
-        # A ledger one of whose bookies is down: plain reads go to the others, and
-        # --all-bookies names it for every entry.
+        # A ledger one of whose bookies is down and whose last entry no bookie holds:
+        # plain reads get the first two from the others, --all-bookies names the
+        # down bookie for every entry.
         on_down = [ensemble[0], ensemble[1], down.bookie_id]
-        await hand_made_ledger(cluster, DOWN_LEDGER, on_down, closed_at=1)
+        await hand_made_ledger(cluster, DOWN_LEDGER, on_down, closed_at=2)
         for setup in writable[:2]:
             await add_entries(
                 setup, {n: packet(DOWN_LEDGER, n) for n in range(2)}, ledger_id=DOWN_LEDGER
             )
-        plain = await shell_json("readledger", str(DOWN_LEDGER), *password, *zk)
-        assert [entry["payload_bytes"] for entry in plain["entries"]] == [100, 100]
-        assert plain["problems"] == []
-        code, human, _ = await shell(
-            "readledger", str(DOWN_LEDGER), "--all-bookies", *password, *zk, check=False
+        code, human, _ = await shell("readledger", str(DOWN_LEDGER), *password, *zk, check=False)
+        write_set_2 = [down.bookie_id, ensemble[0], ensemble[1]]
+        assert (code, squeezed(human)) == (
+            1,
+            [
+                f"ledger {DOWN_LEDGER} (closed, readable to entry 2): entries 0-2",
+                "entry bytes payload",
+                *(f"{n} 100 {payload(DOWN_LEDGER, n)[:16]!r}" for n in range(2)),
+                "2 - -",
+                f"PROBLEM entry 2: no valid copy of entry 2 of ledger {DOWN_LEDGER} on "
+                f"{write_set_2}: 2 absent, 0 corrupt, the rest failed",
+                "1 problems",
+            ],
         )
-        assert code == 1
-        assert squeezed(human)[-3:] == [
-            f"PROBLEM entry 0 bookie {down.bookie_id}: unreachable: not registered (down?)",
-            f"PROBLEM entry 1 bookie {down.bookie_id}: unreachable: not registered (down?)",
-            "2 problems",
+        compared = await shell_json(
+            "readledger", str(DOWN_LEDGER), "--all-bookies", *password, *zk, code=1
+        )
+        assert [
+            (problem["entry_id"], problem["bookie_id"]) for problem in compared["problems"]
+        ] == [
+            (0, down.bookie_id),
+            (1, down.bookie_id),
+            (2, down.bookie_id),
+            (2, ensemble[0]),
+            (2, ensemble[1]),
         ]
+        assert {problem["problem"] for problem in compared["problems"][:3]} == {
+            "unreachable: not registered (down?)"
+        }
+        assert compared["entries"][2]["copies"] == {
+            down.bookie_id: "unreachable",
+            ensemble[0]: "missing",
+            ensemble[1]: "missing",
+        }
 
 
 async def test_cluster_commands_bad_input(zookeeper: LocalZooKeeper, zk_root: str) -> None:
@@ -329,7 +357,8 @@ async def test_cluster_commands_bad_input(zookeeper: LocalZooKeeper, zk_root: st
     code, _, error = await shell("ledgermetadata", "5", *zk, check=False)
     assert (code, error) == (
         2,
-        "bookie shell ledgermetadata: there is no ledger 5 (see listledgers)\n",
+        f"bookie shell ledgermetadata: there is no cluster under {zk_root} in ZooKeeper "
+        f"{zookeeper.connect_string} (no INSTANCEID): is --zk-root the bookies' zk_root?\n",
     )
     code, _, error = await shell("listledgers", "--zk", "127.0.0.1:1", check=False)
     assert code == 2
