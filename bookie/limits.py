@@ -274,6 +274,15 @@ metadata_watch_retry_delay_ms = 500
 """A client's watch on the bookie list or a ledger's metadata that failed (metadata service
 unavailable) is re-armed after this long."""
 
+# --- bookie shell -----------------------------------------------------------------------------
+
+shell_metadata_timeout_ms = 3_000
+"""How long a `bookie shell` cluster command waits for ZooKeeper (the session, then each
+operation) before it reports the cluster unreachable."""
+
+simpletest_payload_bytes = 100
+"""Size of each entry `bookie shell simpletest` writes."""
+
 # --- process tuning ---------------------------------------------------------------------------
 
 gc_young_collection_allocations = 50_000

@@ -22,8 +22,9 @@ they are safe on a running bookie and on one that refuses to start
 
 Each command builds one result (a dict of plain values); `--json` prints it as
 one JSON object for scripts, otherwise a few aligned lines for a human.
-Failures are `ShellError` with a message that says what to do; the command
-line prints it and exits non-zero.
+Failures are `ShellError` with a message that says what to do and an exit
+code (EXIT_USAGE when the bookie cannot be reached); the command line prints
+the message and exits with the code.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anyio
 
@@ -39,6 +40,7 @@ from bookie import limits
 from bookie.address import Address
 from bookie.client.bookie_conn import BookieConnection
 from bookie.errors import BookieError, DigestMismatch, StatusError
+from bookie.server.node import EXIT_FAILED, EXIT_USAGE
 from bookie.storage.index import read_checkpoint_mark
 from bookie.storage.inspect import FileTail, checkpoint_mark, journal_records
 from bookie.wire.packet import HEADER, HEADER_BYTES, Digest, DigestType
@@ -46,8 +48,20 @@ from bookie.wire.packet import HEADER, HEADER_BYTES, Digest, DigestType
 Result = dict[str, Any]
 
 
+EXIT_PROBLEM: Final = EXIT_FAILED
+"""A command found a problem (a failed read, a copy that disagrees) or could not finish."""
+
+
 class ShellError(Exception):
-    """A shell command could not do its job; the message is for the operator."""
+    """A shell command could not do its job; the message is for the operator.
+
+    `exit_code` is EXIT_USAGE for bad input and for a cluster or bookie that
+    cannot be reached, EXIT_PROBLEM for a failure found while working.
+    """
+
+    def __init__(self, message: str, exit_code: int = EXIT_PROBLEM) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 # --- network ----------------------------------------------------------------------------------
@@ -66,7 +80,8 @@ async def _with_connection(
     except BookieError as error:
         raise ShellError(
             f"cannot talk to bookie {address}: {error}.  Is it running, and is the address "
-            "the one it advertises?"
+            "the one it advertises?",
+            EXIT_USAGE,
         ) from error
 
 
@@ -228,14 +243,14 @@ def _tail_verdict(tail: FileTail) -> str:
 # --- output -----------------------------------------------------------------------------------
 
 
-def render(command: str, result: Result, *, as_json: bool) -> str:
-    """The text to print for `result` of `command`."""
+def render(result: Result, human: Callable[[Result], Iterator[str]], *, as_json: bool) -> str:
+    """The text to print for `result`: one JSON object, or the lines of `human`."""
     if as_json:
         return json.dumps(result, sort_keys=True)
-    return "\n".join(_HUMAN[command](result))
+    return "\n".join(human(result))
 
 
-def _pairs(result: Result, keys: list[str]) -> Iterator[str]:
+def pairs(result: Result, keys: list[str]) -> Iterator[str]:
     width = max(len(key) for key in keys)
     for key in keys:
         if key in result:
@@ -243,14 +258,14 @@ def _pairs(result: Result, keys: list[str]) -> Iterator[str]:
 
 
 def _human_bookie_info(result: Result) -> Iterator[str]:
-    yield from _pairs(result, ["address", "read_only"])
+    yield from pairs(result, ["address", "read_only"])
     free, total = result["free_bytes"], result["total_bytes"]
     used = 1 - free / total if total else 0.0
     yield f"{'disk':<9}  {_size(free)} free of {_size(total)} ({used:.1%} used)"
 
 
 def _human_read_entry(result: Result) -> Iterator[str]:
-    yield from _pairs(
+    yield from pairs(
         result,
         [
             "address",
@@ -270,7 +285,7 @@ def _human_read_entry(result: Result) -> Iterator[str]:
 
 
 def _human_list_entries(result: Result) -> Iterator[str]:
-    yield from _pairs(result, ["address", "ledger_id", "entries"])
+    yield from pairs(result, ["address", "ledger_id", "entries"])
     ranges = ", ".join(
         str(first) if first == last else f"{first}-{last}" for first, last in result["ranges"]
     )
@@ -318,7 +333,7 @@ def _size(count: int) -> str:
     return f"{value:.1f} TiB"
 
 
-_HUMAN: dict[str, Callable[[Result], Iterator[str]]] = {
+HUMAN: dict[str, Callable[[Result], Iterator[str]]] = {
     "bookieinfo": _human_bookie_info,
     "readentry": _human_read_entry,
     "listentries": _human_list_entries,

@@ -8,9 +8,12 @@ with one `bookie.invalid_config` log event naming the key.  The process then
 runs `BookieNode` (bookie/server/node.py), which documents signals, logs and
 exit statuses.
 
-`bookie shell COMMAND` runs one of the inspection commands of bookie/tools/admin.py;
-`--json` prints one JSON object instead of human-readable lines.  A failure
-prints one line on stderr and exits 1.
+`bookie shell COMMAND` runs one of the inspection commands of bookie/tools/admin.py
+(one bookie) or bookie/tools/cluster.py (a cluster, through ZooKeeper); `--json`
+prints one JSON object instead of human-readable lines.  Exit statuses: 0 done,
+1 a problem found (the result's `problems`, or a failure while working), 2 bad
+input or a bookie or ZooKeeper that cannot be reached; a failure prints one
+line on stderr.
 
 Also runnable as `python -m bookie.tools.cli`, which is how launchers start bookies
 (the same interpreter and virtualenv as theirs).
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import anyio
 
+from bookie import limits
 from bookie.address import Address
 from bookie.errors import InvalidConfig
 from bookie.logs import configure, emit
@@ -38,8 +42,11 @@ from bookie.server.config import (
     address_setting,
     load_config,
 )
-from bookie.server.node import EXIT_FAILED, EXIT_USAGE, BookieNode
+from bookie.server.node import EXIT_USAGE, BookieNode
+from bookie.tools import cluster
 from bookie.tools.admin import (
+    EXIT_PROBLEM,
+    HUMAN,
     ShellError,
     bookie_info,
     last_mark,
@@ -150,6 +157,40 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     journal.add_argument("--ledger", type=int, help="only records of this ledger")
     journal.add_argument("--limit", type=int, default=1000, help="records to print at most")
 
+    def cluster_tool(name: str, description: str) -> argparse.ArgumentParser:
+        parser = tool(name, description)
+        parser.add_argument(
+            "--zk", default="127.0.0.1:2181", help="ZooKeeper hosts host:port[,host:port...]"
+        )
+        parser.add_argument(
+            "--zk-root", default=limits.metadata_root_default, help="the cluster's root znode"
+        )
+        return parser
+
+    cluster_tool("listbookies", "every bookie of the cluster: writable, read-only or down")
+    cluster_tool("listledgers", "every ledger id of the cluster")
+    metadata = cluster_tool("ledgermetadata", "one ledger's metadata")
+    metadata.add_argument("ledger_id", type=int)
+    ledger = cluster_tool(
+        "readledger",
+        "a ledger's entries (never fences: a closed ledger to its end, an open one to its LAC)",
+    )
+    ledger.add_argument("ledger_id", type=int)
+    ledger.add_argument("--from", dest="first", type=int, help="first entry (default 0)")
+    ledger.add_argument("--to", dest="last", type=int, help="last entry (default: the end)")
+    ledger.add_argument(
+        "--all-bookies",
+        action="store_true",
+        help="read each entry from every bookie of its write set; name the ones that disagree",
+    )
+    ledger.add_argument("--password", default="", help="the ledger's password")
+    ledger.add_argument("--preview-bytes", type=int, default=16, help="payload bytes to show")
+    simple = cluster_tool("simpletest", "create a ledger, write entries, read them back, delete it")
+    simple.add_argument("--ensemble", type=int, default=3, help="ensemble size E")
+    simple.add_argument("--write-quorum", type=int, default=2, help="write quorum Qw")
+    simple.add_argument("--ack-quorum", type=int, default=2, help="ack quorum Qa")
+    simple.add_argument("--entries", type=int, default=100, help="entries to write")
+
 
 # --- serve ------------------------------------------------------------------------------------
 
@@ -182,17 +223,26 @@ def _serve(arguments: argparse.Namespace) -> int:
 
 
 def _shell(arguments: argparse.Namespace) -> int:
+    # The command's one-line error says what failed; the libraries' warnings on the
+    # way there (kazoo's reconnect attempts) would only bury it.
+    configure("error", "text")
     try:
         result = _run_tool(arguments)
-    except (ShellError, InvalidConfig) as error:
+    except ShellError as error:
         print(f"bookie shell {arguments.tool}: {error}", file=sys.stderr)
-        return EXIT_FAILED
-    print(render(arguments.tool, result, as_json=arguments.json))
-    return 0
+        return error.exit_code
+    except InvalidConfig as error:
+        print(f"bookie shell {arguments.tool}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    human = HUMAN.get(arguments.tool) or cluster.HUMAN[arguments.tool]
+    print(render(result, human, as_json=arguments.json))
+    return EXIT_PROBLEM if result.get("problems") else 0
 
 
 def _run_tool(arguments: argparse.Namespace) -> dict[str, object]:
     tool = arguments.tool
+    if tool in cluster.HUMAN:
+        return _run_cluster_tool(arguments)
     if tool == "bookieinfo":
         return bookie_info(_address(arguments.address))
     if tool == "readentry":
@@ -219,6 +269,35 @@ def _run_tool(arguments: argparse.Namespace) -> dict[str, object]:
     else:
         path = arguments.journal_dir if arguments.journal_dir is not None else arguments.file
     return read_journal(path, ledger_id=arguments.ledger, limit=arguments.limit)
+
+
+def _run_cluster_tool(arguments: argparse.Namespace) -> dict[str, object]:
+    tool = arguments.tool
+    where = cluster.Cluster(arguments.zk, arguments.zk_root)
+    if tool == "listbookies":
+        return cluster.bookies(where)
+    if tool == "listledgers":
+        return cluster.ledgers(where)
+    if tool == "ledgermetadata":
+        return cluster.ledger_metadata(where, arguments.ledger_id)
+    if tool == "readledger":
+        return cluster.read_ledger(
+            where,
+            arguments.ledger_id,
+            first=arguments.first,
+            last=arguments.last,
+            all_bookies=arguments.all_bookies,
+            password=arguments.password.encode(),
+            preview_bytes=arguments.preview_bytes,
+        )
+    assert tool == "simpletest", tool
+    return cluster.simple_test(
+        where,
+        ensemble_size=arguments.ensemble,
+        write_quorum=arguments.write_quorum,
+        ack_quorum=arguments.ack_quorum,
+        entries=arguments.entries,
+    )
 
 
 def _address(text: str) -> Address:

@@ -4,7 +4,8 @@ Pure.  Every command has a spec with Redis's metadata (arity, flags, key
 positions, ACL categories, documentation) and a `Route`:
 
 * `Route.COMMAND`: a `KVStore` `@command`, logged and applied on every replica;
-* `Route.QUERY`: a `KVStore` `@query`, answered from one replica's state;
+* `Route.QUERY`: a `KVStore` `@query`, answered from one replica's state
+  (DEBUG too: its subcommands are its query's first argument);
 * `Route.SERVER`: answered by the server itself (`kvstore.server_commands`):
   PING, ECHO, QUIT, SELECT, HELLO, RESET, READONLY, READWRITE, CLIENT ...,
   CONFIG ..., COMMAND ..., INFO, TIME; and the transaction commands MULTI,
@@ -370,6 +371,10 @@ _TABLE: Final = (
           group="server", since="1.0.0", summary="Describe the server and the replica"),
     _spec("time", 1, _SERVER, "loading stale fast", "@fast",
           group="server", since="2.6.0", summary="Return the server's clock"),
+    _spec("debug", -2, _READ, "readonly admin noscript loading stale", "@admin @slow @dangerous",
+          group="server", since="1.0.0",
+          summary="Digests of the data: DEBUG DIGEST, DEBUG DIGEST-VALUE key [key ...]",
+          complexity="O(N) where N is the number of keys (DIGEST-VALUE: the keys given)"),
 )  # fmt: skip
 
 COMMANDS: Final[Mapping[str, CommandSpec]] = {spec.name: spec for spec in _TABLE}

@@ -11,8 +11,15 @@ report a divergence.  A sum does not depend on order, so equal contents give
 equal hashes however they were built, and each change costs one or two
 digests instead of hashing the whole store.
 
-Invariant: `settled_hash` of a hash of some contents, with the old value and
-expiry of every key that changed since, is `content_hash` of the contents now.
+Per-key digests (`KVStore.key_digests`, `DEBUG DIGEST-VALUE`): `key_digest` is
+one key's share of the sum, the digest of its value plus that of its expiry
+if it has one, modulo 2^256, as `HASH_BYTES` bytes big-endian.  So the state
+hash is the sum of every key's digest modulo 2^256, and two stores differ
+exactly at the keys whose digests differ.
+
+Invariants: `settled_hash` of a hash of some contents, with the old value and
+expiry of every key that changed since, is `content_hash` of the contents now;
+`content_hash` is the sum modulo 2^256 of `key_digest` over every key.
 """
 
 from __future__ import annotations
@@ -42,6 +49,15 @@ def _expiry_digest(prefix: bytes, expire_at_ms: int) -> int:
     """BLAKE2b-256 of b"expiry", the key's prefix and the time as 8 bytes, as an integer."""
     data = b"expiry" + prefix + expire_at_ms.to_bytes(8, "big")
     return int.from_bytes(blake2b(data, digest_size=HASH_BYTES).digest(), "big")
+
+
+def key_digest(key: bytes, value: bytes, expire_at_ms: int | None) -> bytes:
+    """The digest of one key (its value, and its expiry time if it has one)."""
+    prefix = _key_prefix(key)
+    total = _value_digest(prefix, value)
+    if expire_at_ms is not None:
+        total += _expiry_digest(prefix, expire_at_ms)
+    return (total % _HASH_MODULUS).to_bytes(HASH_BYTES, "big")
 
 
 def content_hash(values: Mapping[bytes, bytes], expire_at_ms: Mapping[bytes, int]) -> int:

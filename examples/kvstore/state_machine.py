@@ -23,19 +23,22 @@ operations on them every command uses):
 * `kvstore.keys`: DEL, UNLINK, RENAME, RENAMENX, COPY, EXISTS, TOUCH, TYPE;
 * `kvstore.keyspace`: KEYS, SCAN, DBSIZE, FLUSHDB, FLUSHALL;
 * `kvstore.expiry`: the EXPIRE, TTL and EXPIRETIME families, PERSIST;
-* `kvstore.transactions`: EXEC, and the position WATCH remembers.
+* `kvstore.transactions`: EXEC, and the position WATCH remembers;
+* `kvstore.digests`: DEBUG DIGEST and DEBUG DIGEST-VALUE.
 
 The framework finds their `@command` and `@query` methods along the class's
 MRO.  `KVStore` itself adds what the framework calls besides: `restore`,
-which rebuilds the derived state, and `state_hash` and `idle`, which settle
-the incremental hash of `kvstore.content_hash`.
+which rebuilds the derived state, `state_hash` and `idle`, which settle the
+incremental hash of `kvstore.content_hash`, and `key_digests`, each key's
+share of that hash.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-from kvstore.content_hash import HASH_BYTES
+from kvstore.content_hash import HASH_BYTES, key_digest
+from kvstore.digests import DigestCommands
 from kvstore.expiry import ExpiryCommands
 from kvstore.keys import KeyCommands
 from kvstore.keyspace import KeyspaceCommands
@@ -50,6 +53,7 @@ class KVStore(
     KeyspaceCommands,
     ExpiryCommands,
     TransactionCommands,
+    DigestCommands,
     StateMachine,
 ):
     """Redis's string commands, replicated.  See the module docstring for its parts and
@@ -67,6 +71,14 @@ class KVStore(
         """The running hash of the contents (see `kvstore.state`): no serialization."""
         self._settle_hash()
         return self._content_hash.to_bytes(HASH_BYTES, "big")
+
+    def key_digests(self, keys: Iterable[bytes] | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Each key's digest (`kvstore.content_hash.key_digest`), in key order; with `keys`,
+        those of them that exist.  Keys expired but not deleted yet count, as in the state
+        hash.  Computed when called, so it stays right while later commands apply."""
+        values, expire_at_ms = self.values, self.expire_at_ms
+        chosen = sorted(values) if keys is None else sorted({k for k in keys if k in values})
+        return iter([(key, key_digest(key, values[key], expire_at_ms.get(key))) for key in chosen])
 
     def idle(self) -> None:
         """Bring the state hash up to date while the replica has nothing else to do."""

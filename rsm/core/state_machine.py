@@ -60,6 +60,12 @@ the commands is much cheaper than the default (see KVStore).  `snapshot()`
 must read the state only: it runs in a forked child process or between two
 commands, and must not keep references that outlive it.
 
+Per-key digests.  Optionally, a state machine whose state is a map of keys
+offers `key_digests()`: `(key, digest)` pairs in key order, each digest a
+function of one key's content, so that tools can name the keys where two
+states differ instead of only saying that they do.  The default returns None
+(not offered); the framework itself never calls it.
+
 The registry is built once, when the subclass is created (`__init_subclass__`);
 declaring the same name twice, a command and a query of the same name, or an
 `async` method raises `BadStateMachine` right there.
@@ -280,7 +286,9 @@ def _operation(
     )
 
 
-_FRAMEWORK_METHODS: Final = frozenset({"snapshot", "restore", "state_hash", "idle", "context"})
+_FRAMEWORK_METHODS: Final = frozenset(
+    {"snapshot", "restore", "state_hash", "key_digests", "idle", "context"}
+)
 """What the framework calls or reads on a machine: never a command's or a query's method."""
 
 
@@ -357,6 +365,23 @@ class StateMachine:
         """1 to 64 bytes, equal on replicas whose states are equal (default: SHA-256 of the
         snapshot stream, which costs a full serialization; override it when that is slow)."""
         return digest(self.snapshot())
+
+    def key_digests(
+        self, keys: Iterable[bytes] | None = None
+    ) -> Iterator[tuple[bytes, bytes]] | None:
+        """Optional: the state as `(key, digest)` pairs, for tools that compare states key
+        by key (default: None, not offered).
+
+        A state machine whose state is a map offers it by returning an iterator
+        of `(key, digest)` for every key present, in ascending byte order of the
+        keys; with `keys`, only for those of them that are present (in the same
+        order).  A digest is 1 to 64 bytes, a function of that key's content
+        alone: equal on replicas where the key's content is equal, different
+        (but for hash collisions) where it differs.  So two states differ
+        exactly at the keys whose digests differ or that only one of them has.
+        Like `snapshot()`, it must only read the state.
+        """
+        return None
 
     def idle(self) -> None:
         """Deferred bookkeeping, done while the replica has nothing to apply (default: none).

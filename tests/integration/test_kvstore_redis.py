@@ -23,8 +23,8 @@ import pytest
 import redis
 import redis.exceptions
 
-from bookie.local.zookeeper import LocalZooKeeper, free_port
-from tests.integration.support.tools import required_tool
+from bookie.local.zookeeper import LocalZooKeeper
+from tests.integration.support.tools import redis_server, required_tool
 from tests.unit.kvstore.local_store import WAIT_S, Store, running_store, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
@@ -43,29 +43,8 @@ def store(zookeeper: LocalZooKeeper, tmp_path_factory: pytest.TempPathFactory) -
 @pytest.fixture(scope="module")
 def real_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A real redis-server's port, for the same calls."""
-    binary = required_tool("redis-server")
-    port = free_port()
-    directory = tmp_path_factory.mktemp("redis")
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(directory)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        client = redis.Redis(port=port)
-        wait_for(lambda: _answers(client))
-        client.close()
+    with redis_server(tmp_path_factory.mktemp("redis")) as port:
         yield port
-    finally:
-        process.terminate()
-        process.wait(timeout=WAIT_S)
-
-
-def _answers(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
 
 
 def follower(store: Store) -> str:

@@ -16,6 +16,7 @@ PURE_MODULES = [
     "commands.py",
     "server_commands.py",
     "content_hash.py",
+    "digests.py",
     "dispatch.py",
     "endpoints.py",
     "errors.py",

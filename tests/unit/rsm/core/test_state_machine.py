@@ -75,12 +75,19 @@ def test_duplicate_names_are_refused() -> None:
             def b(self) -> None: ...
 
 
-@pytest.mark.parametrize("method", ["snapshot", "restore", "state_hash", "idle", "context"])
+@pytest.mark.parametrize(
+    "method", ["snapshot", "restore", "state_hash", "key_digests", "idle", "context"]
+)
 def test_the_framework_methods_cannot_be_commands_or_queries(method: str) -> None:
     with pytest.raises(BadStateMachine, match="framework's method"):
         type("Shadowing", (StateMachine,), {method: command(lambda self: None)})
     with pytest.raises(BadStateMachine, match="framework's method"):
         type("Shadowing", (StateMachine,), {method: query(lambda self: None)})
+
+
+def test_per_key_digests_are_not_offered_by_default() -> None:
+    assert Counter().key_digests() is None
+    assert Counter().key_digests([b"value"]) is None
 
 
 def test_command_and_query_may_not_share_a_name() -> None:
