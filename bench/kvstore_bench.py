@@ -5,7 +5,7 @@
 
 What it runs, one run at a time on this machine:
 
-1. `kvstore up` (in process: `kvstore.launcher.LocalKvCluster`, the same
+1. `kvstore up` (in process: `kvstore.tools.launcher.LocalKvCluster`, the same
    launcher): a ZooKeeper (unless `--zk`), three bookies (journal fsync on,
    every acknowledged write is on disk), three replicas (each in a session
    of its own, so followers run at `follower_nice`: rsm/runtime/cpu_priority.py).
@@ -93,7 +93,7 @@ sys.path.insert(0, str(REPOSITORY))
 sys.path.insert(0, str(REPOSITORY / "examples"))
 
 from kvstore import limits as kv_limits  # noqa: E402
-from kvstore.launcher import KvSettings, LocalKvCluster  # noqa: E402
+from kvstore.tools.launcher import KvSettings, LocalKvCluster  # noqa: E402
 from proc_cpu import machine_cpu_s, process_cpu_s  # noqa: E402
 from pysyncobj_conf import baseline_conf  # noqa: E402
 

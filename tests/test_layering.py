@@ -4,7 +4,7 @@
   import directly or through other modules of this repository, may do I/O,
   read the clock or use global randomness.  This is what makes the seeded
   simulation possible, so it is enforced rather than hoped for.
-* Within `bookie` and `rsm`, a module imports only from its own folder or
+* Within `bookie`, `rsm` and `kvstore`, a module imports only from its own folder or
   from folders of a lower layer (`LAYERS`), so the folders read as the
   architecture and no two folders depend on each other.
 * `bookie` imports nothing of `rsm` or of the applications; `rsm` nothing of
@@ -81,6 +81,16 @@ LAYERS: dict[str, list[list[str]]] = {
         ["rsm.host"],
         ["rsm.tools"],
         ["rsm.testing"],
+    ],
+    "kvstore": [
+        ["kvstore.errors", "kvstore.limits", "kvstore.endpoints"],
+        ["kvstore.protocol"],
+        ["kvstore.store"],
+        ["kvstore.state_machine"],
+        ["kvstore.connection"],
+        ["kvstore.runtime"],
+        ["kvstore.tools"],
+        ["kvstore.testing"],
     ],
 }
 """Per package, its units (folders, or single modules) from the lowest layer up.

@@ -135,7 +135,7 @@ watch_tombstones_max = 100_000
 hash_pending_keys_max = 1024
 """Keys changed since the state hash was last brought up to date, past which the next
 change brings it up to date at once (it is otherwise brought up to date when the replica
-is idle or asks for the hash; see `kvstore.state`).  Bounds the old values the
+is idle or asks for the hash; see `kvstore.store.state`).  Bounds the old values the
 store keeps alive for it."""
 
 scan_count_default = 10

@@ -6,30 +6,30 @@ it, and logged time (`self.context.time_ms`) wherever Redis would read its
 clock.
 
 Arguments are the raw bytes a Redis client sends after the command name;
-results are the Python values `kvstore.resp` encodes (str for a simple
+results are the Python values `kvstore.protocol.resp` encodes (str for a simple
 string like "OK", bytes for a bulk string, None for a null bulk, int,
 lists); errors are `RedisError`s carrying Redis's exact text.  The
 framework records a raised error (type name and message) like any result,
 identically on every replica, so every replica answers the same `-ERR ...`
 line.  The server checks command names and argument counts before a
-command is logged (`kvstore.commands`); the methods check everything else,
+command is logged (`kvstore.protocol.commands`); the methods check everything else,
 before they change anything.
 
 `KVStore` is put together from one mixin per command family, each over the
-state they share (`kvstore.state.KVState`: the attributes, expiry, and the
+state they share (`kvstore.store.state.KVState`: the attributes, expiry, and the
 operations on them every command uses):
 
-* `kvstore.strings`: SET, GET and their variants, the counters, CAS;
-* `kvstore.keys`: DEL, UNLINK, RENAME, RENAMENX, COPY, EXISTS, TOUCH, TYPE;
-* `kvstore.keyspace`: KEYS, SCAN, DBSIZE, FLUSHDB, FLUSHALL;
-* `kvstore.expiry`: the EXPIRE, TTL and EXPIRETIME families, PERSIST;
-* `kvstore.transactions`: EXEC, and the position WATCH remembers;
-* `kvstore.digests`: DEBUG DIGEST and DEBUG DIGEST-VALUE.
+* `kvstore.store.strings`: SET, GET and their variants, the counters, CAS;
+* `kvstore.store.keys`: DEL, UNLINK, RENAME, RENAMENX, COPY, EXISTS, TOUCH, TYPE;
+* `kvstore.store.keyspace`: KEYS, SCAN, DBSIZE, FLUSHDB, FLUSHALL;
+* `kvstore.store.expiry`: the EXPIRE, TTL and EXPIRETIME families, PERSIST;
+* `kvstore.store.transactions`: EXEC, and the position WATCH remembers;
+* `kvstore.store.digests`: DEBUG DIGEST and DEBUG DIGEST-VALUE.
 
 The framework finds their `@command` and `@query` methods along the class's
 MRO.  `KVStore` itself adds what the framework calls besides: `restore`,
 which rebuilds the derived state, `state_hash` and `idle`, which settle the
-incremental hash of `kvstore.content_hash`, and `key_digests`, each key's
+incremental hash of `kvstore.store.content_hash`, and `key_digests`, each key's
 share of that hash.
 """
 
@@ -37,13 +37,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from kvstore.content_hash import HASH_BYTES, key_digest
-from kvstore.digests import DigestCommands
-from kvstore.expiry import ExpiryCommands
-from kvstore.keys import KeyCommands
-from kvstore.keyspace import KeyspaceCommands
-from kvstore.strings import StringCommands
-from kvstore.transactions import TransactionCommands
+from kvstore.store.content_hash import HASH_BYTES, key_digest
+from kvstore.store.digests import DigestCommands
+from kvstore.store.expiry import ExpiryCommands
+from kvstore.store.keys import KeyCommands
+from kvstore.store.keyspace import KeyspaceCommands
+from kvstore.store.strings import StringCommands
+from kvstore.store.transactions import TransactionCommands
 from rsm import StateMachine
 
 
@@ -57,7 +57,7 @@ class KVStore(
     StateMachine,
 ):
     """Redis's string commands, replicated.  See the module docstring for its parts and
-    `kvstore.state` for the state and expiry."""
+    `kvstore.store.state` for the state and expiry."""
 
     # --- snapshots and state hashes --------------------------------------------------------
 
@@ -68,12 +68,12 @@ class KVStore(
         self._rebuild_derived()
 
     def state_hash(self) -> bytes:
-        """The running hash of the contents (see `kvstore.state`): no serialization."""
+        """The running hash of the contents (see `kvstore.store.state`): no serialization."""
         self._settle_hash()
         return self._content_hash.to_bytes(HASH_BYTES, "big")
 
     def key_digests(self, keys: Iterable[bytes] | None = None) -> Iterator[tuple[bytes, bytes]]:
-        """Each key's digest (`kvstore.content_hash.key_digest`), in key order; with `keys`,
+        """Each key's digest (`kvstore.store.content_hash.key_digest`), in key order; with `keys`,
         those of them that exist.  Keys expired but not deleted yet count, as in the state
         hash.  Computed when called, so it stays right while later commands apply."""
         values, expire_at_ms = self.values, self.expire_at_ms

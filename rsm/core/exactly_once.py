@@ -1,7 +1,7 @@
 """A client's side of exactly-once: its session, and what to do after each attempt of a request.
 
 Pure.  Both clients of the framework drive it: `rsm.client.Client` (one
-session per client) and the key-value store's router (`kvstore.router`, one
+session per client) and the key-value store's router (`kvstore.runtime.router`, one
 session per Redis connection).
 
 `Session`: a client id (`new_client_id`, random) and seqs 1, 2, ... for its

@@ -233,7 +233,7 @@ def test_status_read_from_zookeeper_alone_shows_killed_replicas_and_bookies_as_d
     def down() -> tuple[list[str], list[str]]:
         report = json.loads(
             subprocess.run(
-                [sys.executable, "-m", "kvstore.cli", "status", "--zk", zk, "--json"],
+                [sys.executable, "-m", "kvstore.tools.cli", "status", "--zk", zk, "--json"],
                 capture_output=True,
                 text=True,
                 timeout=WAIT_S,

@@ -35,7 +35,7 @@ TRY_LINE = re.compile(
 
 
 def kvstore(*args: str) -> list[str]:
-    return [sys.executable, "-m", "kvstore.cli", *args]
+    return [sys.executable, "-m", "kvstore.tools.cli", *args]
 
 
 async def read_until(process: anyio.abc.Process, marker: str, lines: list[str]) -> None:

@@ -5,7 +5,7 @@ checks) with the store as the application (`APPLICATION`):
 
 * each replica incarnation is a real `Replica` of an `ObservedKVStore` (the
   real `KVStore`, observed) on the simulated network (`RsmCluster`);
-* beside it runs the store's real server side, `kvstore.node.redis_server`:
+* beside it runs the store's real server side, `kvstore.runtime.node.redis_server`:
   a `Router` with one exactly-once session per Redis connection, its
   `rsm.link.Link`s to the leader's framework port through the simulated
   network's connector, and the `RespServer` on the simulated listener
@@ -24,7 +24,7 @@ faults: each process gets one more SET acknowledged.
 
 What the store changes in a seed's scenario: the router's command deadline is
 the drawn client deadline (below the sessions' TTL and eviction idle time, as
-`kvstore.node.check_command_deadline` requires, or a write retried after its
+`kvstore.runtime.node.check_command_deadline` requires, or a write retried after its
 session was dropped could apply twice); a session table bounded to one
 session per client is bounded to two per process: each Redis connection
 has a session, and a process that reconnects leaves its old one behind
@@ -44,7 +44,7 @@ import sys
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 
-from kvstore.node import StoreSettings, check_command_deadline, redis_server
+from kvstore.runtime.node import StoreSettings, check_command_deadline, redis_server
 from kvstore.testing.workload import RESP_PORT, RedisWorkload, observed_kvstore
 from rsm import Replica
 from rsm.testing import rsm_sim

@@ -1,6 +1,6 @@
 """A whole key-value store as real processes, for the kvstore integration tests.
 
-`running_store` runs `kvstore.launcher.LocalKvCluster` (what `kvstore up`
+`running_store` runs `kvstore.tools.launcher.LocalKvCluster` (what `kvstore up`
 runs: three `bookie serve` and N `kvstore serve` processes) against the test
 session's ZooKeeper under the test's own chroot, on free ports, from a
 blocking portal, so tests use plain synchronous redis-py clients.  Replicas
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.from_thread
 import redis
-from kvstore.launcher import KvSettings, LocalKvCluster
+from kvstore.tools.launcher import KvSettings, LocalKvCluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 

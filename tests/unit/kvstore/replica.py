@@ -7,7 +7,7 @@ position, so they see the logged time of the last applied entry.  The clock
 is the test's: `advance_ms` moves the time the next batch is logged at.
 
 `Conversation` is one client connection on top of it: each request goes
-through `kvstore.dispatch` as the server sends it (MULTI, WATCH, EXEC and
+through `kvstore.connection.dispatch` as the server sends it (MULTI, WATCH, EXEC and
 all), and comes back as the bytes the server would write.
 """
 
@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kvstore.commands import Route, resolve
-from kvstore.dispatch import Answer, Execute, Read, WatchRead, Write, finish, plan
-from kvstore.resp import encode_replies
-from kvstore.server_commands import ClientState, ServerStatus
+from kvstore.connection.dispatch import Answer, Execute, Read, WatchRead, Write, finish, plan
+from kvstore.connection.server_commands import ClientState, ServerStatus
+from kvstore.protocol.commands import Route, resolve
+from kvstore.protocol.resp import encode_replies
 from kvstore.state_machine import KVStore
 
 from rsm.core.commands import (

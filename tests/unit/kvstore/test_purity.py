@@ -2,8 +2,8 @@
 
 The rule `tests/test_layering.py` enforces for the framework's cores (on each
 module and everything it imports), applied to every module of the key-value
-store but its shells (server.py, router.py, node.py, launcher.py, cli.py),
-which do the I/O, and its test support (testing/).
+store outside its shells (`runtime/`: the server, the router, the node),
+its command line (`tools/`) and its test support (`testing/`).
 """
 
 from __future__ import annotations
@@ -12,29 +12,22 @@ import pytest
 
 import tests.test_layering as layering
 
-PURE_MODULES = [
-    "commands.py",
-    "server_commands.py",
-    "content_hash.py",
-    "digests.py",
-    "dispatch.py",
-    "endpoints.py",
-    "errors.py",
-    "expiry.py",
-    "glob.py",
-    "keys.py",
-    "keyspace.py",
-    "limits.py",
-    "numbers.py",
-    "options.py",
-    "resp.py",
-    "state.py",
-    "strings.py",
-    "transactions.py",
-    "state_machine.py",
-]
+_IMPURE_FOLDERS = ("kvstore.runtime", "kvstore.tools", "kvstore.testing")
+
+PURE_MODULES = sorted(
+    name
+    for name in layering._modules()
+    if name.startswith("kvstore.")
+    and not any(name == folder or name.startswith(folder + ".") for folder in _IMPURE_FOLDERS)
+)
+
+
+def test_the_pure_modules_are_found() -> None:
+    assert {"kvstore.state_machine", "kvstore.store.state", "kvstore.protocol.resp"} <= set(
+        PURE_MODULES
+    )
 
 
 @pytest.mark.parametrize("name", PURE_MODULES)
 def test_module_and_all_it_imports_do_no_io(name: str) -> None:
-    assert layering.impurities_reached(f"kvstore.{name.removesuffix('.py')}") == []
+    assert layering.impurities_reached(name) == []

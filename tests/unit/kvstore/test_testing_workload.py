@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from kvstore.errors import RedisError
-from kvstore.resp import Reply, RespParser, encode_replies
+from kvstore.protocol.resp import Reply, RespParser, encode_replies
 from kvstore.testing.workload import (
     ErrorReply,
     ReplyError,

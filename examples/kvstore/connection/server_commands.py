@@ -1,0 +1,384 @@
+"""The commands the server answers itself, without the state machine (PING, HELLO, INFO, ...).
+
+Pure.  `answer` takes a resolved spec (`commands.resolve`, `Route.SERVER`),
+the request's words, the connection's `ClientState` and a `ServerView`
+(where the shell supplies its clock, its settings and its replica's status),
+and returns the reply, raising `RedisError` with Redis's text.  The
+transaction commands (MULTI, EXEC, DISCARD, WATCH, UNWATCH) are not
+answered here but by `kvstore.connection.dispatch`, which needs the state machine;
+their state lives in `ClientState` too.
+
+* PING -> PONG, PING msg -> msg (more is an arity error); ECHO msg -> msg.
+* QUIT -> OK, and the connection closes once the reply is written
+  (`ClientState.close_after_reply`).
+* SELECT 0 -> OK; there is one database, so any other index is
+  "ERR DB index is out of range".
+* HELLO [2|3] switches the connection to that protocol version (RESP2 or
+  RESP3, see `kvstore.protocol.resp`) and answers the server map (server, version,
+  proto, id, mode, role, modules) in it; without a version it keeps the
+  current one; other versions -> "NOPROTO unsupported protocol version".
+  AUTH succeeds for the user "default" with any password, as for a Redis
+  without a password; other users get WRONGPASS.  SETNAME names the
+  connection.
+* RESET -> RESET: back to RESP2, linearizable reads, no name, no
+  transaction, no watched keys.
+* READONLY / READWRITE: this connection's reads are answered from the local
+  replica's state, possibly stale (READONLY), or linearizably (READWRITE,
+  the default).  Redis without cluster mode refuses both; here every
+  replica can serve reads, so they mean what they mean for a cluster
+  replica.
+* CONFIG GET pattern [pattern ...] -> a map of the matching settings
+  (`ServerView.config`, read-only); CONFIG HELP.
+* CLIENT SETNAME / GETNAME / SETINFO (LIB-NAME, LIB-VER) / ID / HELP.
+* COMMAND ...: see `commands.command_reply`.
+* INFO [section ...]: sections server, clients, replication (Redis's
+  role is always "master", since every replica accepts writes and
+  forwards them to the leader; the `rsm_*` fields say what this replica
+  is in the cluster: leader or follower, the leader's address, epoch,
+  applied index, whether it has caught up with the log, and its lag: the
+  log entries it knows are confirmed and has not applied yet) and
+  keyspace; "default", "all" and "everything" give all four; unknown
+  sections give nothing.  The text is a verbatim string in RESP3, as
+  Redis's.
+* TIME -> [unix seconds, microseconds] from the server's clock (not
+  logged time: TIME is about this server, not the data).
+
+Invariants: only `ClientState` changes, and only through SETNAME,
+SETINFO, HELLO, RESET, READONLY, READWRITE and QUIT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from kvstore import errors, limits
+from kvstore.errors import RedisError, c_text
+from kvstore.protocol import commands, numbers
+from kvstore.protocol.commands import CommandSpec, Route
+from kvstore.protocol.glob import GlobPattern
+from kvstore.protocol.resp import Reply, RespMap, Verbatim
+
+REDIS_VERSION: Final = "7.2.0"
+"""The Redis version this server answers as (HELLO, INFO): the behaviour it follows."""
+
+_INT32_MIN: Final = -(2**31)
+_INT32_MAX: Final = 2**31 - 1
+_NAME_BYTE_MIN: Final = 0x21
+_NAME_BYTE_MAX: Final = 0x7E
+"""Client names and library attributes are printable ASCII without spaces ('!' to '~')."""
+_INFO_SECTIONS: Final = ("server", "clients", "replication", "keyspace")
+_MS_PER_SECOND: Final = 1000
+_MS_PER_DAY: Final = 86_400_000
+_US_PER_SECOND: Final = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """A watched key and the position (index, logged time) of the state its WATCH read."""
+
+    key: bytes
+    index: int
+    time_ms: int
+
+
+@dataclass(slots=True)
+class ClientState:
+    """What one connection keeps between its commands; owned and mutated by that connection."""
+
+    client_id: int
+    name: bytes | None = None
+    library_name: bytes | None = None
+    library_version: bytes | None = None
+    close_after_reply: bool = False
+    """Set by QUIT: write the pending replies, then close."""
+    resp3: bool = False
+    """Replies are RESP3 (after HELLO 3), else RESP2."""
+    stale_reads: bool = False
+    """READONLY: reads are answered from the local replica, possibly stale."""
+    in_transaction: bool = False
+    """Between MULTI and EXEC/DISCARD: commands are queued."""
+    queued: list[tuple[CommandSpec, list[bytes]]] = field(default_factory=list)
+    queued_bytes: int = 0
+    transaction_error: str | None = None
+    """Why EXEC must refuse the transaction (a command failed to queue), or None."""
+    watches: dict[bytes, Watch] = field(default_factory=dict)
+    watched_bytes: int = 0
+    """What the watched keys will add to EXEC's logged command (see `limits`)."""
+
+    def watch(self, watch: Watch) -> None:
+        """Watch a key (a key watched already keeps its older position, as in Redis)."""
+        if watch.key not in self.watches:
+            self.watches[watch.key] = watch
+            self.watched_bytes += len(watch.key) + limits.transaction_item_overhead_bytes
+
+    def unwatch(self) -> None:
+        self.watches.clear()
+        self.watched_bytes = 0
+
+    def end_transaction(self) -> None:
+        """Leave MULTI and forget the watched keys (what EXEC, DISCARD and RESET do)."""
+        self.in_transaction = False
+        self.queued = []
+        self.queued_bytes = 0
+        self.transaction_error = None
+        self.unwatch()
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    """What INFO reports, gathered by the server when INFO is asked."""
+
+    process_id: int
+    tcp_port: int
+    uptime_ms: int
+    clock_us: int
+    connected_clients: int
+    replica_role: str
+    """"leader" or "follower" (or whatever the replica runtime calls its state)."""
+    leader_address: str | None
+    epoch: int
+    applied_index: int
+    caught_up: bool
+    """The replica has read the log up to its end (or close to it, see rsm's election)."""
+    lag_entries: int
+    """Log entries confirmed and not applied here yet, in the ledger it reads (0 on the
+    leader; rsm's `LogFollower.lag_entries`)."""
+    keys: int
+    keys_with_ttl: int
+
+
+class ServerView(Protocol):
+    """What the connection commands need from the server shell."""
+
+    def clock_us(self) -> int:
+        """The server's wall clock, microseconds since the Unix epoch."""
+        ...
+
+    def status(self) -> ServerStatus:
+        """The replica's status for INFO."""
+        ...
+
+    def config(self) -> Mapping[str, str]:
+        """The settings CONFIG GET shows, by lower-case name."""
+        ...
+
+
+def answer(
+    spec: CommandSpec, args: Sequence[bytes], client: ClientState, server: ServerView
+) -> Reply:
+    """The reply to a server-answered command; `RedisError` for Redis's errors."""
+    assert spec.route is Route.SERVER
+    name = spec.name
+    if name == "ping":
+        if len(args) > 2:
+            raise RedisError(errors.wrong_arity("ping"))
+        return "PONG" if len(args) == 1 else args[1]
+    if name == "echo":
+        return args[1]
+    if name == "quit":
+        client.close_after_reply = True
+        return "OK"
+    if name == "select":
+        return _select(args[1])
+    if name == "hello":
+        return _hello(args, client)
+    if name == "reset":
+        _reset(client)
+        return "RESET"
+    if name in ("readonly", "readwrite"):
+        client.stale_reads = name == "readonly"
+        return "OK"
+    if name.startswith("client|"):
+        return _client(name, args, client)
+    if name.startswith("command"):
+        return commands.command_reply(spec, args)
+    if name.startswith("config|"):
+        return _config(name, args, server.config())
+    if name == "info":
+        return Verbatim(info_text([arg.lower() for arg in args[1:]], server.status()))
+    assert name == "time", name
+    seconds, microseconds = divmod(server.clock_us(), _US_PER_SECOND)
+    return [b"%d" % seconds, b"%d" % microseconds]
+
+
+def _select(raw_index: bytes) -> str:
+    index = numbers.require_int(raw_index)
+    if index < _INT32_MIN or index > _INT32_MAX:
+        raise RedisError(
+            f"ERR value is out of range, value must between {_INT32_MIN} and {_INT32_MAX}"
+        )
+    if index != 0:
+        raise RedisError(errors.DB_INDEX_OUT_OF_RANGE)
+    return "OK"
+
+
+def _hello(args: Sequence[bytes], client: ClientState) -> RespMap:
+    """HELLO [protover [AUTH username password] [SETNAME clientname]], checked in Redis's order."""
+    position = 1
+    resp3 = client.resp3
+    if len(args) >= 2:
+        version = numbers.require_int(
+            args[1], "ERR Protocol version is not an integer or out of range"
+        )
+        if version not in (2, 3):
+            raise RedisError("NOPROTO unsupported protocol version")
+        resp3 = version == 3
+        position = 2
+    username: bytes | None = None
+    new_name: bytes | None = None
+    while position < len(args):
+        option = args[position].lower()
+        remaining = len(args) - 1 - position
+        if option == b"auth" and remaining >= 2:
+            username = args[position + 1]
+            position += 3
+        elif option == b"setname" and remaining >= 1:
+            new_name = args[position + 1]
+            position += 2
+        else:
+            raise RedisError(f"ERR Syntax error in HELLO option '{c_text(args[position])}'")
+    if username is not None and username != b"default":
+        raise RedisError("WRONGPASS invalid username-password pair or user is disabled.")
+    if new_name is not None:
+        _set_name(client, new_name)
+    client.resp3 = resp3
+    return RespMap(
+        (
+            (b"server", b"redis"),
+            (b"version", REDIS_VERSION.encode("ascii")),
+            (b"proto", 3 if resp3 else 2),
+            (b"id", client.client_id),
+            (b"mode", b"standalone"),
+            (b"role", b"master"),
+            (b"modules", []),
+        )
+    )
+
+
+def _reset(client: ClientState) -> None:
+    """RESET: the connection as it was when it was opened (its id stays)."""
+    client.end_transaction()
+    client.name = None
+    client.resp3 = False
+    client.stale_reads = False
+
+
+_CONFIG_HELP: Final = (
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern>",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "HELP",
+    "    Print this help.",
+)
+
+
+def _config(name: str, args: Sequence[bytes], settings: Mapping[str, str]) -> Reply:
+    """CONFIG GET (settings matching any pattern, case-insensitively) or CONFIG HELP."""
+    if name == "config|help":
+        return list(_CONFIG_HELP)
+    assert name == "config|get", name
+    patterns = [GlobPattern(pattern.lower()) for pattern in args[2:]]
+    return RespMap(
+        (key.encode("latin-1"), value.encode("latin-1"))
+        for key, value in settings.items()
+        if any(pattern.matches(key.encode("latin-1")) for pattern in patterns)
+    )
+
+
+_CLIENT_HELP: Final = (
+    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GETNAME",
+    "    Return the name of the current connection.",
+    "ID",
+    "    Return the ID of the current connection.",
+    "SETINFO <option> <value>",
+    "    Set client meta attr. Options are:",
+    "    * LIB-NAME: the client lib name.",
+    "    * LIB-VER: the client lib version.",
+    "SETNAME <name>",
+    "    Assign the name <name> to the current connection.",
+    "HELP",
+    "    Print this help.",
+)
+
+
+def _client(name: str, args: Sequence[bytes], client: ClientState) -> Reply:
+    if name == "client|setname":
+        _set_name(client, args[2])
+        return "OK"
+    if name == "client|getname":
+        return client.name
+    if name == "client|id":
+        return client.client_id
+    if name == "client|setinfo":
+        attribute = args[2].lower()
+        value = args[3]
+        if attribute not in (b"lib-name", b"lib-ver"):
+            raise RedisError(f"ERR Unrecognized option '{c_text(args[2])}'")
+        if not _printable(value):
+            raise RedisError(
+                f"ERR {c_text(args[2])} cannot contain spaces, newlines or special characters."
+            )
+        if attribute == b"lib-name":
+            client.library_name = value or None
+        else:
+            client.library_version = value or None
+        return "OK"
+    assert name == "client|help", name
+    return list(_CLIENT_HELP)
+
+
+def _set_name(client: ClientState, name: bytes) -> None:
+    """CLIENT SETNAME: an empty name removes the name."""
+    if not _printable(name):
+        raise RedisError("ERR Client names cannot contain spaces, newlines or special characters.")
+    client.name = name or None
+
+
+def _printable(value: bytes) -> bool:
+    return all(_NAME_BYTE_MIN <= byte <= _NAME_BYTE_MAX for byte in value)
+
+
+def info_text(sections: Sequence[bytes], status: ServerStatus) -> bytes:
+    """The INFO reply: the asked sections, `# Name` then `field:value` lines, CRLF-separated."""
+    wanted = {section.decode("latin-1") for section in sections}
+    if not wanted or wanted & {"default", "all", "everything"}:
+        wanted = set(_INFO_SECTIONS)
+    blocks = [_info_section(section, status) for section in _INFO_SECTIONS if section in wanted]
+    return "\r\n".join(blocks).encode("latin-1")
+
+
+def _info_section(section: str, status: ServerStatus) -> str:
+    if section == "server":
+        fields = [
+            ("redis_version", REDIS_VERSION),
+            ("redis_mode", "standalone"),
+            ("arch_bits", "64"),
+            ("process_id", str(status.process_id)),
+            ("tcp_port", str(status.tcp_port)),
+            ("server_time_usec", str(status.clock_us)),
+            ("uptime_in_seconds", str(status.uptime_ms // _MS_PER_SECOND)),
+            ("uptime_in_days", str(status.uptime_ms // _MS_PER_DAY)),
+        ]
+    elif section == "clients":
+        fields = [("connected_clients", str(status.connected_clients))]
+    elif section == "replication":
+        fields = [
+            ("role", "master"),
+            ("rsm_role", status.replica_role),
+            ("rsm_leader", status.leader_address or ""),
+            ("rsm_epoch", str(status.epoch)),
+            ("rsm_applied_index", str(status.applied_index)),
+            ("rsm_caught_up", "1" if status.caught_up else "0"),
+            ("rsm_lag_entries", str(status.lag_entries)),
+        ]
+    else:
+        assert section == "keyspace", section
+        fields = []
+        if status.keys:
+            keyspace = f"keys={status.keys},expires={status.keys_with_ttl},avg_ttl=0"
+            fields.append(("db0", keyspace))
+    title = section.capitalize()
+    return f"# {title}\r\n" + "".join(f"{key}:{value}\r\n" for key, value in fields)

@@ -1,0 +1,473 @@
+"""Where a Redis command goes: the local replica when it leads, else the leader; and retries.
+
+Any replica's server accepts any command.  The `Router` of a server sends:
+
+* writes (`KVStore` commands, EXEC) with the connection's session seq, and
+  linearizable reads (queries, WATCH's position read) to the leader: the
+  local replica when it leads (in process, no network), else the leader's
+  framework port over a shared `rsm.link.Link` (one per leader address);
+* stale reads (READONLY connections) to the local replica, answered at once
+  from its state.
+
+A linearizable read that the local leader can answer at once, under its read
+lease (`Replica.read_now`), is delivered straight away, unless an earlier
+command of its connection waits for a retry.
+
+Who leads: the router remembers the leader's framework address from the
+last `NotLeader` answer (the local replica's, which follows the `leader`
+znode, or a remote one's).  When it knows none, it asks the local replica,
+which answers `NotLeader` with its own idea of the leader, or takes the
+command if it leads meanwhile.
+
+Retries.  What follows each answer is decided by the framework's client
+policy (`rsm/core/exactly_once.py`), with the connection's session.  An
+answer that says the command was not applied (`NotLeader`, `Unavailable`,
+`Overloaded`) or may have been (`OutcomeUnknown`, `Timeout`, a lost leader
+connection) is retried, with the same session seq, so a write applied
+before a failover is answered from the session table instead of being
+applied twice.  A `NotLeader` naming another leader is followed at once
+(`limits.leader_redirects_max` times); otherwise the command waits a
+backoff (10 ms doubling to 500 ms, with jitter, per connection) and goes
+again, until its deadline (`limits.command_deadline_ms_default`): then the
+connection gets TRYAGAIN (never applied) or TIMEOUT (maybe applied), see
+`kvstore.connection.dispatch`.  `SessionExpired` (the connection was idle past the
+session TTL, or its session was evicted) means the replicas dropped the
+session: the connection starts a new one, and each of its writes goes
+again at once under a new seq, unless an attempt of it may have been
+logged (`OutcomeUnknown`, `Timeout`): the old session's results are gone,
+so a retry could apply it twice, and that write gets TIMEOUT instead.
+
+Order.  A connection's commands reach the leader in the order it sent them:
+once one of them waits for a retry, the connection's later ones wait behind
+it (`Lane.parked`), and they go again together, in order.
+
+Invariants: every command handed to the router gets exactly one
+`Receiver.deliver`, unless its connection closed first; a write keeps its
+seq across all its attempts, except that one of which nothing may have been
+logged moves to its lane's new session after `SessionExpired`; the router
+never sends a command of a lane while an earlier one of that lane is parked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import dataclasses
+import heapq
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import anyio
+import anyio.abc
+
+from kvstore import limits
+from rsm import Consistency
+from rsm.client import Backoff, Command, Decision, RetryPolicy, Session, new_client_id
+from rsm.errors import OutcomeUnknown, RsmStatus, StatusError, Timeout, Unavailable
+from rsm.host import Answerer, CallRequest, Outcome, QueryRequest
+from rsm.link import Connector, Link, LinkLost, Response
+
+_RETRY_POLICY: Final = RetryPolicy(
+    deadline_ms=limits.command_deadline_ms_default,
+    backoff_ms_initial=limits.retry_backoff_ms_initial,
+    backoff_ms_max=limits.retry_backoff_ms_max,
+    redirects_max=limits.leader_redirects_max,
+)
+
+
+class LocalReplica(Protocol):
+    """What the router needs of the replica it runs beside (`rsm.Replica` is one)."""
+
+    @property
+    def is_leader(self) -> bool: ...
+
+    @property
+    def address(self) -> str: ...
+
+    def handle_call(self, request: CallRequest, answerer: Answerer) -> None: ...
+
+    def handle_query(self, request: QueryRequest, answerer: Answerer) -> int | None: ...
+
+    def read_now(self, name: str, args: list[Any]) -> Outcome | None:
+        """A linearizable read answered at once (a leader under its read lease), or None."""
+        ...
+
+    @property
+    def applied_index(self) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+class Receiver(Protocol):
+    """Who waits for a command's final outcome (a connection)."""
+
+    def deliver(self, ticket: int, outcome: Outcome, index: int) -> None:
+        """The outcome of the command handed over with `ticket`; never raises, never blocks."""
+        ...
+
+
+@dataclass(eq=False)
+class Lane:
+    """One connection's session and the commands of it that wait for a retry."""
+
+    session: Session
+    parked: list[_Attempt] = field(default_factory=list)
+    """Sorted by `order`: the connection's order."""
+    scheduled: bool = False
+    backoff: Backoff = field(default_factory=lambda: Backoff(_RETRY_POLICY))
+    """The waits before the lane's parked commands go again; reset by an answer."""
+    closed: bool = False
+    """The connection is gone: parked commands are dropped instead of retried."""
+    next_order: int = 0
+
+
+class _Attempt(Command):
+    """One command on its way through the router: its `Answerer` on every attempt."""
+
+    __slots__ = (
+        "router",
+        "lane",
+        "order",
+        "name",
+        "args",
+        "call",
+        "stale",
+        "receiver",
+        "ticket",
+        "sent_to",
+    )
+
+    def __init__(
+        self,
+        router: Router,
+        lane: Lane,
+        name: str,
+        args: list[Any],
+        *,
+        call: bool,
+        stale: bool,
+        receiver: Receiver,
+        ticket: int,
+        policy: RetryPolicy,
+        now_ms: float,
+    ) -> None:
+        super().__init__(policy, now_ms, lane.session if call else None)
+        self.router = router
+        self.lane = lane
+        self.order = lane.next_order
+        lane.next_order += 1
+        self.name = name
+        self.args = args
+        self.call = call
+        self.stale = stale
+        self.receiver = receiver
+        self.ticket = ticket
+        self.sent_to: str | None = None
+        """Where the last attempt went: a leader's address, None for the local replica."""
+
+    def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
+        """The local replica's answer (an `Answerer`)."""
+        self.router._on_answer(self, outcome, index)
+
+    def answered(self, response: Response) -> None:
+        """The leader's answer over a link (a `rsm.link.Waiter`)."""
+        outcome = Outcome(response.status, response.value, response.message or "", response.detail)
+        self.router._on_answer(self, outcome, response.log_index)
+
+    def lost(self, error: LinkLost) -> None:
+        """The link to the leader ended first: a CALL may have been logged if it was sent."""
+        failure = OutcomeUnknown(str(error)) if error.sent else Unavailable(str(error))
+        self.router._on_answer(self, Outcome.failure(failure), 0)
+
+
+def _order(attempt: _Attempt) -> int:
+    return attempt.order
+
+
+class Router:
+    """Routes one server's commands (see the module docstring); `run` in a task group."""
+
+    def __init__(
+        self,
+        replica: LocalReplica,
+        *,
+        connector: Connector,
+        rng: random.Random,
+        deadline_ms: int = limits.command_deadline_ms_default,
+    ) -> None:
+        assert deadline_ms > 0
+        self._replica = replica
+        self._connector = connector
+        self._rng = rng
+        self._policy = dataclasses.replace(_RETRY_POLICY, deadline_ms=deadline_ms)
+        self._clock_s = asyncio.get_running_loop().time
+        """The event loop's clock (as `anyio.current_time` reads it), looked up once: anyio's
+        lookup per call cost a few percent of a leader's CPU per GET."""
+        self._leader: str | None = None
+        self._links: dict[str, Link] = {}
+        self._request_ids = itertools.count(1)
+        self._schedule: list[tuple[float, int, Lane]] = []
+        self._schedule_ids = itertools.count()
+        self._wakeup = anyio.Event()
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._call_soon = asyncio.get_running_loop().call_soon
+        self._calls_unflushed = False
+        """A call went to the local replica since the last `flush`."""
+        self._flush_scheduled = False
+
+    # --- the server's side ----------------------------------------------------------------------
+
+    def lane(self) -> Lane:
+        """A new connection's lane, with a new session."""
+        return Lane(Session(new_client_id(self._rng)))
+
+    def call(self, lane: Lane, name: str, args: list[Any], receiver: Receiver, ticket: int) -> None:
+        """Log command `name` (exactly once, with the lane's session); deliver its outcome."""
+        self._submit(
+            _Attempt(
+                self,
+                lane,
+                name,
+                args,
+                call=True,
+                stale=False,
+                receiver=receiver,
+                ticket=ticket,
+                policy=self._policy,
+                now_ms=self._clock_s() * 1000,
+            )
+        )
+
+    def read(
+        self,
+        lane: Lane,
+        name: str,
+        args: list[Any],
+        receiver: Receiver,
+        ticket: int,
+        *,
+        stale: bool,
+    ) -> None:
+        """Answer query `name`, linearizably (on the leader) or `stale` (locally, at once)."""
+        if not stale and not lane.parked:
+            # The local leader answers under its read lease without a round: no
+            # attempt to track, nothing to retry.
+            replica = self._replica
+            outcome = replica.read_now(name, args)
+            if outcome is not None:
+                receiver.deliver(ticket, outcome, replica.applied_index)
+                return
+        self._submit(
+            _Attempt(
+                self,
+                lane,
+                name,
+                args,
+                call=False,
+                stale=stale,
+                receiver=receiver,
+                ticket=ticket,
+                policy=self._policy,
+                now_ms=self._clock_s() * 1000,
+            )
+        )
+
+    def flush(self) -> None:
+        """A run of commands was handed over: let the local leader cut its batch once this
+        turn of the event loop is over (if any of them was a call it took: reads and
+        forwarded calls leave it nothing to cut).
+
+        Not at once: the connections that have commands in this turn all hand them over
+        first, and the leader looks at its queue once for all of them rather than once per
+        connection, which with many clients shows in a leader's CPU per SET."""
+        if self._calls_unflushed and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_scheduled = False
+        if self._calls_unflushed:
+            self._calls_unflushed = False
+            self._replica.flush()
+
+    def close_lane(self, lane: Lane) -> None:
+        """The lane's connection closed: drop what waits for a retry."""
+        lane.closed = True
+        lane.parked.clear()
+
+    @property
+    def leader_hint(self) -> str | None:
+        """The leader's framework address as the router last heard it (None: unknown)."""
+        return self._leader
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Retry parked commands when due; own the leader links.  Runs until cancelled."""
+        try:
+            async with anyio.create_task_group() as task_group:
+                self._task_group = task_group
+                task_status.started()
+                await self._retry_loop()
+        finally:
+            self._task_group = None
+
+    async def _retry_loop(self) -> None:
+        schedule = self._schedule
+        while True:
+            wakeup = self._wakeup = anyio.Event()
+            delay_s = None
+            if schedule:
+                delay_s = max(0.0, schedule[0][0] - self._clock_s())
+            with anyio.move_on_after(delay_s):
+                await wakeup.wait()
+            now_s = self._clock_s()
+            while schedule and schedule[0][0] <= now_s:
+                _, _, lane = heapq.heappop(schedule)
+                lane.scheduled = False
+                parked, lane.parked = lane.parked, []
+                for attempt in parked:
+                    self._send(attempt)
+            self.flush()
+
+    # --- attempts -----------------------------------------------------------------------------
+
+    def _submit(self, attempt: _Attempt) -> None:
+        lane = attempt.lane
+        if lane.parked:
+            bisect.insort(lane.parked, attempt, key=_order)
+            return
+        self._send(attempt)
+
+    def _send(self, attempt: _Attempt) -> None:
+        replica = self._replica
+        if attempt.stale:
+            replica.handle_query(
+                QueryRequest(0, attempt.name, attempt.args, {}, Consistency.STALE, 0), attempt
+            )
+            return
+        leader = self._leader
+        local = replica.is_leader or leader is None or leader == replica.address
+        request_id = 0 if local else next(self._request_ids)
+        request: CallRequest | QueryRequest
+        attempt.sent_to = None if local else leader
+        if attempt.call:
+            session = attempt.lane.session
+            if (
+                attempt.client_id != session.client_id
+                and attempt.follow(session) is not Decision.SEND
+            ):
+                error = Timeout("the session expired after an attempt whose outcome is unknown")
+                self._deliver(attempt, Outcome.failure(error), 0)
+                return
+            request = CallRequest(
+                request_id,
+                attempt.name,
+                attempt.args,
+                {},
+                attempt.client_id,
+                attempt.seq,
+                session.ack_seq(),
+            )
+            if local:
+                replica.handle_call(request, attempt)
+                self._calls_unflushed = True
+                return
+        else:
+            request = QueryRequest(
+                request_id, attempt.name, attempt.args, {}, Consistency.LINEARIZABLE, 0
+            )
+            if local:
+                replica.handle_query(request, attempt)
+                return
+        assert leader is not None
+        try:
+            self._link(leader).send(request, attempt)
+        except StatusError as error:  # a value the protocol cannot carry: not sent
+            self._on_answer(attempt, Outcome.failure(error), 0)
+
+    def _link(self, address: str) -> Link:
+        link = self._links.get(address)
+        if link is not None and not link.closed:
+            return link
+        link = self._links[address] = Link(
+            address,
+            self._connector,
+            connect_timeout_ms=limits.forward_connect_timeout_ms,
+            answer_timeout_ms=limits.forward_answer_timeout_ms,
+        )
+        task_group = self._task_group
+        assert task_group is not None, "the router is not running"
+        task_group.start_soon(link.run)
+        while len(self._links) > limits.forward_links_max:
+            oldest = next(iter(self._links))
+            self._links.pop(oldest).close()
+        return link
+
+    def _on_answer(self, attempt: _Attempt, outcome: Outcome, index: int) -> None:
+        status = outcome.status
+        if status == RsmStatus.OK:
+            # The policy's first rule, taken here so that the answers of every command
+            # cost neither a clock reading nor the policy's call.
+            self._deliver(attempt, outcome, index)
+            return
+        hint = None
+        sent_to = attempt.sent_to
+        if status == RsmStatus.NOT_LEADER:
+            hint = outcome.detail
+            sent_to = sent_to or self._replica.address
+        decision = attempt.decide(
+            status, self._clock_s() * 1000, leader_address=hint, sent_to=sent_to
+        )
+        if decision is Decision.DELIVER:
+            self._deliver(attempt, outcome, index)
+            return
+        if status == RsmStatus.NOT_LEADER:
+            self._leader = hint
+        elif decision is not Decision.RENEW:
+            # The leader we sent to is gone or stuck: ask the local replica who leads now.
+            self._leader = None
+        if decision is Decision.REDIRECT:
+            self._send(attempt)
+            return
+        lane = attempt.lane
+        if lane.closed:
+            return
+        if decision is Decision.RENEW:
+            assert attempt.client_id is not None
+            lane.session.renew_after(attempt.client_id, self._rng)
+            self._submit(attempt)
+        elif decision is Decision.WAIT:
+            self._park(attempt)
+        else:
+            seconds = self._policy.deadline_ms / 1000
+            if decision is Decision.MAYBE_APPLIED:
+                error: Timeout | Unavailable = Timeout(
+                    f"no answer from a leader within {seconds} s"
+                )
+            else:
+                error = Unavailable(f"no leader took it within {seconds} s")
+            self._deliver(attempt, Outcome.failure(error), 0)
+
+    def _park(self, attempt: _Attempt) -> None:
+        """Wait, in the lane's order, for the lane's next retry."""
+        lane = attempt.lane
+        bisect.insort(lane.parked, attempt, key=_order)
+        if lane.scheduled:
+            return
+        lane.scheduled = True
+        delay_s = lane.backoff.next_wait_ms(self._rng) / 1000
+        heapq.heappush(self._schedule, (self._clock_s() + delay_s, next(self._schedule_ids), lane))
+        self._wakeup.set()
+
+    def _deliver(self, attempt: _Attempt, outcome: Outcome, index: int) -> None:
+        lane = attempt.lane
+        if attempt.client_id is not None:
+            lane.session.end(attempt.client_id, attempt.seq)
+        if outcome.ok:
+            lane.backoff.reset()
+        attempt.receiver.deliver(attempt.ticket, outcome, index)

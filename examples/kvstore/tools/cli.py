@@ -1,0 +1,471 @@
+"""The `kvstore` command: a whole local store, one replica, or the state of a store.
+
+    kvstore up [--data-dir DIR] [--zk HOSTS] [--replicas 3] [--bookies 3] [--base-port 6379]
+               [--session-timeout-ms MS]
+    kvstore serve --zk HOSTS --listen HOST:PORT --resp HOST:PORT [--app kv] [--replica-id ID]
+                  [--advertise HOST:PORT] [--resp-advertise HOST:PORT] [--ledger-root /ledgers]
+                  [--ensemble 3] [--write-quorum 3] [--ack-quorum 2]
+                  [--key-bytes-max N] [--value-bytes-max N] [--request-bytes-max N]
+                  [--command-timeout-ms MS] [--session-timeout-ms MS] [--follower-nice 19]
+                  [--log-level info] [--log-format json]
+    kvstore status [--data-dir DIR | --zk HOSTS] [--app kv] [--json]
+
+`up` starts everything on this machine (`kvstore.tools.launcher`): a ZooKeeper
+(unless `--zk`), the bookies and the replicas, prints a `redis-cli -p PORT`
+line per replica, and runs until Ctrl-C (SIGINT) or SIGTERM, then stops the
+replicas, the bookies and ZooKeeper, in that order.  A replica or bookie that
+dies meanwhile is reported on stderr (which one, its exit status, its log);
+the rest keep running.  The data stays in the
+data directory (`./data` by default) and the next `up` resumes it.  Options
+other than `--data-dir`, `--zk` and `--session-timeout-ms` apply when the
+store is created.
+
+`serve` runs one replica (`kvstore.runtime.node.KvNode`) until SIGTERM or SIGINT,
+then stops gracefully.  It logs one JSON object per line on stderr:
+`kvstore.ready` once it serves Redis clients, and the framework's events
+(`rsm.leader`, `rsm.step_down`, ...).
+
+`status` shows the store: the log, the leader, the bookies, and each
+replica's role, progress and Redis address, and as down the replicas and
+bookies that ZooKeeper does not list as running although they left an
+endpoint record or a cookie there (or, with `--data-dir`, are the
+directory's).  `--zk` is a ZooKeeper connect string, optionally with a chroot
+(`127.0.0.1:2181/my/root`).
+
+Exit status: 0 on success, 1 when the operation failed (the error on
+stderr), 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+
+from bookie import limits as bookie_limits
+from bookie.client.ledger_client import LedgerClient
+from bookie.errors import BookieError, NoNode
+from bookie.local.cluster import ClusterError, LocalBookie
+from bookie.logs import FORMATS, LEVELS, configure, emit
+from bookie.meta.api import MetadataStore
+from bookie.meta.bookies import list_bookies, list_cookies
+from bookie.meta.zk import ZkMetadataStore
+from bookie.runtime_tuning import tune_for_throughput
+from kvstore import limits
+from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
+from kvstore.runtime.node import DEFAULT_APP, KvNode, StoreSettings
+from kvstore.tools.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
+from rsm.client import connect
+from rsm.config import ReplicaConfig
+from rsm.errors import InvalidConfig, MalformedValue, RsmError
+from rsm.host import (
+    FollowerPriority,
+    add_follower_nice,
+    aligned,
+    application_status,
+    split_zk,
+    status_heading,
+)
+
+logger = logging.getLogger("kvstore.tools.cli")
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+_STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    arguments = parser.parse_args(argv)
+    if arguments.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        if arguments.command == "serve":
+            return _serve(arguments)
+        if arguments.command == "up":
+            return _run(_up, arguments)
+        return _run(_status, arguments)
+    except (RsmError, BookieError, ClusterError) as error:
+        print(f"kvstore: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvstore", description="A replicated key-value store that speaks Redis."
+    )
+    commands = parser.add_subparsers(dest="command")
+
+    up = commands.add_parser("up", help="run a whole store on this machine until Ctrl-C")
+    up.add_argument("--data-dir", type=Path, default=Path("data"), help="where data is kept")
+    up.add_argument("--zk", help="use this ZooKeeper (HOST:PORT[,...][/chroot]), not a local one")
+    up.add_argument("--replicas", type=int, default=3, help="replicas of a new store (3)")
+    up.add_argument("--bookies", type=int, default=3, help="bookies of a new store (3)")
+    up.add_argument(
+        "--base-port", type=int, default=6379, help="Redis port of the first replica (6379)"
+    )
+    up.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=bookie_limits.zk_session_timeout_ms_default,
+        help="ZooKeeper session timeout of the replicas: how long a dead leader holds on",
+    )
+
+    serve = commands.add_parser("serve", help="run one replica")
+    serve.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,...][/chroot]")
+    serve.add_argument("--app", default=DEFAULT_APP, help="the store's name (kv)")
+    serve.add_argument("--listen", required=True, help="HOST:PORT of the framework's port")
+    serve.add_argument("--advertise", help="HOST:PORT to tell other replicas (default: --listen)")
+    serve.add_argument("--resp", required=True, help="HOST:PORT to serve Redis clients on")
+    serve.add_argument("--resp-advertise", help="HOST:PORT to tell operators (default: --resp)")
+    serve.add_argument("--replica-id", help="this replica's id (default: its framework address)")
+    serve.add_argument("--ledger-root", default=LEDGER_ROOT, help="the bookies' root znode")
+    serve.add_argument("--ensemble", type=int, default=3, help="ensemble size E")
+    serve.add_argument("--write-quorum", type=int, default=3, help="write quorum Qw")
+    serve.add_argument("--ack-quorum", type=int, default=2, help="ack quorum Qa")
+    serve.add_argument("--key-bytes-max", type=int, default=limits.key_bytes_max_default)
+    serve.add_argument("--value-bytes-max", type=int, default=limits.value_bytes_max_default)
+    serve.add_argument("--request-bytes-max", type=int, default=limits.request_bytes_max_default)
+    serve.add_argument(
+        "--command-timeout-ms",
+        type=int,
+        default=limits.command_deadline_ms_default,
+        help="how long a command is retried across leader changes before TRYAGAIN/TIMEOUT",
+    )
+    serve.add_argument(
+        "--session-timeout-ms",
+        type=int,
+        default=bookie_limits.zk_session_timeout_ms_default,
+        help="ZooKeeper session timeout: how long a dead leader holds its znodes",
+    )
+    serve.add_argument(
+        "--read-lease-ms",
+        type=int,
+        default=limits.read_lease_ms_default,
+        help="the leader's read lease (0: a bookie round per read); equal on every replica",
+    )
+    add_follower_nice(serve)
+    serve.add_argument("--log-level", choices=LEVELS, default="info")
+    serve.add_argument("--log-format", choices=FORMATS, default="json")
+
+    status = commands.add_parser("status", help="the log, the leader, the bookies, the replicas")
+    where = status.add_mutually_exclusive_group()
+    where.add_argument("--data-dir", type=Path, help="a store started by kvstore up (./data)")
+    where.add_argument("--zk", help="ZooKeeper HOST:PORT[,...][/chroot] of the store")
+    status.add_argument("--app", help=f"the store's name (default: {DEFAULT_APP})")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def _run(command: Any, arguments: argparse.Namespace) -> int:
+    code: int = anyio.run(command, arguments)
+    return code
+
+
+# --- kvstore serve ----------------------------------------------------------------------------
+
+
+def _serve(arguments: argparse.Namespace) -> int:
+    priority = FollowerPriority(arguments.follower_nice)
+    configure(arguments.log_level, arguments.log_format)
+    settings = StoreSettings(
+        key_bytes_max=arguments.key_bytes_max,
+        value_bytes_max=arguments.value_bytes_max,
+        request_bytes_max=arguments.request_bytes_max,
+        command_deadline_ms=arguments.command_timeout_ms,
+    )
+    config = ReplicaConfig(
+        ensemble_size=arguments.ensemble,
+        write_quorum=arguments.write_quorum,
+        ack_quorum=arguments.ack_quorum,
+        read_lease_ms=arguments.read_lease_ms,
+        # KVStore keeps its state hash up to date change by change, so checking
+        # replicas against the leader often costs nothing.
+        state_hash_every_commands=limits.state_hash_every_commands,
+    )
+    # uvloop (the `fast` extra) when installed: a replica is bound by its event loop.
+    backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
+    tune_for_throughput()
+    try:
+        code: int = anyio.run(
+            _serve_node, arguments, settings, config, priority, backend_options=backend_options
+        )
+    except (RsmError, BookieError) as error:
+        emit(logger, logging.ERROR, "kvstore.failed", error=f"{type(error).__name__}: {error}")
+        return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
+    return code
+
+
+async def _serve_node(
+    arguments: argparse.Namespace,
+    settings: StoreSettings,
+    config: ReplicaConfig,
+    priority: FollowerPriority,
+) -> int:
+    hosts, chroot = split_zk(arguments.zk)
+    async with (
+        ZkMetadataStore.connect(
+            hosts, root=chroot, session_timeout_ms=arguments.session_timeout_ms
+        ) as store,
+        LedgerClient.open(store, root=arguments.ledger_root) as ledgers,
+        priority.running(),
+        KvNode(
+            store=store,
+            ledgers=ledgers,
+            app=arguments.app,
+            replica_id=arguments.replica_id,
+            listen=arguments.listen,
+            advertise=arguments.advertise,
+            resp_listen=arguments.resp,
+            resp_advertise=arguments.resp_advertise,
+            settings=settings,
+            config=config,
+            on_role=priority.on_role,
+        ) as node,
+    ):
+        emit(
+            logger,
+            logging.INFO,
+            "kvstore.ready",
+            app=node.app,
+            replica_id=node.replica.replica_id,
+            address=node.replica.address,
+            resp=node.resp_address,
+        )
+        with anyio.open_signal_receiver(*_STOP_SIGNALS) as received:
+            async for signum in received:
+                emit(logger, logging.INFO, "kvstore.stop_requested", signal=signum.name)
+                break
+    return EXIT_OK
+
+
+# --- kvstore up -------------------------------------------------------------------------------
+
+
+async def _up(arguments: argparse.Namespace) -> int:
+    settings = KvSettings(
+        replicas=arguments.replicas,
+        bookies=arguments.bookies,
+        base_port=arguments.base_port,
+        session_timeout_ms=arguments.session_timeout_ms,
+    )
+    if settings.replicas < 1 or settings.bookies < 3:
+        raise InvalidConfig("a store needs at least 1 replica and 3 bookies (ensemble 3)")
+    data_dir: Path = arguments.data_dir
+    print(
+        f"Starting ZooKeeper, {settings.bookies} bookies and {settings.replicas} replicas "
+        f"(data in {_shown(data_dir)}) ...",
+        flush=True,
+    )
+    async with LocalKvCluster(data_dir, zk=arguments.zk, settings=settings) as cluster:
+        print(_banner(cluster), flush=True)
+        async with anyio.create_task_group() as tasks:
+            for replica in cluster.replicas:
+                tasks.start_soon(_report_exit, cluster, replica.name)
+            tasks.start_soon(cluster.bookies.watch_exits, _report_bookie_exit)
+            with anyio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+                async for _ in signals:
+                    break
+            tasks.cancel_scope.cancel()
+        print("Stopping the replicas, then the bookies, then ZooKeeper ...", flush=True)
+    print("Stopped.", flush=True)
+    return EXIT_OK
+
+
+async def _report_exit(cluster: LocalKvCluster, name: str) -> None:
+    replica = cluster.replica(name)
+    process = replica.process
+    assert process is not None
+    status = await process.wait()
+    print(
+        f"{name} exited with status {status}; the others keep running.  Its log: "
+        f"{_shown(replica.log_file)}.  Restart the store to bring it back.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _report_bookie_exit(bookie: LocalBookie, status: int) -> None:
+    print(
+        f"{bookie.name} ({bookie.address}) exited with status {status}; the others keep "
+        f"running.  Its log: {_shown(bookie.log_file)}.  Restart the store to bring it back.",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _banner(cluster: LocalKvCluster) -> str:
+    state = "resumed" if cluster.resumed else "new"
+    bookies = cluster.bookies
+    zk_kind = "local" if bookies.zk_is_local else "external"
+    lines = [
+        f"Key-value store up ({state}, data in {_shown(cluster.data_dir)})",
+        f"  ZooKeeper  {cluster.zk:<21} {zk_kind}",
+    ]
+    for bookie in bookies.bookies:
+        lines.append(f"  {bookie.name:<9}  {bookie.address:<21} log {_shown(bookie.log_file)}")
+    for replica in cluster.replicas:
+        role = "leader" if replica.name == cluster.leader else "follower"
+        lines.append(
+            f"  {replica.name:<9}  {replica.resp_address:<21} {role:<9} "
+            f"try: redis-cli -p {replica.resp_port}"
+        )
+    lines += [
+        f"Any replica takes any command.  Status: kvstore status --data-dir "
+        f"{_shown(cluster.data_dir)}",
+        "Ctrl-C stops the replicas, the bookies, then ZooKeeper; the data stays for the next run.",
+    ]
+    return "\n".join(lines)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+# --- kvstore status ---------------------------------------------------------------------------
+
+
+async def _status(arguments: argparse.Namespace) -> int:
+    app = arguments.app
+    zk = arguments.zk
+    saved: dict[str, Any] | None = None
+    if zk is None:
+        saved = read_saved(arguments.data_dir or Path("data"))
+        zk = saved["zk"]
+        app = app or saved["app"]
+    app = app or DEFAULT_APP
+    hosts, chroot = split_zk(zk)
+    async with (
+        ZkMetadataStore.connect(hosts, root=chroot) as store,
+        connect(app, store=store) as client,
+    ):
+        report = await application_status(store, client)
+        report["zk"] = zk
+        bookies = report["bookies"] = await _bookies(store)
+        endpoints = await _endpoints(store, app)
+        for entry in report["replicas"]:
+            entry["resp"] = endpoints.get(entry["replica_id"])
+    # Replicas and bookies that ZooKeeper does not list as running: those that left an
+    # endpoint record or a cookie, and with --data-dir those of the directory (which may
+    # never have started).
+    known = {name: endpoints[name] for name in sorted(endpoints)}
+    if saved is not None:
+        registered = set(bookies["writable"] + bookies["read_only"])
+        bookies["down"] = sorted(
+            set(bookies["down"]) | {b for b in saved["bookies"] if b not in registered}
+        )
+        if app == saved["app"]:
+            ports = saved["resp_ports"]
+            in_directory = zip(saved["replicas"], ports, strict=True)
+            known = {name: f"{HOST}:{port}" for name, port in in_directory} | known
+    report["replicas"] += not_registered(known, report["replicas"])
+    if arguments.json:
+        print(json.dumps(report, sort_keys=True, default=str))
+    else:
+        print(render_status(report))
+    return EXIT_OK
+
+
+def not_registered(known: dict[str, str], replicas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Status rows for the replicas of `known` (replica id -> Redis address) that ZooKeeper
+    does not list: not running (or not yet, or cut off from ZooKeeper for longer than a
+    session), which a status read from the registrations alone would leave out without a
+    word."""
+    listed = {entry["replica_id"] for entry in replicas}
+    return [
+        {"replica_id": name, "resp": resp, "error": "down (not registered)"}
+        for name, resp in known.items()
+        if name not in listed
+    ]
+
+
+async def _bookies(store: MetadataStore) -> dict[str, list[str]]:
+    """Registered bookies, writable and read-only, and `down`: those with a cookie (they
+    joined the cluster and were not decommissioned) but no registration."""
+    registered = await list_bookies(store, LEDGER_ROOT)
+    running = set(registered.writable) | set(registered.read_only)
+    return {
+        "writable": sorted(registered.writable),
+        "read_only": sorted(registered.read_only),
+        "down": [b for b in await list_cookies(store, LEDGER_ROOT) if b not in running],
+    }
+
+
+async def _endpoints(store: MetadataStore, app: str) -> dict[str, str]:
+    """Replica id -> Redis address, as each replica recorded it."""
+    found: dict[str, str] = {}
+    try:
+        names = await store.children(endpoints_path(app))
+    except NoNode:
+        return found
+    for name in names:
+        try:
+            value = (await store.get(endpoint_path(app, name))).value
+            found[name] = decode_endpoint(name, value).resp
+        except (NoNode, MalformedValue):
+            continue
+    return found
+
+
+def render_status(report: dict[str, Any]) -> str:
+    """The human-readable form of `kvstore status`."""
+    leader_text, log_line = status_heading(report)
+    bookies = report["bookies"]
+    bookie_text = ", ".join(bookies["writable"]) or "none"
+    if bookies["read_only"]:
+        bookie_text += "; read-only: " + ", ".join(bookies["read_only"])
+    if bookies.get("down"):
+        bookie_text += "; down (not registered): " + ", ".join(bookies["down"])
+    lines = [
+        f"store {report['app']}  ZooKeeper {report['zk']}  epoch {report['epoch']}  "
+        f"leader {leader_text}",
+        log_line,
+        f"bookies: {bookie_text}",
+        "",
+    ]
+    rows = [("REPLICA", "REDIS", "ROLE", "EPOCH", "APPLIED", "LAG", "TRY")]
+    for entry in report["replicas"]:
+        resp = entry.get("resp") or "?"
+        try_text = f"redis-cli -p {resp.rpartition(':')[2]}" if entry.get("resp") else ""
+        if "error" in entry:
+            rows.append((entry["replica_id"], resp, entry["error"], "", "", "", ""))
+            continue
+        rows.append(
+            (
+                entry["replica_id"],
+                resp,
+                entry["role"],
+                str(entry["epoch"]),
+                str(entry["applied_index"]),
+                str(entry["lag"]),
+                try_text,
+            )
+        )
+    lines += aligned(rows)
+    if any(
+        (entry.get("term") or {}).get("ensemble_change_deferred") for entry in report["replicas"]
+    ):
+        lines += [
+            "",
+            "warning: a bookie of the leader's ledger failed and none can replace it: writes",
+            "go to the bookies left (each on the ack quorum's disks, fewer than the write",
+            "quorum's); start another bookie",
+        ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

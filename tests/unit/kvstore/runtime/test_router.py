@@ -1,0 +1,370 @@
+"""The router: local leader, forwarding to a remote leader, retries with the same session seq,
+deadlines, order within a connection, expired sessions.
+
+Replicas are fakes answering from a script; a remote one is served by the
+framework's real `ReplicaServer` on a loopback port, so forwarding goes
+through the real client protocol and `rsm.link.Link`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+from anyio.abc import SocketAttribute
+from kvstore.runtime.router import Router
+
+from rsm.client import tcp_connector
+from rsm.core.protocol import CallRequest, Consistency, Op, QueryRequest
+from rsm.core.sessions import Outcome
+from rsm.errors import (
+    NotLeader,
+    OutcomeUnknown,
+    Overloaded,
+    RsmStatus,
+    SessionExpired,
+    StatusError,
+)
+from rsm.runtime.applier import Answerer
+from rsm.runtime.server import ReplicaServer
+
+pytestmark = pytest.mark.anyio
+
+WAIT_S = 10.0
+
+
+class FakeReplica:
+    """Leads or not; answers calls from `script` (default: OK with the seq), queries OK."""
+
+    def __init__(self, address: str = "127.0.0.1:1", *, leader: bool = False) -> None:
+        self.address = address
+        self.leader = leader
+        self.hint: str | None = None
+        self.script: deque[StatusError] = deque()
+        self.calls: list[CallRequest] = []
+        self.queries: list[QueryRequest] = []
+        self.lease = False
+        """Whether `read_now` answers (a leader under its read lease)."""
+        self.applied_index = 7
+        self.flushes = 0
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader
+
+    def handle_call(self, request: CallRequest, answerer: Answerer) -> None:
+        self.calls.append(request)
+        if not self.leader:
+            outcome = Outcome.failure(NotLeader("not me", self.hint))
+        elif self.script:
+            outcome = Outcome.failure(self.script.popleft())
+        else:
+            outcome = Outcome(RsmStatus.OK, [request.name, request.seq])
+        answerer.answer(Op.CALL, request.request_id, outcome, 7)
+
+    def handle_query(self, request: QueryRequest, answerer: Answerer) -> int | None:
+        self.queries.append(request)
+        stale = request.consistency is Consistency.STALE
+        if self.leader or stale:
+            outcome = Outcome(RsmStatus.OK, ["read", request.name])
+        else:
+            outcome = Outcome.failure(NotLeader("not me", self.hint))
+        answerer.answer(Op.QUERY, request.request_id, outcome, 7)
+        return None
+
+    def read_now(self, name: str, args: list[Any]) -> Outcome | None:
+        if self.leader and self.lease:
+            return Outcome(RsmStatus.OK, ["now", name])
+        return None
+
+    def cancel_read(self, ticket: int) -> None:
+        raise AssertionError("no read waits here")
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+    def status(self) -> dict[str, Any]:
+        return {}
+
+    async def transfer_leadership(self, to: str | None) -> dict[str, Any]:
+        raise AssertionError("not used")
+
+    async def take_snapshot(self) -> dict[str, Any]:
+        raise AssertionError("not used")
+
+
+async def next_turn() -> None:
+    """Return once the callbacks the event loop holds now have run."""
+    turned = anyio.Event()
+    asyncio.get_running_loop().call_soon(turned.set)
+    await turned.wait()
+
+
+class Inbox:
+    """The receiver of a test's commands: outcomes by ticket, in delivery order."""
+
+    def __init__(self) -> None:
+        self.delivered: list[tuple[int, Outcome]] = []
+        self._changed = anyio.Event()
+
+    def deliver(self, ticket: int, outcome: Outcome, index: int) -> None:
+        self.delivered.append((ticket, outcome))
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait(self, count: int) -> list[tuple[int, Outcome]]:
+        with anyio.fail_after(WAIT_S):
+            while len(self.delivered) < count:
+                await self._changed.wait()
+        return self.delivered
+
+
+@asynccontextmanager
+async def running(router: Router) -> AsyncIterator[Router]:
+    async with anyio.create_task_group() as task_group:
+        await task_group.start(router.run)
+        yield router
+        task_group.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def remote_leader() -> AsyncIterator[FakeReplica]:
+    """A fake leader behind the framework's real server on a loopback port."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(SocketAttribute.local_port)
+    remote = FakeReplica(f"127.0.0.1:{port}", leader=True)
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(ReplicaServer(remote, listener).serve)
+        yield remote
+        task_group.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def forwarding() -> AsyncIterator[tuple[Router, FakeReplica, FakeReplica]]:
+    """A running router beside a follower (`local`) whose hint names a remote fake leader."""
+    async with remote_leader() as remote:
+        local = FakeReplica()
+        local.hint = remote.address
+        async with running(router_of(local)) as router:
+            yield router, local, remote
+
+
+def router_of(replica: FakeReplica, *, deadline_ms: int = 5_000, seed: int = 1) -> Router:
+    import random
+
+    return Router(
+        replica, connector=tcp_connector, rng=random.Random(seed), deadline_ms=deadline_ms
+    )
+
+
+async def test_the_local_leader_takes_writes_with_the_connections_session() -> None:
+    local = FakeReplica(leader=True)
+    inbox = Inbox()
+    async with running(router_of(local)) as router:
+        lane = router.lane()
+        router.call(lane, "set", [b"k", b"v"], inbox, 0)
+        router.call(lane, "incr", [b"n"], inbox, 1)
+        await inbox.wait(2)
+    first, second = local.calls
+    assert first.client_id == second.client_id == lane.session.client_id
+    assert len(first.client_id or b"") == 16
+    assert (first.seq, first.ack_seq) == (1, 0)
+    assert (second.seq, second.ack_seq) == (2, 1), "seq 1 was answered before seq 2 was sent"
+    assert [outcome.value for _, outcome in inbox.delivered] == [["set", 1], ["incr", 2]]
+
+
+async def test_the_local_leader_is_asked_to_cut_a_batch_only_after_calls_it_took() -> None:
+    local = FakeReplica(leader=True)
+    local.lease = True
+    inbox = Inbox()
+    async with running(router_of(local)) as router:
+        lane = router.lane()
+        router.read(lane, "get", [b"k"], inbox, 0, stale=False)
+        router.read(lane, "get", [b"k"], inbox, 1, stale=True)
+        router.flush()
+        await next_turn()
+        assert local.flushes == 0, "reads leave the leader nothing to cut"
+        router.call(lane, "set", [b"k", b"v"], inbox, 2)
+        router.flush()
+        router.call(lane, "set", [b"k", b"w"], inbox, 3)
+        router.flush()
+        assert local.flushes == 0, "the leader cuts once the turn's connections are through"
+        await next_turn()
+        assert local.flushes == 1, "once for the turn's calls"
+        await inbox.wait(4)
+
+
+async def test_a_follower_forwards_to_the_leader_it_is_told_of() -> None:
+    inbox = Inbox()
+    async with forwarding() as (router, local, remote):
+        lane = router.lane()
+        router.call(lane, "set", [b"k", b"v"], inbox, 0)
+        router.read(lane, "get", [b"k"], inbox, 1, stale=False)
+        router.call(lane, "del", [b"k"], inbox, 2)
+        await inbox.wait(3)
+        assert router.leader_hint == remote.address
+    assert [call.name for call in local.calls] == ["set"], "asked once who leads, then forwarded"
+    assert [(call.name, call.seq) for call in remote.calls] == [("set", 1), ("del", 2)]
+    assert remote.calls[0].client_id == lane.session.client_id
+    assert [query.consistency for query in remote.queries] == [Consistency.LINEARIZABLE]
+    assert [outcome.value for _, outcome in inbox.delivered] == [
+        ["set", 1],
+        ["read", "get"],
+        ["del", 2],
+    ]
+
+
+async def test_a_retry_after_an_unknown_outcome_keeps_the_seq() -> None:
+    inbox = Inbox()
+    async with forwarding() as (router, _, remote):
+        remote.script.extend([OutcomeUnknown("leader stepped down"), Overloaded("busy")])
+        router.call(router.lane(), "incr", [b"n"], inbox, 0)
+        [(_, outcome)] = await inbox.wait(1)
+    assert outcome.value == ["incr", 1]
+    assert [(call.client_id, call.seq) for call in remote.calls] == [
+        (remote.calls[0].client_id, 1)
+    ] * 3
+
+
+async def test_without_a_leader_a_command_gives_up_at_its_deadline() -> None:
+    inbox = Inbox()
+    local = FakeReplica()
+    async with running(router_of(local, deadline_ms=150)) as router:
+        router.call(router.lane(), "set", [b"k", b"v"], inbox, 0)
+        [(_, outcome)] = await inbox.wait(1)
+    assert outcome.status is RsmStatus.UNAVAILABLE, "never logged: TRYAGAIN for the client"
+    assert len(local.calls) > 1, "it asked again after each backoff"
+
+
+async def test_an_unknown_outcome_at_the_deadline_is_a_timeout() -> None:
+    inbox = Inbox()
+    local = FakeReplica(leader=True)
+    local.script.extend(OutcomeUnknown("in flight when the leader stepped down") for _ in range(99))
+    async with running(router_of(local, deadline_ms=150)) as router:
+        router.call(router.lane(), "set", [b"k", b"v"], inbox, 0)
+        [(_, outcome)] = await inbox.wait(1)
+    assert outcome.status is RsmStatus.TIMEOUT
+    assert {call.seq for call in local.calls} == {1}
+
+
+async def test_commands_after_a_parked_one_wait_behind_it() -> None:
+    inbox = Inbox()
+    local = FakeReplica(leader=True)
+    local.lease = True  # even a read the leader could answer at once waits its turn
+    local.script.append(Overloaded("busy"))
+    async with running(router_of(local)) as router:
+        lane = router.lane()
+        router.call(lane, "set", [b"a", b"1"], inbox, 0)
+        assert len(lane.parked) == 1
+        router.call(lane, "set", [b"b", b"2"], inbox, 1)
+        router.read(lane, "get", [b"a"], inbox, 2, stale=False)
+        assert [call.seq for call in local.calls] == [1], "the later ones were not sent"
+        other = router.lane()
+        router.call(other, "set", [b"c", b"3"], inbox, 9)
+        assert [ticket for ticket, _ in inbox.delivered] == [9], "other connections go on"
+        await inbox.wait(4)
+    assert [call.seq for call in local.calls] == [1, 1, 1, 2], "a, c (another lane), a again, b"
+    assert [ticket for ticket, _ in inbox.delivered] == [9, 0, 1, 2]
+
+
+async def test_a_leader_under_its_read_lease_answers_reads_at_once() -> None:
+    inbox = Inbox()
+    local = FakeReplica(leader=True)
+    async with running(router_of(local)) as router:
+        lane = router.lane()
+        router.read(lane, "get", [b"k"], inbox, 0, stale=False)
+        local.lease = True
+        router.read(lane, "get", [b"k"], inbox, 1, stale=False)
+        assert inbox.delivered[-1] == (1, Outcome(RsmStatus.OK, ["now", "get"])), "synchronously"
+        await inbox.wait(2)
+    assert [query.name for query in local.queries] == ["get"], "only the first took a query"
+    assert inbox.delivered[0] == (0, Outcome(RsmStatus.OK, ["read", "get"]))
+
+
+async def test_an_expired_session_is_renewed_and_the_command_goes_again() -> None:
+    inbox = Inbox()
+    local = FakeReplica(leader=True)
+    local.script.append(SessionExpired("idle for too long"))
+    async with running(router_of(local)) as router:
+        lane = router.lane()
+        old = lane.session.client_id
+        router.call(lane, "set", [b"k", b"v"], inbox, 0)
+        [(_, outcome)] = await inbox.wait(1)
+    assert outcome.ok
+    assert [(call.client_id, call.seq) for call in local.calls] == [
+        (old, 1),
+        (lane.session.client_id, 1),
+    ]
+    assert lane.session.client_id != old
+
+
+async def test_a_write_that_may_be_logged_gets_timeout_when_its_session_expired() -> None:
+    inbox = Inbox()
+    local = FakeReplica(leader=True)
+    local.script.extend([OutcomeUnknown("leader lost"), SessionExpired("evicted")])
+    async with running(router_of(local)) as router:
+        lane = router.lane()
+        old = lane.session.client_id
+        router.call(lane, "incr", [b"n"], inbox, 0)
+        [(_, outcome)] = await inbox.wait(1)
+        router.call(lane, "incr", [b"n"], inbox, 1)
+        await inbox.wait(2)
+    assert outcome.status == RsmStatus.TIMEOUT, "a third attempt could apply it twice"
+    assert [(call.client_id, call.seq) for call in local.calls] == [
+        (old, 1),
+        (old, 1),
+        (lane.session.client_id, 1),
+    ]
+    assert lane.session.client_id != old
+
+
+async def test_writes_in_flight_when_their_session_expired_move_unless_maybe_logged() -> None:
+    inbox = Inbox()
+    async with forwarding() as (router, _, remote):
+        remote.script.extend([SessionExpired("idle for too long"), OutcomeUnknown("leader lost")])
+        lane = router.lane()
+        old = lane.session.client_id
+        router.call(lane, "set", [b"k", b"v"], inbox, 0)  # answered SessionExpired
+        router.call(lane, "incr", [b"n"], inbox, 1)  # sent before that answer came
+        delivered = dict(await inbox.wait(2))
+    assert delivered[0].value == ["set", 1]
+    assert delivered[1].status == RsmStatus.TIMEOUT
+    assert [(call.name, call.client_id, call.seq) for call in remote.calls] == [
+        ("set", old, 1),
+        ("incr", old, 2),
+        ("set", lane.session.client_id, 1),
+    ]
+    assert remote.calls[2].ack_seq == 0
+
+
+async def test_stale_reads_are_answered_locally() -> None:
+    inbox = Inbox()
+    local = FakeReplica()
+    local.hint = "127.0.0.1:2"
+    async with running(router_of(local)) as router:
+        router.read(router.lane(), "get", [b"k"], inbox, 0, stale=True)
+        [(_, outcome)] = await inbox.wait(1)
+    assert outcome.value == ["read", "get"]
+    assert [query.consistency for query in local.queries] == [Consistency.STALE]
+
+
+async def test_a_leader_that_cannot_be_reached_is_forgotten_and_asked_for_again() -> None:
+    inbox = Inbox()
+    async with remote_leader() as remote:
+        local = FakeReplica()
+        local.hint = "127.0.0.1:9"  # nothing listens there
+        async with running(router_of(local)) as router:
+            router.call(router.lane(), "set", [b"k", b"v"], inbox, 0)
+            with anyio.fail_after(WAIT_S):
+                while len(local.calls) < 2:
+                    await anyio.sleep(0.001)
+            local.hint = remote.address  # the leader znode changed
+            [(_, outcome)] = await inbox.wait(1)
+    assert outcome.value == ["set", 1]
+    assert len(remote.calls) == 1
