@@ -1,0 +1,124 @@
+"""A cluster holding one application's log with a known history, for the replay tools' tests.
+
+`known_history` builds the log with `rsm.testing.logs.LogBuilder` through the
+real `Notes` class (tests/integration/support/replay_apps.py): three
+segments of epochs 1, 2 and 3, each opened by a leader-start marker; fixed
+times, seeds and sessions; a state hash recorded every `HASH_EVERY`
+commands and logged by the next batch, as a leader does.  `HistoryCluster`
+starts three bookie processes, writes that log, and runs `rsm` commands as a
+user would (`rsm`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from bookie.client.ledger_client import LedgerClient
+from bookie.local.zookeeper import LocalZooKeeper
+from bookie.meta.zk import ZkMetadataStore
+from rsm.config import ReplicaConfig
+from rsm.core.log_state import Log
+from rsm.testing.logs import Call, LogBuilder, write_log
+
+from .processes import BookieCluster
+from .replay_apps import Notes
+
+ROOT = Path(__file__).resolve().parents[3]
+HASH_EVERY = 5
+CONFIG = ReplicaConfig(state_hash_every_commands=HASH_EVERY)
+T0 = 1_700_000_000_000
+"""2023-11-14T22:13:20.000Z"""
+CLIENT = bytes.fromhex("c1c1c1c1")
+NOTES = "tests.integration.support.replay_apps:Notes"
+
+
+def known_history() -> LogBuilder:
+    """The log every test of the tools reads (see the module docstring); 29 commands."""
+    builder = LogBuilder(Notes, CONFIG)
+    seq = 0
+
+    def session(name: str, *args: str) -> Call:
+        nonlocal seq
+        seq += 1
+        return Call(name, args, client_id=CLIENT, seq=seq, ack_seq=seq - 1)
+
+    builder.segment(1, leader="r1", time_ms=T0)  # index 1
+    builder.batch([Call("put", ("a", "one")), Call("put", ("b", "two"))], time_ms=T0 + 10)
+    builder.batch([session("incr", "a"), session("incr", "a")], time_ms=T0 + 20, seed=7)
+    builder.batch([Call("tag", ("a", "x", "y", "z", "w"))], time_ms=T0 + 30)  # index 6
+    builder.batch([Call("put", ("c", "low")), Call("incr", ("c",))], time_ms=T0 + 40)
+    builder.segment(2, leader="r2", time_ms=T0 + 1_000)  # index 9
+    builder.batch([session("incr", "b"), Call("put", ("a", "uno"))], time_ms=T0 + 1_010)
+    builder.batch([Call("tag", ("b", "p", "q", "r", "s", "t"))], time_ms=T0 + 1_020)  # 12
+    builder.batch([Call("incr", ("a",)) for _ in range(4)], time_ms=T0 + 1_030, seed=9)
+    builder.segment(3, leader="r1", time_ms=T0 + 2_000)  # index 17
+    builder.batch([Call("put", ("c", "again")), session("incr", "b")], time_ms=T0 + 2_010)
+    builder.batch([Call("put", ("d", str(n))) for n in range(6)], time_ms=T0 + 2_020)
+    builder.batch([Call("incr", ("d",)), Call("put", ("e", "end"))], time_ms=T0 + 2_030)
+    builder.batch([Call("incr", ("a",)), Call("incr", ("e",))], time_ms=T0 + 2_040)
+    assert builder.last_index == 29
+    return builder
+
+
+@dataclass
+class HistoryCluster:
+    zookeeper: LocalZooKeeper
+    zk_root: str
+    app: str
+    log: Log
+
+    @property
+    def source(self) -> list[str]:
+        return [
+            "--app",
+            self.app,
+            "--zk",
+            self.zookeeper.connect_string,
+            "--ledger-root",
+            self.zk_root,
+        ]
+
+    @property
+    def ledgers(self) -> list[int]:
+        return [segment.ledger_id for segment in self.log.segments]
+
+
+@asynccontextmanager
+async def history_cluster(
+    zookeeper: LocalZooKeeper, zk_root: str, directory: Path
+) -> AsyncIterator[HistoryCluster]:
+    """Three bookies under `zk_root` (the application's ledgers live there too, as its
+    default `/ledgers` would be: the commands pass `--ledger-root`), holding the log."""
+    app = "notes" + zk_root.replace("/", "-")
+    async with BookieCluster(zookeeper, zk_root, directory) as bookies:
+        setups = [bookies.add_bookie(ledger_dirs=1) for _ in range(3)]
+        async with anyio.create_task_group() as task_group:
+            for setup in setups:
+                task_group.start_soon(
+                    functools.partial(bookies.start, setup, wait_for="bookie.ready")
+                )
+        async with (
+            ZkMetadataStore.connect(zookeeper.connect_string) as store,
+            LedgerClient.open(store, root=zk_root) as ledgers,
+        ):
+            log = await write_log(store, ledgers, app, known_history(), config=CONFIG)
+        yield HistoryCluster(zookeeper, zk_root, app, log)
+
+
+async def rsm(*words: str, cwd: Path = ROOT) -> tuple[int, str, str]:
+    """Run `rsm WORDS` as a user would; (exit status, stdout, stderr)."""
+    result = await anyio.run_process(
+        [sys.executable, "-m", "rsm.tools.cli", *words],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'examples'}"},
+        check=False,
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
