@@ -627,7 +627,21 @@ async def _replay(arguments: argparse.Namespace) -> int:
         )
         print(f"class {arguments.target}, state hash {report['state_hash']}")
         print(f"sessions {report['sessions']}")
+        for line in _unknown_lines(replay, arguments.target):
+            print(line)
+    if replay.unknown:
+        if not arguments.json:
+            print(reproduce(arguments.argv))
+        return EXIT_PROBLEM
     return EXIT_OK
+
+
+def _unknown_lines(replay: Replay, target: str) -> list[str]:
+    return [
+        f"PROBLEM: {target} has no command {name!r} (first logged at index {index}): an "
+        "older log or a renamed command; applied as an UnknownCommand error"
+        for name, index in sorted(replay.unknown.items(), key=lambda pair: pair[1])
+    ]
 
 
 def _replay_plain(app: str, replay: Replay, seconds: float) -> dict[str, Any]:
@@ -642,6 +656,7 @@ def _replay_plain(app: str, replay: Replay, seconds: float) -> dict[str, Any]:
         "seconds": round(seconds, 3),
         "state_hash": replay.state_hash().hex(),
         "sessions": len(replay.applier.sessions.to_plain()["sessions"]),
+        "unknown_commands": dict(sorted(replay.unknown.items())),
     }
 
 

@@ -39,15 +39,17 @@ from dataclasses import dataclass
 
 from rsm.config import ReplicaConfig
 from rsm.core.commands import AppliedPosition, apply_batch
-from rsm.core.log_format import Batch, StateHash
+from rsm.core.log_format import Batch, CommandItem, Item, StateHash
 from rsm.core.log_state import Cursor
 from rsm.core.sessions import Outcome
 from rsm.core.snapshot_manifest import Manifest
 from rsm.core.state_machine import StateMachine
-from rsm.errors import InvalidConfig, MalformedValue
+from rsm.errors import InvalidConfig, MalformedValue, RsmStatus
 from rsm.runtime.applier import Applier
 from rsm.tools.records import LoggedEntry, Record, records
 from rsm.tools.source import LogSource, entries
+
+_UNKNOWN = RsmStatus.UNKNOWN_COMMAND
 
 Progress = Callable[[int], None]
 """Told the index applied so far, after each entry."""
@@ -84,6 +86,10 @@ class Replay:
         self.commands = 0
         """Commands applied by this replay (not counting a snapshot's)."""
         self.from_snapshot: Manifest | None = None
+        self.unknown: dict[str, int] = {}
+        """Command names the class does not know -> the first index logged with one (an old
+        log, or a renamed command: each applied as an `UnknownCommand` error, as a replica
+        running this class would)."""
 
     @property
     def machine(self) -> StateMachine:
@@ -118,6 +124,9 @@ class Replay:
         )
         outcomes = self.applier.apply(unhashed, entry.ledger_id, entry.entry_id) or []
         self.commands += len(outcomes)
+        for slot, outcome in enumerate(outcomes):
+            if outcome.status == _UNKNOWN:
+                self._unknown(batch.first_index + slot, batch.items[slot])
         if batch.state_hash is not None:
             self._check(batch.state_hash, entry)
         return outcomes
@@ -143,12 +152,18 @@ class Replay:
             )
             [outcome] = apply_batch(applier.machine, single, applier.sessions)
             self.commands += 1
+            if outcome.status == _UNKNOWN:
+                self._unknown(record.index, record.item)
             applier.position = AppliedPosition(record.index, batch.timestamp_ms, batch.epoch)
             if record.index == entry.last_index:
                 self._finish_entry(entry)
             yield record, outcome
         if not batch.items:
             self._finish_entry(entry)
+
+    def _unknown(self, index: int, item: Item) -> None:
+        if isinstance(item, CommandItem):
+            self.unknown.setdefault(item.name, index)
 
     def _finish_entry(self, entry: LoggedEntry) -> None:
         """What `Applier.apply` does after a whole batch: position, cursor, due hash, check."""

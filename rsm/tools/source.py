@@ -252,10 +252,14 @@ class ClusterSource:
         return batch.next_index - 1
 
     async def start_entry(self, segment: Segment, index: int) -> int:
-        """The entry of `segment` holding `index` (or the first after it)."""
+        """The entry of `segment` holding `index` (or the first after it).
+
+        `SegmentReader.locate` finds the first entry starting above `index`;
+        the one before it holds `index` (indexes may start mid-batch here)."""
         if index <= segment.first_index:
             return 0
-        return await self._reader.locate(segment, await self.handle(segment), index)
+        after = await self._reader.locate(segment, await self.handle(segment), index + 1)
+        return max(0, after - 1)
 
     async def follow(self, next_index: int) -> AsyncGenerator[LoggedEntry]:
         """The entries from the one holding `next_index` on, as they are confirmed, across
@@ -269,9 +273,8 @@ class ClusterSource:
             segments = () if holder is None else log.segments[log.segments.index(holder) :]
             for segment in segments:
                 handle = await self._reader.open(segment, recovery=False)
-                first = 0
-                if next_index > segment.first_index:
-                    first = await self._reader.locate(segment, handle, next_index)
+                self._handles[segment.ledger_id] = handle
+                first = await self.start_entry(segment, next_index)
                 if handle.is_closed:
                     for start in range(first, handle.last_add_confirmed + 1, chunk):
                         last = min(handle.last_add_confirmed, start + chunk - 1)

@@ -6,6 +6,7 @@
 * `NotesShadow`: a "new version" that returns the same results but keeps
   key "c" upper-cased: only the state parts (`rsm bisect` and `rsm verify`
   must find the command by hashing after each command).
+* `NotesWithoutTags`: an "old version" with no `tag` command.
 * `NotesUnordered`: `tag` keeps its words in set order, which depends on
   PYTHONHASHSEED: non-deterministic across processes.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 from rsm.core.state_machine import StateMachine, command, query
 
 
-class Notes(StateMachine):
+class NotesWithoutTags(StateMachine):
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
         self.counters: dict[str, int] = {}
@@ -38,14 +39,6 @@ class Notes(StateMachine):
     def step(self, key: str) -> int:
         return 1
 
-    @command
-    def tag(self, key: str, *words: str) -> int:
-        self.tags[key] = self.ordered(set(words))
-        return len(self.tags[key])
-
-    def ordered(self, words: set[str]) -> list[str]:
-        return sorted(words)
-
     @query
     def get(self, key: str) -> str | None:
         return self.values.get(key)
@@ -53,6 +46,16 @@ class Notes(StateMachine):
     @query
     def count(self, key: str) -> int:
         return self.counters.get(key, 0)
+
+
+class Notes(NotesWithoutTags):
+    @command
+    def tag(self, key: str, *words: str) -> int:
+        self.tags[key] = self.ordered(set(words))
+        return len(self.tags[key])
+
+    def ordered(self, words: set[str]) -> list[str]:
+        return sorted(words)
 
 
 class NotesBumped(Notes):

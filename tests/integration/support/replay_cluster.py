@@ -113,11 +113,13 @@ async def history_cluster(
         yield HistoryCluster(zookeeper, zk_root, app, log)
 
 
-async def rsm(*words: str, cwd: Path = ROOT) -> tuple[int, str, str]:
-    """Run `rsm WORDS` as a user would; (exit status, stdout, stderr)."""
+async def rsm(*words: str, stdin: bytes | None = None) -> tuple[int, str, str]:
+    """Run `rsm WORDS` as a user would, with `stdin` as its input; (exit status, stdout,
+    stderr)."""
     result = await anyio.run_process(
         [sys.executable, "-m", "rsm.tools.cli", *words],
-        cwd=cwd,
+        input=stdin,
+        cwd=ROOT,
         env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'examples'}"},
         check=False,
     )
