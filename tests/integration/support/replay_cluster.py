@@ -1,6 +1,6 @@
 """A cluster holding one application's log with a known history, for the replay tools' tests.
 
-`known_history` builds the log with `rsm.testing.logs.LogBuilder` through the
+`write_known_history` writes the log with `rsm.testing.logs.LogWriter` through the
 real `Notes` class (tests/integration/support/replay_apps.py): three
 segments of epochs 1, 2 and 3, each opened by a leader-start marker; fixed
 times, seeds and sessions; a state hash recorded every `HASH_EVERY`
@@ -26,7 +26,7 @@ from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.zk import ZkMetadataStore
 from rsm.config import ReplicaConfig
 from rsm.core.log_state import Log
-from rsm.testing.logs import Call, LogBuilder, write_log
+from rsm.testing.logs import Call, LogWriter
 
 from .processes import BookieCluster
 from .replay_apps import Notes
@@ -40,9 +40,8 @@ CLIENT = bytes.fromhex("c1c1c1c1")
 NOTES = "tests.integration.support.replay_apps:Notes"
 
 
-def known_history() -> LogBuilder:
+async def write_known_history(writer: LogWriter) -> None:
     """The log every test of the tools reads (see the module docstring); 29 commands."""
-    builder = LogBuilder(Notes, CONFIG)
     seq = 0
 
     def session(name: str, *args: str) -> Call:
@@ -50,22 +49,21 @@ def known_history() -> LogBuilder:
         seq += 1
         return Call(name, args, client_id=CLIENT, seq=seq, ack_seq=seq - 1)
 
-    builder.segment(1, leader="r1", time_ms=T0)  # index 1
-    builder.batch([Call("put", ("a", "one")), Call("put", ("b", "two"))], time_ms=T0 + 10)
-    builder.batch([session("incr", "a"), session("incr", "a")], time_ms=T0 + 20, seed=7)
-    builder.batch([Call("tag", ("a", "x", "y", "z", "w"))], time_ms=T0 + 30)  # index 6
-    builder.batch([Call("put", ("c", "low")), Call("incr", ("c",))], time_ms=T0 + 40)
-    builder.segment(2, leader="r2", time_ms=T0 + 1_000)  # index 9
-    builder.batch([session("incr", "b"), Call("put", ("a", "uno"))], time_ms=T0 + 1_010)
-    builder.batch([Call("tag", ("b", "p", "q", "r", "s", "t"))], time_ms=T0 + 1_020)  # 12
-    builder.batch([Call("incr", ("a",)) for _ in range(4)], time_ms=T0 + 1_030, seed=9)
-    builder.segment(3, leader="r1", time_ms=T0 + 2_000)  # index 17
-    builder.batch([Call("put", ("c", "again")), session("incr", "b")], time_ms=T0 + 2_010)
-    builder.batch([Call("put", ("d", str(n))) for n in range(6)], time_ms=T0 + 2_020)
-    builder.batch([Call("incr", ("d",)), Call("put", ("e", "end"))], time_ms=T0 + 2_030)
-    builder.batch([Call("incr", ("a",)), Call("incr", ("e",))], time_ms=T0 + 2_040)
-    assert builder.last_index == 29
-    return builder
+    await writer.segment(1, leader="r1", time_ms=T0)  # index 1
+    await writer.batch([Call("put", ("a", "one")), Call("put", ("b", "two"))], time_ms=T0 + 10)
+    await writer.batch([session("incr", "a"), session("incr", "a")], time_ms=T0 + 20, seed=7)
+    await writer.batch([Call("tag", ("a", "x", "y", "z", "w"))], time_ms=T0 + 30)  # index 6
+    await writer.batch([Call("put", ("c", "low")), Call("incr", ("c",))], time_ms=T0 + 40)
+    await writer.segment(2, leader="r2", time_ms=T0 + 1_000)  # index 9
+    await writer.batch([session("incr", "b"), Call("put", ("a", "uno"))], time_ms=T0 + 1_010)
+    await writer.batch([Call("tag", ("b", "p", "q", "r", "s", "t"))], time_ms=T0 + 1_020)
+    await writer.batch([Call("incr", ("a",)) for _ in range(4)], time_ms=T0 + 1_030, seed=9)
+    await writer.segment(3, leader="r1", time_ms=T0 + 2_000)  # index 17
+    await writer.batch([Call("put", ("c", "again")), session("incr", "b")], time_ms=T0 + 2_010)
+    await writer.batch([Call("put", ("d", str(n))) for n in range(6)], time_ms=T0 + 2_020)
+    await writer.batch([Call("incr", ("d",)), Call("put", ("e", "end"))], time_ms=T0 + 2_030)
+    await writer.batch([Call("incr", ("a",)), Call("incr", ("e",))], time_ms=T0 + 2_040)
+    assert writer.last_index == 29
 
 
 @dataclass
@@ -109,7 +107,9 @@ async def history_cluster(
             ZkMetadataStore.connect(zookeeper.connect_string) as store,
             LedgerClient.open(store, root=zk_root) as ledgers,
         ):
-            log = await write_log(store, ledgers, app, known_history(), config=CONFIG)
+            writer = LogWriter(store, ledgers, app, Notes, CONFIG)
+            await write_known_history(writer)
+            log = await writer.finish()
         yield HistoryCluster(zookeeper, zk_root, app, log)
 
 
