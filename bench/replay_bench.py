@@ -54,10 +54,11 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 sys.path.insert(0, str(REPOSITORY / "examples"))
 
+from kvstore.state_machine import KVStore  # noqa: E402
+
 from bookie.client.ledger_client import LedgerClient  # noqa: E402
 from bookie.local.cluster import LocalCluster  # noqa: E402
 from bookie.meta.zk import ZkMetadataStore  # noqa: E402
-from kvstore.state_machine import KVStore  # noqa: E402
 from rsm.config import ReplicaConfig  # noqa: E402
 from rsm.testing.logs import Call, LogWriter  # noqa: E402
 from rsm.tools.export_format import ExportReader  # noqa: E402
