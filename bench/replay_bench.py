@@ -59,6 +59,7 @@ from kvstore.state_machine import KVStore  # noqa: E402
 from bookie.client.ledger_client import LedgerClient  # noqa: E402
 from bookie.local.cluster import LocalCluster  # noqa: E402
 from bookie.meta.zk import ZkMetadataStore  # noqa: E402
+from bookie.runtime_tuning import tune_for_throughput  # noqa: E402
 from rsm.config import ReplicaConfig  # noqa: E402
 from rsm.testing.logs import Call, LogWriter  # noqa: E402
 from rsm.tools.export_format import ExportReader  # noqa: E402
@@ -303,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             data_dir = arguments.data_dir
             data_dir.mkdir(parents=True, exist_ok=True)
+        tune_for_throughput()
         measured = anyio.run(run, arguments, data_dir)
     configuration = {
         "commands": arguments.commands,

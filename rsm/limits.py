@@ -310,6 +310,11 @@ tool_read_entries_max = 256
 """Entries asked for in one ranged read by a tool (bookie.limits.read_batch_entries_max caps
 it again)."""
 
+tool_read_bytes_target = 1 * MiB
+"""Bytes one ranged read of a tool aims at, where the ledger's size is known (a closed
+ledger): large entries are read fewer at a time, so reads in flight stay near
+`tool_read_ahead_reads_max` times this and the bookies answer them within their timeouts."""
+
 export_header_bytes_max = 4 * MiB
 """Largest header of an exported log file (its CBOR map; the segment list dominates)."""
 

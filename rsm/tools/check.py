@@ -32,12 +32,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bookie import limits as bookie_limits
 from bookie.errors import BookieError
-from rsm import limits
 from rsm.core.log_state import Segment
 from rsm.errors import ExportCorrupt, MalformedValue
-from rsm.tools.source import ClusterSource, LogSource, RawEntry
+from rsm.tools.source import ClusterSource, LogSource, RawEntry, entries_per_read
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +199,7 @@ async def _segment_entries(
     source: ClusterSource, segment: Segment
 ) -> AsyncIterator[RawEntry | _Unreadable]:
     handle = await source.handle(segment)
-    chunk = min(limits.tool_read_entries_max, bookie_limits.read_batch_entries_max)
+    chunk = entries_per_read(handle)
     last = handle.last_add_confirmed
     for first in range(0, last + 1, chunk):
         chunk_last = min(last, first + chunk - 1)

@@ -54,6 +54,7 @@ from bookie.errors import (
     NoSuchLedgerError,
     NotEnoughBookies,
 )
+from bookie.runtime_tuning import tune_for_throughput
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core.commands import answer_query
@@ -235,6 +236,7 @@ def run(arguments: argparse.Namespace, argv: Sequence[str]) -> int:
     arguments.argv = list(argv)
     # Only this command's own messages reach stderr (the libraries log to the root logger).
     logging.getLogger().addHandler(logging.NullHandler())
+    tune_for_throughput()
     try:
         result: int = anyio.run(arguments.handler, arguments)
         return result

@@ -266,7 +266,6 @@ class ClusterSource:
         segments, as a follower reads them (the OPEN ledger tailed without recovery); never
         ends by itself."""
         logs = LogStore(self._store, self._layout)
-        chunk = min(limits.tool_read_entries_max, bookie_limits.read_batch_entries_max)
         while True:
             log, version = await logs.read()
             holder = log.segment_for(next_index)
@@ -276,6 +275,7 @@ class ClusterSource:
                 self._handles[segment.ledger_id] = handle
                 first = await self.start_entry(segment, next_index)
                 if handle.is_closed:
+                    chunk = entries_per_read(handle)
                     for start in range(first, handle.last_add_confirmed + 1, chunk):
                         last = min(handle.last_add_confirmed, start + chunk - 1)
                         for entry in await handle.read_entries(start, last):
@@ -310,7 +310,6 @@ class ClusterSource:
         first_index: int,
         last_index: int | None,
     ) -> None:
-        chunk = min(limits.tool_read_entries_max, bookie_limits.read_batch_entries_max)
         async with send:
             for segment in self.log.segments:
                 if not segment.holds(first_index) and not segment.first_index > first_index:
@@ -325,10 +324,23 @@ class ClusterSource:
                     failed.done.set()
                     await send.send(failed)
                     return
+                chunk = entries_per_read(handle)
                 for first in range(start, handle.last_add_confirmed + 1, chunk):
                     read = _Read(segment, first, min(handle.last_add_confirmed, first + chunk - 1))
                     task_group.start_soon(_run_read, handle, read)
                     await send.send(read)
+
+
+def entries_per_read(handle: ReadHandle) -> int:
+    """Entries per ranged read of this ledger: `limits.tool_read_bytes_target` worth when its
+    size is known (closed), within the entry bounds."""
+    most = min(limits.tool_read_entries_max, bookie_limits.read_batch_entries_max)
+    metadata = handle.metadata
+    entries = handle.last_add_confirmed + 1
+    if not metadata.is_closed or entries <= 0 or metadata.length <= 0:
+        return most
+    entry_bytes = max(1, metadata.length // entries)
+    return max(1, min(most, limits.tool_read_bytes_target // entry_bytes))
 
 
 async def _run_read(handle: ReadHandle, read: _Read) -> None:
