@@ -358,34 +358,39 @@ async def _dump(arguments: argparse.Namespace) -> int:
         last = await _index(source, arguments.last, end)
         if arguments.tail is not None:
             first = max(first, last - arguments.tail + 1)
+        if arguments.follow and (arguments.last is not None or arguments.stats):
+            raise InvalidConfig("--follow goes on past the end: no --to, no --stats")
         if arguments.stats:
             return await _dump_stats(arguments, source, first, last)
+        if arguments.follow and arguments.first is None and arguments.tail is None:
+            first = end + 1  # only what is logged from now on, unless asked for more
         printed = 0
         rows: list[tuple[str, ...]] = [_DUMP_HEADER]
         extra: dict[int, str] = {}
-        async with entries(source, first, None if arguments.follow else last) as logged:
-            async for entry in logged:
-                for record in records(entry):
-                    if record.index < first or (not arguments.follow and record.index > last):
-                        continue
-                    if not _matches(record, arguments):
-                        continue
+        if first <= last:
+            async with entries(source, first, last) as logged:
+                async for entry in logged:
+                    for record in records(entry):
+                        if record.index < first or record.index > last:
+                            continue
+                        if not _matches(record, arguments):
+                            continue
+                        if arguments.limit is not None and printed >= arguments.limit:
+                            break
+                        printed += 1
+                        if arguments.json or arguments.follow:
+                            _print_record(record, arguments.json)
+                        else:
+                            rows.append(_row(record))
+                            line = _hash_line(record)
+                            if line is not None:
+                                extra[len(rows) - 1] = line
                     if arguments.limit is not None and printed >= arguments.limit:
                         break
-                    printed += 1
-                    if arguments.json or arguments.follow:
-                        _print_record(record, arguments.json)
-                    else:
-                        rows.append(_row(record))
-                        line = _hash_line(record)
-                        if line is not None:
-                            extra[len(rows) - 1] = line
-                if arguments.limit is not None and printed >= arguments.limit:
-                    break
-                if not arguments.follow and entry.last_index >= last:
-                    break
-            if arguments.follow:
-                await _follow(source, arguments, printed)
+                    if entry.last_index >= last:
+                        break
+        if arguments.follow and (arguments.limit is None or printed < arguments.limit):
+            await _follow(source, arguments, printed, last + 1)
     if not (arguments.json or arguments.follow):
         for position, line in enumerate(aligned(rows)):
             print(line)
@@ -404,15 +409,18 @@ def _print_record(record: Record, as_json: bool) -> None:
         print(line, flush=True)
 
 
-async def _follow(source: LogSource, arguments: argparse.Namespace, printed: int) -> None:
-    """Print the commands logged from now on, until interrupted (a cluster only)."""
+async def _follow(
+    source: LogSource, arguments: argparse.Namespace, printed: int, next_index: int
+) -> None:
+    """Print the commands logged from `next_index` on, until interrupted or `--limit`
+    records were printed in all (a cluster only)."""
     if not isinstance(source, ClusterSource):
         raise InvalidConfig("--follow needs a cluster (--app, --zk), not a file")
-    following = source.follow(await source.end_index() + 1)
+    following = source.follow(next_index)
     async with contextlib.aclosing(following):
         async for entry in following:
             for record in records(entry):
-                if _matches(record, arguments):
+                if record.index >= next_index and _matches(record, arguments):
                     _print_record(record, arguments.json)
                     printed += 1
                     if arguments.limit is not None and printed >= arguments.limit:

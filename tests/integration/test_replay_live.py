@@ -17,6 +17,8 @@ it.  Then, with the replicas still running:
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -30,9 +32,9 @@ from bookie.meta.zk import ZkMetadataStore
 from rsm.config import ReplicaConfig
 from rsm.runtime.replica import Replica
 
-from .support.processes import BookieCluster
+from .support.processes import WAIT_S, BookieCluster
 from .support.replay_apps import Notes
-from .support.replay_cluster import NOTES, rsm
+from .support.replay_cluster import NOTES, ROOT, rsm
 from .support.rsm_processes import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
@@ -122,7 +124,26 @@ async def test_tools_read_beside_live_replicas_and_agree_with_them(
         assert checked["problems"] == []
         assert checked["ok_up_to"] == checked["end_index"] >= index - 1
 
+        # `log dump --follow` prints commands as they are logged, from the readable end on.
+        follow = await anyio.open_process(
+            [sys.executable, "-m", "rsm.tools.cli", "log", "dump", *source, "--follow"]
+            + ["--json", "--limit", "3", "--command", "incr"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'examples'}"},
+        )
+        async with follow:
+            with anyio.fail_after(WAIT_S):
+                while follow.returncode is None:
+                    # Until it printed three and ended: it may start after some of these.
+                    await leader.call("incr", "after")
+            assert follow.stdout is not None
+            printed = b"".join([chunk async for chunk in follow.stdout]).decode()
+        followed = [json.loads(line) for line in printed.splitlines()]
+        assert [line["command"] for line in followed] == ["incr"] * 3
+        assert [line["args"] for line in followed] == [["after"]] * 3
+        first = followed[0]["index"]
+        assert first > index
         # Nothing was fenced: the leader still commits in its own epoch.
-        assert await leader.call("incr", "after") == 1
+        assert await leader.call("incr", "more") == 1
         assert leader.is_leader
         assert leader.status()["epoch"] == epoch
