@@ -125,9 +125,9 @@ async def test_tools_read_beside_live_replicas_and_agree_with_them(
         assert checked["ok_up_to"] == checked["end_index"] >= index - 1
 
         # `log dump --follow` prints commands as they are logged, from the readable end on.
+        words = ["log", "dump", *source, "--follow", "--json", "--limit", "3", "--command", "incr"]
         follow = await anyio.open_process(
-            [sys.executable, "-m", "rsm.tools.cli", "log", "dump", *source, "--follow"]
-            + ["--json", "--limit", "3", "--command", "incr"],
+            [sys.executable, "-m", "rsm.tools.cli", *words],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'examples'}"},
         )
