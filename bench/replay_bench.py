@@ -151,19 +151,13 @@ def cli(*words: str) -> tuple[float, str]:
     return time.perf_counter() - began, result.stdout.decode()
 
 
+def source(cluster: LocalCluster) -> list[str]:
+    """The `rsm` options naming the benchmark's log."""
+    return ["--app", APP, "--zk", cluster.zk_servers, "--ledger-root", cluster.zk_root]
+
+
 def export(cluster: LocalCluster, path: Path, commands: int) -> dict[str, Any]:
-    seconds, _out = cli(
-        "log",
-        "export",
-        "--app",
-        APP,
-        "--zk",
-        cluster.zk_servers,
-        "--ledger-root",
-        cluster.zk_root,
-        "--to",
-        str(path),
-    )
+    seconds, _out = cli("log", "export", *source(cluster), "--to", str(path))
     return {
         "name": "export",
         "commands": commands,
@@ -213,20 +207,7 @@ async def replay_to_samples(
 
 
 def replay_to_cli(cluster: LocalCluster, index: int) -> dict[str, Any]:
-    seconds, out = cli(
-        "replay",
-        "--app",
-        APP,
-        "--zk",
-        cluster.zk_servers,
-        "--ledger-root",
-        cluster.zk_root,
-        "--class",
-        MACHINE,
-        "--to",
-        str(index),
-        "--json",
-    )
+    seconds, out = cli("replay", *source(cluster), "--class", MACHINE, "--to", str(index), "--json")
     report = json.loads(out)
     return {
         "name": "replay-to-cli",

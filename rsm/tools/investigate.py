@@ -769,11 +769,7 @@ async def _verify(arguments: argparse.Namespace) -> int:
         bad: HashCheck | None = None
         async with entries(source, replay.index + 1, target) as logged:
             async for entry in logged:
-                if entry.last_index <= target:
-                    replay.apply(entry)
-                else:
-                    for _step in replay.steps(entry, target):
-                        pass
+                replay.apply_through(entry, target)
                 progress(replay.index)
                 if replay.checks and replay.checks[-1].matches is False:
                     bad = replay.checks[-1]

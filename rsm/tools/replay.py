@@ -131,6 +131,15 @@ class Replay:
             self._check(batch.state_hash, entry)
         return outcomes
 
+    def apply_through(self, entry: LoggedEntry, last_index: int) -> None:
+        """Apply the entry's commands up to `last_index` (inclusive): the whole entry when it
+        ends there or before, else command by command."""
+        if entry.last_index <= last_index:
+            self.apply(entry)
+            return
+        for _step in self.steps(entry, last_index):
+            pass
+
     def steps(
         self, entry: LoggedEntry, last_index: int | None = None
     ) -> Iterator[tuple[Record, Outcome]]:
@@ -246,11 +255,7 @@ async def advance(
         return
     async with entries(source, replay.index + 1, to_index) as logged:
         async for entry in logged:
-            if entry.last_index <= to_index:
-                replay.apply(entry)
-            else:
-                for _step in replay.steps(entry, to_index):
-                    pass
+            replay.apply_through(entry, to_index)
             if progress is not None:
                 progress(replay.index)
             if replay.index >= to_index:
