@@ -4,7 +4,7 @@ determinism.
     rsm log dump   SOURCE [--from I] [--to I] [--last N] [--limit N] [--command NAME]
                    [--session HEX] [--follow] [--stats] [--json]
     rsm log export SOURCE --to FILE [--from I] [--through I]
-    rsm log check  SOURCE [--keep-going] [--json]
+    rsm log check  SOURCE [--keep-going] [--all-bookies] [--json]
     rsm replay     SOURCE --class MODULE:CLASS [--to I] [--from-snapshot | --from-start]
                    [--query NAME [ARG ...]] [--shell] [--break-at I] [--break-on COMMAND]
     rsm verify     SOURCE --class MODULE:CLASS [--to I] [--reference MODULE:CLASS]
@@ -63,6 +63,7 @@ from rsm.core.sessions import Outcome
 from rsm.core.state_machine import StateMachine
 from rsm.errors import InvalidConfig, MalformedValue, RsmError, StatusError, Truncated
 from rsm.host import aligned
+from rsm.tools import copies
 from rsm.tools import determinism as determinism_engine
 from rsm.tools.arguments import parse_arguments
 from rsm.tools.check import CheckReport, check_log
@@ -120,6 +121,11 @@ def add_parsers(commands: Any) -> None:
     _source(check)
     check.add_argument(
         "--keep-going", action="store_true", help="go on past unreadable or corrupt entries"
+    )
+    check.add_argument(
+        "--all-bookies",
+        action="store_true",
+        help="read every entry from every bookie of its write set; name the one that differs",
     )
     check.set_defaults(handler=_check)
 
@@ -545,6 +551,13 @@ async def _check(arguments: argparse.Namespace) -> int:
         progress = Progress("check", source.log.first_index, await source.end_index())
         report = await check_log(source, keep_going=arguments.keep_going, progress=progress)
         progress.done()
+        if arguments.all_bookies and (arguments.keep_going or not report.problems):
+            if not isinstance(source, ClusterSource):
+                raise InvalidConfig("--all-bookies needs a cluster (--app, --zk), not a file")
+            async with copies.bookies(source) as pool:
+                for segment in source.log.segments:
+                    found = await copies.compare_segment(source, pool, segment, source.password)
+                    report.problems += found
     if arguments.json:
         print(dumps(_check_plain(report)))
     else:

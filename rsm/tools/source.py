@@ -219,6 +219,11 @@ class ClusterSource:
     def ledgers(self) -> LedgerClient:
         return self._ledgers
 
+    @property
+    def password(self) -> bytes:
+        """The password the application's ledgers were created with."""
+        return self._config.ledger_password
+
     async def handle(self, segment: Segment) -> ReadHandle:
         """A read handle of the segment's ledger, opened without recovery (kept)."""
         handle = self._handles.get(segment.ledger_id)

@@ -18,15 +18,20 @@ from typing import Any
 
 import pytest
 
+from bookie.address import parse_address
+from bookie.client.bookie_conn import BookieConnection
 from bookie.client.ledger_client import LedgerClient
 from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.zk import ZkMetadataStore
+from bookie.wire.packet import Digest, master_key
 from rsm.core.layout import AppLayout
 from rsm.core.log_format import encode_batch, encode_command, encode_log
 from rsm.core.log_state import Log, Segment, SegmentState, truncate
 from rsm.runtime.log import LogStore
+from rsm.testing.logs import Call, LogWriter
 
-from .support.replay_cluster import NOTES, HistoryCluster, history_cluster, rsm
+from .support.replay_apps import Notes
+from .support.replay_cluster import CONFIG, NOTES, T0, HistoryCluster, history_cluster, rsm
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
 
@@ -297,6 +302,47 @@ async def test_check_finds_a_gap_and_a_corrupt_entry_and_says_how_far_the_log_is
         f"error: Truncated: index 1 was truncated away: the log of {app!r} starts at index 3; "
         "no snapshot covers what is left\n"
     )
+
+
+async def test_check_all_bookies_names_the_bookie_whose_copy_is_corrupt(
+    cluster: HistoryCluster,
+) -> None:
+    app = "copies-" + cluster.app
+    async with (
+        ZkMetadataStore.connect(cluster.zookeeper.connect_string) as store,
+        LedgerClient.open(store, root=cluster.zk_root) as ledgers,
+    ):
+        writer = LogWriter(store, ledgers, app, Notes, CONFIG)
+        await writer.segment(1, leader="r1", time_ms=T0)
+        await writer.batch([Call("put", ("a", "one")), Call("incr", ("a",))], time_ms=T0 + 1)
+        await writer.batch([Call("put", ("b", "two"))], time_ms=T0 + 2)
+        log = await writer.finish()
+        ledger_id = log.segments[0].ledger_id
+        metadata = await ledgers.ledger_metadata(ledger_id)
+        victim = metadata.ensemble_at(1)[1]  # the second bookie of entry 1's write set
+        # The bookie stores what it is sent: the same entry with one payload byte flipped.
+        good = await ledgers.open_ledger(ledger_id, b"rsm", recovery=False)
+        [entry] = await good.read_entries(1, 1)
+        packet = bytearray(
+            Digest(metadata.digest_type, b"rsm").build_entry(
+                ledger_id, 1, 0, metadata.length, entry.payload
+            )
+        )
+        packet[-1] ^= 0x01
+        address = parse_address(ledgers.bookie_address(victim) or victim)
+        async with BookieConnection.connect(address.host, address.port) as connection:
+            await connection.add(ledger_id, 1, master_key(b"rsm"), bytes(packet), recovery=True)
+    source = ["--app", app, "--zk", cluster.zookeeper.connect_string]
+    source += ["--ledger-root", cluster.zk_root]
+    assert (await rsm("log", "check", *source))[0] == 0, "one good copy is enough to read"
+    code, out, _ = await rsm("log", "check", *source, "--all-bookies")
+    assert code == 1
+    assert out.splitlines()[1:] == [
+        f"PROBLEM copy: ledger {ledger_id} entry 1: bookie {victim} holds a corrupt copy "
+        f"(digest mismatch in entry {ledger_id}:1)",
+        "ok up to index 4",
+        f"reproduce: rsm log check {' '.join(source)} --all-bookies",
+    ]
 
 
 # --- rsm replay -------------------------------------------------------------------------------
