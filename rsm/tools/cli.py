@@ -184,6 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(inspected)
     inspected.add_argument("--index", type=int, help="the snapshot's index (default: newest)")
     inspected.add_argument("--ledger-root", default=bookie_limits.metadata_root_default)
+    investigate.add_snapshot_verify(snapshot_commands)
     investigate.add_parsers(commands)
     return parser
 

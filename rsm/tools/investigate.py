@@ -10,6 +10,7 @@ determinism.
     rsm verify     SOURCE --class MODULE:CLASS [--to I] [--reference MODULE:CLASS]
     rsm bisect     SOURCE... --old MODULE:CLASS --new MODULE:CLASS [--to I] [--results-only]
     rsm determinism SOURCE --class MODULE:CLASS [--to I] [--hash-seeds A,B]
+    rsm snapshot verify SOURCE --class MODULE:CLASS [--index I]
 
 SOURCE is `--app NAME --zk HOSTS [--ledger-root PATH]` (a cluster, read
 without fencing and without writing) or `--log FILE` (an exported log; `rsm
@@ -80,7 +81,14 @@ from rsm.tools.records import (
     records,
     short_value,
 )
-from rsm.tools.replay import HashCheck, Replay, advance, replay_to, start
+from rsm.tools.replay import (
+    HashCheck,
+    Replay,
+    advance,
+    replay_to,
+    start,
+    verify_snapshot,
+)
 from rsm.tools.source import ClusterSource, LogSource, entries, open_source
 
 EXIT_OK: Final = 0
@@ -182,6 +190,17 @@ def add_parsers(commands: Any) -> None:
     determinism.add_argument("--from", dest="first", help=argparse.SUPPRESS)
     determinism.add_argument("--per-command", action="store_true", help=argparse.SUPPRESS)
     determinism.set_defaults(handler=_determinism)
+
+
+def add_snapshot_verify(snapshot_commands: Any) -> None:
+    """`rsm snapshot verify`: a snapshot's state equals replay of the log to its index."""
+    verify = snapshot_commands.add_parser(
+        "verify", help="check a snapshot's state against replay of the log to its index"
+    )
+    _source(verify)
+    _machine(verify, "--class", dest="target")
+    verify.add_argument("--index", type=int, help="the snapshot's index (default: newest)")
+    verify.set_defaults(handler=_snapshot_verify)
 
 
 def _source(
@@ -911,6 +930,65 @@ def _render_divergence(divergence: dict[str, Any], old: str, new: str) -> list[s
         lines.append(f"  {old} state hash {divergence['old_hash']}")
         lines.append(f"  {new} state hash {divergence['new_hash']}")
     return lines
+
+
+# --- rsm snapshot verify ----------------------------------------------------------------------
+
+
+async def _snapshot_verify(arguments: argparse.Namespace) -> int:
+    machine_class = _machine_class(arguments, arguments.target)
+    config = _config(arguments)
+    async with open_source(**_source_options(arguments)) as source:
+        value = await source.snapshots()
+        manifest = value.newest if arguments.index is None else value.find(arguments.index)
+        if manifest is None:
+            raise InvalidConfig(
+                f"{source.app!r} has no snapshot"
+                if arguments.index is None
+                else f"{source.app!r} has no snapshot at index {arguments.index}"
+            )
+        progress = Progress("snapshot verify", 0, manifest.index)
+        checked = await verify_snapshot(source, machine_class, config, manifest, progress=progress)
+        progress.done()
+    origin = (
+        "the start"
+        if checked.replay.from_snapshot is None
+        else f"the snapshot at index {checked.replay.from_snapshot.index}"
+    )
+    report = {
+        "schema": SCHEMA_VERSION,
+        "app": source.app,
+        "index": manifest.index,
+        "ledger_id": manifest.ledger_id,
+        "replayed_from": None
+        if checked.replay.from_snapshot is None
+        else checked.replay.from_snapshot.index,
+        "commands": checked.replay.commands,
+        "snapshot_hash": checked.snapshot_hash.hex(),
+        "replayed_hash": checked.replayed_hash.hex(),
+        "sessions_equal": checked.sessions_equal,
+        "equal": checked.equal,
+    }
+    if arguments.json:
+        print(dumps(report))
+    elif checked.equal:
+        print(
+            f"{source.app}: the snapshot at index {manifest.index} (ledger {manifest.ledger_id}) "
+            f"equals replay from {origin} ({checked.replay.commands} commands): state hash "
+            f"{report['snapshot_hash']}"
+        )
+    else:
+        print(
+            f"{source.app}: the snapshot at index {manifest.index} (ledger {manifest.ledger_id}) "
+            f"DIFFERS from replay from {origin} ({checked.replay.commands} commands)"
+        )
+        print(f"  snapshot  {report['snapshot_hash']}")
+        print(f"  replayed  {report['replayed_hash']}")
+        if not checked.sessions_equal:
+            print("  and the session tables differ")
+        words = _with_option(arguments.argv, "--index", str(manifest.index))
+        print(reproduce(words))
+    return EXIT_OK if checked.equal else EXIT_PROBLEM
 
 
 # --- rsm bisect -------------------------------------------------------------------------------

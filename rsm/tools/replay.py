@@ -44,7 +44,7 @@ from rsm.core.log_state import Cursor
 from rsm.core.sessions import Outcome
 from rsm.core.snapshot_manifest import Manifest
 from rsm.core.state_machine import StateMachine
-from rsm.errors import InvalidConfig, MalformedValue, RsmStatus
+from rsm.errors import InvalidConfig, MalformedValue, RsmStatus, Truncated
 from rsm.runtime.applier import Applier
 from rsm.tools.records import LoggedEntry, Record, records
 from rsm.tools.source import LogSource, entries
@@ -260,3 +260,57 @@ async def advance(
                 progress(replay.index)
             if replay.index >= to_index:
                 return
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotCheck:
+    """A snapshot's state against replay of the log up to its index."""
+
+    manifest: Manifest
+    snapshot_hash: bytes
+    replayed_hash: bytes
+    sessions_equal: bool
+    replay: Replay
+
+    @property
+    def equal(self) -> bool:
+        return self.snapshot_hash == self.replayed_hash and self.sessions_equal
+
+
+async def verify_snapshot(
+    source: LogSource,
+    machine_class: type[StateMachine],
+    config: ReplicaConfig,
+    manifest: Manifest,
+    *,
+    progress: Progress | None = None,
+) -> SnapshotCheck:
+    """Load the snapshot (checked as a replica checks it) and replay the log up to its index,
+    from the start, or from the newest older snapshot when the log was truncated below it;
+    compare the two states' hashes and session tables."""
+    restored = await source.restore(manifest, machine_class(), config)
+    replay = Replay(machine_class, config)
+    if source.log.first_index > 1:
+        value = await source.snapshots()
+        older = [
+            m
+            for m in value.newest_first()
+            if source.log.first_index - 1 <= m.index < manifest.index
+        ]
+        if not older:
+            raise Truncated(
+                f"the log of {source.app!r} starts at index {source.log.first_index} and no "
+                f"older snapshot covers what lies before: the snapshot at index "
+                f"{manifest.index} cannot be checked against a replay"
+            )
+        earlier = await source.restore(older[0], machine_class(), config)
+        replay.applier.install(earlier.machine, earlier.sessions, earlier.position, None)
+        replay.from_snapshot = older[0]
+    await advance(source, replay, manifest.index, progress=progress)
+    return SnapshotCheck(
+        manifest=manifest,
+        snapshot_hash=restored.machine.state_hash(),
+        replayed_hash=replay.state_hash(),
+        sessions_equal=restored.sessions.to_plain() == replay.applier.sessions.to_plain(),
+        replay=replay,
+    )

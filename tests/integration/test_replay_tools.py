@@ -30,7 +30,7 @@ from rsm.core.log_state import Log, Segment, SegmentState, truncate
 from rsm.runtime.log import LogStore
 from rsm.testing.logs import Call, LogWriter
 
-from .support.replay_apps import Notes
+from .support.replay_apps import Notes, NotesShadow
 from .support.replay_cluster import CONFIG, NOTES, T0, HistoryCluster, history_cluster, rsm
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
@@ -415,6 +415,63 @@ async def test_a_command_unknown_to_the_class_is_a_problem_named_by_index(
         "older log or a renamed command; applied as an UnknownCommand error",
         f"reproduce: rsm replay {' '.join(cluster.source)} --class {APPS}NotesWithoutTags",
     ]
+
+
+async def write_with_snapshot(cluster: HistoryCluster, app: str, machine: type[Notes]) -> int:
+    """A short log of `app` written through `machine`, with a snapshot at index 5; its ledger."""
+    async with (
+        ZkMetadataStore.connect(cluster.zookeeper.connect_string) as store,
+        LedgerClient.open(store, root=cluster.zk_root) as ledgers,
+    ):
+        writer = LogWriter(store, ledgers, app, machine, CONFIG)
+        await writer.segment(1, leader="r1", time_ms=T0)
+        await writer.batch([Call("put", ("c", "low")), Call("incr", ("a",))], time_ms=T0 + 1)
+        await writer.batch([Call("put", ("b", "x")), Call("incr", ("a",))], time_ms=T0 + 2)
+        manifest = await writer.snapshot()
+        assert manifest.index == 5
+        await writer.batch([Call("incr", ("a",)), Call("put", ("c", "up"))], time_ms=T0 + 3)
+        await writer.finish()
+        return manifest.ledger_id
+
+
+async def test_snapshot_verify_and_replay_from_a_snapshot(cluster: HistoryCluster) -> None:
+    app = "snap-" + cluster.app
+    ledger_id = await write_with_snapshot(cluster, app, Notes)
+    source = ["--app", app, "--zk", cluster.zookeeper.connect_string]
+    source += ["--ledger-root", cluster.zk_root]
+    code, out, err = await rsm("snapshot", "verify", *source, "--class", NOTES)
+    assert (code, err) == (0, "")
+    assert out.startswith(
+        f"{app}: the snapshot at index 5 (ledger {ledger_id}) equals replay from the start "
+        "(5 commands): state hash "
+    )
+    code, out, _ = await rsm("replay", *source, "--class", NOTES, "--to", "6", "--json")
+    report = json.loads(out)
+    assert (code, report["from_snapshot"], report["commands"], report["index"]) == (0, 5, 1, 6)
+    code, out, _ = await rsm("replay", *source, "--class", NOTES, "--to", "6", "--from-start")
+    assert "from the start: 6 commands" in out
+
+
+async def test_snapshot_verify_catches_a_snapshot_of_another_state(
+    cluster: HistoryCluster,
+) -> None:
+    app = "badsnap-" + cluster.app
+    ledger_id = await write_with_snapshot(cluster, app, NotesShadow)
+    source = ["--app", app, "--zk", cluster.zookeeper.connect_string]
+    source += ["--ledger-root", cluster.zk_root]
+    words = ["snapshot", "verify", *source, "--class", NOTES]
+    code, out, _ = await rsm(*words)
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == (
+        f"{app}: the snapshot at index 5 (ledger {ledger_id}) DIFFERS from replay from the "
+        "start (5 commands)"
+    )
+    assert lines[-1] == "reproduce: rsm " + " ".join(words) + " --index 5"
+    code, out, _ = await rsm(*words, "--json")
+    report = json.loads(out)
+    assert (code, report["equal"], report["sessions_equal"]) == (1, False, True)
+    assert report["snapshot_hash"] != report["replayed_hash"]
 
 
 # --- rsm verify -------------------------------------------------------------------------------
