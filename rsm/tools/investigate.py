@@ -62,7 +62,14 @@ from rsm.core.commands import answer_query
 from rsm.core.log_format import LeaderStart, encode_item
 from rsm.core.sessions import Outcome
 from rsm.core.state_machine import StateMachine
-from rsm.errors import InvalidConfig, MalformedValue, RsmError, StatusError, Truncated
+from rsm.errors import (
+    InvalidConfig,
+    MalformedValue,
+    RsmError,
+    RsmStatus,
+    StatusError,
+    Truncated,
+)
 from rsm.host import aligned
 from rsm.tools import copies
 from rsm.tools import determinism as determinism_engine
@@ -758,18 +765,20 @@ def _answer(replay: Replay, arguments: argparse.Namespace) -> int:
         raise InvalidConfig(str(error)) from None
     if arguments.json:
         print(dumps({"schema": SCHEMA_VERSION, "index": replay.index, **_outcome(outcome)}))
-    elif outcome.status == 0:
+    elif outcome.ok:
         print(dumps(plain_value(outcome.value)))
     else:
         print(f"error: {_outcome(outcome)['error']}")
-    return EXIT_OK if outcome.status == 0 else EXIT_PROBLEM
+    return EXIT_OK if outcome.ok else EXIT_PROBLEM
 
 
 def _outcome(outcome: Outcome) -> dict[str, Any]:
-    if outcome.status == 0:
+    """An outcome as JSON: `{"result": ...}`, or `{"error": "Type: message"}` (for a command
+    that raised, its exception's type name, as the replicas recorded it)."""
+    if outcome.ok:
         return {"result": plain_value(outcome.value)}
-    fields = list(outcome)
-    return {"error": " ".join(str(field) for field in fields[2:] if field) or str(fields[0])}
+    kind = outcome.detail or RsmStatus(outcome.status).name
+    return {"error": f"{kind}: {outcome.message}" if outcome.message else kind}
 
 
 def _shell(replay: Replay) -> None:
