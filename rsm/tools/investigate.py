@@ -3,7 +3,7 @@ determinism.
 
     rsm log dump   SOURCE [--from I] [--to I] [--last N] [--limit N] [--command NAME]
                    [--session HEX] [--follow] [--stats] [--json]
-    rsm log export SOURCE --to FILE [--from I] [--through I]
+    rsm log export SOURCE --to FILE [--from I] [--through I] [--json]
     rsm log check  SOURCE [--keep-going] [--all-bookies] [--json]
     rsm replay     SOURCE --class MODULE:CLASS [--to I] [--from-snapshot | --from-start]
                    [--query NAME [ARG ...]] [--shell] [--break-at I] [--break-on COMMAND]
@@ -126,7 +126,7 @@ def add_parsers(commands: Any) -> None:
     dump.set_defaults(handler=_dump)
 
     export = log_commands.add_parser("export", help="write the log to a self-contained file")
-    _source(export, output=False)
+    _source(export)
     export.add_argument("--to", dest="output", required=True, help="the file to write")
     export.add_argument("--from", dest="first", help="first index (default: the log's first)")
     export.add_argument("--through", dest="last", help="last index (default: the readable end)")
@@ -562,6 +562,18 @@ async def _export(arguments: argparse.Namespace) -> int:
             raise InvalidConfig(f"cannot write {path}: {error.strerror}") from None
         progress.done()
         os.replace(partial, path)
+    if arguments.json:
+        report = {
+            "schema": SCHEMA_VERSION,
+            "app": source.app,
+            "from": first,
+            "to": last,
+            "entries": summary.entries,
+            "payload_bytes": summary.payload_bytes,
+            "file": str(path),
+        }
+        print(dumps(report))
+        return EXIT_OK
     print(
         f"exported {source.app} indexes {first}..{last}: {summary.entries} entries, "
         f"{summary.payload_bytes} bytes of payload, to {path}"

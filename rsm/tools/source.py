@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -56,7 +56,7 @@ from rsm.host import split_zk
 from rsm.runtime.log import LogStore, SegmentReader, decode_entry
 from rsm.snapshots.loader import Restored, load
 from rsm.snapshots.store import SnapshotStore, read_snapshots
-from rsm.tools.export_format import ExportedEntry, ExportReader
+from rsm.tools.export_format import ExportedEntry, ExportHeader, ExportReader
 from rsm.tools.records import LoggedEntry
 
 
@@ -384,7 +384,7 @@ class FileSource:
             raise InvalidConfig(f"cannot read {path}: {error.strerror}") from None
         self.header = header
         self.app = header.app
-        self.log = Log(0, header.segments)
+        self.log = _exported_part(header)
 
     async def snapshots(self) -> SnapshotsValue:
         return SnapshotsValue()
@@ -418,6 +418,18 @@ class FileSource:
                     yield _file_entries(receive, segments, first_index, last_index)
                 finally:
                     task_group.cancel_scope.cancel()
+
+
+def _exported_part(header: ExportHeader) -> Log:
+    """The log as the file holds it: its segments from the one holding the first exported
+    index on, that one starting there (like a log truncated at that index)."""
+    first = header.first_index
+    kept = [
+        replace(segment, first_index=max(segment.first_index, first))
+        for segment in header.segments
+        if segment.is_open or segment.last_index >= first
+    ]
+    return Log(max((segment.epoch for segment in kept), default=0), tuple(kept))
 
 
 async def _read_ahead(

@@ -136,6 +136,28 @@ async def test_dump_of_an_exported_file_is_the_same(exported: Path) -> None:
     assert await rsm("log", "dump", "--log", str(exported)) == (0, DUMP, "")
 
 
+async def test_export_of_a_range_reports_in_json(cluster: HistoryCluster, tmp_path: Path) -> None:
+    path = tmp_path / "part.rsmlog"
+    words = ["log", "export", *cluster.source, "--to", str(path), "--from", "10"]
+    code, out, _ = await rsm(*words, "--through", "2:1:1", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert 0 < report.pop("payload_bytes") < path.stat().st_size
+    assert report == {
+        "schema": 1,
+        "app": cluster.app,
+        "from": 10,
+        "to": 19,
+        "entries": 5,
+        "file": str(path),
+    }
+    _, dumped, _ = await rsm("log", "dump", "--log", str(path), "--json")
+    assert [json.loads(line)["index"] for line in dumped.splitlines()] == list(range(10, 20))
+    code, _, err = await rsm("log", "dump", "--log", str(path), "--from", "9")
+    assert code == 2
+    assert err == f"error: Truncated: index 9 is not in {path}: it holds indexes 10..19\n"
+
+
 async def test_dump_json_is_one_record_per_line_in_its_schema(cluster: HistoryCluster) -> None:
     code, out, _err = await rsm("log", "dump", *cluster.source, "--json")
     assert code == 0
