@@ -24,8 +24,10 @@ Two ways to apply an entry:
 
 `replay_to` builds a `Replay` at an index: from the newest snapshot at or
 below it (the way a restarting replica starts), or from the log's start,
-then the log up to it.  Tools on top of it: verify, bisect, determinism
-(this package), and diff and blame, which need exactly the `steps` loop.
+then the log up to it.  `stepping` is the `steps` loop over a source:
+every command with the state right after it.  Tools on top of it: verify,
+bisect, determinism (this package); a key-level diff or a blame of one key
+walks `stepping` and looks at the state after each command.
 
 Invariants: the replay only moves forward, one index at a time; nothing here
 reads a clock or writes anywhere.
@@ -33,8 +35,9 @@ reads a clock or writes anywhere.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
 from rsm.config import ReplicaConfig
@@ -260,6 +263,25 @@ async def advance(
                 progress(replay.index)
             if replay.index >= to_index:
                 return
+
+
+@contextlib.asynccontextmanager
+async def stepping(
+    source: LogSource, replay: Replay, to_index: int
+) -> AsyncIterator[AsyncIterator[tuple[Record, Outcome]]]:
+    """The commands from where `replay` stands up to `to_index`, applied one at a time: each
+    `(record, outcome)` comes once it is applied, so the caller sees the state between two
+    commands (to hash it, diff it, or find the commands that changed a key)."""
+
+    async def walk(logged: AsyncIterator[LoggedEntry]) -> AsyncIterator[tuple[Record, Outcome]]:
+        async for entry in logged:
+            for step in replay.steps(entry, to_index):
+                yield step
+            if replay.index >= to_index:
+                return
+
+    async with entries(source, replay.index + 1, to_index) as logged:
+        yield walk(logged)
 
 
 @dataclass(frozen=True, slots=True)
