@@ -92,6 +92,7 @@ from rsm.tools.replay import (
     HashCheck,
     Replay,
     advance,
+    logged_hash_indexes,
     replay_to,
     start,
     verify_snapshot,
@@ -232,8 +233,7 @@ def _machine(parser: argparse.ArgumentParser, flag: str, *, dest: str) -> None:
     parser.add_argument(
         "--state-hash-every",
         type=int,
-        default=limits.state_hash_every_commands_default,
-        help="the replicas' --state-hash-every",
+        help="the replicas' --state-hash-every (verify: default, hash where the log has hashes)",
     )
     parser.add_argument("--session-ttl-ms", type=int, default=limits.session_ttl_ms_default)
     parser.add_argument("--sessions-max", type=int, default=limits.sessions_max_default)
@@ -246,8 +246,11 @@ def _machine(parser: argparse.ArgumentParser, flag: str, *, dest: str) -> None:
 
 
 def _config(arguments: argparse.Namespace) -> ReplicaConfig:
+    every = arguments.state_hash_every
     return ReplicaConfig(
-        state_hash_every_commands=arguments.state_hash_every,
+        state_hash_every_commands=limits.state_hash_every_commands_default
+        if every is None
+        else every,
         session_ttl_ms=arguments.session_ttl_ms,
         sessions_max=arguments.sessions_max,
         session_evict_idle_ms=arguments.session_evict_idle_ms,
@@ -815,8 +818,16 @@ async def _verify(arguments: argparse.Namespace) -> int:
         end = await source.end_index()
         target = await _index(source, arguments.last, end)
         truncated = source.log.first_index > 1
+        hash_at = None
+        if arguments.state_hash_every is None:
+            hash_at = await logged_hash_indexes(source, source.log.first_index)
         replay = await start(
-            source, machine_class, config, to_index=target, from_snapshot=truncated
+            source,
+            machine_class,
+            config,
+            to_index=target,
+            from_snapshot=truncated,
+            hash_at=hash_at,
         )
         progress = Progress("verify", replay.index, target)
         bad: HashCheck | None = None
@@ -1157,7 +1168,9 @@ def _child_words(arguments: argparse.Namespace, target: int) -> list[str]:
         words += ["--app", arguments.app, "--zk", arguments.zk]
         words += ["--ledger-root", arguments.ledger_root]
     words += ["--class", arguments.target, "--app-dir", os.path.abspath(arguments.app_dir)]
-    words += ["--to", str(target), "--state-hash-every", str(arguments.state_hash_every)]
+    words += ["--to", str(target)]
+    if arguments.state_hash_every is not None:
+        words += ["--state-hash-every", str(arguments.state_hash_every)]
     for name in ("session_ttl_ms", "sessions_max", "session_evict_idle_ms", "session_results_max"):
         words += ["--" + name.replace("_", "-"), str(getattr(arguments, name))]
     return words

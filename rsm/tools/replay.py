@@ -53,6 +53,7 @@ from rsm.tools.records import LoggedEntry, Record, records
 from rsm.tools.source import LogSource, entries
 
 _UNKNOWN = RsmStatus.UNKNOWN_COMMAND
+_NO_HASH = b"\xf6"
 
 Progress = Callable[[int], None]
 """Told the index applied so far, after each entry."""
@@ -81,9 +82,21 @@ class HashCheck:
 class Replay:
     """A state machine being replayed (see the module docstring)."""
 
-    def __init__(self, machine_class: type[StateMachine], config: ReplicaConfig) -> None:
+    def __init__(
+        self,
+        machine_class: type[StateMachine],
+        config: ReplicaConfig,
+        *,
+        hash_at: frozenset[int] | None = None,
+    ) -> None:
         self.machine_class = machine_class
         self.config = config
+        self.hash_at = hash_at
+        """When given, the state is hashed after exactly the entries ending at these indexes
+        (the indexes the log carries hashes for: `logged_hash_indexes`), instead of on the
+        schedule of `config.state_hash_every_commands`."""
+        if hash_at is not None:
+            config = dataclasses.replace(config, state_hash_every_commands=0)
         self.applier = Applier(machine_class(), config)
         self.checks: list[HashCheck] = []
         self.commands = 0
@@ -127,6 +140,8 @@ class Replay:
         )
         outcomes = self.applier.apply(unhashed, entry.ledger_id, entry.entry_id) or []
         self.commands += len(outcomes)
+        if self.hash_at is not None and batch.items and entry.last_index in self.hash_at:
+            self._record(entry.last_index)
         for slot, outcome in enumerate(outcomes):
             if outcome.status == _UNKNOWN:
                 self._unknown(batch.first_index + slot, batch.items[slot])
@@ -184,11 +199,17 @@ class Replay:
         applier.position = AppliedPosition.after(batch)
         applier.cursor = Cursor(entry.ledger_id, entry.entry_id)
         if batch.items:
-            label = applier.hashes.due(batch.first_index, entry.last_index)
+            if self.hash_at is not None:
+                label = entry.last_index if entry.last_index in self.hash_at else None
+            else:
+                label = applier.hashes.due(batch.first_index, entry.last_index)
             if label is not None:
-                applier.hashes.record(label, applier.machine.state_hash())
+                self._record(label)
         if batch.state_hash is not None:
             self._check(batch.state_hash, entry)
+
+    def _record(self, index: int) -> None:
+        self.applier.hashes.record(index, self.applier.machine.state_hash())
 
     def _check(self, logged: StateHash, entry: LoggedEntry) -> None:
         hashes = self.applier.hashes
@@ -200,6 +221,21 @@ class Replay:
         return self.machine.state_hash()
 
 
+async def logged_hash_indexes(source: LogSource, first_index: int) -> frozenset[int]:
+    """The indexes the log carries state hashes for, from the entry holding `first_index` to
+    the readable end: where a replay must hash to check them, whatever schedule the replicas
+    had.  Only entries whose payload does not end with CBOR null are decoded (0xf6: no hash,
+    the batch's last field, rsm/core/log_format.py)."""
+    found: set[int] = set()
+    async with source.raw_entries(first_index) as raw:
+        async for read in raw:
+            if read.payload[-1:] != _NO_HASH:
+                logged = read.decode().batch.state_hash
+                if logged is not None:
+                    found.add(logged.index)
+    return frozenset(found)
+
+
 async def start(
     source: LogSource,
     machine_class: type[StateMachine],
@@ -207,10 +243,11 @@ async def start(
     *,
     to_index: int,
     from_snapshot: bool,
+    hash_at: frozenset[int] | None = None,
 ) -> Replay:
     """A replay positioned to go on from: the newest snapshot at or below `to_index` when
     `from_snapshot` (and there is one), else nothing applied.  Raises what loading raises."""
-    replay = Replay(machine_class, config)
+    replay = Replay(machine_class, config, hash_at=hash_at)
     if not from_snapshot:
         return replay
     value = await source.snapshots()

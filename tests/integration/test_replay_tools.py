@@ -540,14 +540,16 @@ async def test_verify_with_a_reference_names_the_command_where_states_part(
     assert report["reproduce"].endswith("--to 11")
 
 
-async def test_verify_with_another_hash_schedule_checks_nothing_and_says_so(
+async def test_verify_hashes_where_the_log_has_hashes_unless_told_a_schedule(
     cluster: HistoryCluster,
 ) -> None:
-    code, out, _ = await rsm("verify", *cluster.source, "--class", NOTES)
+    expected = f"{cluster.app}: 4 state hashes match up to index 29\n"
+    assert await rsm("verify", *cluster.source, "--class", NOTES) == (0, expected, "")
+    code, out, _ = await rsm("verify", *cluster.source, "--class", NOTES, "--state-hash-every", "9")
     assert code == 2
     assert out == (
         f"{cluster.app}: no logged state hash could be checked up to index 29 (4 logged at "
-        "indexes this replay did not hash: is --state-hash-every 100000 the replicas' setting?)\n"
+        "indexes this replay did not hash: is --state-hash-every 9 the replicas' setting?)\n"
     )
 
 
