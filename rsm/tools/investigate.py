@@ -862,12 +862,15 @@ async def _verify(arguments: argparse.Namespace) -> int:
         "last_good": None if last_good is None else _check_plain_hash(last_good),
         "first_bad": None if bad is None else _check_plain_hash(bad),
         "divergence": None if culprit is None else _divergence_plain(culprit),
+        "nondeterminism": None,
     }
     words = list(arguments.argv)
     if bad is not None:
         low = 1 if last_good is None else last_good.index + 1
         report["window"] = [low, bad.index]
         report["reproduce"] = reproduce(_with_option(words, "--to", str(bad.index)))
+        if culprit is None and arguments.reference is None:
+            report["nondeterminism"] = await _window_determinism(arguments, low, bad.index)
     if arguments.json:
         print(dumps(report))
     else:
@@ -876,6 +879,24 @@ async def _verify(arguments: argparse.Namespace) -> int:
         return EXIT_PROBLEM
     # Hashes logged but none comparable: the replay hashed on another schedule.
     return EXIT_USAGE if unverified and not good else EXIT_OK
+
+
+_WINDOW_SEEDS: Final = (1, 2)
+
+
+async def _window_determinism(
+    arguments: argparse.Namespace, first: int, last: int
+) -> dict[str, Any] | None:
+    """Replay `first..last` in two processes with different hash seeds, hashing after every
+    command: where they first differ, or None when they agree."""
+    base = _child_words(arguments, last)
+    seeds = [str(seed) for seed in _WINDOW_SEEDS]
+    outputs = await _run_children([*base, "--from", str(first), "--per-command"], seeds)
+    mismatch = determinism_engine.first_mismatch(*outputs)
+    if mismatch is None:
+        return None
+    line = mismatch.first if mismatch.first.get("index") is not None else mismatch.second
+    return {key: line.get(key) for key in ("index", "ledger_id", "entry_id", "slot")}
 
 
 def _with_option(words: Sequence[str], flag: str, value: str) -> list[str]:
@@ -940,10 +961,20 @@ def _render_verify(report: dict[str, Any], arguments: argparse.Namespace) -> str
     if divergence is not None:
         lines.extend(_render_divergence(divergence, "reference", "replayed"))
     elif arguments.reference is None:
-        lines.append(
-            "to name the command: --reference MODULE:CLASS (the code that wrote the log), or "
-            "rsm determinism over the same range"
-        )
+        found = report["nondeterminism"]
+        seeds = " and ".join(str(seed) for seed in _WINDOW_SEEDS)
+        if found is None:
+            lines.append(
+                f"replayed twice over the window (PYTHONHASHSEED {seeds}) the class gives the "
+                "same states: the log was written by other code; to name the command: "
+                "--reference MODULE:CLASS (the code that wrote it)"
+            )
+        else:
+            lines.append(
+                f"the class is not deterministic: over the window, replays with PYTHONHASHSEED "
+                f"{seeds} first differ at index {found['index']} (ledger {found['ledger_id']}, "
+                f"entry {found['entry_id']}, slot {found['slot']})"
+            )
     lines.append(report["reproduce"])
     return "\n".join(lines)
 

@@ -516,8 +516,9 @@ async def test_verify_catches_a_divergent_class_and_names_the_window(
         "  replayed  dd2de12e8ec232b0c89648542ea0b835dfe59a311a1da57fabdf12f25d791823",
         "last good: index 5",
         "the states part within indexes 6..11",
-        "to name the command: --reference MODULE:CLASS (the code that wrote the log), or rsm "
-        "determinism over the same range",
+        "replayed twice over the window (PYTHONHASHSEED 1 and 2) the class gives the same "
+        "states: the log was written by other code; to name the command: --reference "
+        "MODULE:CLASS (the code that wrote it)",
         "reproduce: rsm " + " ".join(words[:-2]) + " --state-hash-every 5 --to 11",
     ]
 
@@ -538,6 +539,22 @@ async def test_verify_with_a_reference_names_the_command_where_states_part(
     assert (divergence["record"]["command"], divergence["record"]["args"]) == ("put", ["c", "low"])
     assert divergence["old"] == divergence["new"] == {"result": None}
     assert report["reproduce"].endswith("--to 11")
+
+
+async def test_verify_of_a_non_deterministic_class_names_where_two_replays_part(
+    cluster: HistoryCluster,
+) -> None:
+    words = ["verify", *cluster.source, "--class", APPS + "NotesUnordered"]
+    # Set order follows the hash seed; the log holds sorted tags, so with at least one of two
+    # seeds that give different orders the replay's state differs from the log's at index 11.
+    runs = [await rsm(*words, hash_seed=seed) for seed in (1, 2)]
+    failed = [out for code, out, _ in runs if code == 1]
+    assert failed
+    for out in failed:
+        assert (
+            "the class is not deterministic: over the window, replays with PYTHONHASHSEED 1 and "
+            "2 first differ at index 6 (ledger 0, entry 3, slot 0)" in out.splitlines()
+        )
 
 
 async def test_verify_hashes_where_the_log_has_hashes_unless_told_a_schedule(

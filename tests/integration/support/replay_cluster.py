@@ -113,14 +113,19 @@ async def history_cluster(
         yield HistoryCluster(zookeeper, zk_root, app, log)
 
 
-async def rsm(*words: str, stdin: bytes | None = None) -> tuple[int, str, str]:
-    """Run `rsm WORDS` as a user would, with `stdin` as its input; (exit status, stdout,
-    stderr)."""
+async def rsm(
+    *words: str, stdin: bytes | None = None, hash_seed: int | None = None
+) -> tuple[int, str, str]:
+    """Run `rsm WORDS` as a user would, with `stdin` as its input (and PYTHONHASHSEED
+    `hash_seed`); (exit status, stdout, stderr)."""
+    environment = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'examples'}"}
+    if hash_seed is not None:
+        environment["PYTHONHASHSEED"] = str(hash_seed)
     result = await anyio.run_process(
         [sys.executable, "-m", "rsm.tools.cli", *words],
         input=stdin,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'examples'}"},
+        env=environment,
         check=False,
     )
     return result.returncode, result.stdout.decode(), result.stderr.decode()
