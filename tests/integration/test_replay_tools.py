@@ -425,6 +425,18 @@ async def test_break_at_stops_in_pdb_just_before_the_command(cluster: HistoryClu
     assert "stopped before index 10 (ledger 1, entry 1, slot 0): incr ['b']" in out
     assert "(10, 9, {'a': 2, 'c': 1})" in out
     assert f"replayed {cluster.app} to index 12" in out
+    words = ["replay", *cluster.source, "--class", NOTES, "--to", "20", "--break-on", "tag"]
+    code, out, err = await rsm(*words, stdin=b"p replay.index\nc\np replay.index\nc\n")
+    assert code == 0, err
+    # pdb's prompt has no newline: a stop's line may start with "(Pdb) ".
+    lines = out.splitlines()
+    stops = [line[line.index("stopped") :] for line in lines if "stopped before" in line]
+    assert stops == [
+        "stopped before index 6 (ledger 0, entry 3, slot 0): tag ['a', 'x', 'y', 'z', 'w']",
+        "stopped before index 12 (ledger 1, entry 2, slot 0): tag ['b', 'p', 'q', 'r', 's', 't']",
+    ]
+    assert "(Pdb) 5" in out
+    assert "(Pdb) 11" in out
 
 
 async def test_a_command_unknown_to_the_class_is_a_problem_named_by_index(
