@@ -120,6 +120,7 @@ def record_plain(record: Record) -> dict[str, Any]:
         "entry_id": record.entry_id,
         "slot": record.slot,
         "time_ms": record.time_ms,
+        "seed": record.seed,
         "command": record.name,
     }
     if isinstance(item, LeaderStart):

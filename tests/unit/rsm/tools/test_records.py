@@ -32,6 +32,7 @@ def test_every_record_carries_both_coordinates() -> None:
         "entry_id": 4,
         "slot": 1,
         "time_ms": 1_000,
+        "seed": 5,
         "command": "put",
         "args": ["k", {"hex": "ff"}],
         "kwargs": {},
