@@ -157,9 +157,8 @@ def _breakpoint(replay: Replay, record: Record) -> None:
     machine = replay.machine
     print(f"stopped before {record.where}: {record.name} {plain_value(list(_args(record)))}")
     print("in scope: machine (the state), record (the next command), replay; 'c' applies it")
-    debugger = pdb.Pdb()
-    debugger.set_trace()
-    del machine
+    pdb.Pdb().set_trace()
+    _ = (machine, record, replay)  # the debugger stops here; 'c' applies `record`
 
 
 def _args(record: Record) -> list[Any]:
