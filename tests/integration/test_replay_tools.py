@@ -207,6 +207,29 @@ async def test_dump_ranges_are_inclusive_and_take_either_coordinate(
     assert await indexes("--command", "incr", "--from", "20") == [26, 28, 29]
 
 
+async def test_dump_stats_json(cluster: HistoryCluster) -> None:
+    code, out, _ = await rsm("log", "dump", *cluster.source, "--stats", "--from", "9", "--json")
+    assert code == 0
+    assert json.loads(out) == {
+        "schema": 1,
+        "app": cluster.app,
+        "from": 9,
+        "to": 29,
+        "commands": 21,
+        "state_hashes": 3,
+        "by_command": {
+            "(leader-start)": {"count": 2, "bytes": 10},
+            "incr": {"count": 9, "bytes": 134},
+            "put": {"count": 9, "bytes": 143},
+            "tag": {"count": 1, "bytes": 23},
+        },
+        "by_epoch": {
+            "2": {"entries": 4, "commands": 8, "bytes": 218},
+            "3": {"entries": 5, "commands": 13, "bytes": 344},
+        },
+    }
+
+
 async def test_dump_stats_count_commands_and_bytes(cluster: HistoryCluster) -> None:
     code, out, _ = await rsm("log", "dump", *cluster.source, "--stats")
     assert code == 0
@@ -649,6 +672,13 @@ async def test_determinism_passes_on_the_real_class_and_catches_set_order(
         "first at index 6 (ledger 0, entry 3, slot 0), within the entry holding 6..6",
     ]
     assert lines[-1] == "reproduce: rsm " + " ".join(words) + " --to 6"
+    code, out, _ = await rsm(*words, "--json")
+    report = json.loads(out)
+    assert (code, report["schema"], report["hash_seeds"], report["to"]) == (1, 1, [1, 2], 29)
+    divergence = report["divergence"]
+    assert (divergence["what"], divergence["window"]) == ("state", [6, 6])
+    assert (divergence["index"], divergence["ledger_id"], divergence["entry_id"]) == (6, 0, 3)
+    assert divergence["first"]["state"] != divergence["second"]["state"]
 
 
 # --- bad input --------------------------------------------------------------------------------
