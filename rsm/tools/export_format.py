@@ -16,6 +16,14 @@ Layout::
     12+H    4     u32 CRC-32 of the H header bytes
     then records, each opening with a tag byte:
 
+    snapshot chunk (tag 0x02), only when the header names a snapshot, all of
+    them before the first entry, in order:
+        1   tag 0x02
+        4   u32 L              chunk bytes
+        L   chunk              one entry of the snapshot's ledger, as stored
+                               (rsm/core/snapshot_format.py)
+        4   u32 CRC-32 of every byte of the record before it
+
     entry (tag 0x01), one ledger entry of the log, in log order:
         1   tag 0x01
         8   u64 ledger_id
@@ -37,9 +45,13 @@ Header keys: "v" (1), "app" (text), "segments" (the log znode's segments at
 export time, `[ledger_id, epoch, first_index, state, last_index]`, state 1 =
 OPEN, 3 = CLOSED), "first_index" and "last_index" (the exported range,
 inclusive; last < first for an empty range), "exported_ms" (wall clock of
-the export), "source" (text: where it was read).
+the export), "source" (text: where it was read), "snapshot" (null, or the
+bytes of a snapshots znode value holding one manifest,
+rsm/core/snapshot_manifest.py: the snapshot whose chunks follow, from which
+a replay of a range not starting at index 1 begins).
 
-Invariants a reader checks: the magic, every CRC, entries in log order
+Invariants a reader checks: the magic, every CRC, as many chunks as the
+manifest says, entries in log order
 (each `first_index` equal to the previous entry's end, ledger ids in the
 order of the header's segments), the end record's counts, nothing after it.
 Any failure is `ExportCorrupt` naming the byte offset, the entry's position
@@ -59,11 +71,13 @@ import cbor2
 
 from rsm import limits
 from rsm.core.log_state import Segment, SegmentState
+from rsm.core.snapshot_manifest import Manifest, SnapshotsValue, decode_snapshots, encode_snapshots
 from rsm.errors import ExportCorrupt
 
 MAGIC: Final = b"RSMLOG\x00\x01"
 FORMAT_VERSION: Final = 1
 TAG_ENTRY: Final = 0x01
+TAG_CHUNK: Final = 0x02
 TAG_END: Final = 0xFF
 
 _U32: Final = struct.Struct(">I")
@@ -82,6 +96,7 @@ class ExportHeader:
     last_index: int
     exported_ms: int
     source: str
+    snapshot: Manifest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +136,9 @@ def encode_header(header: ExportHeader) -> bytes:
             "last_index": header.last_index,
             "exported_ms": header.exported_ms,
             "source": header.source,
+            "snapshot": None
+            if header.snapshot is None
+            else encode_snapshots(SnapshotsValue(snapshots=(header.snapshot,))),
         },
         canonical=True,
     )
@@ -140,6 +158,11 @@ def encode_entry(entry: ExportedEntry) -> bytes:
     return b"".join((head, entry.payload, _CRC.pack(crc)))
 
 
+def encode_chunk(chunk: bytes) -> bytes:
+    head = bytes((TAG_CHUNK,)) + _U32.pack(len(chunk))
+    return b"".join((head, chunk, _CRC.pack(zlib.crc32(chunk, zlib.crc32(head)))))
+
+
 def encode_end(summary: ExportSummary) -> bytes:
     body = _END.pack(TAG_END, summary.entries, summary.payload_bytes, summary.last_index)
     return body + _CRC.pack(zlib.crc32(body))
@@ -154,6 +177,11 @@ class ExportWriter:
         self._payload_bytes = 0
         self._last_index = 0
         stream.write(encode_header(header))
+
+    def add_chunk(self, chunk: bytes) -> None:
+        """One chunk of the header's snapshot (all of them before the first entry)."""
+        assert self._entries == 0
+        self._stream.write(encode_chunk(chunk))
 
     def add(self, entry: ExportedEntry) -> None:
         self._stream.write(encode_entry(entry))
@@ -199,6 +227,7 @@ class ExportReader:
         if zlib.crc32(body) != crc:
             raise ExportCorrupt(f"{name}: the header fails its checksum (bytes 12..{12 + size})")
         self.header = _decode_header(body, name)
+        self._chunks_read = 0
 
     def _read(self, size: int, what: str, entries: int | None = None) -> bytes:
         data = self._stream.read(size)
@@ -222,6 +251,7 @@ class ExportReader:
             start = self._offset
             tag = self._read(1, f"the record after entry {count}", count)[0]
             if tag == TAG_END:
+                self._check_chunks()
                 rest = self._read(_END.size - 1 + 4, "the end record", count)
                 body = bytes((tag,)) + rest[:-4]
                 if zlib.crc32(body) != _CRC.unpack(rest[-4:])[0]:
@@ -239,11 +269,15 @@ class ExportReader:
                     raise ExportCorrupt(f"{self._name} has bytes after its end record")
                 self.summary = ExportSummary(entries, total, last)
                 return
+            if tag == TAG_CHUNK and count == 0:
+                self._chunk(start)
+                continue
             if tag != TAG_ENTRY:
                 raise ExportCorrupt(
                     f"{self._name}: unknown record tag {tag:#04x} at byte {start} "
                     f"(after entry {count})"
                 )
+            self._check_chunks()
             head = bytes((tag,)) + self._read(_ENTRY_HEAD.size - 1, f"entry {count + 1}", count)
             _tag, ledger_id, entry_id, first_index, items, size = _ENTRY_HEAD.unpack(head)
             where = f"entry {count + 1} (ledger {ledger_id}, entry {entry_id}) at byte {start}"
@@ -271,6 +305,37 @@ class ExportReader:
             payload_bytes += size
             yield ExportedEntry(ledger_id, entry_id, first_index, items, payload)
 
+    def chunks(self) -> Iterator[bytes]:
+        """The header's snapshot's chunks, in order (read instead of iterating the entries)."""
+        manifest = self.header.snapshot
+        for _chunk in range(0 if manifest is None else manifest.chunk_count):
+            start = self._offset
+            if self._read(1, f"snapshot chunk {self._chunks_read + 1}") != bytes((TAG_CHUNK,)):
+                self._check_chunks()
+            yield self._chunk(start)
+
+    def _chunk(self, start: int) -> bytes:
+        self._chunks_read += 1
+        where = f"snapshot chunk {self._chunks_read} at byte {start}"
+        head = bytes((TAG_CHUNK,)) + self._read(4, where)
+        (size,) = _U32.unpack(head[1:])
+        if size > limits.snapshot_chunk_head_bytes + limits.snapshot_chunk_bytes_max:
+            raise ExportCorrupt(f"{self._name}: {where} claims {size} bytes; it is damaged")
+        chunk = self._read(size, where)
+        (crc,) = _CRC.unpack(self._read(4, f"the checksum of {where}"))
+        if zlib.crc32(chunk, zlib.crc32(head)) != crc:
+            raise ExportCorrupt(f"{self._name}: {where} fails its checksum")
+        return chunk
+
+    def _check_chunks(self) -> None:
+        manifest = self.header.snapshot
+        expected = 0 if manifest is None else manifest.chunk_count
+        if self._chunks_read != expected:
+            raise ExportCorrupt(
+                f"{self._name} holds {self._chunks_read} snapshot chunks before its "
+                f"entries; its header says {expected}"
+            )
+
 
 def _decode_header(body: bytes, name: str) -> ExportHeader:
     try:
@@ -286,6 +351,9 @@ def _decode_header(body: bytes, name: str) -> ExportHeader:
             last_index=value["last_index"],
             exported_ms=value["exported_ms"],
             source=value["source"],
+            snapshot=None
+            if value["snapshot"] is None
+            else decode_snapshots(value["snapshot"]).snapshots[0],
         )
     except Exception as error:  # cbor2, key, unpacking and enum errors alike
         raise ExportCorrupt(f"{name}: the header is not a valid export header: {error}") from None

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from bookie.clock import system_wall_clock_ms
 from rsm.core.log_format import LeaderStart, encode_item
+from rsm.core.snapshot_manifest import Manifest
 from rsm.errors import InvalidConfig
 from rsm.host import aligned
 from rsm.tools import copies
@@ -204,6 +205,7 @@ async def export(arguments: argparse.Namespace) -> int:
         last = await resolve_index(source, arguments.last, end)
         if last > end:
             raise InvalidConfig(f"index {last} is past the log's readable end, index {end}")
+        snapshot = await _covering_snapshot(source, first, last)
         header = ExportHeader(
             app=source.app,
             segments=source.log.segments,
@@ -211,30 +213,18 @@ async def export(arguments: argparse.Namespace) -> int:
             last_index=last,
             exported_ms=system_wall_clock_ms(),
             source=source.description,
+            snapshot=snapshot,
         )
         progress = Progress("export", first, last)
         partial = path.with_name(path.name + ".partial")
         try:
             with partial.open("wb") as stream:
                 writer = ExportWriter(stream, header)
+                if snapshot is not None:
+                    async for chunk in source.snapshot_chunks(snapshot):
+                        writer.add_chunk(chunk)
                 if last >= first:
-                    async with source.raw_entries(first, last) as raw:
-                        async for read in raw:
-                            entry = read.decode()
-                            if entry.batch.first_index > last and entry.batch.items:
-                                break
-                            writer.add(
-                                ExportedEntry(
-                                    entry.ledger_id,
-                                    entry.entry_id,
-                                    entry.batch.first_index,
-                                    len(entry.batch.items),
-                                    read.payload,
-                                )
-                            )
-                            progress(entry.last_index)
-                            if entry.last_index >= last:
-                                break
+                    await _export_entries(source, writer, first, last, progress)
                 summary = writer.finish()
         except OSError as error:
             raise InvalidConfig(f"cannot write {path}: {error.strerror}") from None
@@ -248,15 +238,49 @@ async def export(arguments: argparse.Namespace) -> int:
             "to": last,
             "entries": summary.entries,
             "payload_bytes": summary.payload_bytes,
+            "snapshot": None if snapshot is None else snapshot.index,
             "file": str(path),
         }
         print(dumps(report))
         return EXIT_OK
+    with_snapshot = "" if snapshot is None else f", the snapshot at index {snapshot.index}"
     print(
         f"exported {source.app} indexes {first}..{last}: {summary.entries} entries, "
-        f"{summary.payload_bytes} bytes of payload, to {path}"
+        f"{summary.payload_bytes} bytes of payload{with_snapshot}, to {path}"
     )
     return EXIT_OK
+
+
+async def _covering_snapshot(source: LogSource, first: int, last: int) -> Manifest | None:
+    """For a range that does not start at index 1, the oldest snapshot from which it can be
+    replayed (at or above `first - 1`, at most `last`): the file carries it."""
+    if first <= 1:
+        return None
+    value = await source.snapshots()
+    usable = [m for m in value.snapshots if first - 1 <= m.index <= last]
+    return min(usable, key=lambda manifest: manifest.index) if usable else None
+
+
+async def _export_entries(
+    source: LogSource, writer: ExportWriter, first: int, last: int, progress: Progress
+) -> None:
+    async with source.raw_entries(first, last) as raw:
+        async for read in raw:
+            entry = read.decode()
+            if entry.batch.first_index > last and entry.batch.items:
+                return
+            writer.add(
+                ExportedEntry(
+                    entry.ledger_id,
+                    entry.entry_id,
+                    entry.batch.first_index,
+                    len(entry.batch.items),
+                    read.payload,
+                )
+            )
+            progress(entry.last_index)
+            if entry.last_index >= last:
+                return
 
 
 # --- rsm log check ----------------------------------------------------------------------------

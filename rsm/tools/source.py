@@ -37,6 +37,7 @@ from typing import Protocol
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import anyio.to_thread
 
 from bookie import limits as bookie_limits
@@ -106,6 +107,10 @@ class LogSource(Protocol):
 
     async def end_index(self) -> int:
         """The last readable index (the OPEN segment: as far as its LAC)."""
+        ...
+
+    def snapshot_chunks(self, manifest: Manifest) -> AsyncIterator[bytes]:
+        """The chunks of one of `snapshots()`, in order, as stored."""
         ...
 
 
@@ -239,8 +244,13 @@ class ClusterSource:
     async def restore(
         self, manifest: Manifest, machine: StateMachine, config: ReplicaConfig
     ) -> Restored:
-        store = SnapshotStore(self._store, self._ledgers, self._layout, config)
-        return await load(store, manifest, machine, config)
+        return await load(self._snapshot_store(config), manifest, machine, config)
+
+    def snapshot_chunks(self, manifest: Manifest) -> AsyncIterator[bytes]:
+        return self._snapshot_store(self._config).chunks(manifest)
+
+    def _snapshot_store(self, config: ReplicaConfig) -> SnapshotStore:
+        return SnapshotStore(self._store, self._ledgers, self._layout, config)
 
     async def end_index(self) -> int:
         log = self.log
@@ -387,12 +397,19 @@ class FileSource:
         self.log = _exported_part(header)
 
     async def snapshots(self) -> SnapshotsValue:
-        return SnapshotsValue()
+        snapshot = self.header.snapshot
+        return SnapshotsValue() if snapshot is None else SnapshotsValue(snapshots=(snapshot,))
 
     async def restore(
         self, manifest: Manifest, machine: StateMachine, config: ReplicaConfig
     ) -> Restored:
-        raise InvalidConfig("an exported log file holds no snapshot")
+        """Load the file's snapshot, checked as a replica checks one (`rsm.snapshots.loader`)."""
+        if manifest != self.header.snapshot:
+            raise InvalidConfig(f"{self.path} holds no snapshot at index {manifest.index}")
+        return await load(_FileChunks(self.path), manifest, machine, config)
+
+    def snapshot_chunks(self, manifest: Manifest) -> AsyncIterator[bytes]:
+        return _FileChunks(self.path).chunks(manifest)
 
     async def end_index(self) -> int:
         return self.header.last_index
@@ -418,6 +435,20 @@ class FileSource:
                     yield _file_entries(receive, segments, first_index, last_index)
                 finally:
                     task_group.cancel_scope.cancel()
+
+
+class _FileChunks:
+    """The chunks of an exported file's snapshot, as `load` reads a snapshot store's."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    async def chunks(self, manifest: Manifest) -> AsyncIterator[bytes]:
+        with self._path.open("rb") as stream:
+            reader = ExportReader(stream, str(self._path))
+            for chunk in reader.chunks():
+                yield chunk
+                await anyio.lowlevel.checkpoint()
 
 
 def _exported_part(header: ExportHeader) -> Log:

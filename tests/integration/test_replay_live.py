@@ -107,6 +107,18 @@ async def test_tools_read_beside_live_replicas_and_agree_with_them(
         assert report["from_snapshot"] == snapshot["index"]
         assert report["state_hash"] == leader.machine.state_hash().hex()
 
+        # The log is truncated: its export carries the snapshot, and replays with no cluster.
+        exported = tmp_path / "live.rsmlog"
+        words = ["log", "export", *source, "--to", str(exported), "--through", str(index)]
+        code, out, err = await rsm(*words, "--json")
+        assert code == 0, err
+        assert json.loads(out)["snapshot"] == snapshot["index"]
+        code, out, err = await rsm("replay", "--log", str(exported), "--class", NOTES, "--json")
+        assert code == 0, err
+        from_file = json.loads(out)
+        assert (from_file["index"], from_file["from_snapshot"]) == (index, snapshot["index"])
+        assert from_file["state_hash"] == leader.machine.state_hash().hex()
+
         code, out, err = await rsm("replay", *source, "--class", NOTES, "--from-start")
         assert (code, out) == (2, "")
         assert f"the snapshots at indexes {snapshot['index']} cover the rest" in err

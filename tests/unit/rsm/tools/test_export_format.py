@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import pytest
 
 from rsm.core.log_format import encode_batch, encode_command
 from rsm.core.log_state import Segment, SegmentState
+from rsm.core.snapshot_manifest import Manifest
 from rsm.errors import ExportCorrupt
 from rsm.tools.export_format import (
     MAGIC,
@@ -111,3 +113,54 @@ def test_bytes_after_the_end_record_are_refused() -> None:
 def test_entries_out_of_order_are_refused() -> None:
     with pytest.raises(ExportCorrupt, match="starts at index 5, not 3"):
         read_all(exported([ENTRIES[0], ENTRIES[2], ENTRIES[1], ENTRIES[3]]))
+
+
+MANIFEST = Manifest(
+    app="notes",
+    index=4,
+    time_ms=5,
+    epoch=1,
+    ledger_id=11,
+    state_hash=b"\x01" * 32,
+    sha256=b"\x02" * 32,
+    size_bytes=10,
+    chunk_count=2,
+    created_ms=6,
+    replica_id="r1",
+)
+
+
+def with_snapshot(chunks: list[bytes]) -> bytes:
+    stream = io.BytesIO()
+    writer = ExportWriter(stream, replace(HEADER, first_index=5, snapshot=MANIFEST))
+    for chunk in chunks:
+        writer.add_chunk(chunk)
+    for one in ENTRIES[2:]:
+        writer.add(one)
+    writer.finish()
+    return stream.getvalue()
+
+
+def test_a_snapshot_travels_in_the_file_before_the_entries() -> None:
+    data = with_snapshot([b"first chunk", b"second"])
+    reader, entries = read_all(data)
+    assert reader.header.snapshot == MANIFEST
+    assert entries == ENTRIES[2:]
+    assert list(ExportReader(io.BytesIO(data)).chunks()) == [b"first chunk", b"second"]
+
+
+def test_a_missing_snapshot_chunk_is_refused() -> None:
+    data = with_snapshot([b"only one"])
+    with pytest.raises(
+        ExportCorrupt, match="holds 1 snapshot chunks before its entries; its header says 2"
+    ):
+        read_all(data)
+    with pytest.raises(ExportCorrupt, match="holds 1 snapshot chunks"):
+        list(ExportReader(io.BytesIO(data)).chunks())
+
+
+def test_a_damaged_snapshot_chunk_fails_its_checksum() -> None:
+    data = bytearray(with_snapshot([b"first chunk", b"second"]))
+    data[bytes(data).index(b"second")] ^= 0x20
+    with pytest.raises(ExportCorrupt, match=r"snapshot chunk 2 at byte \d+ fails its checksum"):
+        list(ExportReader(io.BytesIO(bytes(data))).chunks())
