@@ -20,7 +20,6 @@ import pytest
 
 from bookie.address import parse_address
 from bookie.client.bookie_conn import BookieConnection
-from bookie.client.ledger_client import LedgerClient
 from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.zk import ZkMetadataStore
 from bookie.wire.packet import Digest, master_key
@@ -287,10 +286,7 @@ async def test_check_finds_a_gap_and_a_corrupt_entry_and_says_how_far_the_log_is
             epoch=epoch, first_index=first_index, timestamp_ms=1, seed=0, items=items
         )
 
-    async with (
-        ZkMetadataStore.connect(cluster.zookeeper.connect_string) as store,
-        LedgerClient.open(store, root=cluster.zk_root) as ledgers,
-    ):
+    async with cluster.clients() as (store, ledgers):
         written: list[int] = []
         for payloads in ([batch(1, 1), batch(1, 2)], [batch(2, 3), b"junk", batch(2, 5)]):
             handle = await ledgers.create_ledger(3, 3, 2, password=b"rsm")
@@ -309,14 +305,7 @@ async def test_check_finds_a_gap_and_a_corrupt_entry_and_says_how_far_the_log_is
         )
         _old, version = await logs.read()
         await store.set(AppLayout.of(app).log, encode_log(log), version)
-    source = [
-        "--app",
-        app,
-        "--zk",
-        cluster.zookeeper.connect_string,
-        "--ledger-root",
-        cluster.zk_root,
-    ]
+    source = cluster.source_of(app)
     code, out, _ = await rsm("log", "check", *source)
     junk = f"ledger {written[1]} entry 1"
     assert code == 1
@@ -356,10 +345,7 @@ async def test_check_all_bookies_names_the_bookie_whose_copy_is_corrupt(
     cluster: HistoryCluster,
 ) -> None:
     app = "copies-" + cluster.app
-    async with (
-        ZkMetadataStore.connect(cluster.zookeeper.connect_string) as store,
-        LedgerClient.open(store, root=cluster.zk_root) as ledgers,
-    ):
+    async with cluster.clients() as (store, ledgers):
         writer = LogWriter(store, ledgers, app, Notes, CONFIG)
         await writer.segment(1, leader="r1", time_ms=T0)
         await writer.batch([Call("put", ("a", "one")), Call("incr", ("a",))], time_ms=T0 + 1)
@@ -380,8 +366,7 @@ async def test_check_all_bookies_names_the_bookie_whose_copy_is_corrupt(
         address = parse_address(ledgers.bookie_address(victim) or victim)
         async with BookieConnection.connect(address.host, address.port) as connection:
             await connection.add(ledger_id, 1, master_key(b"rsm"), bytes(packet), recovery=True)
-    source = ["--app", app, "--zk", cluster.zookeeper.connect_string]
-    source += ["--ledger-root", cluster.zk_root]
+    source = cluster.source_of(app)
     assert (await rsm("log", "check", *source))[0] == 0, "one good copy is enough to read"
     code, out, _ = await rsm("log", "check", *source, "--all-bookies")
     assert code == 1
@@ -479,10 +464,7 @@ async def test_a_command_unknown_to_the_class_is_a_problem_named_by_index(
 
 async def write_with_snapshot(cluster: HistoryCluster, app: str, machine: type[Notes]) -> int:
     """A short log of `app` written through `machine`, with a snapshot at index 5; its ledger."""
-    async with (
-        ZkMetadataStore.connect(cluster.zookeeper.connect_string) as store,
-        LedgerClient.open(store, root=cluster.zk_root) as ledgers,
-    ):
+    async with cluster.clients() as (store, ledgers):
         writer = LogWriter(store, ledgers, app, machine, CONFIG)
         await writer.segment(1, leader="r1", time_ms=T0)
         await writer.batch([Call("put", ("c", "low")), Call("incr", ("a",))], time_ms=T0 + 1)
@@ -497,8 +479,7 @@ async def write_with_snapshot(cluster: HistoryCluster, app: str, machine: type[N
 async def test_snapshot_verify_and_replay_from_a_snapshot(cluster: HistoryCluster) -> None:
     app = "snap-" + cluster.app
     ledger_id = await write_with_snapshot(cluster, app, Notes)
-    source = ["--app", app, "--zk", cluster.zookeeper.connect_string]
-    source += ["--ledger-root", cluster.zk_root]
+    source = cluster.source_of(app)
     code, out, err = await rsm("snapshot", "verify", *source, "--class", NOTES)
     assert (code, err) == (0, "")
     assert out.startswith(
@@ -517,8 +498,7 @@ async def test_snapshot_verify_catches_a_snapshot_of_another_state(
 ) -> None:
     app = "badsnap-" + cluster.app
     ledger_id = await write_with_snapshot(cluster, app, NotesShadow)
-    source = ["--app", app, "--zk", cluster.zookeeper.connect_string]
-    source += ["--ledger-root", cluster.zk_root]
+    source = cluster.source_of(app)
     words = ["snapshot", "verify", *source, "--class", NOTES]
     code, out, _ = await rsm(*words)
     assert code == 1

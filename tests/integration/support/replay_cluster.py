@@ -75,14 +75,21 @@ class HistoryCluster:
 
     @property
     def source(self) -> list[str]:
-        return [
-            "--app",
-            self.app,
-            "--zk",
-            self.zookeeper.connect_string,
-            "--ledger-root",
-            self.zk_root,
-        ]
+        """The `rsm` options naming the known history's log."""
+        return self.source_of(self.app)
+
+    def source_of(self, app: str) -> list[str]:
+        """The `rsm` options naming the log of application `app` on this cluster."""
+        return ["--app", app, "--zk", self.zookeeper.connect_string, "--ledger-root", self.zk_root]
+
+    @asynccontextmanager
+    async def clients(self) -> AsyncIterator[tuple[ZkMetadataStore, LedgerClient]]:
+        """A metadata store and a ledger client of this cluster, for writing other logs."""
+        async with (
+            ZkMetadataStore.connect(self.zookeeper.connect_string) as store,
+            LedgerClient.open(store, root=self.zk_root) as ledgers,
+        ):
+            yield store, ledgers
 
     @property
     def ledgers(self) -> list[int]:
