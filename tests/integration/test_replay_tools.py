@@ -450,6 +450,16 @@ async def test_break_at_stops_in_pdb_just_before_the_command(cluster: HistoryClu
     assert "(Pdb) 11" in out
 
 
+async def test_shell_has_the_state_and_the_class_s_queries(cluster: HistoryCluster) -> None:
+    words = ["replay", *cluster.source, "--class", NOTES, "--to", "5", "--shell"]
+    script = b"print(query('count', 'a'), machine.values, replay.index)\n"
+    code, out, err = await rsm(*words, stdin=script)
+    assert code == 0, err
+    # The prompt goes to stdout without a newline, before what the line printed.
+    assert ">>> 2 {'a': 'one', 'b': 'two'} 5" in out.splitlines()
+    assert "state of Notes at index 5" in err
+
+
 async def test_a_command_unknown_to_the_class_is_a_problem_named_by_index(
     cluster: HistoryCluster,
 ) -> None:
