@@ -12,19 +12,23 @@ written, so it runs beside live replicas or with them stopped (bookies and
 ZooKeeper up).  CLOSED segments are read to their end, the OPEN one up to the
 LAC the bookies report when it is opened (`follow` keeps tailing it, as a
 follower does).  Reads run ahead of the consumer: up to
-`limits.tool_read_ahead_reads_max` ranged reads of `limits.tool_read_entries_max`
-entries are in flight while the caller decodes and applies, so the bookies'
-work overlaps the replay's.  The entry holding the first wanted index is
-found by binary search on entry ids (`SegmentReader.locate`).
+`limits.tool_read_ahead_reads_max` ranged reads are in flight while the
+caller decodes and applies, so the bookies' work overlaps the replay's; each
+asks for about `limits.tool_read_bytes_target` bytes of a closed ledger (its
+size is in its metadata), at most `limits.tool_read_entries_max` entries.
+The entry holding the first wanted index is found by binary search on entry
+ids (`SegmentReader.locate`).  Snapshots are the application's registered
+ones, loaded as a replica loads them.
 
-`FileSource` reads an exported file (rsm/tools/export_format.py); a worker
-thread reads and checks the records ahead of the consumer, and entries
-before the wanted range are skipped without being decoded (each record says
-its index range).
+`FileSource` reads an exported file (rsm/tools/export_format.py) as a log
+truncated at its first exported index, with the snapshot the file carries;
+a worker thread reads and checks the records ahead of the consumer, and
+entries before the wanted range are skipped without being decoded (each
+record says its index range).
 
-Invariants: entries come in log order, each once; nothing here writes to ZooKeeper or
-a bookie; a range below the log's truncation point is `Truncated`, naming
-the snapshot that covers it when there is one.
+Invariants: entries come in log order, each once; nothing here writes to
+ZooKeeper or a bookie; a range below the log's truncation point is
+`Truncated`, naming the snapshots from which the rest can be replayed.
 """
 
 from __future__ import annotations
