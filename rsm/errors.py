@@ -227,6 +227,11 @@ class MalformedValue(RsmError):
     """
 
 
+class ExportCorrupt(MalformedValue):
+    """An exported log file (rsm/tools/export_format.py) is truncated, damaged or not one;
+    the message names the byte offset and the entry where reading stopped."""
+
+
 class IllegalLogTransition(RsmError):
     """A change to the log of segments that would break I1, I4 or index continuity."""
 

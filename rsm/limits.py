@@ -301,6 +301,26 @@ state_hashes_kept_max = 64
 snapshot_load_attempts_max = 32
 """Snapshots a replica tries (newest first) before it gives up on snapshots."""
 
+# --- replay and debug tools (rsm/tools) ------------------------------------------------------
+
+tool_read_ahead_reads_max = 8
+"""Ranged reads of log entries a tool keeps in flight ahead of the command it applies."""
+
+tool_read_entries_max = 256
+"""Entries asked for in one ranged read by a tool (bookie.limits.read_batch_entries_max caps
+it again)."""
+
+tool_read_bytes_target = 1 * MiB
+"""Bytes one ranged read of a tool aims at, where the ledger's size is known (a closed
+ledger): large entries are read fewer at a time, so reads in flight stay near
+`tool_read_ahead_reads_max` times this and the bookies answer them within their timeouts."""
+
+export_header_bytes_max = 4 * MiB
+"""Largest header of an exported log file (its CBOR map; the segment list dominates)."""
+
+tool_window_commands_max = 1_000_000
+"""Commands a divergence search replays one at a time, hashing after each."""
+
 # --- client <-> replica protocol --------------------------------------------------------------
 
 protocol_version = 1

@@ -99,6 +99,10 @@ class StateHashes:
         index = next(reversed(self._recorded))
         return StateHash(index, self._recorded[index])
 
+    def recorded(self, index: int) -> bytes | None:
+        """This replica's hash at `index`, if it recorded one and still keeps it."""
+        return self._recorded.get(index)
+
     def unlogged(self) -> StateHash | None:
         """The newest recorded hash the log does not carry yet (for the leader's next batch)."""
         newest = self.newest

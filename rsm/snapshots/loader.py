@@ -1,6 +1,6 @@
 """Loading a snapshot: its chunks, checked, into a fresh state machine and session table.
 
-`load` reads one snapshot's ledger a window of chunks at a time and checks
+`load` reads one snapshot's chunks (from its ledger, a window at a time) and checks
 every chunk as it comes (rsm/core/snapshot_format.py).  The framework
 section becomes the header and the session table; the application's section
 goes to the state machine as it arrives:
@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.from_thread
@@ -53,7 +53,6 @@ from rsm.core.snapshot_state import StateDecoder
 from rsm.core.state_machine import StateMachine
 from rsm.errors import MalformedValue, SnapshotCorrupt
 from rsm.snapshots.capture import uses_default_hash
-from rsm.snapshots.store import SnapshotStore
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +73,15 @@ def machine_name(machine_class: type[Any]) -> str:
     return f"{machine_class.__module__}:{machine_class.__qualname__}"
 
 
+class ChunkSource(Protocol):
+    """Where a snapshot's chunks come from: a `SnapshotStore` (its ledger), or anything else
+    that holds them in order (a file of an exported log)."""
+
+    def chunks(self, manifest: Manifest) -> AsyncIterator[bytes]: ...
+
+
 async def load(
-    snapshots: SnapshotStore,
+    snapshots: ChunkSource,
     manifest: Manifest,
     machine: StateMachine,
     config: ReplicaConfig,

@@ -15,6 +15,8 @@
     rsm snapshot ls --app NAME --zk HOSTS [--json]
     rsm snapshot create --app NAME --zk HOSTS [--replica REPLICA_ID] [--json]
     rsm snapshot inspect --app NAME --zk HOSTS [--index N] [--ledger-root /ledgers] [--json]
+    rsm log dump|export|check, rsm replay, rsm verify, rsm bisect, rsm determinism
+            (investigating a log: rsm/tools/investigate.py, docs/tools.md)
 
 `--zk` is a ZooKeeper connect string, optionally with a chroot:
 `127.0.0.1:2181` or `zk1:2181,zk2:2181/my/root`.  Arguments of `call` and
@@ -50,7 +52,6 @@ import importlib
 import importlib.util
 import json
 import logging
-import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -84,6 +85,9 @@ from rsm.runtime.log import LogStore
 from rsm.runtime.replica import Replica
 from rsm.snapshots.inspect import inspect, listing
 from rsm.snapshots.store import SnapshotStore, read_snapshots
+from rsm.tools import investigate
+from rsm.tools.arguments import parse_arguments
+from rsm.tools.machines import add_app_dir, load_machine
 
 logger = logging.getLogger("rsm.cli")
 
@@ -100,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    handler = getattr(arguments, "handler", None)
+    if handler is not None:
+        return investigate.run(arguments, sys.argv[1:] if argv is None else argv)
     try:
         if command == "run":
             return _run(arguments)
@@ -177,6 +184,8 @@ def _parser() -> argparse.ArgumentParser:
     _common(inspected)
     inspected.add_argument("--index", type=int, help="the snapshot's index (default: newest)")
     inspected.add_argument("--ledger-root", default=bookie_limits.metadata_root_default)
+    investigate.add_snapshot_verify(snapshot_commands)
+    investigate.add_parsers(commands)
     return parser
 
 
@@ -217,26 +226,6 @@ def _common(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def parse_arguments(words: Sequence[str]) -> tuple[list[Any], dict[str, Any]]:
-    """Positional and keyword arguments of `call` / `query` (see the module docstring)."""
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for word in words:
-        key, equals, value = word.partition("=")
-        if equals and key.isidentifier():
-            kwargs[key] = _value(value)
-        else:
-            args.append(_value(word))
-    return args, kwargs
-
-
-def _value(word: str) -> Any:
-    try:
-        return json.loads(word)
-    except ValueError:
-        return word
-
-
 def _backend_run(command: Any, arguments: argparse.Namespace) -> int:
     result: int = anyio.run(command, arguments)
     return result
@@ -245,27 +234,10 @@ def _backend_run(command: Any, arguments: argparse.Namespace) -> int:
 # --- rsm run ----------------------------------------------------------------------------------
 
 
-def load_machine(target: str) -> type[StateMachine]:
-    """The StateMachine subclass `target` ("package.module:Class") names."""
-    module_name, colon, class_name = target.partition(":")
-    if not colon or not module_name or not class_name:
-        raise InvalidConfig(f"{target!r} is not MODULE:CLASS")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise InvalidConfig(f"cannot import {module_name}: {error}") from None
-    machine = getattr(module, class_name, None)
-    if not isinstance(machine, type) or not issubclass(machine, StateMachine):
-        raise InvalidConfig(f"{target} is not a StateMachine subclass")
-    return machine
-
-
 def _run(arguments: argparse.Namespace) -> int:
     priority = FollowerPriority(arguments.follower_nice)
     configure(arguments.log_level, arguments.log_format)
-    app_dir = os.path.abspath(arguments.app_dir)
-    if app_dir not in sys.path:
-        sys.path.insert(0, app_dir)
+    add_app_dir(arguments.app_dir)
     machine = load_machine(arguments.target)
     config = ReplicaConfig(
         ensemble_size=arguments.ensemble,
