@@ -50,11 +50,6 @@ _VALUE_CHARS: Final = 40
 _ABSENT: Final = "-"
 
 
-def key_bytes(text: str) -> bytes:
-    """A key given on the command line: its UTF-8 bytes."""
-    return text.encode()
-
-
 def _short(digest: bytes | None) -> str:
     return _ABSENT if digest is None else digest.hex()[:_DIGEST_CHARS]
 
@@ -108,7 +103,7 @@ async def blame(arguments: argparse.Namespace) -> int:
         source_arguments(arguments),
         machine_class,
         replica_config(arguments),
-        key=key_bytes(arguments.key),
+        key=arguments.key.encode(),
         first=arguments.first,
         last=arguments.last,
         as_json=arguments.json,

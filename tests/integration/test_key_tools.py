@@ -155,9 +155,15 @@ INDEX  EPOCH  LEDGER:ENTRY:SLOT  TIME                      SESSION     COMMAND  
 """  # noqa: E501
 
 
-async def test_blame_lists_every_command_that_changed_the_key(cluster: HistoryCluster) -> None:
+async def test_blame_lists_every_command_that_changed_the_key(
+    cluster: HistoryCluster, tmp_path: Path
+) -> None:
     blame = ["blame", *cluster.source, "--class", BY_KEY]
     assert await rsm(*blame, "a") == (0, BLAME_A.format(app=cluster.app), "")
+    exported = tmp_path / "notes.rsmlog"
+    assert (await rsm("log", "export", *cluster.source, "--to", str(exported)))[0] == 0
+    offline = ["blame", "--log", str(exported), "--class", BY_KEY, "a"]
+    assert await rsm(*offline) == (0, BLAME_A.format(app=cluster.app), "")
     code, out, _ = await rsm(*blame, "a", "--from", "12", "--to", "2:1")
     assert code == 0
     lines = out.splitlines()
@@ -263,10 +269,18 @@ reproduce: rsm {words}
 """
 
 
-async def test_diff_of_two_indexes_key_by_key(cluster: HistoryCluster) -> None:
+async def test_diff_of_two_indexes_key_by_key(cluster: HistoryCluster, tmp_path: Path) -> None:
     words = ["diff", *cluster.source, "--class", BY_KEY, "--at", "12", "--at", "20"]
     expected = DIFF_12_20.format(app=cluster.app, words=" ".join(words))
     assert await rsm(*words) == (1, expected, "")
+    exported = tmp_path / "notes.rsmlog"
+    assert (await rsm("log", "export", *cluster.source, "--to", str(exported)))[0] == 0
+    offline = ["diff", "--log", str(exported), "--class", BY_KEY, "--at", "12", "--at", "20"]
+    assert await rsm(*offline) == (
+        1,
+        DIFF_12_20.format(app=cluster.app, words=" ".join(offline)),
+        "",
+    )
     code, out, _ = await rsm(*words, "--json")
     report = json.loads(out)
     assert code == 1
