@@ -135,7 +135,7 @@ async def key_history(
             async for change in found:
                 count += 1
                 if as_json:
-                    print(dumps(change_plain(key, change)), flush=True)
+                    print(dumps(_change_plain(key, change)), flush=True)
                 else:
                     changes.append(change)
         progress.done()
@@ -149,7 +149,7 @@ async def key_history(
     return EXIT_OK
 
 
-def change_plain(key: bytes, change: KeyChange) -> dict[str, Any]:
+def _change_plain(key: bytes, change: KeyChange) -> dict[str, Any]:
     """The JSON object of one change: the command's record and the key's digests."""
     return {
         **record_plain(change.record),
