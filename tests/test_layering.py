@@ -102,7 +102,17 @@ is outside the layers and may not be imported from inside the package.
 """
 
 RSM_PUBLIC = frozenset(
-    {"rsm", "rsm.client", "rsm.config", "rsm.errors", "rsm.host", "rsm.limits", "rsm.link"}
+    {
+        "rsm",
+        "rsm.client",
+        "rsm.config",
+        "rsm.errors",
+        "rsm.host",
+        "rsm.limits",
+        "rsm.link",
+        # The investigation tools an application's own command offers (kvstore history/get).
+        "rsm.tools",
+    }
 )
 
 

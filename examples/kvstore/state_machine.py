@@ -29,14 +29,16 @@ operations on them every command uses):
 The framework finds their `@command` and `@query` methods along the class's
 MRO.  `KVStore` itself adds what the framework calls besides: `restore`,
 which rebuilds the derived state, `state_hash` and `idle`, which settle the
-incremental hash of `kvstore.store.content_hash`, and `key_digests`, each key's
-share of that hash.
+incremental hash of `kvstore.store.content_hash`, `key_digests`, each key's
+share of that hash, and `show_key`, a key's value as redis-cli prints it
+(for the tools that list keys or a key's history).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from kvstore.protocol.redis_cli import reply_text
 from kvstore.store.content_hash import HASH_BYTES, key_digest
 from kvstore.store.digests import DigestCommands
 from kvstore.store.expiry import ExpiryCommands
@@ -79,6 +81,15 @@ class KVStore(
         values, expire_at_ms = self.values, self.expire_at_ms
         chosen = sorted(values) if keys is None else sorted({k for k in keys if k in values})
         return iter([(key, key_digest(key, values[key], expire_at_ms.get(key))) for key in chosen])
+
+    def show_key(self, key: bytes) -> str:
+        """The stored value as redis-cli prints a GET of it (`(nil)` when absent), and its
+        expiry time (ms since the Unix epoch) when it has one.  Expired but not deleted
+        yet counts, as in `key_digests`."""
+        value = self.values.get(key)
+        expire_at_ms = self.expire_at_ms.get(key)
+        expiry = "" if expire_at_ms is None or value is None else f" (expires at {expire_at_ms})"
+        return reply_text(value) + expiry
 
     def idle(self) -> None:
         """Bring the state hash up to date while the replica has nothing else to do."""

@@ -64,7 +64,9 @@ Per-key digests.  Optionally, a state machine whose state is a map of keys
 offers `key_digests()`: `(key, digest)` pairs in key order, each digest a
 function of one key's content, so that tools can name the keys where two
 states differ instead of only saying that they do.  The default returns None
-(not offered); the framework itself never calls it.
+(not offered); the framework itself never calls it.  With it, a class may
+offer `show_key(key)`: that key's content as text for a person reading a
+diff or a key's history (default: None, not offered).
 
 The registry is built once, when the subclass is created (`__init_subclass__`);
 declaring the same name twice, a command and a query of the same name, or an
@@ -287,7 +289,7 @@ def _operation(
 
 
 _FRAMEWORK_METHODS: Final = frozenset(
-    {"snapshot", "restore", "state_hash", "key_digests", "idle", "context"}
+    {"snapshot", "restore", "state_hash", "key_digests", "show_key", "idle", "context"}
 )
 """What the framework calls or reads on a machine: never a command's or a query's method."""
 
@@ -381,6 +383,12 @@ class StateMachine:
         exactly at the keys whose digests differ or that only one of them has.
         Like `snapshot()`, it must only read the state.
         """
+        return None
+
+    def show_key(self, key: bytes) -> str | None:
+        """Optional: one key's content as a person reads it (absent keys included, as the
+        class shows absence), for tools that list keys or a key's history (default: None,
+        not offered).  Like `key_digests`, it must only read the state."""
         return None
 
     def idle(self) -> None:

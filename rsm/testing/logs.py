@@ -7,8 +7,9 @@ instance of the class through an `Applier`, as a leader applies its own
 entries, and puts the leader's state hash into the next batch on the
 leader's schedule (`StateHashes.unlogged`).  `snapshot` registers a snapshot
 of the state at the current index through the replica's own
-`SnapshotService`.  `finish` closes the ledgers and records the segments in
-the application's log znode.  Everything (times, seeds, sessions) comes from
+`SnapshotService`, as taken by the replica the caller names.  `finish`
+closes the ledgers and records the segments in the application's log
+znode.  Everything (times, seeds, sessions) comes from
 the caller, so the log is the same every run except for the ledger ids the
 cluster allocates.
 
@@ -71,15 +72,8 @@ class LogWriter:
         self._segments: list[tuple[WriteHandle, int, int]] = []
         """Per segment: its ledger's write handle, its epoch and its first index."""
         self._next_index = 1
-        self._snapshots = SnapshotService(
-            app=app,
-            replica_id="log-writer",
-            snapshots=SnapshotStore(store, ledgers, self.layout, config),
-            applier=self.applier,
-            config=config,
-            machine_factory=machine_class,
-            wall_clock_ms=system_wall_clock_ms,
-        )
+        self._snapshots: dict[str, SnapshotService] = {}
+        """The snapshot service of each replica id snapshots were taken as."""
 
     @property
     def last_index(self) -> int:
@@ -136,11 +130,23 @@ class LogWriter:
         self.applier.apply(batch, handle.ledger_id, entry_id)
         self._next_index = batch.next_index
 
-    async def snapshot(self) -> Manifest:
-        """A snapshot of the state at the last index, registered as a replica registers one."""
+    async def snapshot(self, replica_id: str = "log-writer") -> Manifest:
+        """A snapshot of the state at the last index, registered as replica `replica_id`
+        registers one."""
         handle, _epoch, _first_index = self._segments[-1]
         await handle.wait_confirmed(handle.last_add_pushed)
-        return await self._snapshots.take()
+        service = self._snapshots.get(replica_id)
+        if service is None:
+            service = self._snapshots[replica_id] = SnapshotService(
+                app=self.layout.app,
+                replica_id=replica_id,
+                snapshots=SnapshotStore(self._store, self._ledgers, self.layout, self.config),
+                applier=self.applier,
+                config=self.config,
+                machine_factory=self.machine_class,
+                wall_clock_ms=system_wall_clock_ms,
+            )
+        return await service.take()
 
     async def finish(self) -> Log:
         """Close every segment's ledger and write the log znode; the log."""

@@ -15,7 +15,8 @@
     rsm snapshot ls --app NAME --zk HOSTS [--json]
     rsm snapshot create --app NAME --zk HOSTS [--replica REPLICA_ID] [--json]
     rsm snapshot inspect --app NAME --zk HOSTS [--index N] [--ledger-root /ledgers] [--json]
-    rsm log dump|export|check, rsm replay, rsm verify, rsm bisect, rsm determinism
+    rsm log dump|export|check, rsm replay, rsm verify, rsm bisect, rsm determinism,
+    rsm diff, rsm blame
             (investigating a log: rsm/tools/investigate.py, docs/tools.md)
 
 `--zk` is a ZooKeeper connect string, optionally with a chroot:

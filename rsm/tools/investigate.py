@@ -1,5 +1,5 @@
 """The investigation commands of `rsm`: log dump/export/check, replay, verify, bisect,
-determinism.
+determinism, diff, blame.
 
     rsm log dump   SOURCE [--from I] [--to I] [--last N] [--limit N] [--command NAME]
                    [--session HEX] [--follow] [--stats] [--json]
@@ -11,11 +11,13 @@ determinism.
     rsm bisect     SOURCE... --old MODULE:CLASS --new MODULE:CLASS [--to I] [--results-only]
     rsm determinism SOURCE --class MODULE:CLASS [--to I] [--hash-seeds A,B]
     rsm snapshot verify SOURCE --class MODULE:CLASS [--index I]
+    rsm diff       SOURCE --class MODULE:CLASS (--at I --at J | --replica A --replica B)
+    rsm blame      SOURCE --class MODULE:CLASS KEY [--from I] [--to I]
 
 SOURCE is `--app NAME --zk HOSTS [--ledger-root PATH]` (a cluster, read
 without fencing and without writing) or `--log FILE` (an exported log; `rsm
 bisect` takes `--log` many times).  Positions (`--from`, `--to`,
-`--break-at`) are an index or `LEDGER:ENTRY[:SLOT]`; ranges are inclusive.
+`--break-at`, `--at`) are an index or `LEDGER:ENTRY[:SLOT]`; ranges are inclusive.
 Commands that replay take `--app-dir`, `--state-hash-every` and the session
 settings, which must be the replicas' (`rsm run` has the same options and
 defaults), so that the replay's state and hashes equal a replica's.
@@ -48,12 +50,13 @@ from bookie.errors import (
 )
 from bookie.runtime_tuning import tune_for_throughput
 from rsm.errors import InvalidConfig, MalformedValue, RsmError, Truncated
-from rsm.tools import divergence_commands, log_commands, replay_commands
+from rsm.tools import divergence_commands, key_commands, log_commands, replay_commands
 from rsm.tools.options import EXIT_PROBLEM, EXIT_USAGE, machine_options, source_options
 
 
 def add_parsers(commands: Any) -> None:
-    """Add `log`, `replay`, `verify`, `bisect` and `determinism` to the `rsm` parser."""
+    """Add `log`, `replay`, `verify`, `bisect`, `determinism`, `diff` and `blame` to the `rsm`
+    parser."""
     log = commands.add_parser("log", help="dump, export and check an application's log")
     log_parsers = log.add_subparsers(dest="log_command", required=True)
 
@@ -141,6 +144,26 @@ def add_parsers(commands: Any) -> None:
     determinism.add_argument("--from", dest="first", help=argparse.SUPPRESS)
     determinism.add_argument("--per-command", action="store_true", help=argparse.SUPPRESS)
     determinism.set_defaults(handler=divergence_commands.determinism)
+
+    diff = commands.add_parser("diff", help="where two states differ: two indexes or replicas")
+    source_options(diff)
+    machine_options(diff, "--class", dest="target")
+    diff.add_argument("--at", action="append", help="an index or LEDGER:ENTRY[:SLOT] (twice)")
+    diff.add_argument(
+        "--replica",
+        dest="replicas",
+        action="append",
+        help="a replica id: its newest snapshot (twice)",
+    )
+    diff.set_defaults(handler=key_commands.diff)
+
+    blame = commands.add_parser("blame", help="every command that changed a key")
+    source_options(blame)
+    machine_options(blame, "--class", dest="target")
+    blame.add_argument("key", help="the key (its UTF-8 bytes)")
+    blame.add_argument("--from", dest="first", help="first index (default: the log's first)")
+    blame.add_argument("--to", dest="last", help="last index (default: the readable end)")
+    blame.set_defaults(handler=key_commands.blame)
 
 
 def add_snapshot_verify(snapshot_commands: Any) -> None:

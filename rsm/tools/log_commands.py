@@ -23,7 +23,7 @@ from rsm.tools.output import Progress, dumps, reproduce, utc
 from rsm.tools.records import SCHEMA_VERSION, Record, record_plain, records, short_value
 from rsm.tools.source import ClusterSource, LogSource, entries, open_source
 
-_DUMP_HEADER: Final = ("INDEX", "EPOCH", "LEDGER:ENTRY:SLOT", "TIME", "SESSION", "COMMAND", "ARGS")
+DUMP_HEADER: Final = ("INDEX", "EPOCH", "LEDGER:ENTRY:SLOT", "TIME", "SESSION", "COMMAND", "ARGS")
 
 
 def _matches(record: Record, arguments: argparse.Namespace) -> bool:
@@ -35,7 +35,8 @@ def _matches(record: Record, arguments: argparse.Namespace) -> bool:
     return True
 
 
-def _row(record: Record) -> tuple[str, ...]:
+def record_row(record: Record) -> tuple[str, ...]:
+    """A record's cells under `DUMP_HEADER` (`rsm log dump`, and the changes `rsm blame` lists)."""
     item = record.item
     if isinstance(item, LeaderStart):
         session, args = "-", item.replica_id
@@ -76,7 +77,7 @@ async def dump(arguments: argparse.Namespace) -> int:
         if arguments.follow and arguments.first is None and arguments.tail is None:
             first = end + 1  # only what is logged from now on, unless asked for more
         printed = 0
-        rows: list[tuple[str, ...]] = [_DUMP_HEADER]
+        rows: list[tuple[str, ...]] = [DUMP_HEADER]
         extra: dict[int, str] = {}
         if first <= last:
             async with entries(source, first, last) as logged:
@@ -92,7 +93,7 @@ async def dump(arguments: argparse.Namespace) -> int:
                         if arguments.json or arguments.follow:
                             _print_record(record, arguments.json)
                         else:
-                            rows.append(_row(record))
+                            rows.append(record_row(record))
                             line = _hash_line(record)
                             if line is not None:
                                 extra[len(rows) - 1] = line
@@ -114,7 +115,7 @@ def _print_record(record: Record, as_json: bool) -> None:
     if as_json:
         print(dumps(record_plain(record)), flush=True)
         return
-    print("  ".join(_row(record)), flush=True)
+    print("  ".join(record_row(record)), flush=True)
     line = _hash_line(record)
     if line is not None:
         print(line, flush=True)

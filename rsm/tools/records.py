@@ -143,10 +143,14 @@ def hash_plain(logged: StateHash) -> dict[str, Any]:
     return {"index": logged.index, "digest": logged.digest.hex()}
 
 
+_CONTROL: Final = {code: repr(chr(code))[1:-1] for code in (*range(0x20), 0x7F)}
+"""Control characters as Python escapes them (`\\n`, `\\x00`): a table cell stays one line."""
+
+
 def short_value(value: Any, chars_max: int = 40) -> str:
-    """A value for a table cell: its plain form, cut."""
+    """A value for a table cell: its plain form, control characters escaped, cut."""
     plain = plain_value(value)
-    text = plain if isinstance(plain, str) else repr(plain)
+    text = (plain if isinstance(plain, str) else repr(plain)).translate(_CONTROL)
     return text if len(text) <= chars_max else text[: chars_max - 3] + "..."
 
 

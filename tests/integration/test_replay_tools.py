@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -31,40 +30,12 @@ from rsm.testing.logs import Call, LogWriter
 
 from .support.replay_apps import Notes, NotesShadow
 from .support.replay_cluster import CONFIG, NOTES, T0, HistoryCluster, history_cluster, rsm
+from .support.schemas import RECORD_OPTIONAL, RECORD_SCHEMA, check_schema
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
 
 APPS = "tests.integration.support.replay_apps:"
 HASHES = ["--state-hash-every", "5"]
-
-RECORD_SCHEMA: dict[str, tuple[type, ...]] = {
-    "schema": (int,),
-    "index": (int,),
-    "epoch": (int,),
-    "ledger_id": (int,),
-    "entry_id": (int,),
-    "slot": (int,),
-    "time_ms": (int,),
-    "seed": (int,),
-    "command": (str,),
-    "args": (list,),
-    "kwargs": (dict,),
-    "client_id": (str, type(None)),
-    "seq": (int, type(None)),
-    "ack_seq": (int, type(None)),
-    "state_hash": (dict, type(None)),
-}
-"""`rsm log dump --json`, one object per record (docs/tools.md); a leader-start marker's
-record has `replica_id` besides."""
-
-
-def check_schema(value: dict[str, Any], schema: dict[str, tuple[type, ...]]) -> None:
-    extra = set(value) - set(schema) - {"replica_id"}
-    assert not extra, f"keys outside the schema: {extra}"
-    for key, types in schema.items():
-        assert key in value, f"missing {key}"
-        assert isinstance(value[key], types), (key, value[key])
-    assert value["schema"] == 1
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +136,7 @@ async def test_dump_json_is_one_record_per_line_in_its_schema(cluster: HistoryCl
     lines = [json.loads(line) for line in out.splitlines()]
     assert [line["index"] for line in lines] == list(range(1, 30))
     for line in lines:
-        check_schema(line, RECORD_SCHEMA)
+        check_schema(line, RECORD_SCHEMA, RECORD_OPTIONAL)
     assert lines[3] == {
         "schema": 1,
         "index": 4,

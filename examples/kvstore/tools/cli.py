@@ -9,6 +9,10 @@
                   [--command-timeout-ms MS] [--session-timeout-ms MS] [--follower-nice 19]
                   [--log-level info] [--log-format json]
     kvstore status [--data-dir DIR | --zk HOSTS] [--app kv] [--json]
+    kvstore history KEY [--data-dir DIR | --zk HOSTS | --log FILE] [--app kv]
+                    [--ledger-root /ledgers] [--from I] [--to I] [--json]
+    kvstore get KEY --at I [--data-dir DIR | --zk HOSTS | --log FILE] [--app kv]
+                [--ledger-root /ledgers] [--json]
 
 `up` starts everything on this machine (`kvstore.tools.launcher`): a ZooKeeper
 (unless `--zk`), the bookies and the replicas, prints a `redis-cli -p PORT`
@@ -32,8 +36,20 @@ endpoint record or a cookie there (or, with `--data-dir`, are the
 directory's).  `--zk` is a ZooKeeper connect string, optionally with a chroot
 (`127.0.0.1:2181/my/root`).
 
+`history` and `get` read the store's log as `rsm blame` and `rsm replay`
+do (`rsm.tools`, docs/tools.md): from the cluster (never writing to it, so
+with the replicas running or stopped) or from a file `rsm log export`
+wrote.  `history` lists every command that changed KEY (index, ledger,
+entry and slot, the leader's time, the client's session, the command and
+its arguments, the key's digest after it) with the value after it as
+redis-cli prints it; `get` answers GET KEY on the state at index `--at`,
+replayed from the newest snapshot at or before it.  Positions are an index
+or `LEDGER:ENTRY[:SLOT]`, ranges inclusive.
+
 Exit status: 0 on success, 1 when the operation failed (the error on
-stderr), 2 for a usage error.
+stderr), 2 for a usage error (for `history` and `get` also a key that never
+existed, an index out of the log's range, or a cluster that cannot be
+reached).
 """
 
 from __future__ import annotations
@@ -61,7 +77,9 @@ from bookie.meta.zk import ZkMetadataStore
 from bookie.runtime_tuning import tune_for_throughput
 from kvstore import limits
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
+from kvstore.protocol.redis_cli import reply_text
 from kvstore.runtime.node import DEFAULT_APP, KvNode, StoreSettings
+from kvstore.state_machine import KVStore
 from kvstore.tools.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
 from rsm.client import connect
 from rsm.config import ReplicaConfig
@@ -73,6 +91,14 @@ from rsm.host import (
     application_status,
     split_zk,
     status_heading,
+)
+from rsm.tools import (
+    SCHEMA_VERSION,
+    key_history,
+    plain_value,
+    query_at,
+    run_command,
+    source_options_of,
 )
 
 logger = logging.getLogger("kvstore.tools.cli")
@@ -89,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if arguments.command in _TOOLS:
+        return run_command(arguments, sys.argv[1:] if argv is None else argv)
     try:
         if arguments.command == "serve":
             return _serve(arguments)
@@ -164,7 +192,31 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--zk", help="ZooKeeper HOST:PORT[,...][/chroot] of the store")
     status.add_argument("--app", help=f"the store's name (default: {DEFAULT_APP})")
     status.add_argument("--json", action="store_true", help="print one JSON object")
+
+    history = commands.add_parser("history", help="every command that changed a key")
+    _log_options(history)
+    history.add_argument("key", help="the key (its UTF-8 bytes)")
+    history.add_argument("--from", dest="first", help="first index (default: the log's first)")
+    history.add_argument("--to", dest="last", help="last index (default: the readable end)")
+    history.set_defaults(handler=_history)
+
+    get = commands.add_parser("get", help="GET a key as it was at an index of the log")
+    _log_options(get)
+    get.add_argument("key", help="the key (its UTF-8 bytes)")
+    get.add_argument("--at", required=True, help="the index, or LEDGER:ENTRY[:SLOT]")
+    get.set_defaults(handler=_get)
     return parser
+
+
+def _log_options(parser: argparse.ArgumentParser) -> None:
+    """Where `history` and `get` read the log: a store's cluster, or an exported file."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--data-dir", type=Path, help="a store started by kvstore up (./data)")
+    where.add_argument("--zk", help="ZooKeeper HOST:PORT[,...][/chroot] of the store")
+    where.add_argument("--log", help="a log file written by rsm log export")
+    parser.add_argument("--app", help=f"the store's name (default: {DEFAULT_APP})")
+    parser.add_argument("--ledger-root", default=LEDGER_ROOT, help="the bookies' root znode")
+    parser.add_argument("--json", action="store_true", help="JSON output")
 
 
 def _run(command: Any, arguments: argparse.Namespace) -> int:
@@ -333,6 +385,71 @@ def _shown(path: Path) -> str:
         return str(path.absolute().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+# --- kvstore history, kvstore get -------------------------------------------------------------
+
+_TOOLS: Final = ("history", "get")
+
+
+def _tool_config() -> ReplicaConfig:
+    """The replicas' settings that decide what is applied (`serve`'s)."""
+    return ReplicaConfig(state_hash_every_commands=limits.state_hash_every_commands)
+
+
+def _log_of(arguments: argparse.Namespace) -> dict[str, Any]:
+    """The log `--log`, `--zk` or `--data-dir` (default ./data) names."""
+    if arguments.log is not None:
+        if arguments.app is not None:
+            raise InvalidConfig("--log FILE names its store: no --app")
+        return source_options_of(
+            app=None, zk=None, ledger_root=arguments.ledger_root, log_file=arguments.log
+        )
+    zk, app = arguments.zk, arguments.app
+    if zk is None:
+        try:
+            saved = read_saved(arguments.data_dir or Path("data"))
+        except ClusterError as error:
+            raise InvalidConfig(str(error)) from None
+        zk, app = saved["zk"], app or saved["app"]
+    return source_options_of(
+        app=app or DEFAULT_APP, zk=zk, ledger_root=arguments.ledger_root, log_file=None
+    )
+
+
+async def _history(arguments: argparse.Namespace) -> int:
+    return await key_history(
+        _log_of(arguments),
+        KVStore,
+        _tool_config(),
+        key=arguments.key.encode(),
+        first=arguments.first,
+        last=arguments.last,
+        as_json=arguments.json,
+    )
+
+
+async def _get(arguments: argparse.Namespace) -> int:
+    key = arguments.key.encode()
+    answer = await query_at(
+        _log_of(arguments), KVStore, _tool_config(), at=arguments.at, name="get", args=[key]
+    )
+    outcome = answer.outcome
+    if arguments.json:
+        report = {
+            "schema": SCHEMA_VERSION,
+            "index": answer.index,
+            "from_snapshot": answer.from_snapshot,
+            "key": plain_value(key),
+        }
+        if outcome.ok:
+            report["value"] = plain_value(outcome.value)
+        else:
+            report["error"] = outcome.message
+        print(json.dumps(report, sort_keys=True, ensure_ascii=False))
+    else:
+        print(reply_text(outcome.value) if outcome.ok else f"(error) {outcome.message}")
+    return EXIT_OK if outcome.ok else EXIT_FAILED
 
 
 # --- kvstore status ---------------------------------------------------------------------------

@@ -9,9 +9,15 @@
 * `NotesWithoutTags`: an "old version" with no `tag` command.
 * `NotesUnordered`: `tag` keeps its words in set order, which depends on
   PYTHONHASHSEED: non-deterministic across processes.
+* `NotesByKey`: `Notes` with per-key digests and `show_key` (`rsm diff` and
+  `rsm blame` compare it key by key); a key is the UTF-8 of a name of any of
+  the three maps.
 """
 
 from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
 
 from rsm.core.state_machine import StateMachine, command, query
 
@@ -71,3 +77,25 @@ class NotesShadow(Notes):
 class NotesUnordered(Notes):
     def ordered(self, words: set[str]) -> list[str]:
         return list(words)
+
+
+class NotesByKey(Notes):
+    def key_digests(self, keys: Iterable[bytes] | None = None) -> Iterator[tuple[bytes, bytes]]:
+        present = {*self.values, *self.counters, *self.tags}
+        names = present if keys is None else {k.decode() for k in keys} & present
+        chosen = sorted(name.encode() for name in names)
+        return iter([(key, hashlib.sha256(self._content(key).encode()).digest()) for key in chosen])
+
+    def show_key(self, key: bytes) -> str:
+        return self._content(key) or "(none)"
+
+    def _content(self, key: bytes) -> str:
+        name = key.decode()
+        parts = []
+        if name in self.values:
+            parts.append(repr(self.values[name]))
+        if name in self.counters:
+            parts.append(f"count {self.counters[name]}")
+        if name in self.tags:
+            parts.append("tags " + ",".join(self.tags[name]))
+        return " ".join(parts)

@@ -77,8 +77,10 @@ def payloads() -> list[bytes]:
     return out
 
 
-def export(path: Path) -> Path:
-    entries = [decode_batch(payload) for payload in payloads()]
+def export(path: Path, logged: list[bytes] | None = None) -> Path:
+    """An exported file of one segment holding `logged` (default: `payloads()`)."""
+    logged = payloads() if logged is None else logged
+    entries = [decode_batch(payload) for payload in logged]
     header = ExportHeader(
         app="counter",
         segments=(Segment(9, 1, 1, SegmentState.CLOSED, entries[-1].next_index - 1),),
@@ -89,7 +91,7 @@ def export(path: Path) -> Path:
     )
     with path.open("wb") as stream:
         writer = ExportWriter(stream, header)
-        for entry_id, (payload, batch) in enumerate(zip(payloads(), entries, strict=True)):
+        for entry_id, (payload, batch) in enumerate(zip(logged, entries, strict=True)):
             writer.add(ExportedEntry(9, entry_id, batch.first_index, len(batch.items), payload))
         writer.finish()
     return path
