@@ -47,6 +47,9 @@ from bookie.wire.packet import HEADER, HEADER_BYTES, Digest, DigestType
 
 Result = dict[str, Any]
 
+SHELL_SCHEMA_VERSION: Final = 1
+"""The `schema` of every `bookie shell --json` object."""
+
 
 EXIT_PROBLEM: Final = EXIT_FAILED
 """A command found a problem (a failed read, a copy that disagrees) or could not finish."""

@@ -10,10 +10,13 @@ exit statuses.
 
 `bookie shell COMMAND` runs one of the inspection commands of bookie/tools/admin.py
 (one bookie) or bookie/tools/cluster.py (a cluster, through ZooKeeper); `--json`
-prints one JSON object instead of human-readable lines.  Exit statuses: 0 done,
-1 a problem found (the result's `problems`, or a failure while working), 2 bad
-input or a bookie or ZooKeeper that cannot be reached; a failure prints one
-line on stderr.
+prints one JSON object instead of human-readable lines, with `"schema":
+SHELL_SCHEMA_VERSION` (bookie/tools/admin.py), raised when a field changes
+meaning or goes away.  Exit statuses: 0 done, 1 a problem found (the result's
+`problems`, or a failure while working), 2 bad input or a bookie or ZooKeeper
+that cannot be reached; a failure prints one line on stderr.  A report of
+problems ends with `reproduce: bookie shell ...`, the command line that shows
+them again (in JSON, its `reproduce` field).
 
 Also runnable as `python -m bookie.tools.cli`, which is how launchers start bookies
 (the same interpreter and virtualenv as theirs).
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,6 +51,7 @@ from bookie.tools import cluster
 from bookie.tools.admin import (
     EXIT_PROBLEM,
     HUMAN,
+    SHELL_SCHEMA_VERSION,
     ShellError,
     bookie_info,
     last_mark,
@@ -62,11 +67,12 @@ logger = logging.getLogger("bookie.cli")
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    arguments = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    arguments = parser.parse_args(words)
     if arguments.command == "serve":
         return _serve(arguments)
     if arguments.command == "shell":
-        return _shell(arguments)
+        return _shell(arguments, words)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 
@@ -222,7 +228,7 @@ def _serve(arguments: argparse.Namespace) -> int:
 # --- shell ------------------------------------------------------------------------------------
 
 
-def _shell(arguments: argparse.Namespace) -> int:
+def _shell(arguments: argparse.Namespace, words: list[str]) -> int:
     # The command's one-line error says what failed; the libraries' warnings on the
     # way there (kazoo's reconnect attempts) would only bury it.
     configure("error", "text")
@@ -235,8 +241,18 @@ def _shell(arguments: argparse.Namespace) -> int:
         print(f"bookie shell {arguments.tool}: {error}", file=sys.stderr)
         return EXIT_USAGE
     human = HUMAN.get(arguments.tool) or cluster.HUMAN[arguments.tool]
-    print(render(result, human, as_json=arguments.json))
-    return EXIT_PROBLEM if result.get("problems") else 0
+    problems = bool(result.get("problems"))
+    reproduce = "reproduce: bookie " + shlex.join(words)
+    if arguments.json:
+        report = {"schema": SHELL_SCHEMA_VERSION, **result}
+        if problems:
+            report["reproduce"] = reproduce
+        print(render(report, human, as_json=True))
+    else:
+        print(render(result, human, as_json=False))
+        if problems:
+            print(reproduce)
+    return EXIT_PROBLEM if problems else 0
 
 
 def _run_tool(arguments: argparse.Namespace) -> dict[str, object]:

@@ -6,6 +6,7 @@ simpletest); human output and `--json`."""
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -43,9 +44,19 @@ async def shell(*arguments: str, check: bool = True) -> tuple[int, str, str]:
 
 
 async def shell_json(*arguments: str, code: int = 0) -> Any:
+    """The report of `bookie shell ARGUMENTS --json`, without its `schema` and, when it
+    found problems, its `reproduce` line (both checked here)."""
     returned, stdout, stderr = await shell(*arguments, "--json", check=False)
     assert returned == code, stderr
-    return json.loads(stdout)
+    report = json.loads(stdout)
+    assert report.pop("schema") == 1
+    if report.get("problems"):
+        assert report.pop("reproduce") == "reproduce: bookie " + shlex.join(
+            ["shell", *arguments, "--json"]
+        )
+    else:
+        assert "reproduce" not in report
+    return report
 
 
 async def written(cluster: BookieCluster) -> BookieSetup:
@@ -249,11 +260,15 @@ async def test_cluster_commands(zookeeper: LocalZooKeeper, zk_root: str, tmp_pat
         )
         assert code == 1
         first, second, third = ensemble
-        assert squeezed(human)[-3:] == [
+        assert squeezed(human)[-4:] == [
             f"PROBLEM entry 1 bookie {third}: lacks it",
             f"PROBLEM entry 2 bookie {first}: differs from the majority (100 bytes, "
             "majority 100 bytes)",
             "2 problems",
+            "reproduce: bookie "
+            + shlex.join(
+                ["shell", "readledger", str(CLOSED_LEDGER), "--all-bookies", *password, *zk]
+            ),
         ]
         compared = await shell_json(
             "readledger", str(CLOSED_LEDGER), "--all-bookies", "--from", "1", *password, *zk, code=1
@@ -301,10 +316,11 @@ async def test_cluster_commands(zookeeper: LocalZooKeeper, zk_root: str, tmp_pat
         ]
         code, human, _ = await shell("simpletest", "--ensemble", "4", *zk, check=False)
         assert code == 1
-        assert squeezed(human)[-2:] == [
+        assert squeezed(human)[-3:] == [
             "PROBLEM create: NotEnoughBookies: need 4 writable bookies, have 3 (3 available, 0 "
             "excluded)",
             "1 problems",
+            "reproduce: bookie " + shlex.join(["shell", "simpletest", "--ensemble", "4", *zk]),
         ]
 
         # A ledger one of whose bookies is down and whose last entry no bookie holds:
@@ -328,6 +344,8 @@ async def test_cluster_commands(zookeeper: LocalZooKeeper, zk_root: str, tmp_pat
                 f"PROBLEM entry 2: no valid copy of entry 2 of ledger {DOWN_LEDGER} on "
                 f"{write_set_2}: 2 absent, 0 corrupt, the rest failed",
                 "1 problems",
+                "reproduce: bookie "
+                + shlex.join(["shell", "readledger", str(DOWN_LEDGER), *password, *zk]),
             ],
         )
         compared = await shell_json(
