@@ -42,8 +42,23 @@ shows its header and, for the default codec, its attributes.  The snapshot
 knobs of `rsm run` are docs/snapshots.md's ("0" turns a criterion off).
 
 Output: a human-readable table or line by default, one JSON object with
-`--json`.  Exit status: 0 on success, 1 when the operation failed (the error
-on stderr as `error: <Type>: <message>`), 2 for a usage error.
+`--json`.  Exit status: 0 on success, 1 when the operation failed, 2 for a
+usage error (a bad argument, an application that does not exist).  An error
+is one line on stderr, `error: <type>: <message>`, where a command or query
+that raised names the application's exception (`error: TypeError: amount
+must be an integer`) and any other failure names the framework's error class
+(`error: Timeout: ...`).  With `--json` it is instead one JSON object on
+stdout, nothing on stderr:
+
+    {"error": {"type": "TypeError", "message": "amount must be an integer",
+               "command_failed": true}}
+
+`command_failed` is true when the application's code raised (`type` is its
+exception's type name, `rsm.errors.CommandFailed` in Python) and false when
+the framework or the cluster failed (`type` is an `rsm.errors` or
+`bookie.errors` class name).  Mistakes argparse catches (a missing or
+unknown option) print its usage on stderr and exit with 2, with or without
+`--json`.
 """
 
 from __future__ import annotations
@@ -73,7 +88,7 @@ from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
 from rsm.core.layout import AppLayout
 from rsm.core.protocol import Consistency
 from rsm.core.state_machine import StateMachine
-from rsm.errors import InvalidConfig, RsmError, Unavailable
+from rsm.errors import CommandFailed, InvalidConfig, RsmError, Unavailable
 from rsm.host import (
     FollowerPriority,
     add_follower_nice,
@@ -113,8 +128,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(arguments)
         return _backend_run(_COMMANDS[command], arguments)
     except (RsmError, BookieError) as error:
-        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        _print_error(error, as_json=getattr(arguments, "json", False))
         return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
+
+
+def _print_error(error: RsmError | BookieError, *, as_json: bool) -> None:
+    """The one error of a command: a line on stderr, or with `--json` an object on stdout
+    (the shape is in the module docstring)."""
+    command_failed = isinstance(error, CommandFailed)
+    remote_type = error.type_name if isinstance(error, CommandFailed) else None
+    type_name = remote_type or type(error).__name__
+    if as_json:
+        fields = {"type": type_name, "message": str(error), "command_failed": command_failed}
+        print(_dumps({"error": fields}))
+    else:
+        print(f"error: {type_name}: {error}", file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:

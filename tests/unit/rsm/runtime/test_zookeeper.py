@@ -90,7 +90,7 @@ async def test_blocking_client_and_command_line(
         assert report["leader"]["replica_id"] == leader.replica_id
         assert sorted(r["role"] for r in report["replicas"]) == ["follower", "follower", "leader"]
         assert all(r["lag"] == 0 or r["role"] == "follower" for r in report["replicas"])
-        assert "error: CommandFailed: oops" in err
+        assert "error: ValueError: oops" in err
         assert json.loads(transferred)["target"] != leader.replica_id
         successor = await replicas.wait_leader(exclude=leader.replica_id)
         assert successor.applied_index >= 3
