@@ -269,6 +269,15 @@ class InvalidConfig(RsmError):
     """
 
 
+class NoSuchApplication(InvalidConfig):
+    """No application of that name exists in this ZooKeeper: no replica of it ever ran (its
+    log znode is absent), or the name or the ZooKeeper chroot is misspelt."""
+
+    def __init__(self, app: str) -> None:
+        super().__init__(f"there is no application {app!r} in this ZooKeeper")
+        self.app = app
+
+
 class ProtocolViolation(RsmError):
     """The peer sent bytes that are not a message of the client protocol (rsm/core/protocol.py).
 

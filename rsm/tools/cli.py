@@ -59,6 +59,13 @@ the framework or the cluster failed (`type` is an `rsm.errors` or
 `bookie.errors` class name).  Mistakes argparse catches (a missing or
 unknown option) print its usage on stderr and exit with 2, with or without
 `--json`.
+
+The commands that call or report on an application fail fast with the cause:
+an application of which no replica ever ran in that ZooKeeper (a misspelt
+`--app` or chroot) is `NoSuchApplication` at once, exit 2; a ZooKeeper that
+gives no session within `limits.cli_zk_connect_timeout_ms` (3 s) is
+`MetadataUnavailable` naming its address, exit 1, without kazoo's line per
+reconnect attempt.
 """
 
 from __future__ import annotations
@@ -70,7 +77,8 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any, Final
 
 import anyio
@@ -88,7 +96,7 @@ from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
 from rsm.core.layout import AppLayout
 from rsm.core.protocol import Consistency
 from rsm.core.state_machine import StateMachine
-from rsm.errors import CommandFailed, InvalidConfig, RsmError, Unavailable
+from rsm.errors import CommandFailed, InvalidConfig, NoSuchApplication, RsmError, Unavailable
 from rsm.host import (
     FollowerPriority,
     add_follower_nice,
@@ -126,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command == "run":
             return _run(arguments)
-        return _backend_run(_COMMANDS[command], arguments)
+        with _quiet_kazoo():
+            return _backend_run(_COMMANDS[command], arguments)
     except (RsmError, BookieError) as error:
         _print_error(error, as_json=getattr(arguments, "json", False))
         return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
@@ -260,6 +269,28 @@ def _backend_run(command: Any, arguments: argparse.Namespace) -> int:
     return result
 
 
+@contextmanager
+def _quiet_kazoo() -> Iterator[None]:
+    """Hide kazoo's warnings for the block: the command's one-line error says what failed,
+    and kazoo's line per reconnect attempt on the way there would only bury it."""
+    kazoo = logging.getLogger("kazoo")
+    level = kazoo.level
+    kazoo.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        kazoo.setLevel(level)
+
+
+def _zk_store(arguments: argparse.Namespace) -> AbstractAsyncContextManager[ZkMetadataStore]:
+    """A session on `--zk` for a command a person waits for: an unreachable ZooKeeper is
+    reported after `limits.cli_zk_connect_timeout_ms`."""
+    hosts, chroot = split_zk(arguments.zk)
+    return ZkMetadataStore.connect(
+        hosts, root=chroot, connect_timeout_ms=limits.cli_zk_connect_timeout_ms
+    )
+
+
 # --- rsm run ----------------------------------------------------------------------------------
 
 
@@ -342,8 +373,7 @@ async def _serve(
 
 async def _call(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
-    hosts, chroot = split_zk(arguments.zk)
-    async with connect(arguments.app, zk=hosts, zk_root=chroot) as client:
+    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
         result = await client.call(arguments.name, *args, **kwargs)
         _print_result(arguments, result, client.last_index)
     return EXIT_OK
@@ -351,8 +381,7 @@ async def _call(arguments: argparse.Namespace) -> int:
 
 async def _query(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
-    hosts, chroot = split_zk(arguments.zk)
-    async with connect(arguments.app, zk=hosts, zk_root=chroot) as client:
+    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
         result = await client.query(
             arguments.name, *args, consistency=arguments.consistency, **kwargs
         )
@@ -368,8 +397,7 @@ def _print_result(arguments: argparse.Namespace, result: Any, index: int) -> Non
 
 
 async def _transfer(arguments: argparse.Namespace) -> int:
-    hosts, chroot = split_zk(arguments.zk)
-    async with connect(arguments.app, zk=hosts, zk_root=chroot) as client:
+    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
         result = await client.transfer_leadership(arguments.to)
     if arguments.json:
         print(_dumps(result))
@@ -381,11 +409,7 @@ async def _transfer(arguments: argparse.Namespace) -> int:
 
 
 async def _status(arguments: argparse.Namespace) -> int:
-    hosts, chroot = split_zk(arguments.zk)
-    async with (
-        ZkMetadataStore.connect(hosts, root=chroot) as store,
-        connect(arguments.app, store=store) as client,
-    ):
+    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
         report = await application_status(store, client)
     if arguments.json:
         print(_dumps(report))
@@ -421,12 +445,11 @@ def render_status(report: dict[str, Any]) -> str:
 
 
 async def _snapshot(arguments: argparse.Namespace) -> int:
-    hosts, chroot = split_zk(arguments.zk)
     command = arguments.snapshot_command
-    async with ZkMetadataStore.connect(hosts, root=chroot) as store:
+    async with _zk_store(arguments) as store:
         layout = AppLayout.of(arguments.app)
         if await store.exists(layout.log) is None:
-            raise InvalidConfig(f"there is no application {arguments.app!r} in this ZooKeeper")
+            raise NoSuchApplication(arguments.app)
         if command == "create":
             async with connect(arguments.app, store=store) as client:
                 report = await _create_snapshot(client, arguments.replica)
