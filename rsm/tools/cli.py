@@ -30,7 +30,8 @@ the current directory by default, comes first on the import path), runs one
 replica until SIGTERM or SIGINT, then stops gracefully (a leader hands over
 or closes its segment, so the successor needs no fencing).  It logs one JSON
 object per line on stderr (`bookie.logs`): `rsm.ready` once it serves
-clients, `rsm.leader` when it becomes leader, `rsm.step_down`, ...  While it
+clients (with its process id, `pid`), `rsm.leader` when it becomes leader,
+`rsm.step_down`, `rsm.handed_over` naming the successor, ...  While it
 follows, a replica that leads its own session (`setsid rsm run ...`) runs at
 a lower CPU priority, `--follower-nice` (rsm/runtime/cpu_priority.py).
 
@@ -75,6 +76,7 @@ import importlib
 import importlib.util
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
@@ -360,6 +362,7 @@ async def _serve(
             app=replica.app,
             replica_id=replica.replica_id,
             address=replica.address,
+            pid=os.getpid(),
         )
         with anyio.open_signal_receiver(*_STOP_SIGNALS) as received:
             async for signum in received:

@@ -142,3 +142,8 @@ async def test_rsm_run_serves_until_sigterm_then_stops_gracefully(
                 assert await process.wait() == 0
         names = [event["event"] for event in events]
         assert names.index("rsm.ready") < names.index("rsm.stop_requested")
+        [ready] = [event for event in events if event["event"] == "rsm.ready"]
+        assert ready["pid"] == process.pid, "the pid to kill it by"
+        # The only replica closed its segment for whichever replica comes next.
+        [handed_over] = [event for event in events if event["event"] == "rsm.handed_over"]
+        assert handed_over["target"] is None
