@@ -12,10 +12,9 @@ tables and equal outcomes.  What makes that hold:
 * An exception raised by a command is a result, not a crash: it becomes a
   `CommandFailed` outcome with the exception's type name and its message
   (`str()` of it, cut to `limits.error_message_chars_max`), recorded like any
-  result.  The
-  exceptions are `MemoryError` and `RecursionError`, which depend on the
-  machine and the call stack rather than on the log: recording them could
-  make replicas disagree, so they propagate and stop the replica.
+  result.  The exceptions are `MemoryError` and `RecursionError`, which
+  depend on the machine and the call stack rather than on the log: recording
+  them could make replicas disagree, so they propagate and stop the replica.
 * A result must be CBOR-encodable, since it is sent to the client and kept in
   the session table (and so in snapshots).  Scalars are kept as they are;
   containers are kept as their CBOR round trip, which is what a client would
