@@ -377,8 +377,8 @@ def _banner(cluster: LocalCluster) -> str:
     first = cluster.bookies[0].address
     lines += [
         f"Inspect:  {Path(sys.executable).parent / 'bookie'} shell bookieinfo {first}",
+        f"To start from nothing, stop it, then: rm -rf {shlex.quote(data_dir)}",
         "Ctrl-C stops the bookies, then ZooKeeper; the data stays for the next run.",
-        f"To start from nothing, stop it and remove the data: rm -rf {shlex.quote(data_dir)}",
     ]
     return "\n".join(lines)
 

@@ -377,9 +377,8 @@ def _banner(cluster: LocalKvCluster) -> str:
     lines += [
         f"Any replica takes any command.  Status: kvstore status --data-dir "
         f"{_shown(cluster.data_dir)}",
+        f"To start from nothing, stop it, then: rm -rf {shlex.quote(_shown(cluster.data_dir))}",
         "Ctrl-C stops the replicas, the bookies, then ZooKeeper; the data stays for the next run.",
-        "To start from nothing, stop it and remove the data: "
-        f"rm -rf {shlex.quote(_shown(cluster.data_dir))}",
     ]
     return "\n".join(lines)
 
