@@ -44,6 +44,7 @@ from rsm.core.state_machine import (
 from rsm.errors import (
     BadArguments,
     CommandFailed,
+    NoSuchApplication,
     NotLeader,
     OutcomeUnknown,
     RsmError,
@@ -62,6 +63,7 @@ __all__ = [
     "CommandFailed",
     "Consistency",
     "Context",
+    "NoSuchApplication",
     "NotLeader",
     "OutcomeUnknown",
     "Replica",

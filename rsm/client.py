@@ -19,7 +19,9 @@ lost connection) is retried with exponential backoff and jitter drawn from
 the client's `Random`, at most `attempts_max` times and within `deadline_ms`
 overall, after which the call raises `Timeout` (its outcome unknown).  An
 error that is not retryable (CommandFailed, UnknownCommand, BadArguments,
-...) is raised at once.
+...) is raised at once.  So is `NoSuchApplication` when no leader is known
+and the application's log znode does not exist: no replica of it ever ran,
+so there is nothing to wait for (a misspelt name or chroot, usually).
 
 Exactly-once.  The client is one session: a random `client_id` and a `seq` per
 command, 1, 2, ...; every attempt of a call carries the same seq, and
@@ -88,6 +90,7 @@ from rsm.core.protocol import (
 from rsm.errors import (
     InvalidConfig,
     MalformedValue,
+    NoSuchApplication,
     RsmStatus,
     StatusError,
     Timeout,
@@ -218,6 +221,9 @@ class Client:
         self._hint: str | None = None
         self._leader_changed = anyio.Event()
         self._members: list[str] = []
+        self._app_exists: bool | None = None
+        """Whether the application's log znode exists: None until known; True for good once
+        seen (nothing deletes it); False while it is absent."""
         self.last_index = 0
         """The highest index token this client has seen (see the module docstring)."""
 
@@ -227,8 +233,8 @@ class Client:
         """Run command `name` on the leader through the log; its result.
 
         Raises `CommandFailed` (the command raised: same type name and message
-        on every replica), `UnknownCommand`, `BadArguments`, or `Timeout` when
-        no attempt succeeded in time (outcome unknown).
+        on every replica), `UnknownCommand`, `BadArguments`, `NoSuchApplication`,
+        or `Timeout` when no attempt succeeded in time (outcome unknown).
         """
         await self._wait_for_room()
         command = Command(self._policy, self._now_ms(), self._session)
@@ -379,6 +385,8 @@ class Client:
             response: Response | None = None
             hint: str | None = None
             address = target or await self._choose(to_leader)
+            if address is None and await self._missing():
+                raise NoSuchApplication(self.app)
             if address is None:
                 last_error = Unavailable(f"no leader of {self.app} is known")
                 status = RsmStatus.NOT_LEADER
@@ -424,6 +432,18 @@ class Client:
                 await self._pause(backoff.next_wait_ms(self._rng), deadline_s)
             elif decision is not Decision.REDIRECT:
                 raise Timeout(f"gave up on {self.app}: {last_error.message}") from last_error
+
+    async def _missing(self) -> bool:
+        """Whether the application does not exist, as far as this client knows: only once the
+        leader's watch found neither a leader nor a log, and a fresh read still finds no log
+        (a first replica may have created it since)."""
+        if self._app_exists is not False:
+            return False
+        try:
+            self._app_exists = await self._store.exists(self._layout.log) is not None
+        except MetadataError:
+            return False
+        return not self._app_exists
 
     async def _wait_for_room(self) -> None:
         """Wait until the session may open one more seq."""
@@ -510,9 +530,12 @@ class Client:
                     current = await store.get(path)
                     version = current.version
                     self._leader_address = decode_leader(current.value).address
+                    self._app_exists = True
                 except (NoNode, MalformedValue):
                     version = NO_NODE_VERSION
                     self._leader_address = None
+                    if not self._app_exists:
+                        self._app_exists = await store.exists(self._layout.log) is not None
                 changed, self._leader_changed = self._leader_changed, anyio.Event()
                 changed.set()
                 await store.watch(path, version)

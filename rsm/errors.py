@@ -119,16 +119,21 @@ class Overloaded(StatusError):
 
 
 class CommandFailed(StatusError):
-    """The command raised: the application's deterministic error, recorded on every replica.
+    """The command or query raised: the application's deterministic error.
 
-    `detail` is the exception's type name, `message` its `str()`.  Retrying
-    returns the same error (the session table recorded it).
+    `type_name` is the name of the exception's type (`"TypeError"`) and
+    `message` its text (`"amount must be an integer"`), the same on every
+    replica; on the wire the type name travels as `detail`.  A command's
+    failure is recorded like a result: retrying returns the same error (the
+    session table recorded it).
     """
 
     status = RsmStatus.COMMAND_FAILED
 
     @property
     def type_name(self) -> str | None:
+        """The name of the type of the exception the application raised (None only from a
+        replica that did not send one)."""
         return self.detail
 
 
@@ -262,6 +267,15 @@ class InvalidConfig(RsmError):
 
     The message names the setting and what would be acceptable.
     """
+
+
+class NoSuchApplication(InvalidConfig):
+    """No application of that name exists in this ZooKeeper: no replica of it ever ran (its
+    log znode is absent), or the name or the ZooKeeper chroot is misspelt."""
+
+    def __init__(self, app: str) -> None:
+        super().__init__(f"there is no application {app!r} in this ZooKeeper")
+        self.app = app
 
 
 class ProtocolViolation(RsmError):

@@ -35,7 +35,7 @@ from rsm.core.layout import RSM_ROOT, AppLayout, check_name, check_replica_id
 from rsm.core.log_format import decode_leader
 from rsm.core.protocol import CallRequest, QueryRequest
 from rsm.core.sessions import Outcome
-from rsm.errors import InvalidConfig, MalformedValue, RsmError
+from rsm.errors import InvalidConfig, MalformedValue, NoSuchApplication, RsmError
 from rsm.runtime.applier import Answerer
 from rsm.runtime.cpu_priority import FollowerPriority
 from rsm.runtime.log import LogStore
@@ -86,7 +86,7 @@ async def application_status(store: MetadataStore, client: Client) -> dict[str, 
     try:
         log, _version = await LogStore(store, layout).read()
     except NoNode:
-        raise InvalidConfig(f"there is no application {client.app!r} in this ZooKeeper") from None
+        raise NoSuchApplication(client.app) from None
     leader: dict[str, Any] | None = None
     try:
         info = decode_leader((await store.get(layout.leader)).value)

@@ -350,6 +350,12 @@ client_connect_timeout_ms_default = 2_000
 client_replica_connections_max = 64
 """Replica connections one client keeps open (several apps' replicas, old leaders)."""
 
+cli_zk_connect_timeout_ms = 3_000
+"""How long an `rsm` command that calls or reports on an application (`call`, `query`,
+`status`, `transfer-leadership`, `snapshot`) waits for a ZooKeeper session before it says the
+ZooKeeper cannot be reached: a person is waiting, and a reachable one answers in
+milliseconds.  `rsm run` waits the ledger layer's operation timeout."""
+
 # --- history checking (rsm.testing) ----------------------------------------------------------
 
 history_operations_max = 1_000_000
@@ -385,6 +391,7 @@ assert 0 <= follower_nice_default <= follower_nice_max
 # framing fields; it must fit in a frame.
 assert request_bytes_max + 64 * KiB <= frame_bytes_max
 assert client_connect_timeout_ms_default <= client_attempt_timeout_ms_default
+assert 0 < cli_zk_connect_timeout_ms <= bookie_limits.zk_operation_timeout_ms_default
 assert 0 < socket_receive_bytes <= socket_send_coalesce_bytes_max
 # A snapshot chunk and its header are one ledger entry.
 assert snapshot_chunk_head_bytes + snapshot_chunk_bytes_max <= bookie_limits.entry_payload_bytes_max

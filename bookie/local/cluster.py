@@ -11,7 +11,8 @@ ZooKeeper last, so no bookie ever runs without its ZooKeeper.
 
 Everything persists under the data directory, so a second run resumes the
 same cluster: same ZooKeeper data and port, same bookie ports, cookies and
-ledgers::
+ledgers (and so every application's log and snapshots); removing the
+directory while nothing runs starts the next one from nothing::
 
     DIR/cluster.toml           ZooKeeper port and the cluster root of this cluster
     DIR/zookeeper/             ZooKeeper's own data and log
@@ -31,6 +32,7 @@ import argparse
 import contextlib
 import fcntl
 import json
+import shlex
 import signal
 import socket
 import sys
@@ -375,6 +377,7 @@ def _banner(cluster: LocalCluster) -> str:
     first = cluster.bookies[0].address
     lines += [
         f"Inspect:  {Path(sys.executable).parent / 'bookie'} shell bookieinfo {first}",
+        f"To start from nothing, stop it, then: rm -rf {shlex.quote(data_dir)}",
         "Ctrl-C stops the bookies, then ZooKeeper; the data stays for the next run.",
     ]
     return "\n".join(lines)

@@ -286,12 +286,13 @@ class ZkMetadataStore:
         session_timeout_ms: int = limits.zk_session_timeout_ms_default,
         root: str | None = None,
         operation_timeout_ms: int = limits.zk_operation_timeout_ms_default,
+        connect_timeout_ms: int | None = None,
     ) -> AsyncIterator[ZkMetadataStore]:
         """Open a session on `hosts` ("host:port,host:port") and keep it until the block ends.
 
         Raises `MetadataUnavailable` if no session is established within
-        `operation_timeout_ms`.  Closing ends the session, so every ephemeral
-        node of it vanishes at once.
+        `connect_timeout_ms` (default: `operation_timeout_ms`).  Closing ends
+        the session, so every ephemeral node of it vanishes at once.
         """
         assert "/" not in hosts, "pass the chroot as `root`, not in `hosts`"
         root = paths.ROOT if root is None else root
@@ -327,7 +328,9 @@ class ZkMetadataStore:
             gate=gate,
         )
         try:
-            await store._start()
+            await store._start(
+                operation_timeout_ms if connect_timeout_ms is None else connect_timeout_ms
+            )
             yield store
         finally:
             with anyio.CancelScope(shield=True):
@@ -335,13 +338,13 @@ class ZkMetadataStore:
                 bridge.close()
                 await anyio.to_thread.run_sync(pump.join)
 
-    async def _start(self) -> None:
+    async def _start(self, timeout_ms: int) -> None:
         self._client.add_listener(self._on_kazoo_state)
         try:
-            await anyio.to_thread.run_sync(self._client.start, self._operation_timeout_s)
+            await anyio.to_thread.run_sync(self._client.start, timeout_ms / 1000)
         except KazooTimeoutError as error:
             raise MetadataUnavailable(
-                f"no ZooKeeper session with {self._hosts} within {self._operation_timeout_ms} ms"
+                f"no ZooKeeper session with {self._hosts} within {timeout_ms} ms"
             ) from error
         self._session_id = self._session_id_now()
         if self._root != paths.ROOT:

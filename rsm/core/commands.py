@@ -11,10 +11,10 @@ tables and equal outcomes.  What makes that hold:
   recorded outcome returns it and is not applied again (see sessions.py).
 * An exception raised by a command is a result, not a crash: it becomes a
   `CommandFailed` outcome with the exception's type name and its message
-  (cut to `limits.error_message_chars_max`), recorded like any result.  The
-  exceptions are `MemoryError` and `RecursionError`, which depend on the
-  machine and the call stack rather than on the log: recording them could
-  make replicas disagree, so they propagate and stop the replica.
+  (`str()` of it, cut to `limits.error_message_chars_max`), recorded like any
+  result.  The exceptions are `MemoryError` and `RecursionError`, which
+  depend on the machine and the call stack rather than on the log: recording
+  them could make replicas disagree, so they propagate and stop the replica.
 * A result must be CBOR-encodable, since it is sent to the client and kept in
   the session table (and so in snapshots).  Scalars are kept as they are;
   containers are kept as their CBOR round trip, which is what a client would
@@ -201,13 +201,13 @@ def answer_query(
     keywords = kwargs or {}
     operation.check_arguments(args, keywords)
     if applied is None:
-        return _call(machine, operation, args, keywords)
+        return _call(machine, operation, args, keywords, recorded=False)
     query_time_ms = applied.time_ms
     if time_ms is not None and time_ms > query_time_ms:
         query_time_ms = time_ms
     machine._rsm_context = Context.for_query(applied.index, query_time_ms, applied.epoch)
     try:
-        return _call(machine, operation, args, keywords)
+        return _call(machine, operation, args, keywords, recorded=False)
     finally:
         del machine._rsm_context
 
@@ -231,8 +231,14 @@ def _apply(
 
 
 def _call(
-    machine: StateMachine, operation: Operation, args: Sequence[Any], kwargs: Mapping[str, Any]
+    machine: StateMachine,
+    operation: Operation,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    recorded: bool = True,
 ) -> Outcome:
+    """Run `operation`; `recorded` is False for a query, whose outcome no replica keeps."""
     try:
         if kwargs:
             result = operation.function(machine, *args, **kwargs)
@@ -241,20 +247,37 @@ def _call(
     except (MemoryError, RecursionError):
         raise
     except Exception as error:
-        return _failure(error)
+        return _failure(error, recorded=recorded)
     if type(result) in _SCALARS:
         return _new_tuple(Outcome, (_OK, result, "", None))  # Outcome(OK, result), in C
     try:
         encoded = cbor2.dumps(result)
     except Exception as error:  # cbor2 raises several types for values it cannot encode
-        return _failure(error, f"result of {operation.kind} {operation.name!r} is not CBOR: ")
+        return _failure(
+            error, f"result of {operation.kind} {operation.name!r} is not CBOR: ", recorded=recorded
+        )
     return Outcome(RsmStatus.OK, cbor2.loads(encoded))
 
 
-def _failure(error: Exception, prefix: str = "") -> Outcome:
-    """The deterministic outcome of an exception: its type name and (cut) message."""
+def _failure(error: Exception, prefix: str = "", *, recorded: bool = True) -> Outcome:
+    """The deterministic outcome of an exception: its type name and (cut) message.
+
+    The message is `str(error)`, except for a query's `KeyError` with one text
+    argument: `str()` of a `KeyError` is the `repr` of its argument, which
+    would quote the message a second time.  A command's message stays
+    `str(error)` whatever its type, because the session table records it: a
+    replica of another version must record the same outcome.
+    """
     try:
-        message = str(error)
+        if (
+            not recorded
+            and type(error).__str__ is KeyError.__str__
+            and len(error.args) == 1
+            and isinstance(error.args[0], str)
+        ):
+            message = error.args[0]
+        else:
+            message = str(error)
     except Exception:  # a broken __str__ must not take the replica down
         message = "<message could not be formatted>"
     message = (prefix + message)[: limits.error_message_chars_max]

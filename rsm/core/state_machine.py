@@ -150,7 +150,14 @@ class Context:
 
     @property
     def random(self) -> random.Random:
-        """A generator seeded from the batch seed and the index: same draws on every replica."""
+        """A `random.Random` (the standard library's generator) seeded from the batch seed and
+        the index: the same draws on every replica, for commands only.
+
+        Python promises that only its `random()` method gives the same numbers
+        from the same seed on every Python version; `randint`, `choice`,
+        `shuffle` and the rest may change between versions, so replicas that
+        use them should run the same Python version.
+        """
         if self._seed is None:
             raise ContextUnavailable("a query has no randomness: its draws would differ by replica")
         if self._random is None:

@@ -843,7 +843,6 @@ class Replica:
             raise Unavailable(f"the candidates could not be read: {error}") from None
         finally:
             self._roles.handover_ended()
-        emit(logger, logging.INFO, "rsm.handed_over", target=target.replica_id, epoch=term.epoch)
         window_ms: int | None = None
         epoch: int | None = None
         with anyio.move_on_after(self.config.transfer_wait_ms_max / 1000):
@@ -857,7 +856,9 @@ class Replica:
 
     async def _hand_over(self, term: LeaderTerm, target: Candidate | None) -> None:
         """Stop, drain, close the ledger; one CAS: close the segment, name `target` in the
-        handoff, drop this replica's candidacy and leader znode.  The term then ends.
+        handoff, drop this replica's candidacy and leader znode.  The term then ends, and
+        `rsm.handed_over` logs the successor (`target` null: none was named, whichever
+        candidate comes next takes over).
 
         The caller starts the handover in the role machine first, so that
         nothing steps the term down meanwhile for having stopped being
@@ -903,6 +904,14 @@ class Replica:
         leadership.candidacy = None
         self._roles.handed_over()
         term.end("handed over" if target is None else f"handed over to {target.replica_id}")
+        emit(
+            logger,
+            logging.INFO,
+            "rsm.handed_over",
+            epoch=term.epoch,
+            target=None if target is None else target.replica_id,
+            address=None if target is None else target.address,
+        )
 
     async def _stop_gracefully(self) -> None:
         term = self._term

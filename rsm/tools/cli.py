@@ -30,7 +30,8 @@ the current directory by default, comes first on the import path), runs one
 replica until SIGTERM or SIGINT, then stops gracefully (a leader hands over
 or closes its segment, so the successor needs no fencing).  It logs one JSON
 object per line on stderr (`bookie.logs`): `rsm.ready` once it serves
-clients, `rsm.leader` when it becomes leader, `rsm.step_down`, ...  While it
+clients (with its process id, `pid`), `rsm.leader` when it becomes leader,
+`rsm.step_down`, `rsm.handed_over` naming the successor, ...  While it
 follows, a replica that leads its own session (`setsid rsm run ...`) runs at
 a lower CPU priority, `--follower-nice` (rsm/runtime/cpu_priority.py).
 
@@ -42,8 +43,30 @@ shows its header and, for the default codec, its attributes.  The snapshot
 knobs of `rsm run` are docs/snapshots.md's ("0" turns a criterion off).
 
 Output: a human-readable table or line by default, one JSON object with
-`--json`.  Exit status: 0 on success, 1 when the operation failed (the error
-on stderr as `error: <Type>: <message>`), 2 for a usage error.
+`--json`.  Exit status: 0 on success, 1 when the operation failed, 2 for a
+usage error (a bad argument, an application that does not exist).  An error
+is one line on stderr, `error: <type>: <message>`, where a command or query
+that raised names the application's exception (`error: TypeError: amount
+must be an integer`) and any other failure names the framework's error class
+(`error: Timeout: ...`).  With `--json` it is instead one JSON object on
+stdout, nothing on stderr:
+
+    {"error": {"type": "TypeError", "message": "amount must be an integer",
+               "command_failed": true}}
+
+`command_failed` is true when the application's code raised (`type` is its
+exception's type name, `rsm.errors.CommandFailed` in Python) and false when
+the framework or the cluster failed (`type` is an `rsm.errors` or
+`bookie.errors` class name).  Mistakes argparse catches (a missing or
+unknown option) print its usage on stderr and exit with 2, with or without
+`--json`.
+
+The commands that call or report on an application fail fast with the cause:
+an application of which no replica ever ran in that ZooKeeper (a misspelt
+`--app` or chroot) is `NoSuchApplication` at once, exit 2; a ZooKeeper that
+gives no session within `limits.cli_zk_connect_timeout_ms` (3 s) is
+`MetadataUnavailable` naming its address, exit 1, without kazoo's line per
+reconnect attempt.
 """
 
 from __future__ import annotations
@@ -53,9 +76,11 @@ import importlib
 import importlib.util
 import json
 import logging
+import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any, Final
 
 import anyio
@@ -73,7 +98,7 @@ from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
 from rsm.core.layout import AppLayout
 from rsm.core.protocol import Consistency
 from rsm.core.state_machine import StateMachine
-from rsm.errors import InvalidConfig, RsmError, Unavailable
+from rsm.errors import CommandFailed, InvalidConfig, NoSuchApplication, RsmError, Unavailable
 from rsm.host import (
     FollowerPriority,
     add_follower_nice,
@@ -111,10 +136,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command == "run":
             return _run(arguments)
-        return _backend_run(_COMMANDS[command], arguments)
+        with _quiet_kazoo():
+            return _backend_run(_COMMANDS[command], arguments)
     except (RsmError, BookieError) as error:
-        print(f"error: {type(error).__name__}: {error}", file=sys.stderr)
+        _print_error(error, as_json=getattr(arguments, "json", False))
         return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
+
+
+def _print_error(error: RsmError | BookieError, *, as_json: bool) -> None:
+    """The one error of a command: a line on stderr, or with `--json` an object on stdout
+    (the shape is in the module docstring)."""
+    command_failed = isinstance(error, CommandFailed)
+    remote_type = error.type_name if isinstance(error, CommandFailed) else None
+    type_name = remote_type or type(error).__name__
+    if as_json:
+        fields = {"type": type_name, "message": str(error), "command_failed": command_failed}
+        print(_dumps({"error": fields}))
+    else:
+        print(f"error: {type_name}: {error}", file=sys.stderr)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -232,6 +271,28 @@ def _backend_run(command: Any, arguments: argparse.Namespace) -> int:
     return result
 
 
+@contextmanager
+def _quiet_kazoo() -> Iterator[None]:
+    """Hide kazoo's warnings for the block: the command's one-line error says what failed,
+    and kazoo's line per reconnect attempt on the way there would only bury it."""
+    kazoo = logging.getLogger("kazoo")
+    level = kazoo.level
+    kazoo.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        kazoo.setLevel(level)
+
+
+def _zk_store(arguments: argparse.Namespace) -> AbstractAsyncContextManager[ZkMetadataStore]:
+    """A session on `--zk` for a command a person waits for: an unreachable ZooKeeper is
+    reported after `limits.cli_zk_connect_timeout_ms`."""
+    hosts, chroot = split_zk(arguments.zk)
+    return ZkMetadataStore.connect(
+        hosts, root=chroot, connect_timeout_ms=limits.cli_zk_connect_timeout_ms
+    )
+
+
 # --- rsm run ----------------------------------------------------------------------------------
 
 
@@ -301,6 +362,7 @@ async def _serve(
             app=replica.app,
             replica_id=replica.replica_id,
             address=replica.address,
+            pid=os.getpid(),
         )
         with anyio.open_signal_receiver(*_STOP_SIGNALS) as received:
             async for signum in received:
@@ -314,8 +376,7 @@ async def _serve(
 
 async def _call(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
-    hosts, chroot = split_zk(arguments.zk)
-    async with connect(arguments.app, zk=hosts, zk_root=chroot) as client:
+    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
         result = await client.call(arguments.name, *args, **kwargs)
         _print_result(arguments, result, client.last_index)
     return EXIT_OK
@@ -323,8 +384,7 @@ async def _call(arguments: argparse.Namespace) -> int:
 
 async def _query(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
-    hosts, chroot = split_zk(arguments.zk)
-    async with connect(arguments.app, zk=hosts, zk_root=chroot) as client:
+    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
         result = await client.query(
             arguments.name, *args, consistency=arguments.consistency, **kwargs
         )
@@ -340,8 +400,7 @@ def _print_result(arguments: argparse.Namespace, result: Any, index: int) -> Non
 
 
 async def _transfer(arguments: argparse.Namespace) -> int:
-    hosts, chroot = split_zk(arguments.zk)
-    async with connect(arguments.app, zk=hosts, zk_root=chroot) as client:
+    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
         result = await client.transfer_leadership(arguments.to)
     if arguments.json:
         print(_dumps(result))
@@ -353,11 +412,7 @@ async def _transfer(arguments: argparse.Namespace) -> int:
 
 
 async def _status(arguments: argparse.Namespace) -> int:
-    hosts, chroot = split_zk(arguments.zk)
-    async with (
-        ZkMetadataStore.connect(hosts, root=chroot) as store,
-        connect(arguments.app, store=store) as client,
-    ):
+    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
         report = await application_status(store, client)
     if arguments.json:
         print(_dumps(report))
@@ -393,12 +448,11 @@ def render_status(report: dict[str, Any]) -> str:
 
 
 async def _snapshot(arguments: argparse.Namespace) -> int:
-    hosts, chroot = split_zk(arguments.zk)
     command = arguments.snapshot_command
-    async with ZkMetadataStore.connect(hosts, root=chroot) as store:
+    async with _zk_store(arguments) as store:
         layout = AppLayout.of(arguments.app)
         if await store.exists(layout.log) is None:
-            raise InvalidConfig(f"there is no application {arguments.app!r} in this ZooKeeper")
+            raise NoSuchApplication(arguments.app)
         if command == "create":
             async with connect(arguments.app, store=store) as client:
                 report = await _create_snapshot(client, arguments.replica)

@@ -20,7 +20,8 @@ line per replica, and runs until Ctrl-C (SIGINT) or SIGTERM, then stops the
 replicas, the bookies and ZooKeeper, in that order.  A replica or bookie that
 dies meanwhile is reported on stderr (which one, its exit status, its log);
 the rest keep running.  The data stays in the
-data directory (`./data` by default) and the next `up` resumes it.  Options
+data directory (`./data` by default) and the next `up` resumes it; removing
+the directory while nothing runs starts the next one from nothing.  Options
 other than `--data-dir`, `--zk` and `--session-timeout-ms` apply when the
 store is created.
 
@@ -58,6 +59,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -375,6 +377,7 @@ def _banner(cluster: LocalKvCluster) -> str:
     lines += [
         f"Any replica takes any command.  Status: kvstore status --data-dir "
         f"{_shown(cluster.data_dir)}",
+        f"To start from nothing, stop it, then: rm -rf {shlex.quote(_shown(cluster.data_dir))}",
         "Ctrl-C stops the replicas, the bookies, then ZooKeeper; the data stays for the next run.",
     ]
     return "\n".join(lines)

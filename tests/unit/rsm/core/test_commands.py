@@ -115,6 +115,14 @@ class Awkward(StateMachine):
     def when(self) -> int:
         return self.context.time_ms
 
+    @command
+    def take(self, name: str) -> None:
+        raise KeyError(f"no item {name!r}")
+
+    @query
+    def find(self, name: str) -> None:
+        raise KeyError(f"no item {name!r}")
+
 
 class Unprintable(Exception):
     def __str__(self) -> str:
@@ -192,6 +200,14 @@ def test_context_exists_only_while_a_command_applies() -> None:
     outcome = answer_query(Awkward(), "when")
     assert outcome.status is RsmStatus.COMMAND_FAILED
     assert outcome.detail == "ContextUnavailable"
+
+
+def test_a_query_key_error_message_is_its_text_and_a_command_s_is_recorded_as_before() -> None:
+    queried = answer_query(Awkward(), "find", ["pen"])
+    assert (queried.detail, queried.message) == ("KeyError", "no item 'pen'")
+    [commanded] = apply_batch(Awkward(), awkward_batch("take", args=["pen"]), SessionTable())
+    # What a replica records for a command is what every version records: str() of the error.
+    assert (commanded.detail, commanded.message) == ("KeyError", str(KeyError("no item 'pen'")))
 
 
 def test_an_unknown_logged_command_is_a_recorded_error() -> None:

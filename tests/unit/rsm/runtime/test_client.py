@@ -7,8 +7,10 @@ import pytest
 
 from rsm import limits
 from rsm.client import ClientConfig, connect
-from rsm.errors import InvalidConfig, Timeout
-from tests.unit.rsm.runtime.harness import replica_cluster, replica_config, wait_until
+from rsm.core.layout import AppLayout
+from rsm.errors import InvalidConfig, NoSuchApplication, Timeout
+from rsm.runtime.log import LogStore
+from tests.unit.rsm.runtime.harness import APP, replica_cluster, replica_config, wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -75,10 +77,26 @@ async def test_many_calls_wait_for_room_in_the_open_seq_window() -> None:
 
 async def test_without_a_leader_a_call_gives_up_with_timeout() -> None:
     async with replica_cluster() as replicas:
+        # The application exists (its log does), but no replica of it runs.
+        async with replicas.cluster.store_factory() as store:
+            await LogStore(store, AppLayout.of(APP)).ensure_layout()
         async with replicas.client(deadline_ms=300, attempt_timeout_ms=100) as client:
             with pytest.raises(Timeout) as raised:
                 await client.call("add", 1)
         assert raised.value.retryable
+
+
+async def test_a_call_of_an_application_that_never_ran_fails_at_once() -> None:
+    async with replica_cluster() as replicas:
+        async with replicas.client() as client:
+            # Far sooner than the deadline it would wait for a leader that may come.
+            with (
+                anyio.fail_after(limits.client_deadline_ms_default / 1000 / 4),
+                pytest.raises(NoSuchApplication) as raised,
+            ):
+                await client.call("add", 1)
+        assert not raised.value.retryable
+        assert raised.value.app == APP
 
 
 def test_a_deadline_must_end_before_the_replicas_may_evict_the_session() -> None:

@@ -4,9 +4,11 @@ which takes over without fencing anything."""
 from __future__ import annotations
 
 import itertools
+import logging
 
 import pytest
 
+from bookie.logs import record_fields
 from rsm.core.layout import AppLayout
 from rsm.core.log_format import decode_log
 from rsm.core.log_state import Log, SegmentState
@@ -92,7 +94,10 @@ async def test_transfer_to_a_replica_that_is_not_a_candidate_is_refused() -> Non
         assert await leader.call("add", 1) == 1
 
 
-async def test_a_leader_stopping_gracefully_hands_over_without_fencing() -> None:
+async def test_a_leader_stopping_gracefully_hands_over_without_fencing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="rsm")
     async with replica_cluster() as replicas:
         leader = await start_three(replicas)
         await everyone_stands(replicas)
@@ -108,6 +113,15 @@ async def test_a_leader_stopping_gracefully_hands_over_without_fencing() -> None
         assert successor.epoch == old_epoch + 1
         assert not fenced_on(replicas, old_ledger)
         await all_converge_to(replicas, 5)
+    # The stopping leader says to whom it handed over.
+    [handed_over] = [
+        fields for event, fields in map(record_fields, caplog.records) if event == "rsm.handed_over"
+    ]
+    assert handed_over == {
+        "epoch": old_epoch,
+        "target": successor.replica_id,
+        "address": successor.address,
+    }
 
 
 async def test_the_last_replica_stopping_closes_its_segment_for_the_next_one() -> None:

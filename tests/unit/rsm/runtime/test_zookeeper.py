@@ -90,7 +90,7 @@ async def test_blocking_client_and_command_line(
         assert report["leader"]["replica_id"] == leader.replica_id
         assert sorted(r["role"] for r in report["replicas"]) == ["follower", "follower", "leader"]
         assert all(r["lag"] == 0 or r["role"] == "follower" for r in report["replicas"])
-        assert "error: CommandFailed: oops" in err
+        assert "error: ValueError: oops" in err
         assert json.loads(transferred)["target"] != leader.replica_id
         successor = await replicas.wait_leader(exclude=leader.replica_id)
         assert successor.applied_index >= 3
@@ -142,3 +142,8 @@ async def test_rsm_run_serves_until_sigterm_then_stops_gracefully(
                 assert await process.wait() == 0
         names = [event["event"] for event in events]
         assert names.index("rsm.ready") < names.index("rsm.stop_requested")
+        [ready] = [event for event in events if event["event"] == "rsm.ready"]
+        assert ready["pid"] == process.pid, "the pid to kill it by"
+        # The only replica closed its segment for whichever replica comes next.
+        [handed_over] = [event for event in events if event["event"] == "rsm.handed_over"]
+        assert handed_over["target"] is None
