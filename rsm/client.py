@@ -19,9 +19,10 @@ lost connection) is retried with exponential backoff and jitter drawn from
 the client's `Random`, at most `attempts_max` times and within `deadline_ms`
 overall, after which the call raises `Timeout` (its outcome unknown).  An
 error that is not retryable (CommandFailed, UnknownCommand, BadArguments,
-...) is raised at once.  So is `NoSuchApplication` when no leader is known
-and the application's log znode does not exist: no replica of it ever ran,
-so there is nothing to wait for (a misspelt name or chroot, usually).
+...) is raised at once.  So is `NoSuchApplication`, with
+`ClientConfig.require_application` (the `rsm` command's), when no leader is
+known and the application's log znode does not exist: no replica of it ever
+ran, so there is nothing to wait for (a misspelt name or chroot, usually).
 
 Exactly-once.  The client is one session: a random `client_id` and a `seq` per
 command, 1, 2, ...; every attempt of a call carries the same seq, and
@@ -134,6 +135,11 @@ class ClientConfig:
     backoff_ms_max: int = limits.client_backoff_ms_max
     outstanding_commands_max: int = limits.client_outstanding_commands_max_default
     connect_timeout_ms: int = limits.client_connect_timeout_ms_default
+    require_application: bool = False
+    """Raise `NoSuchApplication` at once when no leader is known and the application's log
+    does not exist.  The `rsm` command sets it (a misspelt name); a program that starts
+    replicas and clients together leaves it off: its first replica may not have created
+    the log yet, and the client waits for a leader as for any other."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -385,7 +391,7 @@ class Client:
             response: Response | None = None
             hint: str | None = None
             address = target or await self._choose(to_leader)
-            if address is None and await self._missing():
+            if address is None and self._config.require_application and await self._missing():
                 raise NoSuchApplication(self.app)
             if address is None:
                 last_error = Unavailable(f"no leader of {self.app} is known")

@@ -93,7 +93,7 @@ from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
 from bookie.runtime_tuning import tune_for_throughput
 from rsm import limits
-from rsm.client import Client, connect
+from rsm.client import Client, ClientConfig, connect
 from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
 from rsm.core.layout import AppLayout
 from rsm.core.protocol import Consistency
@@ -121,6 +121,8 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
+_CLI_CLIENT: Final = ClientConfig(require_application=True)
+"""The commands' client: an application that does not exist is said so at once."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -376,7 +378,10 @@ async def _serve(
 
 async def _call(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
-    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
+    async with (
+        _zk_store(arguments) as store,
+        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+    ):
         result = await client.call(arguments.name, *args, **kwargs)
         _print_result(arguments, result, client.last_index)
     return EXIT_OK
@@ -384,7 +389,10 @@ async def _call(arguments: argparse.Namespace) -> int:
 
 async def _query(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
-    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
+    async with (
+        _zk_store(arguments) as store,
+        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+    ):
         result = await client.query(
             arguments.name, *args, consistency=arguments.consistency, **kwargs
         )
@@ -400,7 +408,10 @@ def _print_result(arguments: argparse.Namespace, result: Any, index: int) -> Non
 
 
 async def _transfer(arguments: argparse.Namespace) -> int:
-    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
+    async with (
+        _zk_store(arguments) as store,
+        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+    ):
         result = await client.transfer_leadership(arguments.to)
     if arguments.json:
         print(_dumps(result))
@@ -412,7 +423,10 @@ async def _transfer(arguments: argparse.Namespace) -> int:
 
 
 async def _status(arguments: argparse.Namespace) -> int:
-    async with _zk_store(arguments) as store, connect(arguments.app, store=store) as client:
+    async with (
+        _zk_store(arguments) as store,
+        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+    ):
         report = await application_status(store, client)
     if arguments.json:
         print(_dumps(report))
@@ -454,7 +468,7 @@ async def _snapshot(arguments: argparse.Namespace) -> int:
         if await store.exists(layout.log) is None:
             raise NoSuchApplication(arguments.app)
         if command == "create":
-            async with connect(arguments.app, store=store) as client:
+            async with connect(arguments.app, store=store, config=_CLI_CLIENT) as client:
                 report = await _create_snapshot(client, arguments.replica)
         else:
             report = await _read_snapshots(store, layout, arguments)

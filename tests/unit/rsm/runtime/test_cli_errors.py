@@ -12,7 +12,7 @@ import pytest
 
 from bookie.local.zookeeper import LocalZooKeeper
 from rsm import limits
-from rsm.client import connect
+from rsm.client import ClientConfig, connect
 from rsm.core.state_machine import StateMachine, command, query
 from rsm.errors import NoSuchApplication
 from rsm.tools import cli
@@ -92,7 +92,10 @@ async def test_an_application_that_does_not_exist_is_said_so_at_once(
                 "",
                 "error: NoSuchApplication: there is no application 'nosuchapp' in this ZooKeeper\n",
             )
-            async with connect(APP, zk=zookeeper.connect_string, zk_root=zk_root) as client:
+            required = ClientConfig(require_application=True)
+            async with connect(
+                APP, zk=zookeeper.connect_string, zk_root=zk_root, config=required
+            ) as client:
                 with pytest.raises(NoSuchApplication):
                     await client.query("get")
                 # Once a replica of it runs, the same client finds it.

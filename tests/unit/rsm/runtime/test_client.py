@@ -88,7 +88,7 @@ async def test_without_a_leader_a_call_gives_up_with_timeout() -> None:
 
 async def test_a_call_of_an_application_that_never_ran_fails_at_once() -> None:
     async with replica_cluster() as replicas:
-        async with replicas.client() as client:
+        async with replicas.client(require_application=True) as client:
             # Far sooner than the deadline it would wait for a leader that may come.
             with (
                 anyio.fail_after(limits.client_deadline_ms_default / 1000 / 4),
