@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the project needs on a fresh Debian machine, and nothing twice:
 #   - Debian's zookeeper package (and through it a Java runtime) when missing;
-#   - a virtualenv in .venv with the project and its dev extras, rebuilt only
-#     when pyproject.toml changed since the last install.
+#   - a virtualenv in .venv with the project and its dev, fast, bench and spark
+#     extras (spark: PySpark, which runs on the same Java), rebuilt only when
+#     pyproject.toml changed since the last install.
 # Used by `make run` and `make test`; safe to run any number of times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,10 +28,10 @@ fi
 python=${PYTHON:-python3}
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
-    echo "bootstrap: creating .venv with the project and its dev extras" >&2
+    echo "bootstrap: creating .venv with the project and its extras" >&2
     [ -x .venv/bin/python ] || "$python" -m venv .venv
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[dev,fast,bench]'
+    .venv/bin/python -m pip install -q -e '.[dev,fast,bench,spark]'
     rm -f .venv/.installed-*
     touch "$stamp"
 fi
