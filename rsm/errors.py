@@ -294,3 +294,12 @@ class HistoryError(RsmError):
     more operations than `limits.history_operations_max`.  The message names
     the operation (or line) and what is wrong with it.
     """
+
+
+class EntryUnreadable(RsmError):
+    """An entry of a log or ledger could not be read or decoded (rsm.spark).
+
+    The message names the ledger, the entry and the bookies that hold it, and
+    why: no copy could be served (every copy corrupt, absent or unreachable),
+    or its bytes are not a batch of the log.
+    """

@@ -367,6 +367,18 @@ check_nodes_max_default = 2_000_000
 explanation_operations_max = 12
 """Operations of the linearizable prefix a failure explanation shows (the most recent ones)."""
 
+# --- reading logs in Spark (rsm.spark) --------------------------------------------------------
+
+spark_entries_per_partition_max_default = 2_000
+"""Most ledger entries one Spark partition of a read covers (`maxEntriesPerPartition`): many
+partitions spread a long ledger over the executors."""
+
+spark_min_partitions_default = 1
+"""Fewest partitions a read is cut into (`minPartitions`), entries permitting."""
+
+spark_read_chunk_entries = 256
+"""Entries an executor reads from the bookies per request and turns into one Arrow record batch."""
+
 # --- relations --------------------------------------------------------------------------------
 
 assert 0 < client_id_bytes <= client_id_bytes_max
@@ -400,3 +412,6 @@ assert snapshot_run_bytes_target <= snapshot_record_bytes_max < 1 << 32
 assert snapshot_chunk_bytes_max <= snapshot_write_inflight_bytes_max
 assert 1 <= snapshots_kept_default <= snapshots_kept_max
 assert snapshot_load_attempts_max >= snapshots_kept_max
+assert 1 <= spark_read_chunk_entries <= bookie_limits.read_batch_entries_max
+assert spark_min_partitions_default >= 1
+assert spark_entries_per_partition_max_default >= spark_read_chunk_entries

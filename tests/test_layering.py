@@ -79,6 +79,7 @@ LAYERS: dict[str, list[list[str]]] = {
         ["rsm.snapshots"],
         ["rsm.runtime"],
         ["rsm.host"],
+        ["rsm.spark"],
         ["rsm.tools"],
         ["rsm.testing"],
     ],

@@ -1,0 +1,300 @@
+"""The Spark sources' I/O: what the driver plans from ZooKeeper, what executors read from bookies.
+
+Spark calls a source synchronously (`partitions()` on the driver, `read()` on
+executors), so a `Cluster` runs one ZooKeeper session and one ledger client
+on an event loop in a thread of its own (an anyio blocking portal) for the
+length of a `with` block, and its methods call into it.
+
+Driver (`plan_log`, `plan_ledgers`): the log znode (or the ledger list)
+gives the ledgers; each one is opened without recovery, so nothing is ever
+fenced: a CLOSED ledger is read to its last entry, an open one to the LAC its
+bookies report now.  Index bounds become entry ranges by `SegmentReader.locate`
+(binary search on the batches' first indexes), time bounds by a binary
+search on the batches' timestamps (never decreasing along the log); segments
+outside the bounds are never opened.  The entry ranges are then cut by
+`planning.split`, once: a retried task reads exactly the entries it read
+the first time.
+
+Executors (`read_log`, `read_ledger`): the partition's entries, in chunks of
+`limits.spark_read_chunk_entries`, decoded with the framework's own
+`decode_entry` (which also checks each batch carries its segment's epoch).
+An entry that cannot be read or decoded raises `EntryUnreadable` naming the
+ledger, the entry and the bookies of its write set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from bookie.client.ledger_client import LedgerClient
+from bookie.client.read_handle import LedgerEntry, ReadHandle
+from bookie.core.quorum import Quorum
+from bookie.errors import BookieError, NoNode, NoSuchLedgerError
+from bookie.meta.api import MetadataStore
+from bookie.meta.zk import ZkMetadataStore
+from rsm import limits
+from rsm.config import ReplicaConfig
+from rsm.core.layout import AppLayout
+from rsm.core.log_format import Batch
+from rsm.core.log_state import Log, Segment
+from rsm.errors import EntryUnreadable, InvalidConfig, MalformedValue, Truncated
+from rsm.host import split_zk
+from rsm.runtime.log import LogStore, SegmentReader, decode_entry
+from rsm.snapshots.store import read_snapshots
+from rsm.spark.options import ClusterOptions, SplitOptions
+from rsm.spark.planning import Bounds, Interval, Span, split
+
+
+@dataclass(frozen=True, slots=True)
+class LogPartition:
+    """Entries `first_entry .. last_entry` of one segment's ledger, and the rows to keep."""
+
+    segment: Segment
+    first_entry: int
+    last_entry: int
+    bounds: Bounds
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerPartition:
+    """Entries `first_entry .. last_entry` of one ledger."""
+
+    ledger_id: int
+    first_entry: int
+    last_entry: int
+
+
+class Cluster:
+    """One ZooKeeper session and ledger client, called from synchronous code (see above)."""
+
+    def __init__(self, portal: BlockingPortal, store: MetadataStore, ledgers: LedgerClient) -> None:
+        self._portal = portal
+        self._store = store
+        self._ledgers = ledgers
+        self._reader = SegmentReader(ledgers, ReplicaConfig().ledger_password)
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, options: ClusterOptions) -> Iterator[Cluster]:
+        hosts, chroot = split_zk(options.zk)
+        with (
+            start_blocking_portal() as portal,
+            portal.wrap_async_context_manager(_connect(hosts, chroot, options.ledger_root)) as (
+                store,
+                ledgers,
+            ),
+        ):
+            yield cls(portal, store, ledgers)
+
+    # --- driver -------------------------------------------------------------------------------
+
+    def log(self, app: str) -> Log:
+        """`app`'s log as its znode holds it now."""
+        return self._portal.call(self._read_log, app)
+
+    def plan_log(self, app: str, bounds: Bounds, options: SplitOptions) -> list[LogPartition]:
+        """The partitions of a read of `app`'s log within `bounds` (index start None: earliest).
+
+        Raises `Truncated` when an explicit start index lies below the log's
+        first index, naming the missing range and the snapshots that cover it.
+        """
+        log = self.log(app)
+        start = bounds.index.start
+        if start is not None and start < log.first_index:
+            self._portal.call(self._raise_truncated, app, start, log.first_index)
+        bounds = bounds.meet(Bounds(index=Interval(log.first_index, None)))
+        if bounds.is_empty:
+            return []
+        spans: list[Span] = []
+        segments: dict[int, Segment] = {}
+        for segment in log.segments:
+            if not (
+                bounds.epoch.holds(segment.epoch) and bounds.ledger_id.holds(segment.ledger_id)
+            ):
+                continue
+            last_index = None if segment.is_open else segment.last_index
+            if not bounds.index.overlaps(
+                segment.first_index, _FAR if last_index is None else last_index
+            ):
+                continue
+            span = self._portal.call(self._segment_span, segment, bounds)
+            segments[segment.ledger_id] = segment
+            spans.append(span)
+        pieces = split(
+            spans,
+            min_partitions=options.min_partitions,
+            max_entries_per_partition=options.max_entries_per_partition,
+        )
+        return [
+            LogPartition(segments[piece.ledger_id], piece.first_entry, piece.last_entry, bounds)
+            for piece in pieces
+        ]
+
+    def plan_ledgers(
+        self, ledger_ids: Sequence[int] | None, options: SplitOptions
+    ) -> list[LedgerPartition]:
+        """The partitions of a read of the given ledgers (None: every ledger of the cluster)."""
+        spans = self._portal.call(self._ledger_spans, ledger_ids)
+        pieces = split(
+            spans,
+            min_partitions=options.min_partitions,
+            max_entries_per_partition=options.max_entries_per_partition,
+        )
+        return [
+            LedgerPartition(piece.ledger_id, piece.first_entry, piece.last_entry)
+            for piece in pieces
+        ]
+
+    # --- executors ----------------------------------------------------------------------------
+
+    def log_entries(self, partition: LogPartition) -> Iterator[list[tuple[int, Batch, int]]]:
+        """The partition's entries as (entry id, batch, payload bytes), one list per chunk."""
+        segment = partition.segment
+        handle = self._portal.call(functools.partial(self._reader.open, segment, recovery=False))
+        for entries in self._chunks(handle, partition.first_entry, partition.last_entry):
+            decoded: list[tuple[int, Batch, int]] = []
+            for entry_id, payload in entries:
+                try:
+                    batch = decode_entry(segment, entry_id, payload)
+                except MalformedValue as error:
+                    raise _unreadable(handle, entry_id, str(error)) from None
+                decoded.append((entry_id, batch, len(payload)))
+            yield decoded
+
+    def ledger_entries(
+        self, partition: LedgerPartition
+    ) -> Iterator[list[tuple[LedgerEntry, tuple[str, ...]]]]:
+        """The partition's entries with the bookies that hold each, one list per chunk."""
+        handle = self._portal.call(
+            functools.partial(
+                self._ledgers.open_ledger,
+                partition.ledger_id,
+                ReplicaConfig().ledger_password,
+                recovery=False,
+            )
+        )
+        for entries in self._chunks(handle, partition.first_entry, partition.last_entry):
+            yield [(entry, write_set(handle, entry.entry_id)) for entry in entries]
+
+    def _chunks(self, handle: ReadHandle, first: int, last: int) -> Iterator[list[LedgerEntry]]:
+        chunk = limits.spark_read_chunk_entries
+        for chunk_first in range(first, last + 1, chunk):
+            chunk_last = min(last, chunk_first + chunk - 1)
+            try:
+                yield self._portal.call(handle.read_entries, chunk_first, chunk_last)
+            except BookieError:
+                # Find the entry at fault, so the error names it.
+                for entry_id in range(chunk_first, chunk_last + 1):
+                    try:
+                        self._portal.call(handle.read_entries, entry_id, entry_id)
+                    except BookieError as error:
+                        raise _unreadable(
+                            handle, entry_id, f"{type(error).__name__}: {error}"
+                        ) from None
+                raise
+
+    # --- async work, on the portal's loop ------------------------------------------------------
+
+    async def _read_log(self, app: str) -> Log:
+        layout = AppLayout.of(app)
+        try:
+            log, _version = await LogStore(self._store, layout).read()
+        except NoNode:
+            raise InvalidConfig(f"there is no application {app!r} in this ZooKeeper") from None
+        return log
+
+    async def _raise_truncated(self, app: str, start: int, first_index: int) -> None:
+        value, _version = await read_snapshots(self._store, AppLayout.of(app))
+        covering = [
+            manifest.index for manifest in value.snapshots if manifest.index >= first_index - 1
+        ]
+        where = (
+            f"the snapshot at index {covering[0]} covers it (read on from index {covering[0] + 1})"
+            if covering
+            else "no registered snapshot covers it"
+        )
+        raise Truncated(f"indexes [{start}, {first_index}) of {app!r} were truncated away; {where}")
+
+    async def _segment_span(self, segment: Segment, bounds: Bounds) -> Span:
+        """The entries of `segment` that may hold rows within `bounds`."""
+        reader = self._reader
+        handle = await reader.open(segment, recovery=False)
+        first = 0
+        last = handle.last_add_confirmed
+        start, end = bounds.index.start, bounds.index.end
+        if start is not None and start > segment.first_index:
+            # The entry holding `start`: the one before the first that starts after it.
+            first = max(0, await reader.locate(segment, handle, start + 1) - 1)
+        if end is not None and (segment.is_open or end <= segment.last_index):
+            last = await reader.locate(segment, handle, end) - 1
+        time = bounds.time_ms
+        if time.start is not None and first <= last:
+            first = await self._first_at(segment, handle, first, last, time.start)
+        if time.end is not None and first <= last:
+            last = await self._first_at(segment, handle, first, last, time.end) - 1
+        return Span(segment.ledger_id, segment.epoch, first, last)
+
+    async def _first_at(
+        self, segment: Segment, handle: ReadHandle, low: int, last: int, time_ms: int
+    ) -> int:
+        """The first entry of `low .. last` logged at or after `time_ms`, else `last + 1`."""
+        high = last + 1
+        while low < high:
+            middle = (low + high) // 2
+            [(_entry_id, batch)] = await self._reader.read(segment, handle, middle, middle)
+            if batch.timestamp_ms < time_ms:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    async def _ledger_spans(self, ledger_ids: Sequence[int] | None) -> list[Span]:
+        ledgers = self._ledgers
+        ids = await ledgers.list_ledgers() if ledger_ids is None else list(ledger_ids)
+        spans: list[Span] = []
+        for ledger_id in ids:
+            try:
+                handle = await ledgers.open_ledger(
+                    ledger_id, ReplicaConfig().ledger_password, recovery=False
+                )
+            except NoSuchLedgerError:
+                if ledger_ids is None:
+                    continue  # deleted since it was listed
+                raise InvalidConfig(f"there is no ledger {ledger_id}") from None
+            spans.append(Span(ledger_id, 0, 0, handle.last_add_confirmed))
+        return spans
+
+
+_FAR = 1 << 63
+"""Past every index: the end of an OPEN segment, not known yet."""
+
+
+@contextlib.asynccontextmanager
+async def _connect(
+    hosts: str, chroot: str | None, ledger_root: str
+) -> AsyncIterator[tuple[MetadataStore, LedgerClient]]:
+    async with (
+        ZkMetadataStore.connect(hosts, root=chroot) as store,
+        LedgerClient.open(store, root=ledger_root) as ledgers,
+    ):
+        yield store, ledgers
+
+
+def write_set(handle: ReadHandle, entry_id: int) -> tuple[str, ...]:
+    """The bookies that hold `entry_id` of the handle's ledger, in the order readers try them."""
+    metadata = handle.metadata
+    ensemble = metadata.ensemble_at(entry_id)
+    quorum = Quorum(metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum)
+    return tuple(ensemble[position] for position in quorum.write_set(entry_id))
+
+
+def _unreadable(handle: ReadHandle, entry_id: int, why: str) -> EntryUnreadable:
+    bookies = ", ".join(write_set(handle, entry_id))
+    return EntryUnreadable(
+        f"ledger {handle.ledger_id} entry {entry_id} (on bookies {bookies}) is unreadable: {why}"
+    )

@@ -1,0 +1,169 @@
+"""The options of the `rsm-log` and `ledger` Spark sources, checked: pure.
+
+Spark hands a source its options as text (keys compared without case).
+`log_options` and `ledger_options` turn them into values or raise
+`InvalidConfig` naming the option and what it accepts.
+
+`rsm-log` (docs/spark.md has the table):
+
+    zk                      ZooKeeper HOST:PORT[,...][/chroot]        required
+    app                     the application's name                    required
+    ledgerRoot              the ledger cluster's metadata root        /ledgers
+    startingIndex           first index read: N >= 1 or `earliest`    earliest
+    endingIndex             index where the read stops (excluded): N or `latest`   latest
+    startingTimestamp       keep commands logged at or after T (ms since the Unix epoch)
+    endingTimestamp         keep commands logged before T (ms)
+    minPartitions           see rsm/spark/planning.py                 1
+    maxEntriesPerPartition  see rsm/spark/planning.py                 2000
+    arrow                   executors yield Arrow record batches (true) or tuples     true
+
+`ledger` takes `zk`, `ledgerRoot`, `minPartitions`, `maxEntriesPerPartition`,
+`arrow`, and `ledgers`: comma-separated ledger ids (default: every ledger).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from bookie import limits as bookie_limits
+from rsm import limits
+from rsm.core.layout import AppLayout
+from rsm.errors import InvalidConfig
+from rsm.spark.planning import Bounds, Interval
+
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    """Where the ledgers and the application's znodes are."""
+
+    zk: str
+    ledger_root: str
+
+
+@dataclass(frozen=True, slots=True)
+class SplitOptions:
+    min_partitions: int
+    max_entries_per_partition: int
+    arrow: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogOptions:
+    cluster: ClusterOptions
+    app: str
+    bounds: Bounds
+    """Index bounds from startingIndex/endingIndex (start None: earliest), time bounds."""
+    split: SplitOptions
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerOptions:
+    cluster: ClusterOptions
+    ledger_ids: tuple[int, ...] | None
+    split: SplitOptions
+
+
+def log_options(raw: Mapping[str, str]) -> LogOptions:
+    options = _lowered(raw)
+    app = _required(options, "app")
+    AppLayout.of(app)  # checks the name
+    index = Interval(
+        _position(options, "startingindex", "earliest"),
+        _position(options, "endingindex", "latest"),
+    )
+    time_ms = Interval(
+        _integer(options, "startingtimestamp", 0, None),
+        _integer(options, "endingtimestamp", 0, None),
+    )
+    return LogOptions(
+        cluster=_cluster(options),
+        app=app,
+        bounds=Bounds(index=index, time_ms=time_ms),
+        split=_split(options),
+    )
+
+
+def ledger_options(raw: Mapping[str, str]) -> LedgerOptions:
+    options = _lowered(raw)
+    text = options.get("ledgers")
+    ids: tuple[int, ...] | None = None
+    if text is not None and text.strip():
+        try:
+            ids = tuple(sorted({int(word) for word in text.split(",")}))
+        except ValueError:
+            raise InvalidConfig(f"option ledgers={text!r:.80} is not comma-separated ids") from None
+        if any(ledger_id < 0 for ledger_id in ids):
+            raise InvalidConfig(f"option ledgers={text!r:.80} has a negative id")
+    return LedgerOptions(cluster=_cluster(options), ledger_ids=ids, split=_split(options))
+
+
+def _lowered(raw: Mapping[str, str]) -> dict[str, str]:
+    return {str(key).lower(): str(value) for key, value in raw.items()}
+
+
+def _required(options: Mapping[str, str], key: str) -> str:
+    value = options.get(key, "").strip()
+    if not value:
+        raise InvalidConfig(f"option {key} is required")
+    return value
+
+
+def _cluster(options: Mapping[str, str]) -> ClusterOptions:
+    return ClusterOptions(
+        zk=_required(options, "zk"),
+        ledger_root=options.get("ledgerroot", bookie_limits.metadata_root_default),
+    )
+
+
+def _split(options: Mapping[str, str]) -> SplitOptions:
+    arrow = options.get("arrow", "true").strip().lower()
+    if arrow not in _TRUE + _FALSE:
+        raise InvalidConfig(f"option arrow={arrow!r:.40} is not true or false")
+    return SplitOptions(
+        min_partitions=_count(options, "minpartitions", limits.spark_min_partitions_default),
+        max_entries_per_partition=_count(
+            options,
+            "maxentriesperpartition",
+            limits.spark_entries_per_partition_max_default,
+        ),
+        arrow=arrow in _TRUE,
+    )
+
+
+def _integer(options: Mapping[str, str], key: str, lowest: int, default: int | None) -> int | None:
+    text = options.get(key)
+    if text is None or not text.strip():
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidConfig(f"option {key}={text!r:.40} is not an integer") from None
+    if value < lowest:
+        raise InvalidConfig(f"option {key}={value} is below {lowest}")
+    return value
+
+
+def _count(options: Mapping[str, str], key: str, default: int) -> int:
+    value = _integer(options, key, 1, default)
+    assert value is not None
+    return value
+
+
+def _position(options: Mapping[str, str], key: str, open_end: str) -> int | None:
+    """An index option: N >= 1, or the word for an open end (None)."""
+    text = options.get(key, open_end).strip().lower()
+    if text == open_end:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidConfig(
+            f"option {key}={text!r:.40} is neither an index nor {open_end}"
+        ) from None
+    if value < 1:
+        raise InvalidConfig(f"option {key}={value}: indexes start at 1")
+    return value

@@ -1,0 +1,52 @@
+"""One Spark session and one cluster with known logs, shared by every Spark test.
+
+Starting a JVM and three bookies costs seconds, so both are session-scoped:
+`spark` is a `local[2]` session with the sources registered (filter pushdown
+on), `known` the cluster of tests/spark/history.py, kept running on an
+event loop in a thread of its own (an anyio blocking portal) because Spark's
+calls are synchronous.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from pyspark.sql import SparkSession
+
+import rsm.spark
+from bookie.local.zookeeper import LocalZooKeeper
+
+from .history import KnownCluster, known_cluster
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    session = rsm.spark.session("local[2]", app_name="rsm-tests")
+    rsm.spark.register(session)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture(scope="session")
+def portal() -> Iterator[BlockingPortal]:
+    with start_blocking_portal() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def known(
+    zookeeper: LocalZooKeeper, tmp_path_factory: pytest.TempPathFactory, portal: BlockingPortal
+) -> Iterator[KnownCluster]:
+    directory = tmp_path_factory.mktemp("spark-bookies")
+    manager: Any = known_cluster(zookeeper, directory, f"/spark{os.getpid()}", str(os.getpid()))
+    with portal.wrap_async_context_manager(manager) as cluster:
+        yield cluster

@@ -1,0 +1,259 @@
+"""Logs with an exactly known history, written on real bookies, for the Spark tests.
+
+`known_cluster` starts three bookie processes against the session's
+ZooKeeper and writes each application's log the way leaders do: batches
+encoded by the framework (`encode_batch`, `encode_command`) appended to
+ledgers, and the log znode listing the segments.  The tests then know every
+row a read must give (`Expected`), built here from the same plan and not
+through rsm.spark.
+
+Applications:
+
+* `known`: segment 1 (epoch 1, CLOSED, 30 entries), segment 2 (epoch 1,
+  CLOSED, 20 entries: a rollover), segment 3 (epoch 2, OPEN: a takeover, 12
+  entries written).  The writer of segment 3 stays open and never publishes
+  an explicit LAC, so its bookies report LAC 10: entry 11 is not readable
+  without fencing, and a read must stop before it.  Entry k (k > 0) of a
+  ledger holds `k % 3 + 1` commands; entry 0 of an epoch's first ledger is
+  the leader-start marker.  Entry j of the log is logged at `T0_MS + 1000 j`.
+* `tail`: one OPEN segment of 3 entries, with its writer kept for a test
+  that appends after a read (a read never fences).
+* `corrupt`: one CLOSED segment whose entry 1 is not a batch.
+* `truncated`: a log whose first segment starts at index 50.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import itertools
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from bookie.client.config import ClientConfig
+from bookie.client.ledger_client import LedgerClient
+from bookie.client.write_handle import WriteHandle
+from bookie.local.zookeeper import LocalZooKeeper
+from bookie.meta.zk import ZkMetadataStore
+from rsm.config import ReplicaConfig
+from rsm.core.layout import AppLayout
+from rsm.core.log_format import encode_batch, encode_command, encode_leader_start, encode_log
+from rsm.core.log_state import Log, Segment, SegmentState
+from tests.integration.support.processes import BookieCluster
+
+T0_MS = 1_700_000_000_000
+CLIENT = b"client-0000000001"
+PASSWORD = ReplicaConfig().ledger_password
+UNREADABLE = b"\xa1not a batch"
+
+
+@dataclass
+class Expected:
+    """The rows (LOG_SCHEMA order, leader_time in ms) a full read of one application gives."""
+
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    ledgers: list[int] = field(default_factory=list)
+
+    def between(self, start: int, end: int) -> list[tuple[Any, ...]]:
+        return [row for row in self.rows if start <= row[0] < end]
+
+
+@dataclass
+class KnownCluster:
+    zk: str
+    ledger_root: str
+    apps: dict[str, str]
+    """Role (`known`, `tail`, ...) -> application name."""
+    expected: dict[str, Expected]
+    writers: dict[str, WriteHandle]
+    bookie_ids: list[str]
+
+    def options(self, role: str) -> dict[str, str]:
+        return {"zk": self.zk, "ledgerRoot": self.ledger_root, "app": self.apps[role]}
+
+
+def arguments(args: list[bytes], kwargs: dict[str, Any]) -> str:
+    """The `arguments` column as docs/spark.md specifies it (oracle of the tests)."""
+    value: dict[str, Any] = {
+        "args": [arg.decode() if _utf8(arg) else {"base64": _b64(arg)} for arg in args]
+    }
+    if kwargs:
+        value["kwargs"] = kwargs
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+class _Writer:
+    """Appends batches to ledgers and records the rows they make."""
+
+    def __init__(self, ledgers: LedgerClient, expected: Expected) -> None:
+        self.ledgers = ledgers
+        self.expected = expected
+        self.index = 1
+        self.entry_number = 0
+        self.seq = itertools.count(1)
+
+    async def segment(
+        self, epoch: int, entries: int, *, marker: bool, readable: int | None = None
+    ) -> tuple[WriteHandle, Segment]:
+        """A ledger of `entries` batches; rows are recorded for the first `readable` only."""
+        handle = await self.ledgers.create_ledger(3, 3, 2, password=PASSWORD)
+        first_index = self.index
+        self.expected.ledgers.append(handle.ledger_id)
+        readable = entries if readable is None else readable
+        for entry_id in range(entries):
+            time_ms = T0_MS + 1000 * self.entry_number
+            self.entry_number += 1
+            items: list[bytes] = []
+            rows: list[tuple[Any, ...]] = []
+            if marker and entry_id == 0:
+                items.append(encode_leader_start(f"replica-{epoch}"))
+                rows.append(
+                    (
+                        None,
+                        None,
+                        None,
+                        json.dumps({"leader_start": f"replica-{epoch}"}, separators=(",", ":")),
+                    )
+                )
+            else:
+                for _ in range(entry_id % 3 + 1):
+                    rows.append(self._command(items))
+            payload = encode_batch(
+                epoch=epoch,
+                first_index=self.index,
+                timestamp_ms=time_ms,
+                seed=entry_id,
+                items=items,
+            )
+            await handle.append(payload)
+            if entry_id < readable:
+                for slot, (client_id, seq, name, argument) in enumerate(rows):
+                    self.expected.rows.append(
+                        (
+                            self.index + slot,
+                            epoch,
+                            handle.ledger_id,
+                            entry_id,
+                            slot,
+                            time_ms,
+                            client_id,
+                            seq,
+                            name,
+                            argument,
+                            len(payload),
+                        )
+                    )
+            self.index += len(items)
+        last_index = self.index - 1
+        state = SegmentState.OPEN if readable < entries else SegmentState.CLOSED
+        segment = Segment(
+            handle.ledger_id,
+            epoch,
+            first_index,
+            state,
+            -1 if state is SegmentState.OPEN else last_index,
+        )
+        if state is SegmentState.CLOSED:
+            await handle.close()
+        return handle, segment
+
+    def _command(self, items: list[bytes]) -> tuple[Any, ...]:
+        number = self.index + len(items)
+        args = [f"key-{number % 7}".encode(), f"value-{number}".encode()]
+        kwargs: dict[str, Any] = {}
+        if number % 11 == 0:
+            args.append(b"\xff\x00")
+        if number % 13 == 0:
+            kwargs = {"ttl_ms": number}
+        if number % 5 == 0:
+            items.append(encode_command("set", args, kwargs))
+            return (None, None, "set", arguments(args, kwargs))
+        seq = next(self.seq)
+        items.append(
+            encode_command("set", args, kwargs, client_id=CLIENT, seq=seq, ack_seq=seq - 1)
+        )
+        return (CLIENT, seq, "set", arguments(args, kwargs))
+
+
+async def _publish(store: ZkMetadataStore, app: str, log: Log) -> None:
+    layout = AppLayout.of(app)
+    await store.create(layout.log, encode_log(log), make_parents=True)
+
+
+@contextlib.asynccontextmanager
+async def known_cluster(
+    zookeeper: LocalZooKeeper, directory: Path, zk_root: str, suffix: str
+) -> AsyncIterator[KnownCluster]:
+    async with BookieCluster(zookeeper, zk_root, directory) as cluster:
+        setups = [cluster.add_bookie(ledger_dirs=1) for _ in range(3)]
+        async with anyio.create_task_group() as group:
+            for setup in setups:
+                group.start_soon(functools.partial(cluster.start, setup, wait_for="bookie.ready"))
+        config = ClientConfig(explicit_lac_interval_ms=0)
+        async with (
+            ZkMetadataStore.connect(zookeeper.connect_string) as store,
+            LedgerClient.open(store, root=zk_root, config=config) as ledgers,
+        ):
+            apps = {role: f"{role}-{suffix}" for role in ("known", "tail", "corrupt", "truncated")}
+            expected = {role: Expected() for role in apps}
+            writers: dict[str, WriteHandle] = {}
+
+            known = _Writer(ledgers, expected["known"])
+            _, first = await known.segment(1, 30, marker=True)
+            _, second = await known.segment(1, 20, marker=False)
+            writers["known"], third = await known.segment(2, 12, marker=True, readable=11)
+            await _publish(store, apps["known"], Log(2, (first, second, third)))
+
+            tail = _Writer(ledgers, expected["tail"])
+            writers["tail"], only = await tail.segment(1, 3, marker=True, readable=2)
+            await _publish(store, apps["tail"], Log(1, (only,)))
+
+            corrupt = await ledgers.create_ledger(3, 3, 2, password=PASSWORD)
+            await corrupt.append(
+                encode_batch(
+                    epoch=1,
+                    first_index=1,
+                    timestamp_ms=T0_MS,
+                    seed=0,
+                    items=[encode_leader_start("replica-1")],
+                )
+            )
+            await corrupt.append(UNREADABLE)
+            await corrupt.close()
+            await _publish(
+                store,
+                apps["corrupt"],
+                Log(1, (Segment(corrupt.ledger_id, 1, 1, SegmentState.CLOSED, 2),)),
+            )
+
+            late = _Writer(ledgers, expected["truncated"])
+            late.index = 50
+            _, kept = await late.segment(1, 2, marker=True)
+            await _publish(store, apps["truncated"], Log(1, (kept,)))
+
+            yield KnownCluster(
+                zk=zookeeper.connect_string,
+                ledger_root=zk_root,
+                apps=apps,
+                expected=expected,
+                writers=writers,
+                bookie_ids=sorted(ledgers.writable_bookies),
+            )

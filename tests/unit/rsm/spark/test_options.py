@@ -1,0 +1,63 @@
+"""rsm.spark.options: the sources' options become values, or errors that name the option."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsm.errors import InvalidConfig
+from rsm.spark.options import ledger_options, log_options
+from rsm.spark.planning import Interval
+
+BASE = {"zk": "127.0.0.1:2181", "app": "kv"}
+
+
+def test_defaults_read_the_whole_log_in_arrow() -> None:
+    options = log_options(BASE)
+    assert options.app == "kv"
+    assert options.cluster.ledger_root == "/ledgers"
+    assert options.bounds.index == Interval(None, None)
+    assert options.bounds.time_ms == Interval(None, None)
+    assert options.split.arrow
+    assert options.split.min_partitions == 1
+
+
+def test_keys_are_compared_without_case_and_ranges_are_half_open() -> None:
+    options = log_options(
+        {
+            **BASE,
+            "STARTINGINDEX": "5",
+            "endingIndex": "9",
+            "startingTimestamp": "100",
+            "endingtimestamp": "200",
+            "arrow": "false",
+            "minPartitions": "4",
+        }
+    )
+    assert options.bounds.index == Interval(5, 9)
+    assert options.bounds.time_ms == Interval(100, 200)
+    assert not options.split.arrow
+    assert options.split.min_partitions == 4
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"zk": ""}, "option zk is required"),
+        ({"app": "a/b"}, "application name"),
+        ({"startingIndex": "latest"}, "neither an index nor earliest"),
+        ({"endingIndex": "0"}, "indexes start at 1"),
+        ({"minPartitions": "many"}, "not an integer"),
+        ({"arrow": "maybe"}, "not true or false"),
+        ({"startingTimestamp": "-1"}, "below 0"),
+    ],
+)
+def test_bad_log_options_are_named(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(InvalidConfig, match=message):
+        log_options({**BASE, **extra})
+
+
+def test_ledger_ids_are_a_sorted_set() -> None:
+    assert ledger_options({"zk": "z:1", "ledgers": "9, 3,9"}).ledger_ids == (3, 9)
+    assert ledger_options({"zk": "z:1"}).ledger_ids is None
+    with pytest.raises(InvalidConfig, match="comma-separated"):
+        ledger_options({"zk": "z:1", "ledgers": "3,x"})
