@@ -376,6 +376,9 @@ partitions spread a long ledger over the executors."""
 spark_min_partitions_default = 1
 """Fewest partitions a read is cut into (`minPartitions`), entries permitting."""
 
+spark_export_block_commands_default = 100_000
+"""Consecutive indexes per partition (`index_from=N/` directory) of a Parquet export."""
+
 spark_read_chunk_entries = 256
 """Entries an executor reads from the bookies per request and turns into one Arrow record batch."""
 

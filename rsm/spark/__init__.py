@@ -7,21 +7,21 @@
 
 `register` adds the `rsm-log` and `ledger` sources to a session, with filter
 pushdown when the session allows it (`spark.sql.python.filterPushdown.enabled`,
-which `session` turns on).
+which `session` turns on).  Both come from `rsm/spark/sessions.py`, loaded on
+first use, so that importing `rsm.spark.cli` without PySpark installed can say
+so instead of failing.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
-
-from rsm.spark.session import PUSHDOWN_SETTING, session
-from rsm.spark.sources import LedgerSource, LogSource, PushdownLogSource
+from typing import Any
 
 __all__ = ["register", "session"]
 
 
-def register(spark: SparkSession) -> None:
-    """Register the sources with `spark`; call again after changing the pushdown setting."""
-    pushdown = spark.conf.get(PUSHDOWN_SETTING, "false") == "true"
-    spark.dataSource.register(PushdownLogSource if pushdown else LogSource)
-    spark.dataSource.register(LedgerSource)
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from rsm.spark import sessions  # noqa: PLC0415 (PySpark loads on first use)
+
+        return getattr(sessions, name)
+    raise AttributeError(f"module 'rsm.spark' has no attribute {name!r}")

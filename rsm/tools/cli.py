@@ -18,6 +18,7 @@
     rsm log dump|export|check, rsm replay, rsm verify, rsm bisect, rsm determinism,
     rsm diff, rsm blame
             (investigating a log: rsm/tools/investigate.py, docs/tools.md)
+    rsm spark export|audit ...     (rsm/spark/cli.py; needs the `spark` extra)
 
 `--zk` is a ZooKeeper connect string, optionally with a chroot:
 `127.0.0.1:2181` or `zk1:2181,zk2:2181/my/root`.  Arguments of `call` and
@@ -126,6 +127,11 @@ _CLI_CLIENT: Final = ClientConfig(require_application=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == ["spark"]:
+        from rsm.spark.cli import main as spark_main  # noqa: PLC0415 (PySpark loads only here)
+
+        return spark_main(words[1:])
     parser = _parser()
     arguments = parser.parse_args(argv)
     command = arguments.command

@@ -16,8 +16,9 @@ Applications:
   without fencing, and a read must stop before it.  Entry k (k > 0) of a
   ledger holds `k % 3 + 1` commands; entry 0 of an epoch's first ledger is
   the leader-start marker.  Entry j of the log is logged at `T0_MS + 1000 j`.
-* `tail`: one OPEN segment of 3 entries, with its writer kept for a test
-  that appends after a read (a read never fences).
+* `tail` and `growing`: one OPEN segment of 3 entries each (2 readable), with
+  their writers kept for tests that append after a read (a read never fences;
+  an incremental export picks up what was added).
 * `corrupt`: one CLOSED segment whose entry 1 is not a batch.
 * `truncated`: a log whose first segment starts at index 50.
 """
@@ -51,6 +52,7 @@ T0_MS = 1_700_000_000_000
 CLIENT = b"client-0000000001"
 PASSWORD = ReplicaConfig().ledger_password
 UNREADABLE = b"\xa1not a batch"
+ROLES = ("known", "tail", "growing", "corrupt", "truncated")
 
 
 @dataclass
@@ -59,6 +61,8 @@ class Expected:
 
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     ledgers: list[int] = field(default_factory=list)
+    payloads: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    """(ledger id, entry id) -> payload, for the entries a reader may see."""
 
     def between(self, start: int, end: int) -> list[tuple[Any, ...]]:
         return [row for row in self.rows if start <= row[0] < end]
@@ -71,7 +75,7 @@ class KnownCluster:
     apps: dict[str, str]
     """Role (`known`, `tail`, ...) -> application name."""
     expected: dict[str, Expected]
-    writers: dict[str, WriteHandle]
+    writers: dict[str, Writer]
     bookie_ids: list[str]
 
     def options(self, role: str) -> dict[str, str]:
@@ -100,8 +104,12 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
 
 
-class _Writer:
-    """Appends batches to ledgers and records the rows they make."""
+class Writer:
+    """Appends batches to one ledger at a time and records the rows readers may see.
+
+    The rows of the last entry appended to an open ledger stay pending: its
+    LAC, which readers go by, is only published with the next entry.
+    """
 
     def __init__(self, ledgers: LedgerClient, expected: Expected) -> None:
         self.ledgers = ledgers
@@ -109,71 +117,92 @@ class _Writer:
         self.index = 1
         self.entry_number = 0
         self.seq = itertools.count(1)
+        self.handle: WriteHandle | None = None
+        self.epoch = 0
+        self.first_index = 1
+        self._pending: list[tuple[Any, ...]] = []
+        self._pending_payload: tuple[tuple[int, int], bytes] | None = None
 
-    async def segment(
-        self, epoch: int, entries: int, *, marker: bool, readable: int | None = None
-    ) -> tuple[WriteHandle, Segment]:
-        """A ledger of `entries` batches; rows are recorded for the first `readable` only."""
-        handle = await self.ledgers.create_ledger(3, 3, 2, password=PASSWORD)
-        first_index = self.index
-        self.expected.ledgers.append(handle.ledger_id)
-        readable = entries if readable is None else readable
-        for entry_id in range(entries):
-            time_ms = T0_MS + 1000 * self.entry_number
-            self.entry_number += 1
-            items: list[bytes] = []
-            rows: list[tuple[Any, ...]] = []
-            if marker and entry_id == 0:
-                items.append(encode_leader_start(f"replica-{epoch}"))
-                rows.append(
-                    (
-                        None,
-                        None,
-                        None,
-                        json.dumps({"leader_start": f"replica-{epoch}"}, separators=(",", ":")),
-                    )
-                )
-            else:
-                for _ in range(entry_id % 3 + 1):
-                    rows.append(self._command(items))
-            payload = encode_batch(
-                epoch=epoch,
-                first_index=self.index,
-                timestamp_ms=time_ms,
-                seed=entry_id,
-                items=items,
-            )
-            await handle.append(payload)
-            if entry_id < readable:
-                for slot, (client_id, seq, name, argument) in enumerate(rows):
-                    self.expected.rows.append(
-                        (
-                            self.index + slot,
-                            epoch,
-                            handle.ledger_id,
-                            entry_id,
-                            slot,
-                            time_ms,
-                            client_id,
-                            seq,
-                            name,
-                            argument,
-                            len(payload),
-                        )
-                    )
-            self.index += len(items)
-        last_index = self.index - 1
-        state = SegmentState.OPEN if readable < entries else SegmentState.CLOSED
-        segment = Segment(
-            handle.ledger_id,
-            epoch,
-            first_index,
-            state,
-            -1 if state is SegmentState.OPEN else last_index,
+    async def start(self, epoch: int, *, marker: bool) -> None:
+        """A new ledger for `epoch`, opened with a leader-start marker when `marker`."""
+        self.handle = await self.ledgers.create_ledger(3, 3, 2, password=PASSWORD)
+        self.epoch = epoch
+        self.first_index = self.index
+        self.expected.ledgers.append(self.handle.ledger_id)
+        if marker:
+            await self._append([("marker",)])
+
+    async def append(self, entries: int) -> None:
+        """`entries` more batches: entry k holds `k % 3 + 1` commands."""
+        assert self.handle is not None
+        for _ in range(entries):
+            count = (self.handle.last_add_pushed + 1) % 3 + 1
+            await self._append([("command",)] * count)
+
+    async def close(self) -> Segment:
+        assert self.handle is not None
+        await self.handle.close()
+        self._flush()
+        return Segment(
+            self.handle.ledger_id, self.epoch, self.first_index, SegmentState.CLOSED, self.index - 1
         )
-        if state is SegmentState.CLOSED:
-            await handle.close()
-        return handle, segment
+
+    def open_segment(self) -> Segment:
+        assert self.handle is not None
+        return Segment(self.handle.ledger_id, self.epoch, self.first_index, SegmentState.OPEN, -1)
+
+    async def _append(self, kinds: list[tuple[str]]) -> None:
+        handle = self.handle
+        assert handle is not None
+        entry_id = handle.last_add_pushed + 1
+        time_ms = T0_MS + 1000 * self.entry_number
+        self.entry_number += 1
+        items: list[bytes] = []
+        rows: list[tuple[Any, ...]] = []
+        for (kind,) in kinds:
+            if kind == "marker":
+                items.append(encode_leader_start(f"replica-{self.epoch}"))
+                marker = json.dumps(
+                    {"leader_start": f"replica-{self.epoch}"}, separators=(",", ":")
+                )
+                rows.append((None, None, None, marker))
+            else:
+                rows.append(self._command(items))
+        payload = encode_batch(
+            epoch=self.epoch,
+            first_index=self.index,
+            timestamp_ms=time_ms,
+            seed=entry_id,
+            items=items,
+        )
+        assert await handle.append(payload) == entry_id
+        self._flush()
+        self._pending = [
+            (
+                self.index + slot,
+                self.epoch,
+                handle.ledger_id,
+                entry_id,
+                slot,
+                time_ms,
+                client_id,
+                seq,
+                name,
+                argument,
+                len(payload),
+            )
+            for slot, (client_id, seq, name, argument) in enumerate(rows)
+        ]
+        self._pending_payload = ((handle.ledger_id, entry_id), payload)
+        self.index += len(items)
+
+    def _flush(self) -> None:
+        self.expected.rows.extend(self._pending)
+        self._pending = []
+        if self._pending_payload is not None:
+            key, payload = self._pending_payload
+            self.expected.payloads[key] = payload
+            self._pending_payload = None
 
     def _command(self, items: list[bytes]) -> tuple[Any, ...]:
         number = self.index + len(items)
@@ -212,19 +241,26 @@ async def known_cluster(
             ZkMetadataStore.connect(zookeeper.connect_string) as store,
             LedgerClient.open(store, root=zk_root, config=config) as ledgers,
         ):
-            apps = {role: f"{role}-{suffix}" for role in ("known", "tail", "corrupt", "truncated")}
+            apps = {role: f"{role}-{suffix}" for role in ROLES}
             expected = {role: Expected() for role in apps}
-            writers: dict[str, WriteHandle] = {}
 
-            known = _Writer(ledgers, expected["known"])
-            _, first = await known.segment(1, 30, marker=True)
-            _, second = await known.segment(1, 20, marker=False)
-            writers["known"], third = await known.segment(2, 12, marker=True, readable=11)
-            await _publish(store, apps["known"], Log(2, (first, second, third)))
+            known = Writer(ledgers, expected["known"])
+            await known.start(1, marker=True)
+            await known.append(29)
+            first = await known.close()
+            await known.start(1, marker=False)
+            await known.append(20)
+            second = await known.close()
+            await known.start(2, marker=True)
+            await known.append(11)
+            await _publish(store, apps["known"], Log(2, (first, second, known.open_segment())))
 
-            tail = _Writer(ledgers, expected["tail"])
-            writers["tail"], only = await tail.segment(1, 3, marker=True, readable=2)
-            await _publish(store, apps["tail"], Log(1, (only,)))
+            writers: dict[str, Writer] = {}
+            for role in ("tail", "growing"):
+                writers[role] = Writer(ledgers, expected[role])
+                await writers[role].start(1, marker=True)
+                await writers[role].append(2)
+                await _publish(store, apps[role], Log(1, (writers[role].open_segment(),)))
 
             corrupt = await ledgers.create_ledger(3, 3, 2, password=PASSWORD)
             await corrupt.append(
@@ -244,9 +280,11 @@ async def known_cluster(
                 Log(1, (Segment(corrupt.ledger_id, 1, 1, SegmentState.CLOSED, 2),)),
             )
 
-            late = _Writer(ledgers, expected["truncated"])
+            late = Writer(ledgers, expected["truncated"])
             late.index = 50
-            _, kept = await late.segment(1, 2, marker=True)
+            await late.start(1, marker=True)
+            await late.append(1)
+            kept = await late.close()
             await _publish(store, apps["truncated"], Log(1, (kept,)))
 
             yield KnownCluster(

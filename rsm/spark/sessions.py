@@ -1,4 +1,4 @@
-"""A SparkSession set up for the `rsm-log` and `ledger` sources and the `rsm spark` jobs.
+"""A SparkSession set up for the `rsm-log` and `ledger` sources, and registering them.
 
 Executors run Python data sources in Python workers: `session` makes them
 use this interpreter (so they import this installation of `rsm`), turns on
@@ -14,6 +14,8 @@ import sys
 from typing import Final
 
 from pyspark.sql import SparkSession
+
+from rsm.spark.sources import LedgerSource, LogSource, PushdownLogSource
 
 PUSHDOWN_SETTING: Final = "spark.sql.python.filterPushdown.enabled"
 DEFAULT_MASTER: Final = "local[*]"
@@ -41,3 +43,11 @@ def session(master: str = DEFAULT_MASTER, app_name: str = "rsm") -> SparkSession
             "spark.driver.bindAddress", _LOOPBACK
         )
     return builder.getOrCreate()
+
+
+def register(spark: SparkSession) -> None:
+    """Register the sources with `spark`, the log source with filter pushdown when the session
+    allows it; call again after changing `spark.sql.python.filterPushdown.enabled`."""
+    pushdown = spark.conf.get(PUSHDOWN_SETTING, "false") == "true"
+    spark.dataSource.register(PushdownLogSource if pushdown else LogSource)
+    spark.dataSource.register(LedgerSource)

@@ -1,0 +1,169 @@
+"""`rsm spark`: an application's log in Apache Spark (also `python -m rsm.spark.cli`).
+
+    rsm spark export --app NAME --zk HOSTS --to PATH [--since-last]
+                     [--block-commands 100000] [--ledger-root /ledgers] [--master local[*]] [--json]
+    rsm spark audit  --app NAME --zk HOSTS --sql QUERY [--limit 1000]
+                     [--ledger-root /ledgers] [--master local[*]] [--json]
+
+`export` writes the log to Parquet (rsm/spark/jobs.py has the layout);
+`--since-last` exports only what the last export of PATH did not hold, and
+rerunning it is harmless.  `audit` runs QUERY with the log as the view
+`log` (columns in docs/spark.md) and prints its rows as a table, or one JSON
+object per row with `--json`.  `--master` is any Spark master URL
+(`local[*]`, `spark://HOST:PORT`, ...).
+
+Exit status: 0 on success, 1 when the job failed (`error: <Type>: <message>`
+on stderr, the cause as the framework named it, not Spark's traceback), 2
+for a usage error or bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any, Final
+
+from bookie import limits as bookie_limits
+from rsm import errors, limits
+from rsm.errors import InvalidConfig, RsmError
+from rsm.host import aligned
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+
+_ERROR_NAMES: Final = sorted(
+    name
+    for name, value in vars(errors).items()
+    if isinstance(value, type) and issubclass(value, RsmError)
+)
+_FRAMEWORK_ERROR: Final = re.compile(
+    r"(?:rsm\.errors\.)?\b(" + "|".join(_ERROR_NAMES) + r"): ([^\n]+)"
+)
+"""How a framework error raised in a Spark worker reads inside Spark's exception text."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    # PySpark is an optional extra: imported here, so that its absence is a clear message.
+    try:
+        from pyspark.errors import PySparkException  # noqa: PLC0415
+
+        from rsm.spark import jobs  # noqa: PLC0415
+    except ImportError as error:
+        print(f"error: PySpark is missing ({error}): install the spark extra", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return _run(jobs, arguments)
+    except (RsmError, OSError) as error:
+        return _failed(type(error).__name__, str(error))
+    except PySparkException as error:
+        found = _FRAMEWORK_ERROR.findall(str(error))
+        if found:
+            name, message = found[-1]
+            return _failed(name, message)
+        return _failed(type(error).__name__, str(error).strip().splitlines()[0])
+
+
+def _failed(name: str, message: str) -> int:
+    print(f"error: {name}: {message}", file=sys.stderr)
+    return EXIT_USAGE if name == InvalidConfig.__name__ else EXIT_FAILED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rsm spark", description="An application's log in Apache Spark: export, audit."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    export = commands.add_parser("export", help="write the log to Parquet")
+    _common(export)
+    export.add_argument("--to", required=True, help="the Parquet dataset's directory")
+    export.add_argument(
+        "--since-last", action="store_true", help="only what the last export did not hold"
+    )
+    export.add_argument(
+        "--block-commands",
+        type=int,
+        default=limits.spark_export_block_commands_default,
+        help="indexes per partition directory (a new export only)",
+    )
+    audit = commands.add_parser("audit", help="answer a SQL query over the view `log`")
+    _common(audit)
+    audit.add_argument("--sql", required=True, help="the query; the log is the view `log`")
+    audit.add_argument("--limit", type=int, default=1000, help="most rows printed")
+    return parser
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--app", required=True, help="the application's name")
+    parser.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,...][/chroot]")
+    parser.add_argument("--ledger-root", default=bookie_limits.metadata_root_default)
+    parser.add_argument("--master", default="local[*]", help="Spark master URL")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _run(jobs: Any, arguments: argparse.Namespace) -> int:
+    spark = jobs.session(arguments.master, app_name=f"rsm spark {arguments.command}")
+    spark.sparkContext.setLogLevel("FATAL")  # failures are reported once, below
+    jobs.register(spark)
+    if arguments.command == "export":
+        report = jobs.export(
+            spark,
+            arguments.zk,
+            arguments.app,
+            arguments.to,
+            since_last=arguments.since_last,
+            block_commands=arguments.block_commands,
+            ledger_root=arguments.ledger_root,
+        )
+        if arguments.json:
+            print(json.dumps(vars_of(report), sort_keys=True))
+        else:
+            print(
+                f"exported {report.app} to {report.path}: {report.rows} rows in "
+                f"{report.blocks} blocks from index {report.first_index}; next index "
+                f"{report.next_index}"
+            )
+        return EXIT_OK
+    frame = jobs.audit(
+        spark, arguments.zk, arguments.app, arguments.sql, ledger_root=arguments.ledger_root
+    )
+    rows = [row.asDict(recursive=True) for row in frame.limit(arguments.limit).collect()]
+    if arguments.json:
+        for row in rows:
+            print(json.dumps(row, default=_jsonable, sort_keys=False, ensure_ascii=False))
+    else:
+        print(render_table(frame.columns, rows))
+    return EXIT_OK
+
+
+def vars_of(report: Any) -> dict[str, Any]:
+    return {name: getattr(report, name) for name in report.__slots__}
+
+
+def render_table(columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> str:
+    """Rows under their column names, in aligned columns."""
+    return "\n".join(
+        aligned([list(columns)] + [[_cell(row[name]) for name in columns] for row in rows])
+    )
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    return str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

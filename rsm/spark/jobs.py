@@ -1,0 +1,181 @@
+"""The `rsm spark` jobs as functions: export a log to Parquet, answer SQL over it.
+
+`export` writes the `rsm-log` rows of an application to a Parquet dataset
+at `to`, partitioned by index block: column `index_from`, the first index of
+the block of `block_commands` consecutive indexes (1, 1 + N, 1 + 2N, ...)
+that holds the row, so a directory `index_from=100001/` holds indexes
+100001 .. 200000.  Beside the data, `_rsm_export.json` (Spark skips files
+starting with `_`) records how far the export goes, one JSON object:
+
+    {"v": 1, "app": text, "block_commands": N, "next_index": uint}
+
+`next_index` is one past the highest index exported.  A full export
+replaces the whole dataset.  An incremental one (`since_last`) reads from
+the start of the block holding `next_index` and replaces exactly the blocks
+it writes (Spark's dynamic partition overwrite), so rerunning it, even after
+a run that died before recording `next_index`, gives the same dataset:
+every index once.  The record is written after the data, atomically (write
+then rename), on the local filesystem (so `to` is a local or mounted path).
+
+`audit` registers the log as the temporary view `log` and runs one SQL
+query over it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from bookie import limits as bookie_limits
+from rsm import limits
+from rsm.errors import InvalidConfig
+from rsm.spark.cluster import Cluster
+from rsm.spark.options import log_options
+from rsm.spark.sessions import register, session
+from rsm.spark.sources import LOG_FORMAT
+
+STATE_FILE: Final = "_rsm_export.json"
+STATE_VERSION: Final = 1
+BLOCK_COLUMN: Final = "index_from"
+VIEW: Final = "log"
+
+__all__ = ["audit", "export", "read_log", "register", "session"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExportReport:
+    app: str
+    path: str
+    first_index: int
+    """The first index this run read (the start of a block when incremental)."""
+    next_index: int
+    """One past the highest index exported so far."""
+    rows: int
+    """Rows this run wrote."""
+    blocks: int
+    """Blocks (partitions) this run wrote."""
+
+
+def read_log(
+    spark: SparkSession,
+    zk: str,
+    app: str,
+    *,
+    ledger_root: str = bookie_limits.metadata_root_default,
+    **options: str,
+) -> DataFrame:
+    """The `rsm-log` rows of `app` (the sources must be registered with `spark`).
+
+    The options and the application are checked now, so that a mistake is
+    named before Spark plans anything.
+    """
+    checked = log_options({"zk": zk, "app": app, "ledgerRoot": ledger_root, **options})
+    with Cluster.open(checked.cluster) as cluster:
+        cluster.log(app)
+    reader = spark.read.format(LOG_FORMAT).option("zk", zk).option("app", app)
+    reader = reader.option("ledgerRoot", ledger_root)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def export(
+    spark: SparkSession,
+    zk: str,
+    app: str,
+    to: str,
+    *,
+    since_last: bool = False,
+    block_commands: int = limits.spark_export_block_commands_default,
+    ledger_root: str = bookie_limits.metadata_root_default,
+) -> ExportReport:
+    """Export `app`'s log to Parquet at `to` (see the module docstring)."""
+    if block_commands < 1:
+        raise InvalidConfig(f"--block-commands {block_commands} must be at least 1")
+    path = Path(to)
+    start = 1
+    if since_last:
+        state = _read_state(path)
+        if state is not None:
+            if state["app"] != app:
+                raise InvalidConfig(f"{to} holds an export of {state['app']!r}, not of {app!r}")
+            block_commands = state["block_commands"]
+            start = _block_start(state["next_index"], block_commands)
+    options = {} if start == 1 else {"startingIndex": str(start)}
+    frame = read_log(spark, zk, app, ledger_root=ledger_root, **options).withColumn(
+        BLOCK_COLUMN, F.expr(f"(index - 1) div {block_commands} * {block_commands} + 1")
+    )
+    writer = frame.write.partitionBy(BLOCK_COLUMN).mode("overwrite")
+    if start != 1:
+        writer = writer.option("partitionOverwriteMode", "dynamic")
+    writer.parquet(str(path))
+    written = (
+        spark.read.schema(frame.schema)
+        .parquet(str(path))
+        .where(F.col(BLOCK_COLUMN) >= start)
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.max("index").alias("last"),
+            F.countDistinct(BLOCK_COLUMN).alias("blocks"),
+        )
+        .first()
+    )
+    assert written is not None
+    last = written["last"]
+    next_index = start if last is None else last + 1
+    _write_state(path, {"app": app, "block_commands": block_commands, "next_index": next_index})
+    return ExportReport(app, str(path), start, next_index, written["rows"], written["blocks"])
+
+
+def audit(
+    spark: SparkSession,
+    zk: str,
+    app: str,
+    sql: str,
+    *,
+    ledger_root: str = bookie_limits.metadata_root_default,
+) -> DataFrame:
+    """The answer of `sql`, run with `app`'s log as the view `log`."""
+    read_log(spark, zk, app, ledger_root=ledger_root).createOrReplaceTempView(VIEW)
+    return spark.sql(sql)
+
+
+def _block_start(index: int, block_commands: int) -> int:
+    return (index - 1) // block_commands * block_commands + 1
+
+
+def _read_state(path: Path) -> dict[str, Any] | None:
+    state_file = path / STATE_FILE
+    try:
+        text = state_file.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        state = json.loads(text)
+        valid = (
+            isinstance(state, dict)
+            and state.get("v") == STATE_VERSION
+            and isinstance(state.get("app"), str)
+            and type(state.get("block_commands")) is int
+            and state["block_commands"] >= 1
+            and type(state.get("next_index")) is int
+            and state["next_index"] >= 1
+        )
+    except ValueError:
+        valid = False
+    if not valid:
+        raise InvalidConfig(f"{state_file} is not an export record ({text[:80]!r})")
+    return dict(state)
+
+
+def _write_state(path: Path, state: dict[str, Any]) -> None:
+    state_file = path / STATE_FILE
+    partial = path / (STATE_FILE + ".tmp")
+    partial.write_text(json.dumps({"v": STATE_VERSION, **state}, sort_keys=True) + "\n")
+    os.replace(partial, state_file)
