@@ -369,7 +369,7 @@ explanation_operations_max = 12
 
 # --- reading logs in Spark (rsm.spark) --------------------------------------------------------
 
-spark_entries_per_partition_max_default = 2_000
+spark_entries_per_partition_max_default = 1_000
 """Most ledger entries one Spark partition of a read covers (`maxEntriesPerPartition`): many
 partitions spread a long ledger over the executors."""
 

@@ -14,7 +14,7 @@ Spark hands a source its options as text (keys compared without case).
     startingTimestamp       keep commands logged at or after T (ms since the Unix epoch)
     endingTimestamp         keep commands logged before T (ms)
     minPartitions           see rsm/spark/planning.py                 1
-    maxEntriesPerPartition  see rsm/spark/planning.py                 2000
+    maxEntriesPerPartition  see rsm/spark/planning.py                 1000
     arrow                   executors yield Arrow record batches (true) or tuples     true
 
 `ledger` takes `zk`, `ledgerRoot`, `minPartitions`, `maxEntriesPerPartition`,
