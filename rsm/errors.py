@@ -301,5 +301,6 @@ class EntryUnreadable(RsmError):
 
     The message names the ledger, the entry and the bookies that hold it, and
     why: no copy could be served (every copy corrupt, absent or unreachable),
-    or its bytes are not a batch of the log.
+    or its bytes are not a batch of the log; or the log names a ledger the
+    ledger cluster does not have.
     """

@@ -14,19 +14,23 @@ object per row with `--json`.  `--master` is any Spark master URL
 
 Exit status: 0 on success, 1 when the job failed (`error: <Type>: <message>`
 on stderr, the cause as the framework named it, not Spark's traceback), 2
-for a usage error or bad input.
+for a usage error or bad input (bad options, an unknown application, a
+query Spark cannot parse or resolve).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import re
 import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
+from bookie import errors as bookie_errors
 from bookie import limits as bookie_limits
+from bookie.errors import BookieError
 from rsm import errors, limits
 from rsm.errors import InvalidConfig, RsmError
 from rsm.host import aligned
@@ -34,23 +38,27 @@ from rsm.host import aligned
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
+_SPARK_ERROR_LOGGERS: Final = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+"""PySpark's loggers that print a failed query's error as it is raised."""
 
 _ERROR_NAMES: Final = sorted(
     name
-    for name, value in vars(errors).items()
-    if isinstance(value, type) and issubclass(value, RsmError)
+    for module, root in ((errors, RsmError), (bookie_errors, BookieError))
+    for name, value in vars(module).items()
+    if isinstance(value, type) and issubclass(value, root)
 )
 _FRAMEWORK_ERROR: Final = re.compile(
     r"(?:rsm\.errors\.)?\b(" + "|".join(_ERROR_NAMES) + r"): ([^\n]+)"
 )
-"""How a framework error raised in a Spark worker reads inside Spark's exception text."""
+"""How an error of the framework or of the ledger layer raised in a Spark worker reads inside
+Spark's exception text."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
     # PySpark is an optional extra: imported here, so that its absence is a clear message.
     try:
-        from pyspark.errors import PySparkException  # noqa: PLC0415
+        from pyspark.errors import AnalysisException, PySparkException  # noqa: PLC0415
 
         from rsm.spark import jobs  # noqa: PLC0415
     except ImportError as error:
@@ -58,19 +66,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return _run(jobs, arguments)
-    except (RsmError, OSError) as error:
+    except (RsmError, BookieError, OSError) as error:
         return _failed(type(error).__name__, str(error))
     except PySparkException as error:
         found = _FRAMEWORK_ERROR.findall(str(error))
         if found:
             name, message = found[-1]
             return _failed(name, message)
-        return _failed(type(error).__name__, str(error).strip().splitlines()[0])
+        # A query Spark cannot parse or resolve is bad input.
+        usage = isinstance(error, AnalysisException)
+        return _failed(type(error).__name__, str(error).strip().splitlines()[0], usage=usage)
 
 
-def _failed(name: str, message: str) -> int:
+def _failed(name: str, message: str, *, usage: bool = False) -> int:
     print(f"error: {name}: {message}", file=sys.stderr)
-    return EXIT_USAGE if name == InvalidConfig.__name__ else EXIT_FAILED
+    return EXIT_USAGE if usage or name == InvalidConfig.__name__ else EXIT_FAILED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -106,6 +116,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(jobs: Any, arguments: argparse.Namespace) -> int:
+    for name in _SPARK_ERROR_LOGGERS:
+        logging.getLogger(name).disabled = True  # the error is reported once, by `main`
     spark = jobs.session(arguments.master, app_name=f"rsm spark {arguments.command}")
     spark.sparkContext.setLogLevel("FATAL")  # failures are reported once, below
     jobs.register(spark)

@@ -72,8 +72,11 @@ class LedgerPartition:
 class Cluster:
     """One ZooKeeper session and ledger client, called from synchronous code (see above)."""
 
-    def __init__(self, portal: BlockingPortal, store: MetadataStore, ledgers: LedgerClient) -> None:
+    def __init__(
+        self, portal: BlockingPortal, store: MetadataStore, ledgers: LedgerClient, ledger_root: str
+    ) -> None:
         self._portal = portal
+        self._ledger_root = ledger_root
         self._store = store
         self._ledgers = ledgers
         self._reader = SegmentReader(ledgers, ReplicaConfig().ledger_password)
@@ -89,7 +92,7 @@ class Cluster:
                 ledgers,
             ),
         ):
-            yield cls(portal, store, ledgers)
+            yield cls(portal, store, ledgers, options.ledger_root)
 
     # --- driver -------------------------------------------------------------------------------
 
@@ -223,7 +226,13 @@ class Cluster:
     async def _segment_span(self, segment: Segment, bounds: Bounds) -> Span:
         """The entries of `segment` that may hold rows within `bounds`."""
         reader = self._reader
-        handle = await reader.open(segment, recovery=False)
+        try:
+            handle = await reader.open(segment, recovery=False)
+        except NoSuchLedgerError:
+            raise EntryUnreadable(
+                f"ledger {segment.ledger_id} of the log is not in the ledger cluster rooted at "
+                f"{self._ledger_root}: a wrong ledgerRoot, or the ledger was deleted"
+            ) from None
         first = 0
         last = handle.last_add_confirmed
         start, end = bounds.index.start, bounds.index.end

@@ -36,6 +36,7 @@ def session(master: str = DEFAULT_MASTER, app_name: str = "rsm") -> SparkSession
         .config(PUSHDOWN_SETTING, "true")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
     )
     if master.startswith("local"):

@@ -134,6 +134,13 @@ def test_the_command_audits_and_exports(
         (["--app", "nobody", "--sql", "SELECT 1"], 2, "InvalidConfig: there is no application"),
         (["--app", "a/b", "--sql", "SELECT 1"], 2, "InvalidConfig: application name 'a/b'"),
         (["--app", "{truncated}", "--sql", "SELECT * FROM log WHERE index < 3"], 0, ""),
+        (["--app", "{truncated}", "--sql", "SELECT nothing FROM log"], 2, "AnalysisException: "),
+        (["--app", "{truncated}", "--sql", "SELECT * FROM log WHERE ("], 2, "ParseException"),
+        (
+            ["--app", "{truncated}", "--sql", "SELECT * FROM log", "--ledger-root", "/elsewhere"],
+            1,
+            "EntryUnreadable: ledger ",
+        ),
     ],
 )
 def test_the_command_names_bad_input(
@@ -144,8 +151,12 @@ def test_the_command_names_bad_input(
     message: str,
 ) -> None:
     words = [word.format(truncated=known.apps["truncated"]) for word in words]
+    if "--ledger-root" not in words:
+        words += ["--ledger-root", known.ledger_root]
     assert cli.main(["spark", "audit", "--zk", known.zk, *words]) == code
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err
+    assert len(err.splitlines()) == (0 if code == 0 else 1)
 
 
 def test_a_failed_job_is_one_line_without_a_traceback(known: KnownCluster) -> None:

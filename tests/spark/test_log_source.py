@@ -10,6 +10,9 @@ from anyio.from_thread import BlockingPortal
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
+import rsm.spark
+from rsm.spark.sessions import PUSHDOWN_SETTING
+
 from .history import T0_MS, KnownCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.zookeeper]
@@ -154,3 +157,21 @@ def test_bad_options_are_named(
 ) -> None:
     with pytest.raises(PySparkException, match=message):
         _log(spark, known, **options).collect()
+
+
+def test_without_pushdown_the_same_filters_select_the_same_rows(
+    spark: SparkSession, known: KnownCluster
+) -> None:
+    expected = [row for row in known.expected["known"].rows if row[1] == 2]
+    spark.conf.set(PUSHDOWN_SETTING, "false")
+    try:
+        rsm.spark.register(spark)
+        frame = _log(spark, known, maxEntriesPerPartition=10).where("epoch = 2")
+        assert frame.rdd.getNumPartitions() == 7
+        assert _rows(frame) == expected
+    finally:
+        spark.conf.set(PUSHDOWN_SETTING, "true")
+        rsm.spark.register(spark)
+    assert (
+        _log(spark, known, maxEntriesPerPartition=10).where("epoch = 2").rdd.getNumPartitions() == 2
+    )
