@@ -16,23 +16,10 @@ from rsm.spark import jobs
 from rsm.spark.jobs import STATE_FILE
 from rsm.tools import cli
 
+from .frames import parquet_rows
 from .history import KnownCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.zookeeper]
-
-
-def _parquet_rows(spark: SparkSession, path: Path) -> list[tuple[Any, ...]]:
-    frame = spark.read.parquet(str(path))
-    columns = [
-        "unix_millis(leader_time)" if name == "leader_time" else name
-        for name in frame.columns
-        if name != jobs.BLOCK_COLUMN
-    ]
-    rows = [
-        (*row[:6], None if row[6] is None else bytes(row[6]), *row[7:])
-        for row in frame.selectExpr(*columns).collect()
-    ]
-    return sorted(rows, key=lambda row: row[0])
 
 
 def _blocks(path: Path) -> list[str]:
@@ -58,7 +45,7 @@ def test_an_export_reads_back_as_the_log(
     report = _export(spark, known, "known", path, block_commands=50)
     assert (report.first_index, report.next_index, report.rows) == (1, len(expected) + 1, 120)
     assert _blocks(path) == ["index_from=1", "index_from=101", "index_from=51"]
-    assert _parquet_rows(spark, path) == expected
+    assert parquet_rows(spark, path) == expected
     assert json.loads((path / STATE_FILE).read_text()) == {
         "v": 1,
         "app": known.apps["known"],
@@ -78,13 +65,13 @@ def test_an_incremental_export_adds_what_is_new_and_reruns_change_nothing(
     second = _export(spark, known, "growing", path, since_last=True)
     assert second.first_index == (first.next_index - 1) // 4 * 4 + 1
     assert second.next_index == len(expected.rows) + 1
-    assert _parquet_rows(spark, path) == expected.rows
+    assert parquet_rows(spark, path) == expected.rows
     again = _export(spark, known, "growing", path, since_last=True)
-    assert (again.next_index, _parquet_rows(spark, path)) == (second.next_index, expected.rows)
+    assert (again.next_index, parquet_rows(spark, path)) == (second.next_index, expected.rows)
     # A run that died before recording where it got to: the rerun writes the same rows.
     (path / STATE_FILE).unlink()
     _export(spark, known, "growing", path, since_last=True, block_commands=4)
-    assert _parquet_rows(spark, path) == expected.rows
+    assert parquet_rows(spark, path) == expected.rows
 
 
 def test_an_export_record_of_another_app_is_refused(

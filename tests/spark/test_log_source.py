@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 import rsm.spark
 from rsm.spark.sessions import PUSHDOWN_SETTING
 
+from .frames import rows_of
 from .history import T0_MS, KnownCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.zookeeper]
@@ -27,23 +28,11 @@ def _log(
     return reader.load()
 
 
-def _rows(frame: DataFrame) -> list[tuple[Any, ...]]:
-    """The rows as tuples in schema order, with leader_time in milliseconds."""
-    columns = [
-        "unix_millis(leader_time)" if name == "leader_time" else name for name in frame.columns
-    ]
-    rows = [
-        (*row[:6], None if row[6] is None else bytes(row[6]), *row[7:])
-        for row in frame.selectExpr(*columns).collect()
-    ]
-    return sorted(rows, key=lambda row: row[0])
-
-
 def test_a_full_read_gives_every_readable_command_exactly_once(
     spark: SparkSession, known: KnownCluster
 ) -> None:
     expected = known.expected["known"].rows
-    assert _rows(_log(spark, known)) == expected
+    assert rows_of(_log(spark, known)) == expected
     # Dense indexes from 1 to the open segment's LAC, and its unconfirmed entry left out.
     assert [row[0] for row in expected] == list(range(1, len(expected) + 1))
     open_ledger = known.expected["known"].ledgers[-1]
@@ -51,7 +40,7 @@ def test_a_full_read_gives_every_readable_command_exactly_once(
 
 
 def test_tuples_give_the_same_rows_as_arrow(spark: SparkSession, known: KnownCluster) -> None:
-    assert _rows(_log(spark, known, arrow="false")) == known.expected["known"].rows
+    assert rows_of(_log(spark, known, arrow="false")) == known.expected["known"].rows
 
 
 @pytest.mark.parametrize(
@@ -62,12 +51,12 @@ def test_an_index_range_is_half_open(
     spark: SparkSession, known: KnownCluster, start: int, end: int
 ) -> None:
     frame = _log(spark, known, startingIndex=start, endingIndex=end)
-    assert _rows(frame) == known.expected["known"].between(start, end)
+    assert rows_of(frame) == known.expected["known"].between(start, end)
 
 
 def test_earliest_and_latest_are_the_whole_log(spark: SparkSession, known: KnownCluster) -> None:
     frame = _log(spark, known, startingIndex="earliest", endingIndex="latest")
-    assert len(_rows(frame)) == len(known.expected["known"].rows)
+    assert len(rows_of(frame)) == len(known.expected["known"].rows)
 
 
 def test_a_time_range_is_half_open(spark: SparkSession, known: KnownCluster) -> None:
@@ -75,7 +64,7 @@ def test_a_time_range_is_half_open(spark: SparkSession, known: KnownCluster) -> 
     frame = _log(spark, known, startingTimestamp=start, endingTimestamp=end)
     expected = [row for row in known.expected["known"].rows if start <= row[5] < end]
     assert {row[5] for row in expected} == {T0_MS + 1000 * k for k in range(10, 40)}
-    assert _rows(frame) == expected
+    assert rows_of(frame) == expected
 
 
 def test_min_partitions_and_max_entries_split_long_ledgers(
@@ -85,11 +74,11 @@ def test_min_partitions_and_max_entries_split_long_ledgers(
     split = _log(spark, known, maxEntriesPerPartition=7)
     # 30, 20 and 11 readable entries: 5 + 3 + 2 pieces.
     assert split.rdd.getNumPartitions() == 10
-    assert _rows(split) == known.expected["known"].rows
+    assert rows_of(split) == known.expected["known"].rows
     assert _log(spark, known, minPartitions=12).rdd.getNumPartitions() >= 12
 
 
-def test_pushed_down_filters_skip_partitions_and_rows(
+def test_pushed_down_filters_skip_partitions_androws_of(
     spark: SparkSession, known: KnownCluster
 ) -> None:
     expected = known.expected["known"].rows
@@ -98,13 +87,13 @@ def test_pushed_down_filters_skip_partitions_and_rows(
     assert frame.rdd.getNumPartitions() == 3 + 2 + 2
     by_epoch = frame.where("epoch = 2")
     assert by_epoch.rdd.getNumPartitions() == 2
-    assert _rows(by_epoch) == [row for row in expected if row[1] == 2]
+    assert rows_of(by_epoch) == [row for row in expected if row[1] == 2]
     by_ledger = frame.where(f"ledger_id = {ledgers[1]}")
     assert by_ledger.rdd.getNumPartitions() == 2
-    assert _rows(by_ledger) == [row for row in expected if row[2] == ledgers[1]]
+    assert rows_of(by_ledger) == [row for row in expected if row[2] == ledgers[1]]
     by_index = frame.where("index >= 20 and index < 25")
     assert by_index.rdd.getNumPartitions() == 1
-    assert _rows(by_index) == known.expected["known"].between(20, 25)
+    assert rows_of(by_index) == known.expected["known"].between(20, 25)
 
 
 def test_a_time_filter_is_pushed_down(spark: SparkSession, known: KnownCluster) -> None:
@@ -112,16 +101,18 @@ def test_a_time_filter_is_pushed_down(spark: SparkSession, known: KnownCluster) 
         f"leader_time >= timestamp_millis({T0_MS + 50_000})"
     )
     assert frame.rdd.getNumPartitions() == 2
-    assert _rows(frame) == [row for row in known.expected["known"].rows if row[5] >= T0_MS + 50_000]
+    assert rows_of(frame) == [
+        row for row in known.expected["known"].rows if row[5] >= T0_MS + 50_000
+    ]
 
 
 def test_reading_never_fences_the_open_ledger(
     spark: SparkSession, known: KnownCluster, portal: BlockingPortal
 ) -> None:
-    before = _rows(_log(spark, known, "tail"))
+    before = rows_of(_log(spark, known, "tail"))
     assert before == known.expected["tail"].rows
     portal.call(known.writers["tail"].append, 1)  # fails if a read had fenced the ledger
-    after = _rows(_log(spark, known, "tail"))
+    after = rows_of(_log(spark, known, "tail"))
     assert after == known.expected["tail"].rows
     assert len(after) > len(before)
 
@@ -131,7 +122,7 @@ def test_a_truncated_range_names_what_is_missing(spark: SparkSession, known: Kno
         PySparkException, match=r"indexes \[3, 50\) of 'truncated-\d+' were truncated"
     ):
         _log(spark, known, "truncated", startingIndex=3).collect()
-    assert _rows(_log(spark, known, "truncated")) == known.expected["truncated"].rows
+    assert rows_of(_log(spark, known, "truncated")) == known.expected["truncated"].rows
 
 
 def test_a_corrupt_entry_fails_the_read_naming_ledger_entry_and_bookies(
@@ -159,7 +150,7 @@ def test_bad_options_are_named(
         _log(spark, known, **options).collect()
 
 
-def test_without_pushdown_the_same_filters_select_the_same_rows(
+def test_without_pushdown_the_same_filters_select_the_samerows_of(
     spark: SparkSession, known: KnownCluster
 ) -> None:
     expected = [row for row in known.expected["known"].rows if row[1] == 2]
@@ -168,7 +159,7 @@ def test_without_pushdown_the_same_filters_select_the_same_rows(
         rsm.spark.register(spark)
         frame = _log(spark, known, maxEntriesPerPartition=10).where("epoch = 2")
         assert frame.rdd.getNumPartitions() == 7
-        assert _rows(frame) == expected
+        assert rows_of(frame) == expected
     finally:
         spark.conf.set(PUSHDOWN_SETTING, "true")
         rsm.spark.register(spark)
