@@ -1,4 +1,4 @@
-"""Reading applications' logs and raw ledgers in Apache Spark (docs/spark.md).
+"""Reading applications' logs (batch and streaming) and raw ledgers in Spark (docs/spark.md).
 
     import rsm.spark
     spark = rsm.spark.session()            # or any SparkSession of your own

@@ -138,6 +138,17 @@ class Cluster:
             for piece in pieces
         ]
 
+    def readable_end(self, app: str) -> int:
+        """One past the last index readable now without fencing (the log's first index when
+        nothing is): a CLOSED last segment's end, else the batch at its ledger's LAC."""
+        log = self.log(app)
+        if not log.segments:
+            return log.first_index
+        last = log.segments[-1]
+        if not last.is_open:
+            return last.last_index + 1
+        return self._portal.call(self._open_segment_end, last)
+
     def plan_ledgers(
         self, ledger_ids: Sequence[int] | None, options: SplitOptions
     ) -> list[LedgerPartition]:
@@ -247,6 +258,14 @@ class Cluster:
         if time.end is not None and first <= last:
             last = await self._first_at(segment, handle, first, last, time.end) - 1
         return Span(segment.ledger_id, segment.epoch, first, last)
+
+    async def _open_segment_end(self, segment: Segment) -> int:
+        handle = await self._reader.open(segment, recovery=False)
+        last = handle.last_add_confirmed
+        if last < 0:
+            return segment.first_index
+        [(_entry_id, batch)] = await self._reader.read(segment, handle, last, last)
+        return batch.next_index
 
     async def _first_at(
         self, segment: Segment, handle: ReadHandle, low: int, last: int, time_ms: int

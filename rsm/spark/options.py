@@ -16,6 +16,7 @@ Spark hands a source its options as text (keys compared without case).
     minPartitions           see rsm/spark/planning.py                 1
     maxEntriesPerPartition  see rsm/spark/planning.py                 1000
     arrow                   executors yield Arrow record batches (true) or tuples     true
+    maxCommandsPerTrigger   streaming: at most this many indexes per micro-batch       no limit
 
 `ledger` takes `zk`, `ledgerRoot`, `minPartitions`, `maxEntriesPerPartition`,
 `arrow`, and `ledgers`: comma-separated ledger ids (default: every ledger).
@@ -58,6 +59,8 @@ class LogOptions:
     bounds: Bounds
     """Index bounds from startingIndex/endingIndex (start None: earliest), time bounds."""
     split: SplitOptions
+    max_commands_per_trigger: int | None = None
+    """Streaming: at most this many indexes per micro-batch (None: all that is readable)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +87,7 @@ def log_options(raw: Mapping[str, str]) -> LogOptions:
         app=app,
         bounds=Bounds(index=index, time_ms=time_ms),
         split=_split(options),
+        max_commands_per_trigger=_integer(options, "maxcommandspertrigger", 1, None),
     )
 
 

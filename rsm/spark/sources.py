@@ -7,6 +7,8 @@ executors, connects to ZooKeeper and the bookies itself and yields one Arrow
 record batch per chunk of entries (tuples with `arrow=false`).  Schemas are
 in `rsm/spark/rows.py`.
 
+`spark.readStream.format("rsm-log")` is `LogStreamReader` (below).
+
 Filter pushdown: PySpark refuses to plan a reader that overrides
 `pushFilters` while `spark.sql.python.filterPushdown.enabled` is off, so each
 source comes in two classes, and `rsm.spark.register` registers the one the
@@ -25,6 +27,7 @@ from typing import Any
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -33,11 +36,17 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
 )
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from rsm.spark.cluster import Cluster, LedgerPartition, LogPartition
 from rsm.spark.options import LedgerOptions, LogOptions, ledger_options, log_options
-from rsm.spark.planning import Bounds, Term, bounds_from_terms
+from rsm.spark.planning import Bounds, Interval, Term, bounds_from_terms
 from rsm.spark.rows import (
     LEDGER_SCHEMA,
     LOG_SCHEMA,
@@ -50,6 +59,8 @@ from rsm.spark.rows import (
 
 LOG_FORMAT = "rsm-log"
 LEDGER_FORMAT = "ledger"
+OFFSET_KEY = "index"
+"""The one key of a streaming offset: the next index to read."""
 
 _OPERATORS: dict[type[Filter], str] = {
     EqualTo: "=",
@@ -82,6 +93,24 @@ def term(spark_filter: Filter) -> Term | None:
 # --- rsm-log -----------------------------------------------------------------------------------
 
 
+def read_log_partition(options: LogOptions, partition: InputPartition) -> Iterator[Any]:
+    """The rows of one planned partition of a log read, batch or streaming (on an executor)."""
+    planned = partition.value
+    if planned is None:
+        return  # PySpark's stand-in when there is nothing to read
+    assert isinstance(planned, LogPartition)
+    arrow = options.split.arrow
+    with Cluster.open(options.cluster) as cluster:
+        for chunk in cluster.log_entries(planned):
+            columns = log_columns(chunk, planned.segment.ledger_id, planned.bounds)
+            if not columns[0]:
+                continue
+            if arrow:
+                yield log_record_batch(columns)
+            else:
+                yield from log_tuples(columns)
+
+
 class LogReader(DataSourceReader):
     """Reads an application's log; no filter pushdown."""
 
@@ -98,20 +127,7 @@ class LogReader(DataSourceReader):
         return [InputPartition(partition) for partition in planned]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        planned = partition.value
-        if planned is None:
-            return  # PySpark's stand-in when there is nothing to read
-        assert isinstance(planned, LogPartition)
-        arrow = self._options.split.arrow
-        with Cluster.open(self._options.cluster) as cluster:
-            for chunk in cluster.log_entries(planned):
-                columns = log_columns(chunk, planned.segment.ledger_id, planned.bounds)
-                if not columns[0]:
-                    continue
-                if arrow:
-                    yield log_record_batch(columns)
-                else:
-                    yield from log_tuples(columns)
+        return read_log_partition(self._options, partition)
 
 
 class PushdownLogReader(LogReader):
@@ -126,6 +142,72 @@ class PushdownLogReader(LogReader):
         ]
 
 
+class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Structured Streaming over an application's log.
+
+    An offset is `{"index": N}`: the micro-batch from offset A to offset B
+    reads indexes `[A, B)`, so a query restarted from its checkpoint goes on
+    at exactly the next index, across segment rollovers and leader changes
+    (indexes are dense along the whole log).  The first offset is
+    `startingIndex` (default: the log's first index when the query starts);
+    the latest is one past the last index readable without fencing.
+    `maxCommandsPerTrigger` bounds a micro-batch to that many indexes, unless
+    Spark asks for everything (`ReadAllAvailable`); `Trigger.AvailableNow`
+    reads up to the end readable when the query starts.  A start below the
+    log's first index (truncated away) fails the query, naming the range.
+    """
+
+    def __init__(self, options: LogOptions) -> None:
+        self._options = options
+        self._available_now_end: int | None = None
+
+    def _readable_end(self) -> int:
+        with Cluster.open(self._options.cluster) as cluster:
+            return cluster.readable_end(self._options.app)
+
+    def initialOffset(self) -> dict[str, int]:
+        start = self._options.bounds.index.start
+        if start is None:
+            with Cluster.open(self._options.cluster) as cluster:
+                start = cluster.log(self._options.app).first_index
+        return {OFFSET_KEY: start}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_end = self._readable_end()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self._options.max_commands_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        first = start[OFFSET_KEY]
+        end = self._readable_end()
+        if self._available_now_end is not None:
+            end = min(end, self._available_now_end)
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, first + limit.max_rows)
+        return {OFFSET_KEY: max(first, end)}
+
+    def reportLatestOffset(self) -> dict[str, int]:
+        return {OFFSET_KEY: self._readable_end()}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        first, stop = start[OFFSET_KEY], end[OFFSET_KEY]
+        if first >= stop:
+            return []
+        options = self._options
+        bounds = Bounds(index=Interval(first, stop), time_ms=options.bounds.time_ms)
+        with Cluster.open(options.cluster) as cluster:
+            planned = cluster.plan_log(options.app, bounds, options.split)
+        return [InputPartition(partition) for partition in planned]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_log_partition(self._options, partition)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to do: the checkpoint holds the offsets, and reading holds no resource."""
+
+
 class LogSource(DataSource):
     """`spark.read.format("rsm-log")`: one row per logged command (rsm/spark/rows.py)."""
 
@@ -138,6 +220,9 @@ class LogSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LogReader(log_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return LogStreamReader(log_options(self.options))
 
 
 class PushdownLogSource(LogSource):

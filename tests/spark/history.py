@@ -16,9 +16,10 @@ Applications:
   without fencing, and a read must stop before it.  Entry k (k > 0) of a
   ledger holds `k % 3 + 1` commands; entry 0 of an epoch's first ledger is
   the leader-start marker.  Entry j of the log is logged at `T0_MS + 1000 j`.
-* `tail` and `growing`: one OPEN segment of 3 entries each (2 readable), with
-  their writers kept for tests that append after a read (a read never fences;
-  an incremental export picks up what was added).
+* `tail`, `growing` and `stream`: one OPEN segment of 3 entries each (2
+  readable), with their writers kept for tests that append after a read (a
+  read never fences; an incremental export and a restarted stream pick up
+  what was added, across a takeover: `KnownCluster.take_over`).
 * `corrupt`: one CLOSED segment whose entry 1 is not a batch.
 * `truncated`: a log whose first segment starts at index 50.
 """
@@ -44,7 +45,13 @@ from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.zk import ZkMetadataStore
 from rsm.config import ReplicaConfig
 from rsm.core.layout import AppLayout
-from rsm.core.log_format import encode_batch, encode_command, encode_leader_start, encode_log
+from rsm.core.log_format import (
+    decode_log,
+    encode_batch,
+    encode_command,
+    encode_leader_start,
+    encode_log,
+)
 from rsm.core.log_state import Log, Segment, SegmentState
 from tests.integration.support.processes import BookieCluster
 
@@ -52,7 +59,7 @@ T0_MS = 1_700_000_000_000
 CLIENT = b"client-0000000001"
 PASSWORD = ReplicaConfig().ledger_password
 UNREADABLE = b"\xa1not a batch"
-ROLES = ("known", "tail", "growing", "corrupt", "truncated")
+ROLES = ("known", "tail", "growing", "stream", "corrupt", "truncated")
 
 
 @dataclass
@@ -77,6 +84,18 @@ class KnownCluster:
     expected: dict[str, Expected]
     writers: dict[str, Writer]
     bookie_ids: list[str]
+    store: ZkMetadataStore
+
+    async def take_over(self, role: str) -> None:
+        """A new leader: the OPEN segment closed at its end, a new one of the next epoch."""
+        writer = self.writers[role]
+        closed = await writer.close()
+        await writer.start(writer.epoch + 1, marker=True)
+        layout = AppLayout.of(self.apps[role])
+        versioned = await self.store.get(layout.log)
+        log = decode_log(versioned.value)
+        updated = Log(writer.epoch, (*log.segments[:-1], closed, writer.open_segment()))
+        await self.store.set(layout.log, encode_log(updated), versioned.version)
 
     def options(self, role: str) -> dict[str, str]:
         return {"zk": self.zk, "ledgerRoot": self.ledger_root, "app": self.apps[role]}
@@ -256,7 +275,7 @@ async def known_cluster(
             await _publish(store, apps["known"], Log(2, (first, second, known.open_segment())))
 
             writers: dict[str, Writer] = {}
-            for role in ("tail", "growing"):
+            for role in ("tail", "growing", "stream"):
                 writers[role] = Writer(ledgers, expected[role])
                 await writers[role].start(1, marker=True)
                 await writers[role].append(2)
@@ -294,4 +313,5 @@ async def known_cluster(
                 expected=expected,
                 writers=writers,
                 bookie_ids=sorted(ledgers.writable_bookies),
+                store=store,
             )
