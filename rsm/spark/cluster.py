@@ -100,16 +100,22 @@ class Cluster:
         """`app`'s log as its znode holds it now."""
         return self._portal.call(self._read_log, app)
 
-    def plan_log(self, app: str, bounds: Bounds, options: SplitOptions) -> list[LogPartition]:
+    def plan_log(
+        self, app: str, bounds: Bounds, options: SplitOptions, *, on_data_loss: str = "fail"
+    ) -> list[LogPartition]:
         """The partitions of a read of `app`'s log within `bounds` (index start None: earliest).
 
-        Raises `Truncated` when an explicit start index lies below the log's
-        first index, naming the missing range and the snapshots that cover it.
+        An explicit start index below the log's first index raises
+        `Truncated`, naming the missing range and the snapshot that covers it;
+        with `on_data_loss="snapshot"` the read goes on from the first index
+        instead when a registered snapshot covers the gap.
         """
         log = self.log(app)
         start = bounds.index.start
         if start is not None and start < log.first_index:
-            self._portal.call(self._raise_truncated, app, start, log.first_index)
+            covering = self._portal.call(self._covering_snapshot, app, log.first_index)
+            if on_data_loss != "snapshot" or covering is None:
+                raise _truncated(app, start, log.first_index, covering)
         bounds = bounds.meet(Bounds(index=Interval(log.first_index, None)))
         if bounds.is_empty:
             return []
@@ -222,17 +228,11 @@ class Cluster:
             raise InvalidConfig(f"there is no application {app!r} in this ZooKeeper") from None
         return log
 
-    async def _raise_truncated(self, app: str, start: int, first_index: int) -> None:
+    async def _covering_snapshot(self, app: str, first_index: int) -> int | None:
+        """The index of the oldest registered snapshot from which the log still goes on."""
         value, _version = await read_snapshots(self._store, AppLayout.of(app))
-        covering = [
-            manifest.index for manifest in value.snapshots if manifest.index >= first_index - 1
-        ]
-        where = (
-            f"the snapshot at index {covering[0]} covers it (read on from index {covering[0] + 1})"
-            if covering
-            else "no registered snapshot covers it"
-        )
-        raise Truncated(f"indexes [{start}, {first_index}) of {app!r} were truncated away; {where}")
+        covering = [m.index for m in value.snapshots if m.index >= first_index - 1]
+        return covering[0] if covering else None
 
     async def _segment_span(self, segment: Segment, bounds: Bounds) -> Span:
         """The entries of `segment` that may hold rows within `bounds`."""
@@ -311,6 +311,16 @@ async def _connect(
         LedgerClient.open(store, root=ledger_root) as ledgers,
     ):
         yield store, ledgers
+
+
+def _truncated(app: str, start: int, first_index: int, covering: int | None) -> Truncated:
+    where = (
+        f"the snapshot at index {covering} covers it (read on from index {covering + 1}, "
+        "or set onDataLoss=snapshot)"
+        if covering is not None
+        else "no registered snapshot covers it"
+    )
+    return Truncated(f"indexes [{start}, {first_index}) of {app!r} were truncated away; {where}")
 
 
 def write_set(handle: ReadHandle, entry_id: int) -> tuple[str, ...]:

@@ -17,6 +17,8 @@ Spark hands a source its options as text (keys compared without case).
     maxEntriesPerPartition  see rsm/spark/planning.py                 1000
     arrow                   executors yield Arrow record batches (true) or tuples     true
     maxCommandsPerTrigger   streaming: at most this many indexes per micro-batch       no limit
+    onDataLoss              a start below the log's first index: `fail`, or `snapshot`
+                            (go on from the first index when a snapshot covers the gap)  fail
 
 `ledger` takes `zk`, `ledgerRoot`, `minPartitions`, `maxEntriesPerPartition`,
 `arrow`, and `ledgers`: comma-separated ledger ids (default: every ledger).
@@ -33,6 +35,8 @@ from rsm.core.layout import AppLayout
 from rsm.errors import InvalidConfig
 from rsm.spark.planning import Bounds, Interval
 
+DATA_LOSS_POLICIES = ("fail", "snapshot")
+"""What a read does when its start was truncated away; the first is the default."""
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
 
@@ -61,6 +65,8 @@ class LogOptions:
     split: SplitOptions
     max_commands_per_trigger: int | None = None
     """Streaming: at most this many indexes per micro-batch (None: all that is readable)."""
+    on_data_loss: str = "fail"
+    """`fail` or `snapshot` (DATA_LOSS_POLICIES)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +94,7 @@ def log_options(raw: Mapping[str, str]) -> LogOptions:
         bounds=Bounds(index=index, time_ms=time_ms),
         split=_split(options),
         max_commands_per_trigger=_integer(options, "maxcommandspertrigger", 1, None),
+        on_data_loss=_choice(options, "ondataloss", DATA_LOSS_POLICIES),
     )
 
 
@@ -148,6 +155,13 @@ def _integer(options: Mapping[str, str], key: str, lowest: int, default: int | N
         raise InvalidConfig(f"option {key}={text!r:.40} is not an integer") from None
     if value < lowest:
         raise InvalidConfig(f"option {key}={value} is below {lowest}")
+    return value
+
+
+def _choice(options: Mapping[str, str], key: str, choices: tuple[str, ...]) -> str:
+    value = options.get(key, choices[0]).strip().lower()
+    if value not in choices:
+        raise InvalidConfig(f"option {key}={value!r:.40} is not one of {', '.join(choices)}")
     return value
 
 

@@ -122,7 +122,10 @@ class LogReader(DataSourceReader):
         options = self._options
         with Cluster.open(options.cluster) as cluster:
             planned = cluster.plan_log(
-                options.app, options.bounds.meet(self._pushed), options.split
+                options.app,
+                options.bounds.meet(self._pushed),
+                options.split,
+                on_data_loss=options.on_data_loss,
             )
         return [InputPartition(partition) for partition in planned]
 
@@ -198,7 +201,9 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         options = self._options
         bounds = Bounds(index=Interval(first, stop), time_ms=options.bounds.time_ms)
         with Cluster.open(options.cluster) as cluster:
-            planned = cluster.plan_log(options.app, bounds, options.split)
+            planned = cluster.plan_log(
+                options.app, bounds, options.split, on_data_loss=options.on_data_loss
+            )
         return [InputPartition(partition) for partition in planned]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

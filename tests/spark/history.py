@@ -21,7 +21,8 @@ Applications:
   read never fences; an incremental export and a restarted stream pick up
   what was added, across a takeover: `KnownCluster.take_over`).
 * `corrupt`: one CLOSED segment whose entry 1 is not a batch.
-* `truncated`: a log whose first segment starts at index 50.
+* `truncated`: a log whose first segment starts at index 50, and a snapshot
+  registered at index 49.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from rsm.core.log_format import (
     encode_log,
 )
 from rsm.core.log_state import Log, Segment, SegmentState
+from rsm.core.snapshot_manifest import Manifest, SnapshotsValue, encode_snapshots
 from tests.integration.support.processes import BookieCluster
 
 T0_MS = 1_700_000_000_000
@@ -241,6 +243,25 @@ class Writer:
         return (CLIENT, seq, "set", arguments(args, kwargs))
 
 
+async def _register_snapshot(store: ZkMetadataStore, app: str, *, index: int) -> None:
+    """A snapshot manifest at `index` (its ledger is not read by these tests)."""
+    manifest = Manifest(
+        app=app,
+        index=index,
+        time_ms=T0_MS,
+        epoch=1,
+        ledger_id=10**9,
+        state_hash=b"\x01" * 32,
+        sha256=b"\x02" * 32,
+        size_bytes=1,
+        chunk_count=1,
+        created_ms=T0_MS,
+        replica_id="replica-1",
+    )
+    layout = AppLayout.of(app)
+    await store.create(layout.snapshots, encode_snapshots(SnapshotsValue(snapshots=(manifest,))))
+
+
 async def _publish(store: ZkMetadataStore, app: str, log: Log) -> None:
     layout = AppLayout.of(app)
     await store.create(layout.log, encode_log(log), make_parents=True)
@@ -305,6 +326,7 @@ async def known_cluster(
             await late.append(1)
             kept = await late.close()
             await _publish(store, apps["truncated"], Log(1, (kept,)))
+            await _register_snapshot(store, apps["truncated"], index=49)
 
             yield KnownCluster(
                 zk=zookeeper.connect_string,

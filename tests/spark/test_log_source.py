@@ -118,11 +118,13 @@ def test_reading_never_fences_the_open_ledger(
 
 
 def test_a_truncated_range_names_what_is_missing(spark: SparkSession, known: KnownCluster) -> None:
-    with pytest.raises(
-        PySparkException, match=r"indexes \[3, 50\) of 'truncated-\d+' were truncated"
-    ):
+    message = r"indexes \[3, 50\) of 'truncated-\d+' were truncated away; the snapshot at index 49"
+    with pytest.raises(PySparkException, match=message):
         _log(spark, known, "truncated", startingIndex=3).collect()
-    assert rows_of(_log(spark, known, "truncated")) == known.expected["truncated"].rows
+    expected = known.expected["truncated"].rows
+    assert rows_of(_log(spark, known, "truncated")) == expected
+    covered = _log(spark, known, "truncated", startingIndex=3, onDataLoss="snapshot")
+    assert rows_of(covered) == expected
 
 
 def test_a_corrupt_entry_fails_the_read_naming_ledger_entry_and_bookies(

@@ -49,6 +49,7 @@ def test_keys_are_compared_without_case_and_ranges_are_half_open() -> None:
         ({"minPartitions": "many"}, "not an integer"),
         ({"arrow": "maybe"}, "not true or false"),
         ({"startingTimestamp": "-1"}, "below 0"),
+        ({"onDataLoss": "skip"}, "not one of fail, snapshot"),
     ],
 )
 def test_bad_log_options_are_named(extra: dict[str, str], message: str) -> None:
