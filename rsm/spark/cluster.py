@@ -5,7 +5,7 @@ executors), so a `Cluster` runs one ZooKeeper session and one ledger client
 on an event loop in a thread of its own (an anyio blocking portal) for the
 length of a `with` block, and its methods call into it.
 
-Driver (`plan_log`, `plan_ledgers`): the log znode (or the ledger list)
+Driver (`plan_log`, `plan_ledgers`, `readable_end`): the log znode (or the ledger list)
 gives the ledgers; each one is opened without recovery, so nothing is ever
 fenced: a CLOSED ledger is read to its last entry, an open one to the LAC its
 bookies report now.  Index bounds become entry ranges by `SegmentReader.locate`
@@ -13,9 +13,11 @@ bookies report now.  Index bounds become entry ranges by `SegmentReader.locate`
 search on the batches' timestamps (never decreasing along the log); segments
 outside the bounds are never opened.  The entry ranges are then cut by
 `planning.split`, once: a retried task reads exactly the entries it read
-the first time.
+the first time (an open ledger's end is pinned to the LAC seen when
+planning).  Ledgers are opened with the framework's ledger password
+(`ReplicaConfig.ledger_password`).
 
-Executors (`read_log`, `read_ledger`): the partition's entries, in chunks of
+Executors (`log_entries`, `ledger_entries`): the partition's entries, in chunks of
 `limits.spark_read_chunk_entries`, decoded with the framework's own
 `decode_entry` (which also checks each batch carries its segment's epoch).
 An entry that cannot be read or decoded raises `EntryUnreadable` naming the

@@ -10,9 +10,9 @@ in `rsm/spark/rows.py`.
 `spark.readStream.format("rsm-log")` is `LogStreamReader` (below).
 
 Filter pushdown: PySpark refuses to plan a reader that overrides
-`pushFilters` while `spark.sql.python.filterPushdown.enabled` is off, so each
-source comes in two classes, and `rsm.spark.register` registers the one the
-session's setting allows.  The pushing reader turns `column op literal`
+`pushFilters` while `spark.sql.python.filterPushdown.enabled` is off, so the
+log source comes in two classes, and `rsm.spark.register` registers the one
+the session's setting allows.  The pushing reader turns `column op literal`
 terms on `index`, `epoch`, `ledger_id` and `leader_time` into bounds, which
 prune whole segments and entry ranges before partitions are cut and are
 applied exactly to every row, so Spark does not apply those terms again.
