@@ -14,7 +14,8 @@
                               null for a leader-start marker
     arguments      string     JSON {"args": [...]} plus "kwargs": {...} when it has any;
                               for a marker {"leader_start": replica_id}.  Byte strings are
-                              text when they are UTF-8, else {"base64": "..."}
+                              text when they are UTF-8, else {"hex": "..."} (as the
+                              `rsm` investigation tools write them)
     payload_bytes  bigint     the size of the whole entry (the batch) holding it
 
 `ledger`, one row per entry:
@@ -33,7 +34,6 @@ what PySpark checks the first batch of each partition against.
 
 from __future__ import annotations
 
-import base64
 import datetime
 import json
 from collections.abc import Iterable, Sequence
@@ -108,14 +108,14 @@ def _jsonable(value: Any) -> Any:
         try:
             return value.decode()
         except UnicodeDecodeError:
-            return {"base64": base64.b64encode(value).decode("ascii")}
+            return {"hex": value.hex()}
     if isinstance(value, list | tuple):
         return [_jsonable(item) for item in value]
     if isinstance(value, dict):
         return {str(key): _jsonable(item) for key, item in value.items()}
     if value is None or isinstance(value, bool | int | float | str):
         return value
-    return str(value)
+    return repr(value)
 
 
 def arguments_json(args: Sequence[Any], kwargs: dict[str, Any]) -> str:

@@ -27,7 +27,6 @@ Applications:
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import functools
 import itertools
@@ -106,7 +105,7 @@ class KnownCluster:
 def arguments(args: list[bytes], kwargs: dict[str, Any]) -> str:
     """The `arguments` column as docs/spark.md specifies it (oracle of the tests)."""
     value: dict[str, Any] = {
-        "args": [arg.decode() if _utf8(arg) else {"base64": _b64(arg)} for arg in args]
+        "args": [arg.decode() if _utf8(arg) else {"hex": arg.hex()} for arg in args]
     }
     if kwargs:
         value["kwargs"] = kwargs
@@ -119,10 +118,6 @@ def _utf8(raw: bytes) -> bool:
     except UnicodeDecodeError:
         return False
     return True
-
-
-def _b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
 
 
 class Writer:
