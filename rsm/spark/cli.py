@@ -80,7 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _failed(name: str, message: str, *, usage: bool = False) -> int:
     print(f"error: {name}: {message}", file=sys.stderr)
-    return EXIT_USAGE if usage or name == InvalidConfig.__name__ else EXIT_FAILED
+    named = getattr(errors, name, None)
+    bad_input = isinstance(named, type) and issubclass(named, InvalidConfig)
+    return EXIT_USAGE if usage or bad_input else EXIT_FAILED
 
 
 def _parser() -> argparse.ArgumentParser:

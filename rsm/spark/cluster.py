@@ -44,7 +44,13 @@ from rsm.config import ReplicaConfig
 from rsm.core.layout import AppLayout
 from rsm.core.log_format import Batch
 from rsm.core.log_state import Log, Segment
-from rsm.errors import EntryUnreadable, InvalidConfig, MalformedValue, Truncated
+from rsm.errors import (
+    EntryUnreadable,
+    InvalidConfig,
+    MalformedValue,
+    NoSuchApplication,
+    Truncated,
+)
 from rsm.host import split_zk
 from rsm.runtime.log import LogStore, SegmentReader, decode_entry
 from rsm.snapshots.store import read_snapshots
@@ -227,7 +233,7 @@ class Cluster:
         try:
             log, _version = await LogStore(self._store, layout).read()
         except NoNode:
-            raise InvalidConfig(f"there is no application {app!r} in this ZooKeeper") from None
+            raise NoSuchApplication(app) from None
         return log
 
     async def _covering_snapshot(self, app: str, first_index: int) -> int | None:

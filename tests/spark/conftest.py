@@ -1,6 +1,9 @@
 """One Spark session and one cluster with known logs, shared by every Spark test.
 
-Starting a JVM and three bookies costs seconds, so both are session-scoped:
+Starting a JVM and three bookies costs seconds, so both live as long as this
+package's tests, and no longer: the cluster's ZooKeeper client runs threads
+that use the global `random`, which Hypothesis, in the tests that come after,
+would take for a strategy depending on outside state.  The fixtures:
 `spark` is a `local[2]` session with the sources registered (filter pushdown
 on), `known` the cluster of tests/spark/history.py, kept running on an
 event loop in a thread of its own (an anyio blocking portal) because Spark's
@@ -26,7 +29,7 @@ from bookie.local.zookeeper import LocalZooKeeper
 from .history import KnownCluster, known_cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark() -> Iterator[SparkSession]:
     session = rsm.spark.session("local[2]", app_name="rsm-tests")
     rsm.spark.register(session)
@@ -36,13 +39,13 @@ def spark() -> Iterator[SparkSession]:
         session.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def portal() -> Iterator[BlockingPortal]:
     with start_blocking_portal() as running:
         yield running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def known(
     zookeeper: LocalZooKeeper, tmp_path_factory: pytest.TempPathFactory, portal: BlockingPortal
 ) -> Iterator[KnownCluster]:

@@ -118,7 +118,7 @@ def test_the_command_audits_and_exports(
 @pytest.mark.parametrize(
     ("words", "code", "message"),
     [
-        (["--app", "nobody", "--sql", "SELECT 1"], 2, "InvalidConfig: there is no application"),
+        (["--app", "nobody", "--sql", "SELECT 1"], 2, "NoSuchApplication: there is no application"),
         (["--app", "a/b", "--sql", "SELECT 1"], 2, "InvalidConfig: application name 'a/b'"),
         (["--app", "{truncated}", "--sql", "SELECT * FROM log WHERE index < 3"], 0, ""),
         (["--app", "{truncated}", "--sql", "SELECT nothing FROM log"], 2, "AnalysisException: "),
