@@ -111,7 +111,11 @@ def probe(rate: int, *, nodes: int, probe_s: int, command_bytes: int) -> float:
         )
     shares = []
     for process in processes:
-        output, _ = process.communicate(timeout=LEADER_TIMEOUT_S + probe_s + DRAIN_S + 30)
+        try:
+            output, _ = process.communicate(timeout=LEADER_TIMEOUT_S + probe_s + DRAIN_S + 30)
+        except subprocess.TimeoutExpired:  # a node that never finished counts as failing
+            process.kill()
+            output, _ = process.communicate()
         lines = output.strip().splitlines()
         shares.append(json.loads(lines[-1])["share_ok"] if lines else 0.0)
     return sum(shares) / len(shares)
