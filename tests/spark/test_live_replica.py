@@ -20,6 +20,7 @@ from bookie.meta.zk import ZkMetadataStore
 from rsm import StateMachine, command
 from rsm.config import ReplicaConfig
 from rsm.runtime.replica import Replica
+from tests.unit.bookie.server.support import wait_for
 
 from .history import KnownCluster
 
@@ -55,9 +56,7 @@ async def leading(zookeeper: LocalZooKeeper, ledger_root: str, app: str) -> Asyn
             Registers, app=app, store=store, ledgers=ledgers, replica_id="r1", config=config
         ) as replica,
     ):
-        with anyio.fail_after(WAIT_S):
-            while not replica.is_leader:
-                await anyio.sleep(0.01)
+        await wait_for(lambda: replica.is_leader, WAIT_S)
         yield replica
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import anyio
 import pytest
 
 from bookie.net.framed_protocol import FramedProtocol
@@ -44,9 +43,12 @@ class Stalls(FramedProtocol):
         self.stalls += 1
 
 
-async def next_turn() -> None:
-    await anyio.sleep(0)
-    await anyio.sleep(0)
+async def callbacks_run() -> None:
+    """Return once the callbacks scheduled so far (a queued flush) have run: the loop runs
+    them in order, so a marker scheduled now runs after them."""
+    ran: list[bool] = []
+    asyncio.get_running_loop().call_soon(ran.append, True)
+    await wait_for(lambda: bool(ran))
 
 
 async def test_frames_queued_in_one_turn_go_out_in_one_write_in_order() -> None:
@@ -57,9 +59,9 @@ async def test_frames_queued_in_one_turn_go_out_in_one_write_in_order() -> None:
         protocol.queue(frame)
     assert transport.writes == []
     assert protocol.queued_bytes == 6
-    await next_turn()
+    await callbacks_run()
     protocol.queue(b"d")
-    await next_turn()
+    await callbacks_run()
     assert transport.writes == [b"abbccc", b"d"]
     assert protocol.queued_bytes == 0
 
@@ -67,10 +69,10 @@ async def test_frames_queued_in_one_turn_go_out_in_one_write_in_order() -> None:
 async def test_frames_queued_before_the_connection_is_made_wait_for_it() -> None:
     protocol = FramedProtocol(send_timeout_ms=1_000)
     protocol.queue(b"early")
-    await next_turn()
+    await callbacks_run()
     transport = RecordingTransport()
     protocol.connection_made(transport)
-    await next_turn()
+    await callbacks_run()
     assert transport.writes == [b"early"]
 
 
@@ -80,12 +82,12 @@ async def test_nothing_is_written_once_the_transport_is_closing_or_lost() -> Non
     protocol.connection_made(transport)
     protocol.queue(b"x")
     transport.closing = True
-    await next_turn()
+    await callbacks_run()
     protocol.write(b"y")
     transport.closing = False
     protocol.queue(b"z")
     protocol.connection_lost(None)
-    await next_turn()
+    await callbacks_run()
     assert transport.writes == []
 
 

@@ -28,6 +28,7 @@ class ScriptedStream:
         self.gate.set()
         self.closed = False
         self.broken = False
+        self.sending = False
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
         data = await self.incoming.receive()
@@ -36,6 +37,7 @@ class ScriptedStream:
         return data
 
     async def send(self, data: bytes) -> None:
+        self.sending = True
         await self.gate.wait()
         if self.broken:
             raise anyio.BrokenResourceError
@@ -146,7 +148,7 @@ async def test_abort_drops_what_was_written_and_reports_the_loss_once() -> None:
     async with anyio.create_task_group() as task_group:
         task_group.start_soon(transport.run)
         transport.write(b"never")
-        await anyio.sleep(0)
+        await wait_for(lambda: stream.sending)  # the writer holds it, waiting on the stream
         transport.abort()
         transport.abort()
         transport.write(b"after")
