@@ -295,10 +295,9 @@ async def check(arguments: argparse.Namespace) -> int:
         if arguments.all_bookies and (arguments.keep_going or not report.problems):
             if not isinstance(source, ClusterSource):
                 raise InvalidConfig("--all-bookies needs a cluster (--app, --zk), not a file")
-            async with copies.bookies(source) as pool:
-                for segment in source.log.segments:
-                    found = await copies.compare_segment(source, pool, segment, source.password)
-                    report.problems += found
+            for segment in source.log.segments:
+                found = await copies.compare_segment(source, segment, source.password)
+                report.problems += found
     if arguments.json:
         print(dumps(_check_plain(report)))
     else:

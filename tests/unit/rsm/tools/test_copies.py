@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from rsm.tools.copies import CORRUPT, INTACT, MISSING, UNREACHABLE, Copy, judge
+from bookie.core.copies import Copy, CopyState
+from rsm.tools.copies import judge
+
+INTACT, MISSING, CORRUPT, UNREACHABLE = (
+    CopyState.OK, CopyState.MISSING, CopyState.CORRUPT, CopyState.UNREACHABLE
+)  # fmt: skip
 
 
 def test_all_intact_and_equal_copies_are_no_problem() -> None:
@@ -11,7 +16,7 @@ def test_all_intact_and_equal_copies_are_no_problem() -> None:
 
 
 def test_a_missing_and_a_corrupt_copy_are_named_by_bookie() -> None:
-    copies = [Copy("a", INTACT, b"x"), Copy("b", MISSING), Copy("c", CORRUPT, error="digest")]
+    copies = [Copy("a", INTACT, b"x"), Copy("b", MISSING), Copy("c", CORRUPT, detail="digest")]
     problems = judge(7, 3, copies, 1)
     assert [(p.kind, p.message) for p in problems] == [
         ("copy", "ledger 7 entry 3: bookie b holds a missing copy"),
@@ -27,7 +32,7 @@ def test_intact_copies_that_differ_name_both_sides_majority_first() -> None:
 
 
 def test_fewer_intact_copies_than_the_ack_quorum_is_under_replication() -> None:
-    copies = [Copy("a", INTACT, b"x"), Copy("b", UNREACHABLE, error="refused")]
+    copies = [Copy("a", INTACT, b"x"), Copy("b", UNREACHABLE, detail="refused")]
     [problem] = judge(7, 3, copies, 2)
     assert (problem.kind, problem.entry_id) == ("under-replicated", 3)
     assert problem.message.endswith("fewer than the ack quorum 2 (b did not answer)")
