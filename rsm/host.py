@@ -22,13 +22,17 @@ takes from here, and from nowhere else inside the framework:
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-from typing import Any
+import importlib.util
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
 
 import anyio
 
-from bookie.errors import NoNode
+from bookie.errors import BookieError, NoNode
+from bookie.logs import emit
 from bookie.meta.api import MetadataStore
+from bookie.runtime_tuning import tune_for_throughput
 from rsm import limits
 from rsm.client import Client
 from rsm.core.layout import RSM_ROOT, AppLayout, check_name, check_replica_id
@@ -147,3 +151,29 @@ def aligned(rows: Sequence[Sequence[str]]) -> list[str]:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
+
+
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+
+
+def run_replica_main(
+    serve: Callable[..., Awaitable[int]],
+    *args: Any,
+    logger: logging.Logger,
+    failed_event: str,
+) -> int:
+    """Run `serve(*args)` as a replica process's main and return its exit status.
+
+    On uvloop when installed (the `fast` extra: a replica is bound by its event
+    loop), with the interpreter tuned for throughput (`bookie.runtime_tuning`).
+    A framework or bookie error ends it with one `failed_event` log line: exit
+    `EXIT_USAGE` for a configuration error, else `EXIT_FAILED`."""
+    backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
+    tune_for_throughput()
+    try:
+        code: int = anyio.run(serve, *args, backend_options=backend_options)
+    except (RsmError, BookieError) as error:
+        emit(logger, logging.ERROR, failed_event, error=f"{type(error).__name__}: {error}")
+        return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
+    return code

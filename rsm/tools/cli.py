@@ -73,8 +73,6 @@ reconnect attempt.
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import logging
 import os
@@ -92,7 +90,6 @@ from bookie.errors import BookieError
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
-from bookie.runtime_tuning import tune_for_throughput
 from rsm import limits
 from rsm.client import Client, ClientConfig, connect
 from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
@@ -105,6 +102,7 @@ from rsm.host import (
     add_follower_nice,
     aligned,
     application_status,
+    run_replica_main,
     split_zk,
     status_heading,
 )
@@ -325,17 +323,9 @@ def _run(arguments: argparse.Namespace) -> int:
         truncation=not arguments.no_truncation,
         state_hash_every_commands=arguments.state_hash_every,
     )
-    # uvloop (the `fast` extra) when installed: a replica is bound by its event loop.
-    backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
-    tune_for_throughput()
-    try:
-        code: int = anyio.run(
-            _serve, arguments, machine, config, priority, backend_options=backend_options
-        )
-    except (RsmError, BookieError) as error:
-        emit(logger, logging.ERROR, "rsm.failed", error=f"{type(error).__name__}: {error}")
-        return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
-    return code
+    return run_replica_main(
+        _serve, arguments, machine, config, priority, logger=logger, failed_event="rsm.failed"
+    )
 
 
 async def _serve(

@@ -56,7 +56,6 @@ reached).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
 import shlex
@@ -76,7 +75,6 @@ from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies
 from bookie.meta.zk import ZkMetadataStore
-from bookie.runtime_tuning import tune_for_throughput
 from kvstore import limits
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
 from kvstore.protocol.redis_cli import reply_text
@@ -91,6 +89,7 @@ from rsm.host import (
     add_follower_nice,
     aligned,
     application_status,
+    run_replica_main,
     split_zk,
     status_heading,
 )
@@ -247,17 +246,15 @@ def _serve(arguments: argparse.Namespace) -> int:
         # replicas against the leader often costs nothing.
         state_hash_every_commands=limits.state_hash_every_commands,
     )
-    # uvloop (the `fast` extra) when installed: a replica is bound by its event loop.
-    backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
-    tune_for_throughput()
-    try:
-        code: int = anyio.run(
-            _serve_node, arguments, settings, config, priority, backend_options=backend_options
-        )
-    except (RsmError, BookieError) as error:
-        emit(logger, logging.ERROR, "kvstore.failed", error=f"{type(error).__name__}: {error}")
-        return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
-    return code
+    return run_replica_main(
+        _serve_node,
+        arguments,
+        settings,
+        config,
+        priority,
+        logger=logger,
+        failed_event="kvstore.failed",
+    )
 
 
 async def _serve_node(
