@@ -58,6 +58,7 @@ import anyio
 from bookie import limits
 from bookie.errors import (
     BadMetadata,
+    MetadataError,
     MetadataUnavailable,
     NodeExists,
     NoNode,
@@ -372,18 +373,27 @@ async def list_bookies(store: MetadataStore, root: str = limits.metadata_root_de
 
 async def watch_bookies(store: MetadataStore, seen: Bookies) -> None:
     """Return once the set of registered bookies may differ from `seen` (a `list_bookies`
-    result): a bookie appeared, vanished or moved between writable and read-only."""
+    result): a bookie appeared, vanished or moved between writable and read-only.
+
+    Raises the `MetadataError` of the first watch that failed (itself, not wrapped in an
+    exception group, so callers can retry on it)."""
+    failures: list[MetadataError] = []
     async with anyio.create_task_group() as task_group:
 
         async def watch_one(directory: str, children: tuple[str, ...] | None) -> None:
-            if children is None:
-                await store.watch(directory, NO_NODE_VERSION)
-            else:
-                await store.watch_children(directory, children)
+            try:
+                if children is None:
+                    await store.watch(directory, NO_NODE_VERSION)
+                else:
+                    await store.watch_children(directory, children)
+            except MetadataError as error:
+                failures.append(error)
             task_group.cancel_scope.cancel()
 
         for directory, children in seen.listed.items():
             task_group.start_soon(watch_one, directory, children)
+    if failures:
+        raise failures[0]
 
 
 # --- cookies ----------------------------------------------------------------------------------

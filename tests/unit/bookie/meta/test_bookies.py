@@ -282,6 +282,14 @@ async def test_watch_bookies_wakes_when_the_cluster_is_initialised(
                 await init_cluster(store)
 
 
+async def test_watch_bookies_raises_the_store_error_itself(store: MemoryMetadataStore) -> None:
+    """Not an exception group: a registry retries on `MetadataError` and must see one."""
+    seen = await list_bookies(store)
+    store.suspend()
+    with pytest.raises(MetadataUnavailable):
+        await watch_bookies(store, seen)
+
+
 # --- cookies ----------------------------------------------------------------------------------
 
 
