@@ -146,6 +146,15 @@ index_waiters_max = 10_000
 candidate_lag_entries_max = 1_000
 """A replica stands for election only when at most this many entries behind the log's end."""
 
+replica_session_timeout_ms_default = 1_000
+"""A replica's ZooKeeper session timeout: how long a dead leader keeps its candidacy, so the
+failure-detection part of a failover (the `--session-timeout-ms` default of every command
+that runs a replica).  Shorter detects a dead leader sooner; the price is that a leader
+process stopped or cut off from ZooKeeper for longer than this is replaced (safely: fencing,
+docs/guarantees.md, "Availability"), which on an overloaded machine means a needless
+failover.  ZooKeeper grants 2 to 20 of its ticks: a server whose tickTime is above half of
+this grants a longer session (the local clusters' ZooKeeper ticks every 100 ms)."""
+
 # --- client -----------------------------------------------------------------------------------
 
 client_outstanding_commands_max_default = 1_000

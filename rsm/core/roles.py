@@ -22,11 +22,14 @@ What the watchers decide:
   candidacy is the leader-elect.  Becoming elected cancels following; not
   being elected cancels a takeover and steps a running term down (not while
   it hands over: a handover ends the term itself).
-* session trouble (SUSPENDED or LOST): not elected, cancel a takeover, step a
-  term down at once, since the session's ephemeral nodes outlive the
-  disconnection and another replica may be elected meanwhile.  After LOST the
-  candidacy and the membership are gone: register again, and clear the pin
-  before standing again, so that another candidate leads if one can.
+* a lost session (LOST): not elected, cancel a takeover, step a term down,
+  register again, and clear the pin before standing again, so that another
+  candidate leads if one can.  A SUSPENDED session (the connection dropped,
+  the session may still live) changes nothing: a leader keeps leading, since
+  what it acknowledges is decided by its ledger, not by ZooKeeper (a
+  successor fences that ledger before it acknowledges anything), and a
+  connection that comes back within the session timeout must not cost a
+  failover.
 * standing: only once caught up (or when not following), not while stopping,
   and not before the back-off of the last stand-aside ran out.
 * standing aside (a takeover abandoned, a term stepped down for its own
@@ -177,17 +180,14 @@ class RoleMachine:
             effects.append(StepDown("another replica is leader-elect"))
         return effects
 
-    def session_trouble(self, state: str, lost: bool, term_present: bool) -> list[Effect]:
-        """The ZooKeeper session is SUSPENDED (`lost` False) or LOST (`lost` True)."""
-        effects: list[Effect] = []
-        if lost:
-            effects.append(ForgetCandidacy())
-            self.registration_lost = True
-            self.pin_to_clear = True
+    def session_lost(self, term_present: bool) -> list[Effect]:
+        """The ZooKeeper session expired: its candidacy and membership are gone."""
+        self.registration_lost = True
+        self.pin_to_clear = True
         self.elected = False
-        effects.append(CancelTakeover())
+        effects: list[Effect] = [ForgetCandidacy(), CancelTakeover()]
         if term_present:
-            effects.append(StepDown(f"ZooKeeper session {state}"))
+            effects.append(StepDown("ZooKeeper session lost"))
         return effects
 
     def registered(self) -> None:

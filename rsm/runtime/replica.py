@@ -15,10 +15,10 @@ Around that loop, tasks owned by the replica's task group:
   (`limits.candidate_lag_entries_max`), evaluates the leader-elect on every
   change of the candidates, the handoff or the log, and tells the role loop
   (stop following and take over; or stop leading);
-* the session loop: SUSPENDED or LOST means step down at once (stop taking
-  writes before anyone else can be elected: the session's ephemeral nodes
-  outlive the disconnection by the session timeout); after LOST the
-  candidacy and membership are gone and are created again once caught up;
+* the session loop: LOST means step down (the candidacy and membership went
+  with the session, and are created again once caught up); SUSPENDED is only
+  logged: a leader keeps leading through a dropped ZooKeeper connection,
+  since a successor must fence its ledger before acknowledging anything;
 * the leader watch (`Leadership.follow_leader`), for NotLeader hints;
 * the snapshot work (rsm/runtime/snapshot_service.py): the snapshots znode watch and
   the snapshot policy; while leading, also truncation and garbage deletion.
@@ -806,14 +806,13 @@ class Replica:
     async def _session_loop(self) -> None:
         async for state in self._store.session_events():
             if state is not SessionState.CONNECTED:
-                self._on_session_trouble(state)
+                roles = self._roles
+                emit(
+                    logger, logging.WARNING, "rsm.session", state=state.value, role=roles.role.value
+                )
+            if state is SessionState.LOST:
+                self._apply(self._roles.session_lost(self._term is not None))
             self._wake_election()
-
-    def _on_session_trouble(self, state: SessionState) -> None:
-        roles = self._roles
-        emit(logger, logging.WARNING, "rsm.session", state=state.value, role=roles.role.value)
-        lost = state is SessionState.LOST
-        self._apply(roles.session_trouble(state.value, lost, self._term is not None))
 
     # --- handover -----------------------------------------------------------------------------
 

@@ -182,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--session-timeout-ms",
         type=int,
-        default=bookie_limits.zk_session_timeout_ms_default,
+        default=limits.replica_session_timeout_ms_default,
         help="ZooKeeper session timeout: how long a dead leader holds its znodes",
     )
     run.add_argument(

@@ -66,8 +66,6 @@ async def kvstore_up(data_dir: Path, zk: str, lines: list[str]) -> AsyncIterator
             zk,
             "--base-port",
             "0",
-            "--session-timeout-ms",
-            "2000",
         ),
         stdin=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,

@@ -4,9 +4,10 @@ over: real `rsm run` processes, real bookies, a real ZooKeeper.
 * SIGSTOP of the leader is a partition from everything (and a stall): ZooKeeper expires its
   session, a successor fences its ledger and serves; resumed, the old leader steps down, and
   the calls that waited for it all fail.
-* A ZooKeeper proxy cut partitions the leader from ZooKeeper only: it stops taking writes at
-  once (SUSPENDED), a successor takes over when the session expires, and once the proxy
-  heals the old leader follows the new one and catches up.
+* A ZooKeeper proxy cut partitions the leader from ZooKeeper only: it keeps leading
+  (SUSPENDED changes nothing) until its session expires and a successor fences its ledger;
+  the calls sent to it then find the ledger fenced and fail, it steps down, and once the
+  proxy heals it follows the new one and catches up.
 
 Under client load throughout; afterwards every acknowledged add is applied exactly once and
 the history is linearizable.
@@ -96,7 +97,7 @@ async def test_a_paused_leader_is_replaced_and_acknowledges_nothing_after(
         assert PINNED not in audit["seqs"]  # type: ignore[operator]
 
 
-async def test_a_leader_cut_from_zookeeper_stops_at_once_and_catches_up_after(
+async def test_a_leader_cut_from_zookeeper_leads_until_fenced_and_catches_up_after(
     zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path
 ) -> None:
     async with (
@@ -117,14 +118,17 @@ async def test_a_leader_cut_from_zookeeper_stops_at_once_and_catches_up_after(
             await pinned.query("get")
             since = len(old.events)
             proxy.cut()
-            # It steps down on SUSPENDED, before its session can expire and anyone else lead.
-            step_down = await old.wait_event("rsm.step_down", since=since)
-            assert "session" in step_down["reason"]
+            await old.wait_event("rsm.session", since=since)  # SUSPENDED
+            # It keeps leading while its session may live; once the session expired, a
+            # successor fences its ledger and serves.  The calls sent to it after that
+            # find its ledger fenced: it steps down and acknowledges none of them.
+            _successor, epoch = await cluster.wait_leader(above_epoch=old_epoch)
             async with anyio.create_task_group() as task_group:
                 task_group.start_soon(call_pinned, pinned, pinned_outcomes)
-                _successor, epoch = await cluster.wait_leader(above_epoch=old_epoch)
                 await load.wait_acknowledged(load.total_acknowledged + 20)
-                proxy.heal()
+                step_down = await old.wait_event("rsm.step_down", since=since)
+            assert "session" not in step_down["reason"], step_down
+            proxy.heal()
             assert len(pinned_outcomes) == PINNED_CALLS
             assert all(isinstance(outcome, RsmError) for outcome in pinned_outcomes)
             # Back in touch, it learns its session expired, follows the new leader and,

@@ -67,7 +67,6 @@ from typing import Any, Final
 
 import anyio
 
-from bookie import limits as bookie_limits
 from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError, NoNode
 from bookie.local.cluster import ClusterError, LocalBookie
@@ -81,6 +80,7 @@ from kvstore.protocol.redis_cli import reply_text
 from kvstore.runtime.node import DEFAULT_APP, KvNode, StoreSettings
 from kvstore.state_machine import KVStore
 from kvstore.tools.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
+from rsm import limits as rsm_limits
 from rsm.client import connect
 from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig, MalformedValue, RsmError
@@ -146,7 +146,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--session-timeout-ms",
         type=int,
-        default=bookie_limits.zk_session_timeout_ms_default,
+        default=rsm_limits.replica_session_timeout_ms_default,
         help="ZooKeeper session timeout of the replicas: how long a dead leader holds on",
     )
 
@@ -174,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--session-timeout-ms",
         type=int,
-        default=bookie_limits.zk_session_timeout_ms_default,
+        default=rsm_limits.replica_session_timeout_ms_default,
         help="ZooKeeper session timeout: how long a dead leader holds its znodes",
     )
     serve.add_argument(

@@ -57,6 +57,7 @@ from bookie.local.cluster import (
 )
 from bookie.meta.zk import ZkMetadataStore
 from kvstore.runtime.node import DEFAULT_APP
+from rsm import limits as rsm_limits
 from rsm.client import Client, connect
 from rsm.errors import RsmError
 from rsm.host import split_zk
@@ -106,7 +107,8 @@ class KvSettings:
     bookies: int = 3
     base_port: int = 6379
     app: str = DEFAULT_APP
-    session_timeout_ms: int = bookie_limits.zk_session_timeout_ms_default
+    session_timeout_ms: int = rsm_limits.replica_session_timeout_ms_default
+    """The replicas' ZooKeeper session timeout (the bookies keep their own default)."""
 
 
 @dataclass(slots=True)

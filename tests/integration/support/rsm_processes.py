@@ -45,8 +45,6 @@ from rsm.testing.history import HistoryRecorder
 from .processes import HOST, LOG_LINES_SHOWN, WAIT_S, BookieCluster
 
 MACHINE = "rsm.testing.workload:AuditCounter"
-REPLICA_SESSION_TIMEOUT_MS = 1_500
-"""Short, so a dead leader's candidacy goes quickly; well above ZooKeeper's 100 ms tick."""
 POLL_S = 0.01
 """How often a wait on several processes' events looks again."""
 
@@ -215,8 +213,6 @@ class RsmProcesses:
             address,
             "--ledger-root",
             self.zk_root,
-            "--session-timeout-ms",
-            str(REPLICA_SESSION_TIMEOUT_MS),
             "--log-format",
             "json",
         ]

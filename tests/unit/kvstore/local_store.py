@@ -4,8 +4,7 @@
 runs: three `bookie serve` and N `kvstore serve` processes) against the test
 session's ZooKeeper under the test's own chroot, on free ports, from a
 blocking portal, so tests use plain synchronous redis-py clients.  Replicas
-use a short ZooKeeper session timeout (`SESSION_TIMEOUT_MS`), so a killed
-leader is replaced within seconds.
+run with the commands' default ZooKeeper session timeout, as users run them.
 
 `Store.leader()` asks the replicas themselves (INFO's `rsm_role`);
 `Store.kill` is `kill -9`; `Store.start` restarts a replica and waits until
@@ -31,7 +30,6 @@ from redis.retry import Retry
 
 from bookie.local.zookeeper import LocalZooKeeper
 
-SESSION_TIMEOUT_MS = 2_000
 WAIT_S = 60.0
 """Bound on any wait for the store (start-up, failover): far above what a passing run needs."""
 POLL_S = 0.02
@@ -133,7 +131,7 @@ def running_store(
     zookeeper: LocalZooKeeper, zk_root: str, data_dir: Path, *, replicas: int = 3
 ) -> Iterator[Store]:
     """A store of `replicas` replica processes under `data_dir`, for the block."""
-    settings = KvSettings(replicas=replicas, base_port=0, session_timeout_ms=SESSION_TIMEOUT_MS)
+    settings = KvSettings(replicas=replicas, base_port=0)
     cluster = LocalKvCluster(data_dir, zk=zookeeper.connect_string + zk_root, settings=settings)
     with (
         anyio.from_thread.start_blocking_portal() as portal,

@@ -94,23 +94,18 @@ def test_a_stopping_replica_is_never_elected() -> None:
     assert not roles.may_take_over()
 
 
-@pytest.mark.parametrize("lost", [False, True])
 @pytest.mark.parametrize("term_present", [False, True])
-def test_session_trouble_steps_down_at_once_and_a_lost_session_starts_over(
-    lost: bool, term_present: bool
-) -> None:
+def test_a_lost_session_steps_down_and_starts_over(term_present: bool) -> None:
     roles = machine_in(Role.LEADER)
     roles.election_evaluated(candidacy_is_elect=True, term_running=True)
-    state = "lost" if lost else "suspended"
-    effects = roles.session_trouble(state, lost=lost, term_present=term_present)
-    expected: list[Effect] = [ForgetCandidacy()] if lost else []
-    expected.append(CancelTakeover())
+    effects = roles.session_lost(term_present=term_present)
+    expected: list[Effect] = [ForgetCandidacy(), CancelTakeover()]
     if term_present:
-        expected.append(StepDown(f"ZooKeeper session {state}"))
+        expected.append(StepDown("ZooKeeper session lost"))
     assert effects == expected
     assert not roles.elected
-    assert roles.must_register() is lost
-    assert roles.pin_to_clear is lost
+    assert roles.must_register()
+    assert roles.pin_to_clear
     roles.registered()
     roles.pin_cleared()
     assert not roles.must_register()
@@ -119,7 +114,7 @@ def test_session_trouble_steps_down_at_once_and_a_lost_session_starts_over(
 
 def test_a_stopping_replica_does_not_register_again() -> None:
     roles = RoleMachine(RETRY_DELAY_MS)
-    roles.session_trouble("lost", lost=True, term_present=False)
+    roles.session_lost(term_present=False)
     roles.stop(term_accepting=False)
     assert not roles.must_register()
 
@@ -214,7 +209,7 @@ def test_a_graceful_stop_hands_over_a_serving_term_unless_a_handover_runs(
 EVENTS = st.one_of(
     st.tuples(st.just("caught_up"), st.booleans()),
     st.tuples(st.just("evaluated"), st.booleans(), st.booleans()),
-    st.tuples(st.just("session"), st.booleans(), st.booleans()),
+    st.tuples(st.just("session"), st.booleans()),
     st.tuples(st.just("stand_aside"), st.floats(0, 30)),
     st.tuples(st.just("step"), st.sampled_from(list(Step))),
     st.tuples(st.just("takeover_won")),
@@ -236,7 +231,7 @@ def test_invariants_hold_under_any_sequence_of_events(events: list[tuple[object,
             effects = roles.election_evaluated(bool(event[1]), bool(event[2]))
             assert (effects == [CancelFollow()]) is roles.elected
         elif kind == "session":
-            roles.session_trouble("lost", lost=bool(event[1]), term_present=bool(event[2]))
+            roles.session_lost(term_present=bool(event[1]))
             assert not roles.elected
         elif kind == "stand_aside":
             now_s += float(event[1])  # type: ignore[arg-type]
