@@ -269,6 +269,11 @@ class Leadership:
             except MetadataError:
                 await anyio.sleep(self._retry_delay_s)
 
+    async def leader_changed(self) -> None:
+        """Return at the next reading of the `leader` znode: it changed (or was read again after
+        a failed watch)."""
+        await self._leader_seen.wait()
+
     async def wait_leader(self, accept: Callable[[LeaderInfo], bool]) -> LeaderInfo:
         """Wait until the `leader` znode holds a value `accept` likes (bound it from outside)."""
         while self.leader is None or not accept(self.leader):

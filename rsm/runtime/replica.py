@@ -816,6 +816,11 @@ class Replica:
 
     # --- handover -----------------------------------------------------------------------------
 
+    async def wait_leader_change(self) -> None:
+        """Return once this replica next sees a leader published (a takeover or a handover
+        anywhere): for a server that holds commands until a leader serves them."""
+        await self._election.leader_changed()
+
     async def transfer_leadership(self, to: str | None = None) -> dict[str, Any]:
         """Hand leadership to replica `to` (None: any caught-up candidate); see `_hand_over`.
 

@@ -246,6 +246,7 @@ async def redis_server(
     try:
         async with anyio.create_task_group() as task_group:
             await task_group.start(router.run)
+            task_group.start_soon(_retry_on_new_leaders, replica, router)
             task_group.start_soon(server.serve)
             yield server
             task_group.cancel_scope.cancel()
@@ -255,6 +256,14 @@ async def redis_server(
         if len(group.exceptions) == 1:
             raise group.exceptions[0] from None
         raise
+
+
+async def _retry_on_new_leaders(replica: Replica, router: Router) -> None:
+    """Have the router retry its waiting commands whenever a new leader is published, so a
+    failover costs the clients no backoff on top of the takeover."""
+    while True:
+        await replica.wait_leader_change()
+        router.leader_changed()
 
 
 def replica_info(replica: Replica) -> ReplicaInfo:

@@ -27,8 +27,9 @@ connection) is retried, with the same session seq, so a write applied
 before a failover is answered from the session table instead of being
 applied twice.  A `NotLeader` naming another leader is followed at once
 (`limits.leader_redirects_max` times); otherwise the command waits a
-backoff (10 ms doubling to 500 ms, with jitter, per connection) and goes
-again, until its deadline (`limits.command_deadline_ms_default`): then the
+backoff (10 ms doubling to 500 ms, with jitter, per connection), or until a
+new leader is published (`leader_changed`), and goes again, until its
+deadline (`limits.command_deadline_ms_default`): then the
 connection gets TRYAGAIN (never applied) or TIMEOUT (maybe applied), see
 `kvstore.connection.dispatch`.  `SessionExpired` (the connection was idle past the
 session TTL, or its session was evicted) means the replicas dropped the
@@ -333,6 +334,18 @@ class Router:
                 for attempt in parked:
                     self._send(attempt)
             self.flush()
+
+    def leader_changed(self) -> None:
+        """A new leader was published (the local replica saw it): the commands waiting for a
+        retry go again now, by way of the local replica's idea of the leader, instead of when
+        their backoff ends."""
+        self._leader = None
+        schedule = self._schedule
+        if schedule:
+            now_s = self._clock_s()
+            schedule[:] = [(now_s, order, lane) for _due, order, lane in schedule]
+            heapq.heapify(schedule)
+            self._wakeup.set()
 
     # --- attempts -----------------------------------------------------------------------------
 

@@ -368,3 +368,20 @@ async def test_a_leader_that_cannot_be_reached_is_forgotten_and_asked_for_again(
             [(_, outcome)] = await inbox.wait(1)
     assert outcome.value == ["set", 1]
     assert len(remote.calls) == 1
+
+
+async def test_a_new_leader_ends_the_backoff_of_waiting_commands() -> None:
+    inbox = Inbox()
+    local = FakeReplica()  # no leader known: every attempt waits a backoff
+    async with running(router_of(local)) as router:
+        router.call(router.lane(), "set", [b"k", b"v"], inbox, 0)
+        router.call(router.lane(), "set", [b"k2", b"v"], inbox, 0)
+        with anyio.fail_after(WAIT_S):
+            while len(local.calls) < 2 * 4:  # waits of 10, 20 and 40 ms so far, then 80
+                await anyio.sleep(0.001)
+        local.leader = True
+        router.leader_changed()
+        for _ in range(3):  # the retry loop wakes, sends, and the leader answers at once
+            await next_turn()
+        assert len(inbox.delivered) == 2, "sent again at once, not after the backoff"
+    assert [outcome.value for _, outcome in inbox.delivered] == [["set", 1], ["set", 1]]
