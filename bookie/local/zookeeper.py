@@ -86,6 +86,8 @@ class LocalZooKeeper:
         self.tick_time_ms = tick_time_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self._process: subprocess.Popen[bytes] | None = None
+        self._foreign_port: int | None = None
+        """A port on which another ZooKeeper answered while this one was starting."""
 
     @property
     def connect_string(self) -> str:
@@ -110,7 +112,7 @@ class LocalZooKeeper:
                     f"minSessionTimeout={2 * self.tick_time_ms}",
                     f"maxSessionTimeout={self.max_session_timeout_ms}",
                     "admin.enableServer=false",
-                    "4lw.commands.whitelist=srvr,ruok,mntr,cons,stat",
+                    "4lw.commands.whitelist=srvr,ruok,mntr,cons,stat,conf",
                     "maxClientCnxns=0",
                     "snapCount=100000",
                     "autopurge.snapRetainCount=3",
@@ -159,6 +161,8 @@ class LocalZooKeeper:
                 self.port = port
                 return self
             last_error = log_path.read_text(errors="replace")[-2000:]
+            if self._foreign_port == port:
+                last_error = f"port {port} is served by another ZooKeeper\n{last_error}"
             self._kill()
         raise ZooKeeperUnavailable(f"ZooKeeper did not start; last log lines:\n{last_error}")
 
@@ -169,10 +173,17 @@ class LocalZooKeeper:
             if self._process.poll() is not None:
                 return False
             with contextlib.suppress(OSError):
-                if "Mode: standalone" in four_letter_word(self.host, port, "srvr"):
+                conf = four_letter_word(self.host, port, "conf")
+                if self._is_ours(conf):
                     return True
+                self._foreign_port = port if "dataDir=" in conf else None
             time.sleep(0.05)
         return False
+
+    def _is_ours(self, conf: str) -> bool:
+        """Whether a server's `conf` answer is this one's: another ZooKeeper may have taken the
+        port between our choosing it and our server binding it (then ours exits)."""
+        return f"dataDir={self.data_dir / 'data'}" in conf
 
     def _kill(self) -> None:
         if self._process is None:

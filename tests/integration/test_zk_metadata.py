@@ -12,7 +12,7 @@ import pytest
 
 from bookie.core.metadata import LedgerMetadata
 from bookie.errors import MetadataUnavailable
-from bookie.local.zookeeper import LocalZooKeeper, free_port
+from bookie.local.zookeeper import LocalZooKeeper, ZooKeeperUnavailable, free_port
 from bookie.meta.api import NO_NODE_VERSION, SessionState
 from bookie.meta.bookies import (
     BookieInfo,
@@ -147,3 +147,14 @@ async def test_ledger_manager_over_real_znodes(
     assert await manager.read(12_345) == (metadata(12_345), 0)
     await manager.delete(12_345)
     assert await manager.list_ledgers() == [3, 10**10 + 7]
+
+
+def test_a_port_served_by_another_zookeeper_is_not_taken_for_ours(
+    zookeeper: LocalZooKeeper, tmp_path: Path
+) -> None:
+    """Two local clusters choosing the same free port at once: the one that lost the race
+    must fail, not quietly use the other's ZooKeeper (and its ledgers and logs)."""
+    assert zookeeper.port is not None
+    second = LocalZooKeeper(tmp_path / "zk", port=zookeeper.port)
+    with pytest.raises(ZooKeeperUnavailable, match=f"port {zookeeper.port} is served by another"):
+        second.start()
