@@ -73,6 +73,7 @@ from pysyncobj_rate import add_rate_search_options, rate_search  # noqa: E402
 
 from bookie.local.cluster import LocalCluster  # noqa: E402
 from bookie.local.zookeeper import free_port  # noqa: E402
+from rsm import limits as rsm_limits  # noqa: E402
 from rsm.client import ClientConfig, connect  # noqa: E402
 from rsm.core.log_format import encode_command  # noqa: E402
 from rsm.errors import RsmError  # noqa: E402
@@ -465,7 +466,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=64, help="concurrent callers")
     parser.add_argument("--workers", type=int, default=2, help="load processes")
     parser.add_argument("--handoffs", type=int, default=3)
-    parser.add_argument("--session-timeout-ms", type=int, default=2_000)
+    parser.add_argument(
+        "--session-timeout-ms", type=int, default=rsm_limits.replica_session_timeout_ms_default
+    )
     parser.add_argument("--zk", help="an existing ZooKeeper (default: start one)")
     parser.add_argument("--data-dir", type=Path, help="where the data goes (default: a temp dir)")
     parser.add_argument("--no-baseline", action="store_true", help="skip PySyncObj")

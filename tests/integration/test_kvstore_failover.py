@@ -29,6 +29,7 @@ import redis.exceptions
 from bookie.local.zookeeper import LocalZooKeeper
 from rsm import limits
 from rsm.runtime.cpu_priority import FollowerPriority, parse_autogroup
+from tests.integration.support.tools import required_tool
 from tests.unit.kvstore.local_store import WAIT_S, Store, command, running_store, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
@@ -248,3 +249,36 @@ def test_status_read_from_zookeeper_alone_shows_killed_replicas_and_bookies_as_d
         return replicas, report["bookies"]["down"]
 
     wait_for(lambda: down() == ([victim], [bookie.bookie_id]))
+
+
+SATURATION_S = 20.0
+"""How long every replica's port is flooded; the store's default detection time is 1 s."""
+
+
+def test_a_saturated_leader_keeps_its_leadership(store: Store) -> None:
+    """redis-benchmark floods every replica's port with pipelined SETs: both cores busy with
+    the leader, the bookies, the followers' forwarding and the benchmark itself.  The leader
+    must keep its ZooKeeper session and its leadership throughout (no false failover)."""
+    leader = store.leader()
+    epoch = store.info(leader)["rsm_epoch"]
+    flood = [required_tool("redis-benchmark"), "-c", "50", "-P", "16", "-d", "100"]
+    flood += ["-r", "100000", "-t", "set", "-l", "-q"]
+    floods = [
+        subprocess.Popen(
+            [*flood, "-p", str(store.port(name))],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name in store.running()
+    ]
+    applied_before = store.applied(leader)
+    try:
+        time.sleep(SATURATION_S)  # the load's duration, not a synchronisation
+    finally:
+        for process in floods:
+            process.terminate()
+        for process in floods:
+            process.wait(WAIT_S)
+    assert store.applied(leader) > applied_before + 1_000, "the flood did reach the leader"
+    assert store.leader() == leader
+    assert store.info(leader)["rsm_epoch"] == epoch, "no takeover, not even by itself"
