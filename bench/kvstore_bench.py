@@ -16,7 +16,7 @@ What it runs, one run at a time on this machine:
    reads to the leader).  SET is a durable replicated write (acknowledged
    once the log entry holding it is on Qa=2 of 3 bookies' disks); GET is a
    linearizable read, answered under the leader's read lease (the store's
-   default, 1 s after a confirmation round in which enough bookies said the
+   default, 300 ms after a confirmation round in which enough bookies said the
    leader's ledger is not fenced; no entry, no fsync; a round per read with
    `kvstore serve --read-lease-ms 0`).
 2. Baseline: Debian's `redis-server` with `appendonly yes` and `appendfsync
@@ -28,7 +28,12 @@ What it runs, one run at a time on this machine:
    minute apart from the store could make the ratio look better or worse
    than it is.  Each side reports its median run (every round's throughput
    beside it), and each ratio to Redis is the median of the rounds' ratios.
-3. Baseline: PySyncObj, three processes on loopback, nothing fsynced.
+3. Baseline: bench/minimal_resp_server.py, the least a Python server can
+   do for GET and SET on this host (asyncio on uvloop, a dict; no
+   replication, no durability), in the same rotation as Redis.  Hosts run
+   C and Python at different relative speeds, so the store's ratio to this
+   server says more about the store's own cost than its ratio to Redis.
+4. Baseline: PySyncObj, three processes on loopback, nothing fsynced.
    First as its authors measure it (bench/pysyncobj_rate.py, the row
    `pysyncobj-own-method-100B`): every node submits 100-byte commands at a
    fixed rate without waiting; the highest rate at which 90% succeed.  This
@@ -57,9 +62,10 @@ the run, divided by its requests: the store's `leader`, `followers` and
 Kernel work done outside those processes (the disks' journal threads, for
 one) shows only in the machine's figure.
 
-The targets: replicated SET at least 25% of Redis-with-fsync
-SET; linearizable GET at least 30% of Redis's GET.  `ratios` reports them
-and the ratios to PySyncObj; `meets_targets` says whether this run met the
+The targets: replicated SET at least 25% of Redis-with-fsync SET and 30% of
+the minimal server's; linearizable GET at least 30% of Redis's GET and 60% of
+the minimal server's (40% through a follower).  `ratios` reports them and
+the ratios to PySyncObj; `meets_targets` says whether this run met the
 targets.
 
 Missing tools: `scripts/bootstrap.sh redis-tools redis-server` installs
@@ -111,7 +117,15 @@ HOST = "127.0.0.1"
 VALUE_BYTES = 100
 KEYSPACE = 100_000
 CALIBRATION_REQUESTS = 2_000
-TARGETS = {"set_vs_redis": 0.25, "get_vs_redis": 0.30}
+TARGETS = {
+    "set_vs_redis": 0.25,
+    "get_vs_redis": 0.30,
+    "get_vs_minimal_python": 0.6,
+    "via_follower_get_vs_minimal_python": 0.4,
+    "set_vs_minimal_python": 0.3,
+}
+REDIS = "redis-fsync"
+MINIMAL = "minimal-python"
 DEFAULT_PERIOD_S = 0.1
 """PySyncObj's own default appendEntriesPeriod: it sends new entries in rounds of this."""
 TUNED_PERIOD_S = 0.002
@@ -251,24 +265,25 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def paired_suite(
-    store: Target, redis: Target, arguments: argparse.Namespace
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, float]]:
-    """SET and GET, without and with pipelining, on the store and on Redis in turn, every
-    test `--rounds` times: (the store's median runs, Redis's, each test's median ratio)."""
+    store: Target, peers: dict[str, Target], arguments: argparse.Namespace
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, float]]]:
+    """SET and GET, without and with pipelining, on the store and on each peer in turn, every
+    test `--rounds` times, who goes first rotating: (the store's median runs, the peers',
+    {peer: {test: the median of the rounds' ratios}})."""
     results: list[dict[str, Any]] = []
     baselines: list[dict[str, Any]] = []
-    ratios: dict[str, float] = {}
+    ratios: dict[str, dict[str, float]] = {peer: {} for peer in peers}
     for pipeline in (1, arguments.pipeline):
         for test in ("set", "get"):
             name = test.upper() + ("" if pipeline == 1 else f"-P{pipeline}")
-            ours: list[dict[str, Any]] = []
-            theirs: list[dict[str, Any]] = []
+            runs: dict[str, list[dict[str, Any]]] = {"": [], **{peer: [] for peer in peers}}
+            turns = [("", store, name)] + [
+                (peer, target, f"{peer}-{name}") for peer, target in peers.items()
+            ]
             for round_number in range(arguments.rounds):
-                turns = [(ours, store, name), (theirs, redis, f"redis-fsync-{name}")]
-                if round_number % 2:
-                    turns.reverse()
-                for runs, target, label in turns:
-                    runs.append(
+                shift = round_number % len(turns)
+                for who, target, label in turns[shift:] + turns[:shift]:
+                    runs[who].append(
                         measure(
                             target,
                             label,
@@ -278,12 +293,13 @@ def paired_suite(
                             seconds=arguments.seconds,
                         )
                     )
-            results.append(median_run(ours))
-            baselines.append(median_run(theirs))
-            paired = zip(ours, theirs, strict=True)
-            ratios[name] = round(
-                statistics.median(a["ops_per_s"] / b["ops_per_s"] for a, b in paired), 3
-            )
+            results.append(median_run(runs[""]))
+            for peer in peers:
+                baselines.append(median_run(runs[peer]))
+                paired = zip(runs[""], runs[peer], strict=True)
+                ratios[peer][name] = round(
+                    statistics.median(a["ops_per_s"] / b["ops_per_s"] for a, b in paired), 3
+                )
     return results, baselines, ratios
 
 
@@ -291,10 +307,10 @@ def paired_suite(
 
 
 async def kvstore_runs(
-    arguments: argparse.Namespace, data_dir: Path, redis: Target
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, float], dict[str, Any]]:
-    """The store's runs and the Redis runs interleaved with them (see the module docstring):
-    (results, Redis baselines, ratios to Redis by test, config)."""
+    arguments: argparse.Namespace, data_dir: Path, peers: dict[str, Target]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, float]], dict[str, Any]]:
+    """The store's runs and the peers' runs interleaved with them (see the module docstring):
+    (results, the peers' baselines, ratios to each peer by test, config)."""
     settings = KvSettings(base_port=0)
     log("kvstore: starting ZooKeeper, 3 bookies, 3 replicas ...")
     async with LocalKvCluster(data_dir, zk=arguments.zk, settings=settings) as cluster:
@@ -308,7 +324,7 @@ async def kvstore_runs(
             "bookies": [pid_of(bookie.process) for bookie in cluster.bookies.bookies],
         }
         results, baselines, ratios = await anyio.to_thread.run_sync(
-            paired_suite, Target(leader.resp_port, processes), redis, arguments
+            paired_suite, Target(leader.resp_port, processes), peers, arguments
         )
         for test in ("set", "get"):
             run = functools.partial(
@@ -351,6 +367,23 @@ def redis_server(directory: Path) -> Iterator[Target]:
     try:
         wait_port(port)
         yield Target(port, {"redis_server": [process.pid]})
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def minimal_server() -> Iterator[Target]:
+    """bench/minimal_resp_server.py: what plain Python on uvloop needs per GET and SET."""
+    port = free_port()
+    log(f"minimal Python server (asyncio + uvloop, a dict) on port {port}")
+    process = subprocess.Popen(
+        [sys.executable, str(REPOSITORY / "bench" / "minimal_resp_server.py"), str(port)],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        wait_port(port)
+        yield Target(port, {"minimal_server": [process.pid]})
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -550,21 +583,33 @@ def main() -> None:
         base = Path(scratch)
         for name in ("kvstore", "redis", "pysyncobj"):
             (base / name).mkdir()
-        with redis_server(base / "redis") as redis:
-            results, baselines, to_redis, config = anyio.run(
-                kvstore_runs, arguments, base / "kvstore", redis
+        with redis_server(base / "redis") as redis, minimal_server() as minimal:
+            peers = {REDIS: redis, MINIMAL: minimal}
+            results, baselines, to_peer, config = anyio.run(
+                kvstore_runs, arguments, base / "kvstore", peers
             )
         baselines += pysyncobj_runs(arguments, base / "pysyncobj")
     everything = results + baselines
     pipelined = arguments.pipeline
+    to_redis, to_minimal = to_peer[REDIS], to_peer[MINIMAL]
     ratios = {
         "set_vs_redis": to_redis["SET"],
+        "set_vs_minimal_python": to_minimal["SET"],
         "set_vs_pysyncobj": ratio(everything, "SET", "pysyncobj-own-method-100B"),
         "set_vs_pysyncobj_waiting_callers": ratio(everything, "SET", "pysyncobj-ReplDict-SET"),
         "set_vs_pysyncobj_tuned": ratio(everything, "SET", "pysyncobj-ReplDict-SET-tuned"),
         "get_vs_redis": to_redis["GET"],
+        "get_vs_minimal_python": to_minimal["GET"],
+        "via_follower_get_vs_minimal_python": ratio(
+            everything, "via-follower-GET", f"{MINIMAL}-GET"
+        ),
+        "via_follower_set_vs_minimal_python": ratio(
+            everything, "via-follower-SET", f"{MINIMAL}-SET"
+        ),
         f"set_p{pipelined}_vs_redis": to_redis[f"SET-P{pipelined}"],
         f"get_p{pipelined}_vs_redis": to_redis[f"GET-P{pipelined}"],
+        f"set_p{pipelined}_vs_minimal_python": to_minimal[f"SET-P{pipelined}"],
+        f"get_p{pipelined}_vs_minimal_python": to_minimal[f"GET-P{pipelined}"],
     }
     print(json.dumps({
         "benchmark": "kvstore",
@@ -584,15 +629,18 @@ def main() -> None:
         ),
         "measured": [
             "SET: durable replicated write (log entry on 2 of 3 bookies' disks, fsync)",
-            "GET: linearizable read under the leader's 1 s read lease (renewed by a "
-            "confirmation round on the bookies, no log entry)",
-            "redis-fsync: one redis-server, appendonly yes, appendfsync always; its runs "
-            "and the store's alternate, --rounds per test, who goes first alternating",
+            f"GET: linearizable read under the leader's {kv_limits.read_lease_ms_default} ms "
+            "read lease (renewed by a confirmation round on the bookies, no log entry)",
+            "redis-fsync: one redis-server, appendonly yes, appendfsync always; "
+            "minimal-python: bench/minimal_resp_server.py (asyncio + uvloop, a dict, no "
+            "replication, no durability); their runs and the store's alternate, --rounds "
+            "per test, who goes first rotating",
             "cpu_us_per_request: CPU time of each serving process, and of redis-benchmark, "
             "per request of the run; machine_busy_pct: % of one core",
             "ops_per_s: each side's median run (rounds_ops_per_s: every run); ratios to "
-            "Redis: the median of the rounds' ratios; to PySyncObj: the store's median over "
-            "PySyncObj's one run",
+            "Redis and the minimal server: the median of the rounds' ratios (via-follower "
+            "ones: medians over medians); to PySyncObj: the store's median over PySyncObj's "
+            "one run",
             "pysyncobj-own-method: PySyncObj's own benchmark method (see its row's `method`)",
             "pysyncobj-ReplDict-SET: 3 processes, ReplDict.set with callbacks, --clients in "
             "flight each waiting for its answer, journal via mmap without fsync, load "

@@ -64,6 +64,10 @@ def test_bench_prints_one_json_object(
         "redis-fsync-GET",
         "redis-fsync-SET-P4",
         "redis-fsync-GET-P4",
+        "minimal-python-SET",
+        "minimal-python-GET",
+        "minimal-python-SET-P4",
+        "minimal-python-GET-P4",
         "pysyncobj-own-method-100B",
         "pysyncobj-ReplDict-SET",
         "pysyncobj-ReplDict-SET-tuned",
@@ -74,7 +78,9 @@ def test_bench_prints_one_json_object(
             assert entry["p50_ms"] is not None
             assert entry["p99_ms"] is not None
     assert report["ratios"]["set_vs_pysyncobj"] > 0
-    # The store's runs and Redis's alternate, two rounds each; the reported run is one of them.
+    assert report["ratios"]["get_vs_minimal_python"] > 0
+    # The store's runs and its peers' alternate, two rounds each; the reported run is one of
+    # them.
     for entry in report["results"] + report["baselines"]:
         if not entry["name"].startswith("pysyncobj"):
             assert len(entry["rounds_ops_per_s"]) == 2, entry
@@ -93,5 +99,9 @@ def test_bench_prints_one_json_object(
             cpu = entry["cpu_us_per_request"]
             assert set(cpu) == {"redis_server", "redis_benchmark", "machine_busy_pct"}, entry
             assert cpu["redis_server"] >= 0, entry
+        if entry["name"].startswith("minimal-python"):
+            cpu = entry["cpu_us_per_request"]
+            assert set(cpu) == {"minimal_server", "redis_benchmark", "machine_busy_pct"}, entry
+            assert cpu["minimal_server"] > 0, entry
     assert set(report["targets"]) <= set(report["ratios"])
     assert isinstance(report["meets_targets"], bool)
