@@ -359,17 +359,12 @@ def redis_server(directory: Path) -> Iterator[Target]:
     """A redis-server with appendonly yes and appendfsync always."""
     port = free_port()
     log(f"redis-server: appendonly yes, appendfsync always, on port {port}")
-    process = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", HOST, "--appendonly", "yes",
-         "--appendfsync", "always", "--save", "", "--dir", str(directory)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        wait_port(port)
-        yield Target(port, {"redis_server": [process.pid]})
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    command = [
+        "redis-server", "--port", str(port), "--bind", HOST, "--appendonly", "yes",
+        "--appendfsync", "always", "--save", "", "--dir", str(directory),
+    ]  # fmt: skip
+    with serving(command, port, "redis_server") as target:
+        yield target
 
 
 @contextlib.contextmanager
@@ -377,13 +372,18 @@ def minimal_server() -> Iterator[Target]:
     """bench/minimal_resp_server.py: what plain Python on uvloop needs per GET and SET."""
     port = free_port()
     log(f"minimal Python server (asyncio + uvloop, a dict) on port {port}")
-    process = subprocess.Popen(
-        [sys.executable, str(REPOSITORY / "bench" / "minimal_resp_server.py"), str(port)],
-        stdout=subprocess.DEVNULL,
-    )
+    command = [sys.executable, str(REPOSITORY / "bench" / "minimal_resp_server.py"), str(port)]
+    with serving(command, port, "minimal_server") as target:
+        yield target
+
+
+@contextlib.contextmanager
+def serving(command: list[str], port: int, role: str) -> Iterator[Target]:
+    """Run `command`, a server that will listen on `port`, for the block."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port)
-        yield Target(port, {"minimal_server": [process.pid]})
+        yield Target(port, {role: [process.pid]})
     finally:
         process.terminate()
         process.wait(timeout=30)
