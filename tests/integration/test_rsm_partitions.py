@@ -145,3 +145,31 @@ async def test_a_leader_cut_from_zookeeper_leads_until_fenced_and_catches_up_aft
                 await wait_for(follows_the_new_epoch)
         audit = await check_after(cluster, load)
         assert PINNED not in audit["seqs"]  # type: ignore[operator]
+
+
+async def test_a_dropped_zookeeper_connection_costs_the_leader_nothing(
+    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path
+) -> None:
+    """The connection breaks and comes back at once (a ZooKeeper server restarting, a
+    connection reset): the session lives, so the leader keeps leading, in the same epoch."""
+    async with (
+        RsmProcesses(zookeeper, zk_root, tmp_path) as cluster,
+        ZkProxy(zookeeper).running() as proxy,
+    ):
+        await cluster.start_bookies()
+        leader = await cluster.start_replica("r1", zk=proxy.address)
+        _, epoch = await cluster.wait_leader()
+        await cluster.start_replicas(["r2", "r3"])
+        load = CounterLoad(cluster, 3, **LOAD_OPTIONS)
+        async with load.running():
+            await load.wait_acknowledged(20)
+            since = len(leader.events)
+            proxy.cut()
+            proxy.heal()
+            await leader.wait_event("rsm.session", since=since, state="suspended")
+            await load.wait_acknowledged(load.total_acknowledged + 50)
+            async with cluster.client() as client:
+                status = await client.status(leader.address)
+        assert (status["role"], status["epoch"]) == ("leader", epoch)
+        assert not leader.named("rsm.step_down")
+        await check_after(cluster, load)
