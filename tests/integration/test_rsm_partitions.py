@@ -173,3 +173,29 @@ async def test_a_dropped_zookeeper_connection_costs_the_leader_nothing(
         assert (status["role"], status["epoch"]) == ("leader", epoch)
         assert not leader.named("rsm.step_down")
         await check_after(cluster, load)
+
+
+BRIEF_PAUSE_S = 0.3
+"""A stop well under the replicas' default detection time (1 s)."""
+
+
+async def test_a_leader_paused_briefly_keeps_its_leadership(
+    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path
+) -> None:
+    async with RsmProcesses(zookeeper, zk_root, tmp_path) as cluster:
+        await cluster.start_bookies()
+        await cluster.start_replicas(["r1", "r2", "r3"])
+        leader, epoch = await cluster.wait_leader()
+        load = CounterLoad(cluster, 3, **LOAD_OPTIONS)
+        async with load.running():
+            await load.wait_acknowledged(20)
+            for _ in range(3):
+                leader.pause()
+                await anyio.sleep(BRIEF_PAUSE_S)  # the fault's length, not a synchronisation
+                leader.resume()
+                await load.wait_acknowledged(load.total_acknowledged + 20)
+            async with cluster.client() as client:
+                status = await client.status(leader.address)
+        assert (status["role"], status["epoch"]) == ("leader", epoch)
+        assert not leader.named("rsm.step_down")
+        await check_after(cluster, load)
