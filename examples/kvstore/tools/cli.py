@@ -27,8 +27,8 @@ store is created.
 
 `serve` runs one replica (`kvstore.runtime.node.KvNode`) until SIGTERM or SIGINT,
 then stops gracefully.  It logs one JSON object per line on stderr:
-`kvstore.ready` once it serves Redis clients, and the framework's events
-(`rsm.leader`, `rsm.step_down`, ...).
+`kvstore.ready` (with its process id) once it serves Redis clients, and the
+framework's events (`rsm.leader`, `rsm.step_down`, ...).
 
 `status` shows the store: the log, the leader, the bookies, and each
 replica's role, progress and Redis address, and as down the replicas and
@@ -61,6 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -298,6 +299,7 @@ async def _serve_node(
             replica_id=node.replica.replica_id,
             address=node.replica.address,
             resp=node.resp_address,
+            pid=os.getpid(),
         )
         with anyio.open_signal_receiver(*_STOP_SIGNALS) as received:
             async for signum in received:
