@@ -4,7 +4,7 @@
 PY := .venv/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: bootstrap run cluster test test-fast lint typecheck bench soak clean
+.PHONY: bootstrap run cluster test test-fast lint typecheck docs bench soak clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -32,6 +32,11 @@ lint: bootstrap
 
 typecheck: bootstrap
 	@$(PY) -m mypy
+
+# The API reference of the public surface (`rsm`, `rsm.errors`), from the docstrings,
+# in docs/api/ (built on demand, not committed; a warning fails it).
+docs: bootstrap
+	@$(PY) scripts/api_docs.py docs/api
 
 # Each benchmark prints one JSON line with its configuration and its baseline.
 bench: bootstrap

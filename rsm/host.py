@@ -8,6 +8,11 @@ takes from here, and from nowhere else inside the framework:
 * the ZooKeeper connect string's form (`split_zk`) and the root under which
   applications live (`RSM_ROOT`), and the rules for names (`check_name`,
   `check_replica_id`);
+* for a command a person waits for, a ZooKeeper session that fails fast
+  (`command_zk_store`: an unreachable ZooKeeper is `MetadataUnavailable`
+  naming its address after `limits.cli_zk_connect_timeout_ms`) and
+  `quiet_kazoo` around the command, so that failure is one line without
+  kazoo's line per reconnect attempt;
 * `--follower-nice` and the priority it sets (`add_follower_nice`,
   `FollowerPriority`: a follower lowers its CPU priority, docs/operations.md);
 * an application's status report (`application_status`: the log, the leader
@@ -24,7 +29,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any, Final
 
 import anyio
@@ -32,6 +38,7 @@ import anyio
 from bookie.errors import BookieError, NoNode
 from bookie.logs import emit
 from bookie.meta.api import MetadataStore
+from bookie.meta.zk import ZkMetadataStore
 from bookie.runtime_tuning import tune_for_throughput
 from rsm import limits
 from rsm.client import Client
@@ -56,6 +63,8 @@ __all__ = [
     "application_status",
     "check_name",
     "check_replica_id",
+    "command_zk_store",
+    "quiet_kazoo",
     "split_zk",
     "status_heading",
 ]
@@ -67,6 +76,28 @@ def split_zk(connect_string: str) -> tuple[str, str | None]:
     if not hosts:
         raise InvalidConfig(f"--zk {connect_string!r} names no host")
     return hosts, ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else None
+
+
+def command_zk_store(connect_string: str) -> AbstractAsyncContextManager[ZkMetadataStore]:
+    """A session on `connect_string` (`HOST:PORT[,...][/chroot]`) for a command a person
+    waits for: an unreachable ZooKeeper is reported after `limits.cli_zk_connect_timeout_ms`."""
+    hosts, chroot = split_zk(connect_string)
+    return ZkMetadataStore.connect(
+        hosts, root=chroot, connect_timeout_ms=limits.cli_zk_connect_timeout_ms
+    )
+
+
+@contextmanager
+def quiet_kazoo() -> Iterator[None]:
+    """Hide kazoo's warnings for the block: the command's one-line error says what failed,
+    and kazoo's line per reconnect attempt on the way there would only bury it."""
+    kazoo = logging.getLogger("kazoo")
+    level = kazoo.level
+    kazoo.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        kazoo.setLevel(level)
 
 
 def add_follower_nice(run: argparse.ArgumentParser) -> None:

@@ -360,10 +360,12 @@ client_replica_connections_max = 64
 """Replica connections one client keeps open (several apps' replicas, old leaders)."""
 
 cli_zk_connect_timeout_ms = 3_000
-"""How long an `rsm` command that calls or reports on an application (`call`, `query`,
-`status`, `transfer-leadership`, `snapshot`) waits for a ZooKeeper session before it says the
-ZooKeeper cannot be reached: a person is waiting, and a reachable one answers in
-milliseconds.  `rsm run` waits the ledger layer's operation timeout."""
+"""How long a command a person waits for waits for a ZooKeeper session before it says the
+ZooKeeper cannot be reached (`rsm.host.command_zk_store`): the `rsm` commands that call,
+report on or investigate an application (`call`, `query`, `status`, `transfer-leadership`,
+`snapshot`, `log`, `replay`, `verify`, ...) and the key-value store's `kvstore status`,
+`history` and `get --at`.  A reachable ZooKeeper answers in milliseconds.  `rsm run` and
+`kvstore serve` wait the ledger layer's operation timeout."""
 
 # --- history checking (rsm.testing) ----------------------------------------------------------
 

@@ -2,8 +2,9 @@
 # Installs what the project needs on a fresh Debian machine, and nothing twice:
 #   - Debian's zookeeper package (and through it a Java runtime) when missing;
 #   - a virtualenv in .venv with the project and its dev, fast, bench and spark
-#     extras (spark: PySpark, which runs on the same Java), rebuilt only when
-#     pyproject.toml changed since the last install.
+#     extras (dev: the test and lint tools and pdoc for `make docs`; spark:
+#     PySpark, which runs on the same Java), rebuilt only when pyproject.toml
+#     changed since the last install.
 # Used by `make run` and `make test`; safe to run any number of times.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -78,8 +78,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, contextmanager
+from collections.abc import Sequence
 from typing import Any, Final
 
 import anyio
@@ -102,6 +101,8 @@ from rsm.host import (
     add_follower_nice,
     aligned,
     application_status,
+    command_zk_store,
+    quiet_kazoo,
     run_replica_main,
     split_zk,
     status_heading,
@@ -142,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command == "run":
             return _run(arguments)
-        with _quiet_kazoo():
+        with quiet_kazoo():
             return _backend_run(_COMMANDS[command], arguments)
     except (RsmError, BookieError) as error:
         _print_error(error, as_json=getattr(arguments, "json", False))
@@ -277,28 +278,6 @@ def _backend_run(command: Any, arguments: argparse.Namespace) -> int:
     return result
 
 
-@contextmanager
-def _quiet_kazoo() -> Iterator[None]:
-    """Hide kazoo's warnings for the block: the command's one-line error says what failed,
-    and kazoo's line per reconnect attempt on the way there would only bury it."""
-    kazoo = logging.getLogger("kazoo")
-    level = kazoo.level
-    kazoo.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        kazoo.setLevel(level)
-
-
-def _zk_store(arguments: argparse.Namespace) -> AbstractAsyncContextManager[ZkMetadataStore]:
-    """A session on `--zk` for a command a person waits for: an unreachable ZooKeeper is
-    reported after `limits.cli_zk_connect_timeout_ms`."""
-    hosts, chroot = split_zk(arguments.zk)
-    return ZkMetadataStore.connect(
-        hosts, root=chroot, connect_timeout_ms=limits.cli_zk_connect_timeout_ms
-    )
-
-
 # --- rsm run ----------------------------------------------------------------------------------
 
 
@@ -375,7 +354,7 @@ async def _serve(
 async def _call(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
     async with (
-        _zk_store(arguments) as store,
+        command_zk_store(arguments.zk) as store,
         connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
     ):
         result = await client.call(arguments.name, *args, **kwargs)
@@ -386,7 +365,7 @@ async def _call(arguments: argparse.Namespace) -> int:
 async def _query(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
     async with (
-        _zk_store(arguments) as store,
+        command_zk_store(arguments.zk) as store,
         connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
     ):
         result = await client.query(
@@ -405,7 +384,7 @@ def _print_result(arguments: argparse.Namespace, result: Any, index: int) -> Non
 
 async def _transfer(arguments: argparse.Namespace) -> int:
     async with (
-        _zk_store(arguments) as store,
+        command_zk_store(arguments.zk) as store,
         connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
     ):
         result = await client.transfer_leadership(arguments.to)
@@ -420,7 +399,7 @@ async def _transfer(arguments: argparse.Namespace) -> int:
 
 async def _status(arguments: argparse.Namespace) -> int:
     async with (
-        _zk_store(arguments) as store,
+        command_zk_store(arguments.zk) as store,
         connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
     ):
         report = await application_status(store, client)
@@ -459,7 +438,7 @@ def render_status(report: dict[str, Any]) -> str:
 
 async def _snapshot(arguments: argparse.Namespace) -> int:
     command = arguments.snapshot_command
-    async with _zk_store(arguments) as store:
+    async with command_zk_store(arguments.zk) as store:
         layout = AppLayout.of(arguments.app)
         if await store.exists(layout.log) is None:
             raise NoSuchApplication(arguments.app)

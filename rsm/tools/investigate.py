@@ -25,8 +25,12 @@ defaults), so that the replay's state and hashes equal a replica's.
 Output is a table, or JSON with `--json` (NDJSON for the records of `log
 dump`).  Exit status: 0 clean, 1 a problem found (a divergence, a corrupt
 entry, a gap), 2 a usage error, an application or range that does not exist,
-or a cluster that cannot be reached.  A problem report's last line is the
-command that reproduces it.  Progress goes to stderr when it is a terminal.
+or a cluster that cannot be reached.  An application that does not exist is
+`NoSuchApplication` at once; a ZooKeeper that gives no session within
+`limits.cli_zk_connect_timeout_ms` is `MetadataUnavailable` naming its
+address, in one line (`rsm.host.command_zk_store`, `quiet_kazoo`).  A
+problem report's last line is the command that reproduces it.  Progress goes
+to stderr when it is a terminal.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from bookie.errors import (
 )
 from bookie.runtime_tuning import tune_for_throughput
 from rsm.errors import InvalidConfig, MalformedValue, RsmError, Truncated
+from rsm.host import quiet_kazoo
 from rsm.tools import divergence_commands, key_commands, log_commands, replay_commands
 from rsm.tools.options import EXIT_PROBLEM, EXIT_USAGE, machine_options, source_options
 
@@ -187,7 +192,8 @@ def run(arguments: argparse.Namespace, argv: Sequence[str]) -> int:
     logging.getLogger().addHandler(logging.NullHandler())
     tune_for_throughput()
     try:
-        result: int = anyio.run(arguments.handler, arguments)
+        with quiet_kazoo():
+            result: int = anyio.run(arguments.handler, arguments)
         return result
     except BaseException as raised:  # groups from task groups are unwrapped first
         error = _single(raised)

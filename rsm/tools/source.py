@@ -49,15 +49,14 @@ from bookie.client.ledger_client import LedgerClient
 from bookie.client.read_handle import ReadHandle
 from bookie.errors import BookieError, NoNode
 from bookie.meta.api import MetadataStore
-from bookie.meta.zk import ZkMetadataStore
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core.layout import AppLayout
 from rsm.core.log_state import Log, Segment
 from rsm.core.snapshot_manifest import Manifest, SnapshotsValue
 from rsm.core.state_machine import StateMachine
-from rsm.errors import InvalidConfig, MalformedValue, Truncated
-from rsm.host import split_zk
+from rsm.errors import InvalidConfig, MalformedValue, NoSuchApplication, Truncated
+from rsm.host import command_zk_store
 from rsm.runtime.log import LogStore, SegmentReader, decode_entry
 from rsm.snapshots.loader import Restored, load
 from rsm.snapshots.store import SnapshotStore, read_snapshots
@@ -200,16 +199,16 @@ class ClusterSource:
     async def connect(
         cls, zk: str, app: str, *, ledger_root: str, config: ReplicaConfig | None = None
     ) -> AsyncIterator[ClusterSource]:
-        """Connect to ZooKeeper and the bookies, read the log znode (`InvalidConfig` when the
-        application does not exist; what the metadata store raises when it is unreachable)."""
+        """Connect to ZooKeeper and the bookies, read the log znode: `NoSuchApplication` at once
+        when the application does not exist, `MetadataUnavailable` when ZooKeeper gives no
+        session within `limits.cli_zk_connect_timeout_ms` (a person waits for the tools)."""
         config = ReplicaConfig() if config is None else config
         layout = AppLayout.of(app)
-        hosts, chroot = split_zk(zk)
-        async with ZkMetadataStore.connect(hosts, root=chroot) as store:
+        async with command_zk_store(zk) as store:
             try:
                 log, _version = await LogStore(store, layout).read()
             except NoNode:
-                raise InvalidConfig(f"there is no application {app!r} in this ZooKeeper") from None
+                raise NoSuchApplication(app) from None
             async with LedgerClient.open(store, root=ledger_root) as ledgers:
                 description = f"--app {app} --zk {zk}"
                 if ledger_root != bookie_limits.metadata_root_default:

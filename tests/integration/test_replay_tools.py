@@ -653,7 +653,7 @@ async def test_bad_input_gets_a_message_and_an_exit_status(
     assert await rsm("log", "dump", "--app", "nope", "--zk", zk) == (
         2,
         "",
-        "error: InvalidConfig: there is no application 'nope' in this ZooKeeper\n",
+        "error: NoSuchApplication: there is no application 'nope' in this ZooKeeper\n",
     )
     assert await rsm("replay", *cluster.source, "--class", NOTES, "--to", "99") == (
         2,

@@ -27,8 +27,8 @@ store is created.
 
 `serve` runs one replica (`kvstore.runtime.node.KvNode`) until SIGTERM or SIGINT,
 then stops gracefully.  It logs one JSON object per line on stderr:
-`kvstore.ready` once it serves Redis clients, and the framework's events
-(`rsm.leader`, `rsm.step_down`, ...).
+`kvstore.ready` (with its process id) once it serves Redis clients, and the
+framework's events (`rsm.leader`, `rsm.step_down`, ...).
 
 `status` shows the store: the log, the leader, the bookies, and each
 replica's role, progress and Redis address, and as down the replicas and
@@ -50,7 +50,10 @@ or `LEDGER:ENTRY[:SLOT]`, ranges inclusive.
 Exit status: 0 on success, 1 when the operation failed (the error on
 stderr), 2 for a usage error (for `history` and `get` also a key that never
 existed, an index out of the log's range, or a cluster that cannot be
-reached).
+reached).  `status`, `history` and `get` say at once that a store does not
+exist (`NoSuchApplication`), and in one line, after
+`rsm.limits.cli_zk_connect_timeout_ms`, that its ZooKeeper cannot be
+reached (`MetadataUnavailable`).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shlex
 import signal
 import sys
@@ -89,6 +93,8 @@ from rsm.host import (
     add_follower_nice,
     aligned,
     application_status,
+    command_zk_store,
+    quiet_kazoo,
     run_replica_main,
     split_zk,
     status_heading,
@@ -123,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(arguments)
         if arguments.command == "up":
             return _run(_up, arguments)
-        return _run(_status, arguments)
+        with quiet_kazoo():
+            return _run(_status, arguments)
     except (RsmError, BookieError, ClusterError) as error:
         print(f"kvstore: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
@@ -292,6 +299,7 @@ async def _serve_node(
             replica_id=node.replica.replica_id,
             address=node.replica.address,
             resp=node.resp_address,
+            pid=os.getpid(),
         )
         with anyio.open_signal_receiver(*_STOP_SIGNALS) as received:
             async for signum in received:
@@ -464,11 +472,7 @@ async def _status(arguments: argparse.Namespace) -> int:
         zk = saved["zk"]
         app = app or saved["app"]
     app = app or DEFAULT_APP
-    hosts, chroot = split_zk(zk)
-    async with (
-        ZkMetadataStore.connect(hosts, root=chroot) as store,
-        connect(app, store=store) as client,
-    ):
+    async with command_zk_store(zk) as store, connect(app, store=store) as client:
         report = await application_status(store, client)
         report["zk"] = zk
         bookies = report["bookies"] = await _bookies(store)

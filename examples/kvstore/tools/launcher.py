@@ -4,6 +4,8 @@
 (a standalone ZooKeeper unless one is given, and N `bookie serve`
 processes), then M `kvstore serve` processes, and returns once every
 replica is registered, a leader serves and every replica has caught up.
+The first replica starts alone and leads before the others start, so that
+a store starts with the same leader every time, the one its README shows.
 Leaving the block stops the followers, then the leader (SIGTERM: each stops
 gracefully, the leader closing its segment, so the next start needs no
 recovery; SIGKILL only past `bookie.limits.process_stop_timeout_ms`), then
@@ -209,7 +211,9 @@ class LocalKvCluster:
             ):
                 self._client = client
                 try:
-                    for replica in self.replicas:
+                    first, *others = self.replicas
+                    await self.start(first.name)
+                    for replica in others:
                         await self.start(replica.name, wait=False)
                     await self.wait_ready()
                     yield self

@@ -63,8 +63,9 @@ class ReplicaProcess:
         self.ended = False
 
     async def read_log(self) -> None:
-        """Collect stderr until the process closes it (run in a task group)."""
-        stream = self.process.stderr
+        """Collect stderr until the process closes it (run in a task group); stdout, for a
+        process started with its stderr sent there."""
+        stream = self.process.stderr or self.process.stdout
         assert stream is not None
         pending = b""
         with self.log_file.open("ab") as log:
@@ -113,6 +114,25 @@ class ReplicaProcess:
                         f"before logging {name}:\n{self.tail()}"
                     )
                 await self._changed.wait()
+
+    async def wait_lines(self, found: Callable[[list[str]], bool], what: str) -> None:
+        """Return once `found(lines)`, for any output (not only JSON events); fails if the
+        process ends first or past `WAIT_S`."""
+        with anyio.move_on_after(WAIT_S):
+            while not found(self.lines):
+                if self.ended:
+                    raise AssertionError(f"{self.name} ended before {what}:\n{self.tail()}")
+                await self._changed.wait()
+            return
+        raise AssertionError(f"{self.name} did not print {what} in {WAIT_S} s:\n{self.tail()}")
+
+    async def wait_exit(self) -> int:
+        """The process's exit status, once it exited and its output is read."""
+        with anyio.fail_after(WAIT_S):
+            status = await self.process.wait()
+            while not self.ended:
+                await self._changed.wait()
+        return status
 
     def tail(self) -> str:
         return "\n".join(self.lines[-LOG_LINES_SHOWN:])
