@@ -22,7 +22,9 @@ explicit LAC sent there would give it a LAC it never had (readers would then
 look for entries nobody wrote).  So on every new connection the pool first
 asks IDENTIFY, and treats the connection as one it could not open when the
 bookie names another bookie id or another cluster instance id (`identity_problem`);
-nothing else is sent on it before that answer.
+nothing else is sent on it before that answer.  It waits up to the read
+timeout: the bookie answers from memory, but a loaded one may be slow, and
+an alive bookie must not count as unreachable for that.
 
 Each bookie's link is in one of four states:
 
@@ -349,7 +351,7 @@ class ConnectionPool:
         with scope:
             try:
                 async with self._open(link.address) as connection:
-                    answer = await connection.identify(timeout_ms=self._config.connect_timeout_ms)
+                    answer = await connection.identify(timeout_ms=self._config.read_timeout_ms)
                     problem = identity_problem(link.bookie_id, self._instance_id, answer)
                     if problem is not None:
                         raise BookieUnavailable(f"{link.address}: {problem}")
