@@ -18,7 +18,7 @@ Two ways to use it:
   for a request the caller encoded itself, so that one encoded ADD can go to
   every bookie of a write set.
 * Awaitable conveniences (`add`, `read`, `read_lac`, `write_lac`,
-  `bookie_info`, `list_entries`) that return the response and raise the
+  `bookie_info`, `identify`, `list_entries`) that return the response and raise the
   `StatusError` of a non-OK status (`bookie.errors.error_for_status`).
 
 The connection is driven as an asyncio protocol (`bookie.net.framed_protocol`):
@@ -96,6 +96,8 @@ from bookie.wire.messages import (
     AddResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
+    IdentifyRequest,
+    IdentifyResponse,
     ListEntriesRequest,
     ListEntriesResponse,
     ReadLacRequest,
@@ -362,6 +364,11 @@ class BookieConnection:
         self, *, timeout_ms: int = limits.read_timeout_ms_default
     ) -> GetBookieInfoResponse:
         return await self._call(GetBookieInfoRequest(0), GetBookieInfoResponse, timeout_ms)
+
+    async def identify(
+        self, *, timeout_ms: int = limits.read_timeout_ms_default
+    ) -> IdentifyResponse:
+        return await self._call(IdentifyRequest(0), IdentifyResponse, timeout_ms)
 
     async def list_entries(
         self, ledger_id: int, *, timeout_ms: int = limits.read_timeout_ms_default

@@ -14,6 +14,18 @@ under simulation, a wrapped stream) it runs over the streams the connector
 opens (`BookieConnection.over`).  Nothing here reads a clock other than
 through anyio.
 
+Who answers.  An address can change hands: a bookie that died may have its
+port taken by a bookie of another cluster on the same machine, whose ledger
+ids (every cluster counts from 0) and master keys (the same password) can be
+the same as ours.  Its answers would then pass for this bookie's, and one
+explicit LAC sent there would give it a LAC it never had (readers would then
+look for entries nobody wrote).  So on every new connection the pool first
+asks IDENTIFY, and treats the connection as one it could not open when the
+bookie names another bookie id or another cluster instance id (`identity_problem`);
+nothing else is sent on it before that answer.  It waits up to the read
+timeout: the bookie answers from memory, but a loaded one may be slow, and
+an alive bookie must not count as unreachable for that.
+
 Each bookie's link is in one of four states:
 
 * IDLE: no connection.  A request starts a connection attempt and waits in the
@@ -32,6 +44,8 @@ Each bookie's link is in one of four states:
 
 Invariants:
 
+* No request goes out on a connection before the bookie at its other end
+  answered IDENTIFY without naming another bookie or another cluster.
 * Every request submitted is answered exactly once, never from inside
   `submit`: by the connection (response, timeout, loss), or by the pool
   (failure while not connected), through one dispatcher task.
@@ -65,7 +79,7 @@ from bookie.errors import (
     TooManyRequests,
 )
 from bookie.wire.codec import encode_request
-from bookie.wire.messages import Request
+from bookie.wire.messages import IdentifyResponse, Request
 
 Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
 """Opens a byte stream to a bookie's address ("host:port")."""
@@ -86,6 +100,23 @@ async def tcp_connector(address: str) -> anyio.abc.ByteStream:
     fault injector): without a connector the pool connects over TCP by itself."""
     target = bookie_address(address)
     return await anyio.connect_tcp(target.host, target.port)
+
+
+def identity_problem(
+    bookie_id: str, instance_id: str | None, answer: IdentifyResponse
+) -> str | None:
+    """Why the bookie that gave `answer` is not `bookie_id` of the cluster `instance_id`
+    (None: not known), or None when it may be: it names no other bookie and no other
+    cluster.  A bookie that states no identity (one started without, in tests) passes."""
+    if answer.bookie_id is not None and answer.bookie_id != bookie_id:
+        return f"bookie {answer.bookie_id} listens there, not {bookie_id}"
+    stated = answer.instance_id
+    if stated is not None and instance_id is not None and stated != instance_id:
+        return (
+            f"a bookie of cluster {stated} listens there, "
+            f"not bookie {bookie_id} of cluster {instance_id}"
+        )
+    return None
 
 
 class _LinkState(enum.Enum):
@@ -167,10 +198,14 @@ class ConnectionPool:
         connector: Connector | None,
         config: ClientConfig,
         task_group: anyio.abc.TaskGroup,
+        *,
+        instance_id: str | None = None,
     ) -> None:
         """`connector`: None for TCP, else what opens the byte streams (see the module
-        docstring)."""
+        docstring); `instance_id`: the cluster's INSTANCEID, which every bookie connected
+        to must state (None: not known, bookie ids are checked alone)."""
         self._connector = connector
+        self._instance_id = instance_id
         self._config = config
         self._task_group = task_group
         self._links: dict[str, _Link] = {}
@@ -309,12 +344,17 @@ class ConnectionPool:
         self._task_group.start_soon(self._run_link, link, link.generation, scope)
 
     async def _run_link(self, link: _Link, generation: int, scope: anyio.CancelScope) -> None:
-        """Connect, serve the link until the connection fails, then back off."""
+        """Connect, check who answers, serve the link until the connection fails, then back
+        off."""
         failure = "connection closed"
         connected = False
         with scope:
             try:
                 async with self._open(link.address) as connection:
+                    answer = await connection.identify(timeout_ms=self._config.read_timeout_ms)
+                    problem = identity_problem(link.bookie_id, self._instance_id, answer)
+                    if problem is not None:
+                        raise BookieUnavailable(f"{link.address}: {problem}")
                     connected = True
                     failure = await self._serve(link, generation, connection)
             except _CONNECT_ERRORS as error:

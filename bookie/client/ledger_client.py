@@ -42,8 +42,9 @@ from bookie.clock import system_wall_clock_ms
 from bookie.core.metadata import LedgerMetadata, new_ledger
 from bookie.core.placement import choose_ensemble
 from bookie.core.quorum import check_quorum
-from bookie.errors import ClientClosed, UnauthorizedLedgerAccess
+from bookie.errors import ClientClosed, NoNode, UnauthorizedLedgerAccess
 from bookie.meta.api import MetadataStore
+from bookie.meta.bookies import read_instance_id
 from bookie.meta.ledgers import LedgerManager
 from bookie.wire.packet import DigestType
 
@@ -79,7 +80,8 @@ class LedgerClient:
     ) -> AsyncIterator[LedgerClient]:
         """Open a client of the cluster rooted at `root` in `store`.
 
-        Lists the registered bookies before the block starts (raises what the
+        Reads the cluster's instance id (every bookie it connects to must state it)
+        and lists the registered bookies before the block starts (raises what the
         store raises); `connector` opens byte streams to bookies (without one
         the client connects over TCP itself), `rng` drives placement (a fresh,
         OS-seeded one by default).
@@ -87,8 +89,12 @@ class LedgerClient:
         config = ClientConfig() if config is None else config
         rng = random.Random() if rng is None else rng
         try:
+            instance_id: str | None = await read_instance_id(store, root)
+        except NoNode:
+            instance_id = None  # no bookie has started yet: bookie ids are checked alone
+        try:
             async with anyio.create_task_group() as task_group:
-                pool = ConnectionPool(connector, config, task_group)
+                pool = ConnectionPool(connector, config, task_group, instance_id=instance_id)
                 registry = BookieRegistry(
                     store, root, pool, retry_delay_ms=config.metadata_retry_delay_ms
                 )

@@ -57,6 +57,8 @@ from bookie.wire.messages import (
     AddResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
+    IdentifyRequest,
+    IdentifyResponse,
     LedgerStateRequest,
     LedgerStateResponse,
     ListEntriesRequest,
@@ -199,6 +201,15 @@ Deferred = ReplyWhenSynced | Query
 Effect = Mutation | Reply | Deferred | Parked
 
 
+@dataclass(frozen=True, slots=True)
+class BookieIdentity:
+    """Who a bookie is: its bookie id and its cluster's instance id (INSTANCEID), as its
+    cookies record them.  IDENTIFY answers them."""
+
+    bookie_id: str
+    instance_id: str
+
+
 # --- per-ledger state -------------------------------------------------------------------------
 
 
@@ -242,6 +253,7 @@ class BookieHandler:
 
     __slots__ = (
         "read_only",
+        "_identity",
         "_ledgers",
         "_tombstones",
         "_tombstones_max",
@@ -258,6 +270,7 @@ class BookieHandler:
         fenced_tombstones: Iterable[int],
         *,
         read_only: bool = False,
+        identity: BookieIdentity | None = None,
         long_poll_waiters_max: int = limits.long_poll_waiters_max,
         tombstones_max: int = limits.fenced_deleted_ledgers_remembered_max,
     ) -> None:
@@ -265,6 +278,7 @@ class BookieHandler:
         assert tombstones_max >= 0
         self.read_only = read_only
         """Set by the shell (disk full): normal adds and explicit LACs get EREADONLY."""
+        self._identity = identity
         self._ledgers: dict[int, _Ledger] = {
             record.ledger_id: _Ledger(
                 record.master_key, record.fenced, record.lac, record.explicit_lac_packet
@@ -324,6 +338,8 @@ class BookieHandler:
             return [ReportBookieInfo(connection_id, request.request_id)]
         if isinstance(request, LedgerStateRequest):
             return [Reply(connection_id, self._ledger_state(request))]
+        if isinstance(request, IdentifyRequest):
+            return [Reply(connection_id, self._identify(request))]
         return self._list_entries(request, connection_id)
 
     def _add(self, request: AddRequest, connection_id: int) -> list[Effect]:
@@ -459,6 +475,14 @@ class BookieHandler:
                 return LedgerStateResponse(request_id, _EOK, None, ledger_id, True, LAC_NONE)
             return LedgerStateResponse(request_id, _ENOLEDGER, "no such ledger", ledger_id)
         return LedgerStateResponse(request_id, _EOK, None, ledger_id, ledger.fenced, ledger.lac)
+
+    def _identify(self, request: IdentifyRequest) -> IdentifyResponse:
+        identity = self._identity
+        if identity is None:
+            return IdentifyResponse(request.request_id, _EOK, None)
+        return IdentifyResponse(
+            request.request_id, _EOK, None, identity.bookie_id, identity.instance_id
+        )
 
     def _list_entries(self, request: ListEntriesRequest, connection_id: int) -> list[Effect]:
         request_id, ledger_id = request

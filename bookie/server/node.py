@@ -40,6 +40,7 @@ import anyio
 import anyio.abc
 
 from bookie.address import Address
+from bookie.core.bookie_handler import BookieIdentity
 from bookie.errors import (
     BookieError,
     CookieMismatch,
@@ -257,6 +258,7 @@ class BookieNode:
                     host=config.listen_address.host,
                     port=config.listen_address.port,
                     read_only=initial.read_only,
+                    identity=BookieIdentity(config.bookie_id, instance_id),
                     shutdown_drain_ms=config.shutdown_drain_ms,
                 )
                 collector = GarbageCollector(

@@ -39,7 +39,7 @@ import anyio.abc
 
 from bookie import limits
 from bookie.clock import loop_clock_ms
-from bookie.core.bookie_handler import BookieHandler
+from bookie.core.bookie_handler import BookieHandler, BookieIdentity
 from bookie.errors import Status
 from bookie.net.stream_transport import StreamTransport
 from bookie.server.processor import DiskSpace, RequestProcessor
@@ -58,6 +58,7 @@ class BookieServer:
         host: str = "127.0.0.1",
         port: int = limits.port_default,
         read_only: bool = False,
+        identity: BookieIdentity | None = None,
         connections_max: int = limits.connections_max,
         shutdown_drain_ms: int = limits.shutdown_drain_ms_max,
         long_poll_waiters_max: int = limits.long_poll_waiters_max,
@@ -68,7 +69,8 @@ class BookieServer:
     ) -> None:
         """`listener`, when given, replaces the TCP listener on host:port (the simulation
         passes a `bookie.testing.simnet.SimListener`); `port` then reports 0 unless the
-        listener says otherwise."""
+        listener says otherwise.  `identity` is what IDENTIFY answers (clients check it
+        on every connection); a bookie process always has one."""
         assert 0 <= port <= 0xFFFF
         assert connections_max > 0
         assert 0 <= shutdown_drain_ms <= limits.shutdown_drain_ms_max
@@ -81,6 +83,7 @@ class BookieServer:
             storage.recovered_ledgers(),
             storage.fenced_tombstones(),
             read_only=read_only,
+            identity=identity,
             long_poll_waiters_max=long_poll_waiters_max,
         )
         self._processor = RequestProcessor(

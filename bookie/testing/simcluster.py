@@ -67,6 +67,7 @@ import anyio.abc
 from bookie import limits
 from bookie.client.config import ClientConfig
 from bookie.client.ledger_client import LedgerClient
+from bookie.core.bookie_handler import BookieIdentity
 from bookie.errors import MetadataUnavailable, StorageError
 from bookie.meta.api import SessionState
 from bookie.meta.bookies import BookieInfo, init_cluster, register
@@ -285,6 +286,8 @@ class SimCluster:
     client_hooks: list[Callable[[str], None]] = field(init=False)
     """Called with a client's name when it opens, before it connects anywhere (a standing
     partition places the newcomer on one of its sides)."""
+    instance_id: str = field(init=False, default="")
+    """The cluster's INSTANCEID, which every bookie states when a client connects."""
     _network_rng: random.Random = field(init=False)
     _disk_rng: random.Random = field(init=False)
     _task_group: anyio.abc.TaskGroup | None = field(init=False, default=None)
@@ -315,7 +318,9 @@ class SimCluster:
         """A running world for the block: the cluster initialised, every bookie registered."""
         cluster = cls(rng, config, trace)
         async with cluster.metadata.client() as store:
-            await init_cluster(store, config.root, instance_id=f"sim-{rng.getrandbits(32):08x}")
+            cluster.instance_id = await init_cluster(
+                store, config.root, instance_id=f"sim-{rng.getrandbits(32):08x}"
+            )
         async with anyio.create_task_group() as task_group:
             cluster._task_group = task_group
             for bookie in cluster.bookies.values():
@@ -403,7 +408,12 @@ class SimCluster:
         store = self.metadata.client()
         listener = self.network.listen(bookie.address)
         server = BookieServer(
-            disk, _disk_space, host=bookie.bookie_id, port=BOOKIE_PORT, listener=listener
+            disk,
+            _disk_space,
+            host=bookie.bookie_id,
+            port=BOOKIE_PORT,
+            listener=listener,
+            identity=BookieIdentity(bookie.bookie_id, self.instance_id),
         )
         scope = anyio.CancelScope()
         stopped = anyio.Event()

@@ -56,6 +56,8 @@ from bookie.wire.messages import (
     AddResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
+    IdentifyRequest,
+    IdentifyResponse,
     LedgerStateRequest,
     LedgerStateResponse,
     ListEntriesRequest,
@@ -166,6 +168,7 @@ _REQUEST_FIELDS: Final[dict[type[Request], tuple[Validator, ...]]] = {
     GetBookieInfoRequest: (),
     ListEntriesRequest: (_u63,),
     LedgerStateRequest: (_u63,),
+    IdentifyRequest: (),
 }
 
 _RESPONSE_FIELDS: Final[dict[type[Response], tuple[Validator, ...]]] = {
@@ -182,6 +185,7 @@ _RESPONSE_FIELDS: Final[dict[type[Response], tuple[Validator, ...]]] = {
     GetBookieInfoResponse: (_optional(_u63), _optional(_u63), _optional(_bool)),
     ListEntriesResponse: (_optional(_u63), _optional(_ranges)),
     LedgerStateResponse: (_optional(_u63), _optional(_bool), _optional(_lac)),
+    IdentifyResponse: (_optional(_text), _optional(_text)),
 }
 
 

@@ -30,6 +30,7 @@ class Op(enum.IntEnum):
     GET_BOOKIE_INFO = 5
     LIST_ENTRIES = 6
     LEDGER_STATE = 7
+    IDENTIFY = 8
 
 
 ADD_FLAG_RECOVERY = 0x1
@@ -118,6 +119,16 @@ class LedgerStateRequest(NamedTuple):
     ledger_id: int
 
 
+class IdentifyRequest(NamedTuple):
+    """Ask which bookie this is: its bookie id and its cluster's instance id.
+
+    A client asks it first on every connection, so that it never talks to
+    another bookie that now listens at the address it knew (docs/protocol.md).
+    """
+
+    request_id: int
+
+
 Request = (
     AddRequest
     | ReadRequest
@@ -126,6 +137,7 @@ Request = (
     | GetBookieInfoRequest
     | ListEntriesRequest
     | LedgerStateRequest
+    | IdentifyRequest
 )
 
 # --- responses --------------------------------------------------------------------------------
@@ -206,6 +218,17 @@ class LedgerStateResponse(NamedTuple):
     lac: int | None = None
 
 
+class IdentifyResponse(NamedTuple):
+    """The bookie's id and its cluster's instance id; None where it has none (a bookie
+    started without an identity, as some tests do)."""
+
+    request_id: int
+    status: int
+    message: str | None
+    bookie_id: str | None = None
+    instance_id: str | None = None
+
+
 Response = (
     AddResponse
     | ReadResponse
@@ -214,6 +237,7 @@ Response = (
     | GetBookieInfoResponse
     | ListEntriesResponse
     | LedgerStateResponse
+    | IdentifyResponse
 )
 
 REQUEST_TYPES: dict[Op, type[Request]] = {
@@ -224,6 +248,7 @@ REQUEST_TYPES: dict[Op, type[Request]] = {
     Op.GET_BOOKIE_INFO: GetBookieInfoRequest,
     Op.LIST_ENTRIES: ListEntriesRequest,
     Op.LEDGER_STATE: LedgerStateRequest,
+    Op.IDENTIFY: IdentifyRequest,
 }
 
 RESPONSE_TYPES: dict[Op, type[Response]] = {
@@ -234,6 +259,7 @@ RESPONSE_TYPES: dict[Op, type[Response]] = {
     Op.GET_BOOKIE_INFO: GetBookieInfoResponse,
     Op.LIST_ENTRIES: ListEntriesResponse,
     Op.LEDGER_STATE: LedgerStateResponse,
+    Op.IDENTIFY: IdentifyResponse,
 }
 
 OP_OF_REQUEST: dict[type[Request], Op] = {cls: op for op, cls in REQUEST_TYPES.items()}

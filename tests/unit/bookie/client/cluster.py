@@ -23,6 +23,7 @@ import anyio.abc
 
 from bookie.client.config import ClientConfig
 from bookie.client.ledger_client import LedgerClient
+from bookie.core.bookie_handler import BookieIdentity
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import BookieInfo, init_cluster, register
 from bookie.meta.memory import MemoryMetadataServer
@@ -74,10 +75,16 @@ class LocalCluster:
     """Bookies of one cluster; open it with `LocalCluster.start`."""
 
     def __init__(
-        self, store_factory: StoreFactory, root: str, task_group: anyio.abc.TaskGroup
+        self,
+        store_factory: StoreFactory,
+        root: str,
+        task_group: anyio.abc.TaskGroup,
+        instance_id: str,
     ) -> None:
         self.store_factory = store_factory
         self.root = root
+        self.instance_id = instance_id
+        """The cluster's INSTANCEID, which its bookies state to every client."""
         self._task_group = task_group
         self._bookies: dict[str, LocalBookie] = {}
         self._numbers = itertools.count(1)
@@ -91,12 +98,13 @@ class LocalCluster:
         bookies: int = 3,
         racks: list[str | None] | None = None,
         root: str = ROOT,
+        instance_id: str = "test-cluster",
     ) -> AsyncIterator[LocalCluster]:
         """`bookies` running bookies (with the given racks, if any) for the block."""
         async with store_factory() as store:
-            await init_cluster(store, root, instance_id="test-cluster")
+            instance_id = await init_cluster(store, root, instance_id=instance_id)
         async with anyio.create_task_group() as task_group:
-            cluster = cls(store_factory, root, task_group)
+            cluster = cls(store_factory, root, task_group, instance_id)
             for index in range(bookies):
                 await cluster.add_bookie(rack=racks[index] if racks else None)
             yield cluster
@@ -150,7 +158,9 @@ class LocalCluster:
             bookie.scope = scope
             async with (
                 self.store_factory() as store,
-                running_server(bookie.storage) as server,
+                running_server(
+                    bookie.storage, identity=BookieIdentity(bookie.bookie_id, self.instance_id)
+                ) as server,
                 anyio.create_task_group() as syncing,
             ):
                 syncing.start_soon(_sync_forever, bookie.storage)
@@ -192,9 +202,11 @@ async def _sync_forever(storage: MemoryLedgerStorage) -> None:
 
 @asynccontextmanager
 async def memory_cluster(
-    bookies: int = 3, racks: list[str | None] | None = None
+    bookies: int = 3, racks: list[str | None] | None = None, instance_id: str = "test-cluster"
 ) -> AsyncIterator[LocalCluster]:
     """A cluster whose metadata lives in one in-memory metadata server."""
     server = MemoryMetadataServer()
-    async with LocalCluster.start(server.client, bookies=bookies, racks=racks) as cluster:
+    async with LocalCluster.start(
+        server.client, bookies=bookies, racks=racks, instance_id=instance_id
+    ) as cluster:
         yield cluster

@@ -15,12 +15,19 @@ from bookie.address import Address
 from bookie.client.bookie_conn import BookieConnection
 from bookie.client.config import ClientConfig
 from bookie.client.connections import ConnectionPool, bookie_address, tcp_connector
+from bookie.core.bookie_handler import BookieIdentity
 from bookie.errors import BookieError, BookieUnavailable, ClientClosed
 from bookie.storage.memory import MemoryLedgerStorage
 from bookie.wire.codec import encode_request
-from bookie.wire.messages import GetBookieInfoRequest, GetBookieInfoResponse, Response
+from bookie.wire.messages import (
+    LAC_NONE,
+    GetBookieInfoRequest,
+    GetBookieInfoResponse,
+    Response,
+    WriteLacRequest,
+)
 from tests.unit.bookie.client.cluster import WAIT_S
-from tests.unit.bookie.server.support import running_server, wait_for
+from tests.unit.bookie.server.support import DIGEST, KEY, packet, running_server, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -52,9 +59,11 @@ class Answers:
 
 
 @asynccontextmanager
-async def pool_of(connector: CountingConnector) -> AsyncIterator[ConnectionPool]:
+async def pool_of(
+    connector: CountingConnector, *, instance_id: str | None = None
+) -> AsyncIterator[ConnectionPool]:
     async with anyio.create_task_group() as task_group:
-        pool = ConnectionPool(connector, CONFIG, task_group)
+        pool = ConnectionPool(connector, CONFIG, task_group, instance_id=instance_id)
         yield pool
         pool.close()
         task_group.cancel_scope.cancel()
@@ -175,3 +184,48 @@ async def test_one_frame_goes_to_two_bookies_under_a_shared_request_id() -> None
     with anyio.fail_after(WAIT_S):
         await one.wait_failed()
     assert one.failure is not None
+
+
+async def test_a_bookie_of_another_cluster_at_a_known_address_gets_nothing() -> None:
+    """The port of a bookie that died was taken by a bookie of another cluster on the same
+    machine, holding a ledger of the same id under the same master key.  An explicit LAC
+    sent there would give that ledger a LAC its own writer never reached, and its readers
+    would look for entries nobody wrote (`NoSuchEntry`): the pool must not send it."""
+    connector = CountingConnector()
+    storage = MemoryLedgerStorage()
+    storage.set_master_key(0, KEY)
+    storage.add_entry(0, 0, packet(0, 0, lac=LAC_NONE))
+    storage.sync()
+    theirs = BookieIdentity("b1", "cluster-b")
+    async with (
+        running_server(storage, identity=theirs) as server,
+        BookieConnection.connect("127.0.0.1", server.port) as owner,
+        pool_of(connector, instance_id="cluster-a") as pool,
+    ):
+        pool.set_address("b1", f"127.0.0.1:{server.port}")
+        answers = Answers()
+        pool.submit("b1", WriteLacRequest(0, 0, KEY, 57, DIGEST.build_lac(0, 57)), answers, 1_000)
+        await wait_for(lambda: len(answers.outcomes) == 1, WAIT_S)
+        [outcome] = answers.outcomes
+        assert isinstance(outcome, BookieUnavailable)
+        assert "cluster-b" in str(outcome)
+        assert not pool.is_connected("b1")
+        entry = await owner.read(0, 0)
+        assert entry.lac == LAC_NONE, "the other cluster's bookie kept its own LAC"
+
+
+async def test_a_connection_is_used_once_the_bookie_states_the_expected_identity() -> None:
+    connector = CountingConnector()
+    async with (
+        running_server(MemoryLedgerStorage(), identity=BookieIdentity("b1", "c")) as server,
+        pool_of(connector, instance_id="c") as pool,
+    ):
+        pool.set_address("b1", f"127.0.0.1:{server.port}")
+        pool.set_address("b2", f"127.0.0.1:{server.port}")
+        served, other = Answers(), Answers()
+        ask(pool, "b1", served)
+        ask(pool, "b2", other)
+        await wait_for(lambda: len(served.outcomes) == len(other.outcomes) == 1, WAIT_S)
+        assert isinstance(served.outcomes[0], GetBookieInfoResponse)
+        assert isinstance(other.outcomes[0], BookieUnavailable)
+        assert "bookie b1 listens there, not b2" in str(other.outcomes[0])

@@ -5,12 +5,21 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from bookie.client.read_handle import LedgerEntry
+from bookie.client.read_handle import LedgerEntry, ReadHandle
 from bookie.errors import ClientClosed, NoSuchLedgerError
+from bookie.meta.bookies import BookieInfo, register
+from bookie.wire.messages import LAC_NONE
 from tests.unit.bookie.client.cluster import WAIT_S, fast_config, memory_cluster
 from tests.unit.bookie.server.support import wait_for
 
 pytestmark = pytest.mark.anyio
+
+
+async def collect(reader: ReadHandle, received: list[LedgerEntry]) -> None:
+    """Tail `reader` from entry 0 into `received`, until its ledger is closed."""
+    async with reader.tail(0) as entries:
+        async for entry in entries:
+            received.append(entry)
 
 
 async def test_tail_sees_entries_as_they_are_appended_and_ends_at_close() -> None:
@@ -24,15 +33,9 @@ async def test_tail_sees_entries_as_they_are_appended_and_ends_at_close() -> Non
         writer = await writer_client.create_ledger(3, 3, 2, password=b"pw")
         await writer.append(b"before the tail opened")
         reader = await reader_client.open_ledger(writer.ledger_id, b"pw", recovery=False)
-
-        async def follow() -> None:
-            async with reader.tail(0) as entries:
-                async for entry in entries:
-                    received.append(entry)
-
         with anyio.fail_after(WAIT_S):
             async with anyio.create_task_group() as task_group:
-                task_group.start_soon(follow)
+                task_group.start_soon(collect, reader, received)
                 for index in range(1, count):
                     await writer.append(f"entry {index}".encode())
                     # Each entry is seen once the next add carries its LAC.
@@ -134,3 +137,46 @@ async def test_a_tail_still_waiting_when_its_client_closes_raises_client_closed(
             await wait_for(parked, WAIT_S)
         await wait_for(lambda: bool(outcome), WAIT_S)
     assert len(outcome) == 1
+
+
+async def test_a_writer_of_another_cluster_at_a_reused_address_never_moves_the_tail() -> None:
+    """Two clusters on one machine: each counts ledger ids from 0 and uses the same password,
+    so the master keys match too.  One of their bookies dies and ours takes its address.
+    Their writer, reconnecting there, must not reach our bookie: if it did, its adds would
+    carry its LAC into our ledger 0, our follower would take entries as confirmed that our
+    writer never wrote, and its tail would end in `NoSuchEntry` (a follower crashed so)."""
+    received: list[LedgerEntry] = []
+    async with (
+        memory_cluster(3, instance_id="ours") as ours,
+        memory_cluster(3, instance_id="theirs") as theirs,
+        ours.client() as our_client,
+        ours.client(seed=2) as follower_client,
+        theirs.client() as their_client,
+    ):
+        their_writer = await their_client.create_ledger(3, 3, 2, password=b"rsm")
+        our_writer = await our_client.create_ledger(3, 3, 2, password=b"rsm")
+        assert their_writer.ledger_id == our_writer.ledger_id == 0
+        for _ in range(10):
+            await their_writer.append(b"theirs")
+        await our_writer.append(b"ours 0")
+
+        await theirs.stop_bookie("bookie-3")
+        reused = ours.bookie("bookie-3").address
+        async with (
+            theirs.store_factory() as store,
+            register(store, "bookie-3", BookieInfo(reused), root=theirs.root),
+        ):
+            await wait_for(lambda: their_client.bookie_address("bookie-3") == reused, WAIT_S)
+            await their_writer.append(b"theirs, once more")
+            await their_writer.close()  # once every bookie it sent adds to has answered
+
+        assert ours.storage("bookie-3").entry_ranges(0) == [(0, 0)], "nothing of theirs"
+        follower = await follower_client.open_ledger(0, b"rsm", recovery=False)
+        assert follower.last_add_confirmed == LAC_NONE
+        with anyio.fail_after(WAIT_S):
+            async with anyio.create_task_group() as task_group:
+                task_group.start_soon(collect, follower, received)
+                await our_writer.append(b"ours 1")
+                await wait_for(lambda: len(received) == 1, WAIT_S)
+                await our_writer.close()
+        assert received == [LedgerEntry(0, b"ours 0"), LedgerEntry(1, b"ours 1")]

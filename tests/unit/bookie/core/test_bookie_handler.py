@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from bookie.core.bookie_handler import (
     BookieHandler,
+    BookieIdentity,
     Effect,
     Fence,
     ListEntries,
@@ -36,6 +37,8 @@ from bookie.wire.messages import (
     AddResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
+    IdentifyRequest,
+    IdentifyResponse,
     LedgerStateRequest,
     LedgerStateResponse,
     ListEntriesRequest,
@@ -105,6 +108,7 @@ class Bookie:
         storage: MemoryLedgerStorage | None = None,
         *,
         read_only: bool = False,
+        identity: BookieIdentity | None = None,
         long_poll_waiters_max: int = 10,
         tombstones_max: int = 10,
     ) -> None:
@@ -113,6 +117,7 @@ class Bookie:
             self.storage.recovered_ledgers(),
             self.storage.fenced_tombstones(),
             read_only=read_only,
+            identity=identity,
             long_poll_waiters_max=long_poll_waiters_max,
             tombstones_max=tombstones_max,
         )
@@ -307,6 +312,14 @@ def test_ledger_state_answers_from_memory_at_once_fenced_or_not() -> None:
     answer = bookie.one(LedgerStateRequest(7, LEDGER))
     assert answer.response == LedgerStateResponse(7, Status.EOK, None, LEDGER, True, 0)
     assert not answer.after_sync
+
+
+def test_identify_states_the_bookie_id_and_the_cluster_instance_id_at_once() -> None:
+    bookie = Bookie(identity=BookieIdentity("127.0.0.1:3183", "cluster-a"))
+    assert bookie.one(IdentifyRequest(9)) == Answer(
+        1, IdentifyResponse(9, Status.EOK, None, "127.0.0.1:3183", "cluster-a"), False
+    )
+    assert Bookie().one(IdentifyRequest(10)).response == IdentifyResponse(10, Status.EOK, None)
 
 
 def test_ledger_state_of_a_fenced_then_deleted_ledger_says_fenced() -> None:

@@ -30,6 +30,8 @@ from bookie.wire.messages import (
     AddResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
+    IdentifyRequest,
+    IdentifyResponse,
     LedgerStateRequest,
     LedgerStateResponse,
     ListEntriesRequest,
@@ -58,6 +60,7 @@ key = st.binary(max_size=limits.master_key_bytes_max)
 packet = st.binary(max_size=256)
 timeout = st.integers(min_value=0, max_value=limits.long_poll_timeout_ms_max)
 message = st.none() | st.text(max_size=64)
+text = st.text(max_size=64)
 ranges = st.lists(
     st.tuples(u63, st.integers(min_value=0, max_value=1000)).map(
         lambda pair: [pair[0] // 2, pair[0] // 2 + pair[1]]
@@ -82,6 +85,7 @@ requests: st.SearchStrategy[Request] = st.one_of(
     st.builds(GetBookieInfoRequest, u63),
     st.builds(ListEntriesRequest, u63, u63),
     st.builds(LedgerStateRequest, u63, u63),
+    st.builds(IdentifyRequest, u63),
 )
 
 
@@ -108,6 +112,7 @@ responses: st.SearchStrategy[Response] = st.one_of(
     ),
     st.builds(ListEntriesResponse, u63, status, message, _opt(u63), _opt(ranges)),
     st.builds(LedgerStateResponse, u63, status, message, _opt(u63), _opt(st.booleans()), _opt(lac)),
+    st.builds(IdentifyResponse, u63, status, message, _opt(text), _opt(text)),
 )
 
 # Values of every CBOR kind a hostile peer could put in a field.
