@@ -43,7 +43,7 @@ from anyio.abc import SocketAttribute
 from bookie.address import Address, parse_address
 from bookie.client.ledger_client import LedgerClient
 from bookie.clock import system_wall_clock_ms
-from bookie.errors import InvalidAddress, NodeExists
+from bookie.errors import InvalidAddress, MetadataError, NodeExists
 from bookie.meta.api import ANY_VERSION, MetadataStore
 from kvstore import limits
 from kvstore.endpoints import Endpoint, encode_endpoint, endpoint_path
@@ -206,13 +206,22 @@ class KvNode:
         return listener, port
 
     async def _publish_endpoint(self) -> None:
+        """Record this node's addresses; a ZooKeeper that is briefly unreachable (a lost
+        connection on a loaded machine) is waited for, as the replica's own start-up does."""
         replica = self.replica
         path = endpoint_path(self.app, replica.replica_id)
         value = encode_endpoint(Endpoint(replica.replica_id, self.resp_address, replica.address))
-        try:
-            await self._store.create(path, value, make_parents=True)
-        except NodeExists:
-            await self._store.set(path, value, ANY_VERSION)
+        while True:
+            try:
+                try:
+                    await self._store.create(path, value, make_parents=True)
+                except NodeExists:
+                    await self._store.set(path, value, ANY_VERSION)
+                return
+            except MetadataError as error:
+                if not error.retryable:
+                    raise
+                await anyio.sleep(self.replica.config.retry_delay_ms / 1000)
 
 
 @contextlib.asynccontextmanager
