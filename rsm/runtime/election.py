@@ -269,10 +269,11 @@ class Leadership:
             except MetadataError:
                 await anyio.sleep(self._retry_delay_s)
 
-    async def leader_changed(self) -> None:
-        """Return at the next reading of the `leader` znode: it changed (or was read again after
-        a failed watch)."""
+    async def leader_changed(self) -> LeaderInfo | None:
+        """Wait for the next reading of the `leader` znode (it changed, or was read again after
+        a failed watch); the leader it names, if any."""
         await self._leader_seen.wait()
+        return self.leader
 
     async def wait_leader(self, accept: Callable[[LeaderInfo], bool]) -> LeaderInfo:
         """Wait until the `leader` znode holds a value `accept` likes (bound it from outside)."""

@@ -816,10 +816,12 @@ class Replica:
 
     # --- handover -----------------------------------------------------------------------------
 
-    async def wait_leader_change(self) -> None:
-        """Return once this replica next sees a leader published (a takeover or a handover
-        anywhere): for a server that holds commands until a leader serves them."""
-        await self._election.leader_changed()
+    async def wait_leader_change(self) -> str | None:
+        """Wait until this replica next sees the published leader change (a takeover or a
+        handover anywhere); the new leader's address, None while none is published.  For a
+        server that holds or forwards commands for the leader."""
+        leader = await self._election.leader_changed()
+        return None if leader is None else leader.address
 
     async def transfer_leadership(self, to: str | None = None) -> dict[str, Any]:
         """Hand leadership to replica `to` (None: any caught-up candidate); see `_hand_over`.

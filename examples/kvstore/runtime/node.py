@@ -271,8 +271,7 @@ async def _retry_on_new_leaders(replica: Replica, router: Router) -> None:
     """Have the router retry its waiting commands whenever a new leader is published, so a
     failover costs the clients no backoff on top of the takeover."""
     while True:
-        await replica.wait_leader_change()
-        router.leader_changed()
+        router.leader_changed(await replica.wait_leader_change())
 
 
 def replica_info(replica: Replica) -> ReplicaInfo:

@@ -28,8 +28,9 @@ before a failover is answered from the session table instead of being
 applied twice.  A `NotLeader` naming another leader is followed at once
 (`limits.leader_redirects_max` times); otherwise the command waits a
 backoff (10 ms doubling to 500 ms, with jitter, per connection), or until a
-new leader is published (`leader_changed`), and goes again, until its
-deadline (`limits.command_deadline_ms_default`): then the
+new leader is published (`leader_changed`, which also ends the wait of the
+commands in flight to its predecessor), and goes again, until its deadline
+(`limits.command_deadline_ms_default`): then the
 connection gets TRYAGAIN (never applied) or TIMEOUT (maybe applied), see
 `kvstore.connection.dispatch`.  `SessionExpired` (the connection was idle past the
 session TTL, or its session was evicted) means the replicas dropped the
@@ -335,11 +336,21 @@ class Router:
                     self._send(attempt)
             self.flush()
 
-    def leader_changed(self) -> None:
-        """A new leader was published (the local replica saw it): the commands waiting for a
-        retry go again now, by way of the local replica's idea of the leader, instead of when
-        their backoff ends."""
-        self._leader = None
+    def leader_changed(self, leader: str | None) -> None:
+        """The local replica saw the published leader change to `leader` (its framework
+        address; None while none is published).
+
+        A new leader ends the wait of every command: the links to any other address are
+        closed, so commands in flight to a predecessor that is stopped or cut off go again at
+        once (with their seqs: one it had logged is answered from the session table) rather
+        than after `limits.forward_answer_timeout_ms`, and the commands waiting for a retry go
+        now instead of when their backoff ends.  While none is published, in-flight commands
+        are left to their leader: one that hands over answers them."""
+        if leader is None:
+            return
+        self._leader = leader
+        for address in [address for address in self._links if address != leader]:
+            self._links.pop(address).close()
         schedule = self._schedule
         if schedule:
             now_s = self._clock_s()

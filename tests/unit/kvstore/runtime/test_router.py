@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 import pytest
 from anyio.abc import SocketAttribute
+from kvstore import limits as kvstore_limits
 from kvstore.runtime.router import Router
 
 from rsm.client import tcp_connector
@@ -53,6 +54,8 @@ class FakeReplica:
         """Whether `read_now` answers (a leader under its read lease)."""
         self.applied_index = 7
         self.flushes = 0
+        self.stalled = False
+        """Whether calls go unanswered (a leader stopped with its connections open)."""
 
     @property
     def is_leader(self) -> bool:
@@ -60,6 +63,8 @@ class FakeReplica:
 
     def handle_call(self, request: CallRequest, answerer: Answerer) -> None:
         self.calls.append(request)
+        if self.stalled:
+            return
         if not self.leader:
             outcome = Outcome.failure(NotLeader("not me", self.hint))
         elif self.script:
@@ -380,8 +385,32 @@ async def test_a_new_leader_ends_the_backoff_of_waiting_commands() -> None:
             while len(local.calls) < 2 * 4:  # waits of 10, 20 and 40 ms so far, then 80
                 await anyio.sleep(0.001)
         local.leader = True
-        router.leader_changed()
+        router.leader_changed(local.address)
         for _ in range(3):  # the retry loop wakes, sends, and the leader answers at once
             await next_turn()
         assert len(inbox.delivered) == 2, "sent again at once, not after the backoff"
     assert [outcome.value for _, outcome in inbox.delivered] == [["set", 1], ["set", 1]]
+
+
+async def test_a_new_leader_ends_the_wait_for_a_stalled_predecessor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A predecessor stopped (SIGSTOP) keeps its connections open and answers nothing: the
+    commands in flight to it go to the new leader when it is published, with their seqs,
+    not when the link's answer timeout (made longer than the test's wait here) runs out."""
+    monkeypatch.setattr(kvstore_limits, "forward_answer_timeout_ms", 600_000)
+    inbox = Inbox()
+    async with remote_leader() as remote:
+        remote.stalled = True
+        local = FakeReplica()
+        local.hint = remote.address
+        async with running(router_of(local)) as router:
+            router.call(router.lane(), "set", [b"k", b"v"], inbox, 0)
+            with anyio.fail_after(WAIT_S):
+                while not remote.calls:
+                    await anyio.sleep(0.001)
+            local.leader = True
+            router.leader_changed(local.address)
+            [(_, outcome)] = await inbox.wait(1)
+    assert outcome.value == ["set", 1], "answered by the new leader"
+    assert {call.seq for call in local.calls + remote.calls} == {1}, "one seq for every attempt"

@@ -214,17 +214,19 @@ async def test_a_follower_hears_of_its_new_leader() -> None:
     async with replica_cluster() as replicas:
         leader = await start_three(replicas)
         follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
+        heard: list[str | None] = []
         async with anyio.create_task_group() as task_group:
             changed = anyio.Event()
 
             async def wait_change() -> None:
-                await follower.wait_leader_change()
+                heard.append(await follower.wait_leader_change())
                 changed.set()
 
             task_group.start_soon(wait_change)
             await anyio.wait_all_tasks_blocked()
             assert not changed.is_set()
             replicas.memory_store(leader.replica_id).expire_session()
-            await replicas.wait_leader(exclude=leader.replica_id)
+            successor = await replicas.wait_leader(exclude=leader.replica_id)
             with anyio.fail_after(10):
                 await changed.wait()
+        assert heard in ([successor.address], [None]), "the new leader, or its predecessor gone"
