@@ -201,6 +201,18 @@ async def leader_status(client: Client) -> dict[str, Any]:
             await anyio.sleep(0.05)
 
 
+async def ready_to_lead(client: Client, address: str) -> None:
+    """Wait until the replica at `address` is a caught-up candidate (a handoff's target must
+    be one: a replica that just stepped down stands again once it caught up)."""
+    with anyio.fail_after(TRIAL_TIMEOUT_S):
+        while True:
+            with contextlib.suppress(RsmError):
+                status = await client.status(address)
+                if status["candidate"] and status["caught_up"]:
+                    return
+            await anyio.sleep(0.05)
+
+
 def follower_ports(cluster: LocalKvCluster, leader: str) -> list[int]:
     return [replica.resp_port for replica in cluster.replicas if replica.name != leader]
 
@@ -278,7 +290,7 @@ async def handoffs(
         status = await leader_status(client)
         leader = str(status["replica_id"])
         target = next(replica for replica in cluster.replicas if replica.name != leader)
-        await cluster.wait_ready()  # every replica caught up: the target can take over at once
+        await ready_to_lead(client, target.address)
         writers = Writers([replica.resp_port for replica in cluster.replicas], arguments.writers)
         async with writers.running():
             await writers.wait_acks(STEADY_ACKS)
