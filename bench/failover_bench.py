@@ -18,10 +18,11 @@ every setting at the commands' defaults unless given, and measures:
   until all three replicas have caught up.
 * `pause`: the same with SIGSTOP of the leader instead, held until a
   successor serves (longer than the detection time), then SIGCONT.
-* `handoff`: `--handoffs` graceful transfers (`transfer-leadership`) to a
-  caught-up follower under the same load: the framework's own measure of the
-  window in which no leader took writes (`window_ms`), and the longest gap
-  between two acknowledged SETs the writers saw around it (`observed_ms`).
+* `handoff`: `--handoffs` graceful transfers (`transfer-leadership`, the
+  leader choosing a caught-up candidate) under writes through every
+  replica: the framework's own measure of the window in which no leader
+  took writes (`window_ms`), and the longest gap between two acknowledged
+  SETs the writers saw around it (`observed_ms`).
 * `soak`: `--soak-s` seconds of saturating load, no fault: redis-benchmark
   SETs (50 connections, pipeline 16) on every replica's port, beside the
   writers; the number of leader changes (log epochs) in that time, which
@@ -201,15 +202,16 @@ async def leader_status(client: Client) -> dict[str, Any]:
             await anyio.sleep(0.05)
 
 
-async def ready_to_lead(client: Client, address: str) -> None:
-    """Wait until the replica at `address` is a caught-up candidate (a handoff's target must
-    be one: a replica that just stepped down stands again once it caught up)."""
+async def ready_to_lead(client: Client, addresses: list[str]) -> None:
+    """Wait until one of the replicas at `addresses` is a caught-up candidate (a handoff's
+    target must be one: a replica that just handed over stands again once caught up)."""
     with anyio.fail_after(TRIAL_TIMEOUT_S):
         while True:
-            with contextlib.suppress(RsmError):
-                status = await client.status(address)
-                if status["candidate"] and status["caught_up"]:
-                    return
+            for address in addresses:
+                with contextlib.suppress(RsmError):
+                    status = await client.status(address)
+                    if status["candidate"] and status["caught_up"]:
+                        return
             await anyio.sleep(0.05)
 
 
@@ -289,13 +291,13 @@ async def handoffs(
     for _ in range(arguments.handoffs):
         status = await leader_status(client)
         leader = str(status["replica_id"])
-        target = next(replica for replica in cluster.replicas if replica.name != leader)
-        await ready_to_lead(client, target.address)
+        others = [replica.address for replica in cluster.replicas if replica.name != leader]
+        await ready_to_lead(client, others)
         writers = Writers([replica.resp_port for replica in cluster.replicas], arguments.writers)
         async with writers.running():
             await writers.wait_acks(STEADY_ACKS)
             start = time.perf_counter()
-            result = await client.transfer_leadership(target.name)
+            result = await client.transfer_leadership()  # the leader picks a ready candidate
             await writers.wait_acks(STEADY_ACKS)
             end = time.perf_counter()
             if result["window_ms"] is not None:

@@ -797,6 +797,14 @@ class Replica:
         candidacy = self._election.candidacy
         is_elect = candidacy is not None and view.elect is not None and view.elect.name == candidacy
         term = self._term
+        if is_elect and not self._roles.elected and term is None:
+            emit(
+                logger,
+                logging.INFO,
+                "rsm.elected",
+                log_epoch=view.log_epoch,
+                candidates=len(view.candidates),
+            )
         self._apply(
             self._roles.election_evaluated(is_elect, term is not None and term.ended is None)
         )
