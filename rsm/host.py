@@ -56,6 +56,7 @@ __all__ = [
     "application_status",
     "check_name",
     "check_replica_id",
+    "degraded_lines",
     "split_zk",
     "status_heading",
 ]
@@ -126,6 +127,14 @@ async def application_status(store: MetadataStore, client: Client) -> dict[str, 
         if open_segment is None
         else {"ledger_id": open_segment.ledger_id, "first_index": open_segment.first_index},
         "end_index": log.end_index,
+        "replication": next(
+            (
+                entry["term"]["replication"]
+                for entry in replicas
+                if entry.get("serving") and entry.get("term")
+            ),
+            None,
+        ),
         "replicas": replicas,
     }
 
@@ -142,6 +151,23 @@ def status_heading(report: dict[str, Any]) -> tuple[str, str]:
         else f"all closed, end index {report['end_index']}"
     )
     return leader_text, f"log: {segments} segment{'' if segments == 1 else 's'}, {open_text}"
+
+
+def degraded_lines(report: dict[str, Any]) -> list[str]:
+    """The warning of an `application_status` whose open segment is degraded (none if not)."""
+    replication = report.get("replication")
+    if not replication or not replication["degraded"]:
+        return []
+    return [
+        "",
+        f"degraded: the open segment's ledger has E={replication['ensemble_size']} "
+        f"Qw={replication['write_quorum']} Qa={replication['ack_quorum']} (configured "
+        f"E={replication['configured_ensemble_size']} "
+        f"Qw={replication['configured_write_quorum']}):",
+        "too few bookies were writable when it was created; every acknowledged write is on Qa",
+        "bookies' disks, and the leader rolls over to a full-size ledger once E bookies are",
+        "writable again",
+    ]
 
 
 def aligned(rows: Sequence[Sequence[str]]) -> list[str]:

@@ -102,6 +102,7 @@ from rsm.host import (
     add_follower_nice,
     aligned,
     application_status,
+    degraded_lines,
     run_replica_main,
     split_zk,
     status_heading,
@@ -451,7 +452,7 @@ def render_status(report: dict[str, Any]) -> str:
                 "yes" if entry["candidate"] else "no",
             )
         )
-    return "\n".join(lines + aligned(rows))
+    return "\n".join(lines + aligned(rows) + degraded_lines(report))
 
 
 # --- snapshots --------------------------------------------------------------------------------

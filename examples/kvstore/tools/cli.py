@@ -89,6 +89,7 @@ from rsm.host import (
     add_follower_nice,
     aligned,
     application_status,
+    degraded_lines,
     run_replica_main,
     split_zk,
     status_heading,
@@ -571,7 +572,7 @@ def render_status(report: dict[str, Any]) -> str:
                 try_text,
             )
         )
-    lines += aligned(rows)
+    lines += aligned(rows) + degraded_lines(report)
     if any(
         (entry.get("term") or {}).get("ensemble_change_deferred") for entry in report["replicas"]
     ):
