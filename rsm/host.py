@@ -56,7 +56,7 @@ __all__ = [
     "application_status",
     "check_name",
     "check_replica_id",
-    "degraded_lines",
+    "replication_lines",
     "split_zk",
     "status_heading",
 ]
@@ -153,20 +153,33 @@ def status_heading(report: dict[str, Any]) -> tuple[str, str]:
     return leader_text, f"log: {segments} segment{'' if segments == 1 else 's'}, {open_text}"
 
 
-def degraded_lines(report: dict[str, Any]) -> list[str]:
-    """The warning of an `application_status` whose open segment is degraded (none if not)."""
+def replication_lines(report: dict[str, Any]) -> list[str]:
+    """The warning of an `application_status` whose open segment is under-replicated."""
     replication = report.get("replication")
-    if not replication or not replication["degraded"]:
+    if not replication or replication["full"]:
         return []
+    sizes = (
+        f"E={replication['ensemble_size']} Qw={replication['write_quorum']} "
+        f"Qa={replication['ack_quorum']}"
+    )
+    configured = (
+        f"E={replication['configured_ensemble_size']} Qw={replication['configured_write_quorum']}"
+    )
+    if replication["degraded"]:
+        what = [
+            f"degraded: the open segment's ledger has {sizes} (configured {configured}): too",
+            "few bookies were writable when it was created.",
+        ]
+    else:
+        what = [
+            "under-replicated: a bookie of the open segment's ledger failed and none can",
+            "replace it; writes go to the bookies left.",
+        ]
     return [
         "",
-        f"degraded: the open segment's ledger has E={replication['ensemble_size']} "
-        f"Qw={replication['write_quorum']} Qa={replication['ack_quorum']} (configured "
-        f"E={replication['configured_ensemble_size']} "
-        f"Qw={replication['configured_write_quorum']}):",
-        "too few bookies were writable when it was created; every acknowledged write is on Qa",
-        "bookies' disks, and the leader rolls over to a full-size ledger once E bookies are",
-        "writable again",
+        *what,
+        "Every acknowledged write is on Qa bookies' disks; the leader rolls over to a",
+        "full-size ledger once E bookies are writable again.",
     ]
 
 

@@ -139,6 +139,8 @@ class WriteHandle:
         )
         self._excluded: set[str] = set()
         """Bookies that failed this handle: never chosen again as its replacements."""
+        self._failed_at: dict[str, int] = {}
+        """Each bookie that failed this handle -> the registry's join count when it first did."""
         self._error: BookieError | None = None
         """Why pending adds failed (the first reason); set once, never cleared."""
         self._client_closed: ClientClosed | None = None
@@ -174,6 +176,17 @@ class WriteHandle:
         Qa of each write set) and the change is asked for again every
         `limits.ensemble_change_retry_interval_ms_default`."""
         return self._writer.change_deferred
+
+    @property
+    def failed_bookie_returned(self) -> bool:
+        """Whether a bookie that failed this handle has become writable again since (restarted,
+        or registered anew).  The handle never takes it back; a new ledger may."""
+        registry = self._context.registry
+        writable = registry.writable
+        return any(
+            bookie_id in writable and registry.joined(bookie_id) > failed_at
+            for bookie_id, failed_at in self._failed_at.items()
+        )
 
     @property
     def last_add_confirmed(self) -> int:
@@ -488,6 +501,8 @@ class WriteHandle:
     async def _change_ensemble(self, effect: ChangeEnsemble) -> None:
         context = self._context
         self._excluded.update(effect.failed.values())
+        for bookie_id in effect.failed.values():
+            self._failed_at.setdefault(bookie_id, context.registry.join_count)
         try:
             replacements = choose_replacements(
                 context.registry.writable,

@@ -39,8 +39,8 @@ command or per batch:
 The first batch of a term is the leader-start marker; a term serves nothing
 before it is applied (`wait_started`).
 
-Rollover (segment full by entries, bytes or age, or degraded while E bookies
-are writable again: rsm/runtime/segment_ledger.py): pre-create the next ledger
+Rollover (segment full by entries, bytes or age, or under-replicated while a
+full-size ledger can be had: rsm/runtime/segment_ledger.py): pre-create the next ledger
 while appends go on, pause cutting batches (commands keep queueing), wait for
 the batches in flight, close the ledger, one CAS that closes the segment and
 appends the next one with the same epoch, resume.  The pause is timed
@@ -116,6 +116,7 @@ from rsm.runtime.applier import Answerer, Applier, Read
 from rsm.runtime.log import LogStore, decode_entry, discard_ledger
 from rsm.runtime.segment_ledger import (
     create_segment_ledger,
+    fully_replicated,
     is_degraded,
     replication_status,
     restorable,
@@ -254,7 +255,7 @@ class LeaderTerm:
             "ledger_id": self._segment.ledger_id,
             "segment_first_index": self._segment.first_index,
             "ensemble_change_deferred": self._handle.change_deferred,
-            "replication": replication_status(self._handle.metadata, self._config),
+            "replication": replication_status(self._handle, self._config),
             "queued_commands": self._batcher.pending_count,
             "batches_in_flight": len(self._in_flight),
             "waiting_linearizable_reads": len(self._reads),
@@ -672,7 +673,7 @@ class LeaderTerm:
             return None
         config = self._config
         due_s = self._segment_started_s + config.segment_age_ms_max / 1000
-        if is_degraded(self._handle.metadata, config):
+        if not fully_replicated(self._handle, config):
             due_s = min(due_s, self._loop_time_s() + limits.degraded_check_interval_ms / 1000)
         return max(0.0, max(due_s, self._rollover_retry_s) - self._loop_time_s())
 
@@ -693,7 +694,7 @@ class LeaderTerm:
             self._segment_entries >= config.segment_entries_max
             or self._segment_bytes >= config.segment_bytes_max
             or age_ms >= config.segment_age_ms_max
-            or restorable(self._handle.metadata, config, len(self._ledgers.writable_bookies))
+            or restorable(self._handle, config, len(self._ledgers.writable_bookies))
         ):
             task_group = self._task_group
             assert task_group is not None
@@ -746,7 +747,7 @@ class LeaderTerm:
             return
         segment = log.open_segment
         assert segment is not None
-        restored = is_degraded(self._handle.metadata, config) and not is_degraded(
+        restored = not fully_replicated(self._handle, config) and not is_degraded(
             successor.metadata, config
         )
         self._handle = successor
@@ -778,7 +779,7 @@ class LeaderTerm:
                 logging.INFO,
                 "rsm.replication_restored",
                 epoch=self.epoch,
-                degraded_ledger=current.ledger_id,
+                under_replicated_ledger=current.ledger_id,
                 ledger_id=segment.ledger_id,
                 ensemble_size=successor.metadata.ensemble_size,
                 write_quorum=successor.metadata.write_quorum,

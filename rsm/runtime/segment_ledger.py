@@ -10,10 +10,15 @@ Creating one logs `rsm.degraded` (a warning) with the sizes it got and the
 sizes configured.  Fewer than Qa writable bookies raise `NotEnoughBookies`
 (retryable): no segment can then acknowledge anything.
 
-A leader whose open segment is degraded rolls over to a full-size ledger as
-soon as E bookies are writable again (`restorable`; rsm/runtime/leader_term.py
-checks it as it appends and while idle).  The entries written while degraded
-keep their Qa copies until something re-replicates them.
+A bookie that dies while a segment's ledger is open is the ledger client's to
+handle: it replaces it, or, with no bookie to spare, *defers* the change and
+writes to the bookies left (docs/ledgers.md, "No replacement").  Either way
+the segment is under-replicated (fewer than Qw copies of new entries, never
+fewer than Qa), and a leader rolls over to a full-size ledger as soon as that
+can help (`restorable`: E bookies writable, and the ledger degraded or its
+failed bookie back; rsm/runtime/leader_term.py checks it as it appends and
+while idle), logging `rsm.replication_restored`.  The entries written while
+under-replicated keep their Qa copies until something re-replicates them.
 
 Custom metadata of every segment ledger: "rsm.app" (the application's name,
 UTF-8) and "rsm.epoch" (the segment's epoch, ASCII decimal); a degraded one
@@ -73,16 +78,33 @@ def is_degraded(metadata: LedgerMetadata, config: ReplicaConfig) -> bool:
     return metadata.ensemble_size < config.ensemble_size
 
 
-def restorable(metadata: LedgerMetadata, config: ReplicaConfig, writable_bookies: int) -> bool:
-    """Whether a degraded segment's ledger can be replaced by a full-size one now."""
-    return is_degraded(metadata, config) and writable_bookies >= config.ensemble_size
+def fully_replicated(handle: WriteHandle, config: ReplicaConfig) -> bool:
+    """Whether entries written to the handle now get the configured copies."""
+    return not is_degraded(handle.metadata, config) and not handle.change_deferred
 
 
-def replication_status(metadata: LedgerMetadata, config: ReplicaConfig) -> dict[str, Any]:
-    """The `replication` part of a leader's status: the open ledger's sizes and the
-    configured ones, and whether it is degraded."""
+def restorable(handle: WriteHandle, config: ReplicaConfig, writable_bookies: int) -> bool:
+    """Whether the open segment is under-replicated and a full-size ledger can take its place
+    now: E bookies are writable, and the ledger is degraded or its writer deferred the
+    replacement of a bookie that has come back since (the handle never takes a failed bookie
+    back, so only a new ledger puts the configured copies on it again)."""
+    if writable_bookies < config.ensemble_size:
+        return False
+    return is_degraded(handle.metadata, config) or (
+        handle.change_deferred and handle.failed_bookie_returned
+    )
+
+
+def replication_status(handle: WriteHandle, config: ReplicaConfig) -> dict[str, Any]:
+    """The `replication` part of a leader's status: the open ledger's sizes and the configured
+    ones, whether it is degraded, whether a failed bookie of it has no replacement
+    (`ensemble_change_deferred`), and `full` when neither holds: every entry written now
+    gets its Qw copies."""
+    metadata = handle.metadata
     return {
+        "full": fully_replicated(handle, config),
         "degraded": is_degraded(metadata, config),
+        "ensemble_change_deferred": handle.change_deferred,
         "ensemble_size": metadata.ensemble_size,
         "write_quorum": metadata.write_quorum,
         "ack_quorum": metadata.ack_quorum,

@@ -102,7 +102,7 @@ from rsm.host import (
     add_follower_nice,
     aligned,
     application_status,
-    degraded_lines,
+    replication_lines,
     run_replica_main,
     split_zk,
     status_heading,
@@ -452,7 +452,7 @@ def render_status(report: dict[str, Any]) -> str:
                 "yes" if entry["candidate"] else "no",
             )
         )
-    return "\n".join(lines + aligned(rows) + degraded_lines(report))
+    return "\n".join(lines + aligned(rows) + replication_lines(report))
 
 
 # --- snapshots --------------------------------------------------------------------------------

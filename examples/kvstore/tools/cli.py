@@ -89,7 +89,7 @@ from rsm.host import (
     add_follower_nice,
     aligned,
     application_status,
-    degraded_lines,
+    replication_lines,
     run_replica_main,
     split_zk,
     status_heading,
@@ -572,16 +572,7 @@ def render_status(report: dict[str, Any]) -> str:
                 try_text,
             )
         )
-    lines += aligned(rows) + degraded_lines(report)
-    if any(
-        (entry.get("term") or {}).get("ensemble_change_deferred") for entry in report["replicas"]
-    ):
-        lines += [
-            "",
-            "warning: a bookie of the leader's ledger failed and none can replace it: writes",
-            "go to the bookies left (each on the ack quorum's disks, fewer than the write",
-            "quorum's); start another bookie",
-        ]
+    lines += aligned(rows) + replication_lines(report)
     return "\n".join(lines)
 
 
