@@ -14,7 +14,9 @@ carries out its effects and feeds back what happened:
 * `SendExplicitLac`: WRITE_LAC to the ensemble (best effort: answers are not
   needed); a timer task calls `tick` when the core says it is due (which is
   also how a deferred ensemble change, one that found no replacement, is
-  asked for again).
+  asked for again).  A bookie that failed is never taken back; the handle
+  notes the registry's join count when it failed, and `failed_bookie_returned`
+  says when it has registered anew since (a new ledger may use it again).
 * `CloseLedger`: the CAS loop with `writer_close_transform`, then `on_closed` /
   `on_close_failed`.
 * `AddsConfirmed` / `AddsFailed` / `CloseFailed`: wake whoever waits.
