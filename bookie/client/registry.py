@@ -16,9 +16,9 @@ requests with it.
 Joins are counted: each time a bookie appears among the writable ones (at
 the first listing, after it was absent, or with a registration of another
 ZooKeeper session: restarted, or re-registered) the count grows and the
-bookie's `joined` number is set to it.  A
-write handle compares them with the count when a bookie failed it, to tell a
-bookie that came back from one that is still registered but dead.
+bookie's `joined` number is set to it.  A write handle compares them with the
+count when a bookie failed it, to tell a bookie that came back from one that
+is still registered but dead.
 
 A failed listing (metadata service unavailable) keeps the last view and is
 retried after `metadata_retry_delay_ms`; the view is never emptied by an error.

@@ -40,8 +40,8 @@ The first batch of a term is the leader-start marker; a term serves nothing
 before it is applied (`wait_started`).
 
 Rollover (segment full by entries, bytes or age, or under-replicated while a
-full-size ledger can be had: rsm/runtime/segment_ledger.py): pre-create the next ledger
-while appends go on, pause cutting batches (commands keep queueing), wait for
+full-size ledger can be had: rsm/runtime/segment_ledger.py): pre-create the
+next ledger while appends go on, pause cutting batches (commands keep queueing), wait for
 the batches in flight, close the ledger, one CAS that closes the segment and
 appends the next one with the same epoch, resume.  The pause is timed
 (`rollover_pause_ms`).
@@ -668,7 +668,7 @@ class LeaderTerm:
 
     def _age_timer_s(self) -> float | None:
         """Seconds until an idle leader must look at the segment's age again, or, while the
-        segment is degraded, at the writable bookies (None: never)."""
+        segment is under-replicated, at the writable bookies (None: never)."""
         if self._rolling or not self._segment_entries:
             return None
         config = self._config
