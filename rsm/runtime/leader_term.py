@@ -41,9 +41,9 @@ before it is applied (`wait_started`).
 
 Rollover (segment full by entries, bytes or age, or under-replicated while a
 full-size ledger can be had: rsm/runtime/segment_ledger.py): pre-create the
-next ledger while appends go on, pause cutting batches (commands keep queueing), wait for
-the batches in flight, close the ledger, one CAS that closes the segment and
-appends the next one with the same epoch, resume.  The pause is timed
+next ledger while appends go on, pause cutting batches (commands keep
+queueing), wait for the batches in flight, close the ledger, one CAS that
+closes the segment and appends the next one with the same epoch, resume.  The pause is timed
 (`rollover_pause_ms`).
 
 Truncation (`truncate`, called by the replica's truncation loop): one
