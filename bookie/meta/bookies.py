@@ -58,6 +58,7 @@ import anyio
 from bookie import limits
 from bookie.errors import (
     BadMetadata,
+    MetadataError,
     MetadataUnavailable,
     NodeExists,
     NoNode,
@@ -378,18 +379,28 @@ async def list_bookies(store: MetadataStore, root: str = limits.metadata_root_de
 
 async def watch_bookies(store: MetadataStore, seen: Bookies) -> None:
     """Return once the set of registered bookies may differ from `seen` (a `list_bookies`
-    result): a bookie appeared, vanished or moved between writable and read-only."""
-    async with anyio.create_task_group() as task_group:
+    result): a bookie appeared, vanished or moved between writable and read-only.
 
-        async def watch_one(directory: str, children: tuple[str, ...] | None) -> None:
-            if children is None:
-                await store.watch(directory, NO_NODE_VERSION)
-            else:
-                await store.watch_children(directory, children)
-            task_group.cancel_scope.cancel()
+    Raises what the store raises, as the store raises it (the first of the
+    watches' errors, not a group of them), so that callers can retry on a
+    `MetadataError`."""
+    try:
+        async with anyio.create_task_group() as task_group:
 
-        for directory, children in seen.listed.items():
-            task_group.start_soon(watch_one, directory, children)
+            async def watch_one(directory: str, children: tuple[str, ...] | None) -> None:
+                if children is None:
+                    await store.watch(directory, NO_NODE_VERSION)
+                else:
+                    await store.watch_children(directory, children)
+                task_group.cancel_scope.cancel()
+
+            for directory, children in seen.listed.items():
+                task_group.start_soon(watch_one, directory, children)
+    except ExceptionGroup as group:
+        errors = [error for error in group.exceptions if isinstance(error, MetadataError)]
+        if len(errors) < len(group.exceptions):
+            raise
+        raise errors[0] from None
 
 
 # --- cookies ----------------------------------------------------------------------------------

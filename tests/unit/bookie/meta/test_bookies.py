@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator
+from typing import cast
 
 import anyio
 import cbor2
@@ -14,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bookie.errors import BadMetadata, MetadataUnavailable, MetadataVersionConflict, NodeExists
-from bookie.meta.api import NO_NODE_VERSION
+from bookie.meta.api import NO_NODE_VERSION, MetadataStore
 from bookie.meta.bookies import (
     BookieInfo,
     Bookies,
@@ -280,6 +281,27 @@ async def test_watch_bookies_wakes_when_the_cluster_is_initialised(
                 task_group.start_soon(watch_bookies, store, seen)
                 await anyio.wait_all_tasks_blocked()
                 await init_cluster(store)
+
+
+class _Unreachable:
+    """A metadata store whose watches fail as ZooKeeper's do when it is out of reach."""
+
+    async def watch(self, path: str, version: int) -> None:
+        raise MetadataUnavailable(f"watch {path}: not connected")
+
+    async def watch_children(self, path: str, children: tuple[str, ...]) -> None:
+        raise MetadataUnavailable(f"watch children of {path}: not connected")
+
+
+async def test_watch_bookies_raises_the_stores_error_not_a_group(
+    store: MemoryMetadataStore,
+) -> None:
+    """Both directories' watches fail together; a caller retrying on `MetadataError` (the
+    ledger client's registry) must see one, or the error ends the client."""
+    seen = await list_bookies(store)
+    assert len(seen.listed) == 2
+    with pytest.raises(MetadataUnavailable, match="not connected"):
+        await watch_bookies(cast(MetadataStore, _Unreachable()), seen)
 
 
 # --- cookies ----------------------------------------------------------------------------------
