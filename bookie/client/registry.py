@@ -18,7 +18,8 @@ the first listing, after it was absent, or with a registration of another
 ZooKeeper session: restarted, or re-registered) the count grows and the
 bookie's `joined` number is set to it.  A write handle compares them with the
 count when a bookie failed it, to tell a bookie that came back from one that
-is still registered but dead.
+is still registered but dead; and the pool ends the bookie's reconnection
+backoff, so that the first request to the bookie that came back reaches it.
 
 A failed listing (metadata service unavailable) keeps the last view and is
 retried after `metadata_retry_delay_ms`; the view is never emptied by an error.
@@ -88,13 +89,18 @@ class BookieRegistry:
 
     def _apply(self, bookies: Bookies) -> None:
         previous = self._bookies
-        for bookie_id in sorted(bookies.writable):
-            session_id = bookies.sessions.get(bookie_id)
-            if bookie_id not in previous.writable or previous.sessions.get(bookie_id) != session_id:
-                self._join_count += 1
-                self._joined[bookie_id] = self._join_count
+        joined = [
+            bookie_id
+            for bookie_id in sorted(bookies.writable)
+            if bookie_id not in previous.writable
+            or previous.sessions.get(bookie_id) != bookies.sessions.get(bookie_id)
+        ]
         self._bookies = bookies
         self._writable = {bookie_id: info.rack for bookie_id, info in bookies.writable.items()}
         for group in (bookies.writable, bookies.read_only):
             for bookie_id, info in group.items():
                 self._pool.set_address(bookie_id, info.address)
+        for bookie_id in joined:
+            self._join_count += 1
+            self._joined[bookie_id] = self._join_count
+            self._pool.end_backoff(bookie_id)
