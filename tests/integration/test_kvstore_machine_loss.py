@@ -51,7 +51,7 @@ from rsm.runtime.log import LogStore
 from rsm.testing import check_per_key, kv_key
 from rsm.testing.history import Outcome
 from rsm.testing.models import KvModel
-from tests.integration.test_kvstore_linearizability import LockedRecorder, client_loop
+from tests.integration.support.kv_history import LockedRecorder, client_loop
 from tests.unit.kvstore.local_store import WAIT_S, Store, running_store, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
