@@ -27,7 +27,8 @@ Each trial:
    (`restore_s`, from the bookie's restart).
 
 The result is ONE JSON object on the last line of output (its shape:
-docs/operations.md, "Benchmark"): the configuration, every trial, and
+docs/operations.md, "Benchmark"): the configuration, every trial
+(`results`), the throughput before the kills as the baseline, and
 `first_write_s` p50/p99 (nearest rank over the trials), the median
 throughputs and their ratio.  Progress goes to stderr.  Numbers are this
 machine's and indicative: everything shares its cores.
@@ -238,7 +239,7 @@ def trial(bench: Bench, load: Load, number: int, seconds: float) -> dict[str, An
     bench.restart_machine(leader, bookie)
     wait_until(bench.fully_replicated, "full replication after the restart")
     result = {
-        "trial": number,
+        "name": f"trial-{number}",
         "killed": [leader, bookie],
         "first_write_s": round(first_s - killed_s, 3),
         "before_ops_per_s": round(before, 1),
@@ -294,7 +295,8 @@ def run(arguments: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             "session_timeout_ms": session_timeout_ms,
             "killed": "the leader replica and the bookie of its machine, kill -9 together",
         },
-        "trials": trials,
+        "results": trials,
+        "baselines": [{"name": "writes-before-the-kill", "ops_per_s": before}],
         "first_write_s": {
             "p50": nearest_rank(first, 0.5),
             "p99": nearest_rank(first, 0.99),

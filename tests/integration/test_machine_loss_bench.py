@@ -48,7 +48,9 @@ def test_bench_prints_one_json_object(
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["benchmark"] == "machine_loss"
     assert report["config"]["session_timeout_ms"] == 2000
-    [trial] = report["trials"]
+    [trial] = report["results"]
+    assert trial["name"] == "trial-1"
+    assert report["baselines"][0]["ops_per_s"] == report["before_ops_per_s"]
     assert trial["first_write_s"] > 0
     assert trial["before_ops_per_s"] > 0
     assert trial["degraded_ops_per_s"] > 0
