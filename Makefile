@@ -51,6 +51,8 @@ STEPS ?= 8
 soak: bootstrap
 	@$(PY) -m bookie.testing.ledger_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
 	@$(PY) -m rsm.testing.rsm_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
+	@$(PY) -m rsm.testing.rsm_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS) \
+		--faults machine-crash,replica-crash,bookie-crash
 	@$(PY) -m kvstore.testing.kv_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
 
 clean:

@@ -65,6 +65,7 @@ __all__ = [
     "check_replica_id",
     "command_zk_store",
     "quiet_kazoo",
+    "replication_lines",
     "split_zk",
     "status_heading",
 ]
@@ -157,6 +158,14 @@ async def application_status(store: MetadataStore, client: Client) -> dict[str, 
         if open_segment is None
         else {"ledger_id": open_segment.ledger_id, "first_index": open_segment.first_index},
         "end_index": log.end_index,
+        "replication": next(
+            (
+                entry["term"]["replication"]
+                for entry in replicas
+                if entry.get("serving") and entry.get("term")
+            ),
+            None,
+        ),
         "replicas": replicas,
     }
 
@@ -173,6 +182,36 @@ def status_heading(report: dict[str, Any]) -> tuple[str, str]:
         else f"all closed, end index {report['end_index']}"
     )
     return leader_text, f"log: {segments} segment{'' if segments == 1 else 's'}, {open_text}"
+
+
+def replication_lines(report: dict[str, Any]) -> list[str]:
+    """The warning of an `application_status` whose open segment is under-replicated."""
+    replication = report.get("replication")
+    if not replication or replication["full"]:
+        return []
+    sizes = (
+        f"E={replication['ensemble_size']} Qw={replication['write_quorum']} "
+        f"Qa={replication['ack_quorum']}"
+    )
+    configured = (
+        f"E={replication['configured_ensemble_size']} Qw={replication['configured_write_quorum']}"
+    )
+    if replication["degraded"]:
+        what = [
+            f"degraded: the open segment's ledger has {sizes} (configured {configured}): too",
+            "few bookies were writable when it was created.",
+        ]
+    else:
+        what = [
+            "under-replicated: a bookie of the open segment's ledger failed and none can",
+            "replace it; writes go to the bookies left.",
+        ]
+    return [
+        "",
+        *what,
+        "Every acknowledged write is on Qa bookies' disks; the leader rolls over to a",
+        "full-size ledger once E bookies are writable again.",
+    ]
 
 
 def aligned(rows: Sequence[Sequence[str]]) -> list[str]:

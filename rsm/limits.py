@@ -179,6 +179,10 @@ client_attempts_max_default = 100
 replica_retry_delay_ms_default = 200
 """Pause before a replica retries after a transient error (bookies or ZooKeeper unreachable)."""
 
+degraded_check_interval_ms = 500
+"""How often an idle leader whose open segment is degraded (fewer bookies than configured)
+looks whether enough bookies are writable again to roll over to a full-size ledger."""
+
 takeover_attempts_max = 20
 """Takeover attempts (lost CAS, failed recovery) in a row before the replica stands aside."""
 

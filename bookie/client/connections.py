@@ -40,7 +40,8 @@ Each bookie's link is in one of four states:
   replaces a dead bookie without waiting for it; the first request after the
   backoff connects again.  The backoff starts at `reconnect_delay_ms_min`,
   doubles with every failure in a row up to `reconnect_delay_ms_max`, and
-  resets when a connection succeeds or the bookie registers a new address.
+  resets when a connection succeeds or the bookie registers anew (a new
+  address, or a new registration at the same one: it restarted).
 
 Invariants:
 
@@ -254,6 +255,14 @@ class ConnectionPool:
         link.state = _LinkState.IDLE
         if link.queued:
             self._start_connecting(link)
+
+    def end_backoff(self, bookie_id: str) -> None:
+        """`bookie_id` registered anew at the same address (it restarted): the next request
+        connects at once instead of failing until the backoff would have ended."""
+        link = self._links.get(bookie_id)
+        if link is not None and link.state is _LinkState.BACKOFF:
+            link.retry_at_ms = 0
+            link.delay_ms = self._config.reconnect_delay_ms_min
 
     def address(self, bookie_id: str) -> str | None:
         link = self._links.get(bookie_id)

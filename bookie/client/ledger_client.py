@@ -40,7 +40,12 @@ from bookie.client.registry import BookieRegistry
 from bookie.client.write_handle import WriteHandle
 from bookie.clock import system_wall_clock_ms
 from bookie.core.metadata import LedgerMetadata, new_ledger
-from bookie.core.placement import choose_ensemble
+from bookie.core.placement import (
+    REQUESTED_SIZES_KEY,
+    choose_ensemble,
+    ledger_sizes,
+    requested_sizes,
+)
 from bookie.core.quorum import check_quorum
 from bookie.errors import ClientClosed, NoNode, UnauthorizedLedgerAccess
 from bookie.meta.api import MetadataStore
@@ -147,17 +152,38 @@ class LedgerClient:
         digest_type: DigestType = DigestType.CRC32C,
         password: bytes = b"",
         custom_metadata: Mapping[str, bytes] | None = None,
+        degraded: bool = False,
     ) -> WriteHandle:
         """Create a ledger on `ensemble_size` writable bookies and return its write handle.
 
+        With `degraded`, fewer writable bookies than E but at least Qa make a
+        smaller ledger on those (placement rule 4: E' = their count, Qw' =
+        min(Qw, E'), Qa kept), marked in its custom metadata; the handle's
+        `metadata` says which sizes it got.
+
         Raises `InvalidLedgerConfig` unless E >= Qw >= Qa >= 1, `NotEnoughBookies`
-        when fewer than E bookies are writable, and metadata errors.
+        when fewer than E bookies are writable (fewer than Qa with `degraded`),
+        and metadata errors.
         """
         self._check_open()
         check_quorum(ensemble_size, write_quorum, ack_quorum)
         context = self._context
+        writable = context.registry.writable
+        custom = dict(custom_metadata or {})
+        if degraded:
+            sizes = ledger_sizes(
+                len(writable),
+                ensemble_size=ensemble_size,
+                write_quorum=write_quorum,
+                ack_quorum=ack_quorum,
+            )
+            if sizes != (ensemble_size, write_quorum):
+                custom[REQUESTED_SIZES_KEY] = requested_sizes(
+                    ensemble_size, write_quorum, ack_quorum
+                )
+                ensemble_size, write_quorum = sizes
         ensemble = choose_ensemble(
-            context.registry.writable,
+            writable,
             ensemble_size=ensemble_size,
             write_quorum=write_quorum,
             rng=context.rng,
@@ -171,7 +197,7 @@ class LedgerClient:
             digest_type=digest_type,
             password_hash=password_hash(password),
             ctime_ms=self._wall_clock_ms(),
-            custom=custom_metadata,
+            custom=custom,
         )
         await context.ledgers.create(metadata)
         handle = WriteHandle(context, metadata, password)

@@ -13,6 +13,14 @@ need it (a registration also vanishes for a moment when its ZooKeeper session
 is re-established), and if it is really gone its connection fails and its
 requests with it.
 
+Joins are counted: each time a bookie appears among the writable ones (at
+the first listing, after it was absent, or with a registration of another
+ZooKeeper session: restarted, or re-registered) the count grows and the
+bookie's `joined` number is set to it.  A write handle compares them with the
+count when a bookie failed it, to tell a bookie that came back from one that
+is still registered but dead; and the pool ends the bookie's reconnection
+backoff, so that the first request to the bookie that came back reaches it.
+
 A failed listing (metadata service unavailable) keeps the last view and is
 retried after `metadata_retry_delay_ms`; the view is never emptied by an error.
 """
@@ -44,11 +52,22 @@ class BookieRegistry:
         self._retry_delay_ms = retry_delay_ms
         self._bookies = Bookies()
         self._writable: dict[str, str | None] = {}
+        self._join_count = 0
+        self._joined: dict[str, int] = {}
 
     @property
     def writable(self) -> Mapping[str, str | None]:
         """Writable bookie id -> rack (None when it registered none), for placement."""
         return self._writable
+
+    @property
+    def join_count(self) -> int:
+        """How many times a bookie became writable, as seen by this registry."""
+        return self._join_count
+
+    def joined(self, bookie_id: str) -> int:
+        """`join_count` when `bookie_id` last became writable (0: never seen writable)."""
+        return self._joined.get(bookie_id, 0)
 
     @property
     def read_only(self) -> frozenset[str]:
@@ -69,8 +88,19 @@ class BookieRegistry:
                 await anyio.sleep(self._retry_delay_ms / 1000)
 
     def _apply(self, bookies: Bookies) -> None:
+        previous = self._bookies
+        joined = [
+            bookie_id
+            for bookie_id in sorted(bookies.writable)
+            if bookie_id not in previous.writable
+            or previous.sessions.get(bookie_id) != bookies.sessions.get(bookie_id)
+        ]
         self._bookies = bookies
         self._writable = {bookie_id: info.rack for bookie_id, info in bookies.writable.items()}
         for group in (bookies.writable, bookies.read_only):
             for bookie_id, info in group.items():
                 self._pool.set_address(bookie_id, info.address)
+        for bookie_id in joined:
+            self._join_count += 1
+            self._joined[bookie_id] = self._join_count
+            self._pool.end_backoff(bookie_id)

@@ -14,7 +14,9 @@ carries out its effects and feeds back what happened:
 * `SendExplicitLac`: WRITE_LAC to the ensemble (best effort: answers are not
   needed); a timer task calls `tick` when the core says it is due (which is
   also how a deferred ensemble change, one that found no replacement, is
-  asked for again).
+  asked for again).  A bookie that failed is never taken back; the handle
+  notes the registry's join count when it failed, and `failed_bookie_returned`
+  says when it has registered anew since (a new ledger may use it again).
 * `CloseLedger`: the CAS loop with `writer_close_transform`, then `on_closed` /
   `on_close_failed`.
 * `AddsConfirmed` / `AddsFailed` / `CloseFailed`: wake whoever waits.
@@ -139,6 +141,8 @@ class WriteHandle:
         )
         self._excluded: set[str] = set()
         """Bookies that failed this handle: never chosen again as its replacements."""
+        self._failed_at: dict[str, int] = {}
+        """Each bookie that failed this handle -> the registry's join count when it first did."""
         self._error: BookieError | None = None
         """Why pending adds failed (the first reason); set once, never cleared."""
         self._client_closed: ClientClosed | None = None
@@ -174,6 +178,17 @@ class WriteHandle:
         Qa of each write set) and the change is asked for again every
         `limits.ensemble_change_retry_interval_ms_default`."""
         return self._writer.change_deferred
+
+    @property
+    def failed_bookie_returned(self) -> bool:
+        """Whether a bookie that failed this handle has become writable again since (restarted,
+        or registered anew).  The handle never takes it back; a new ledger may."""
+        registry = self._context.registry
+        writable = registry.writable
+        return any(
+            bookie_id in writable and registry.joined(bookie_id) > failed_at
+            for bookie_id, failed_at in self._failed_at.items()
+        )
 
     @property
     def last_add_confirmed(self) -> int:
@@ -488,6 +503,8 @@ class WriteHandle:
     async def _change_ensemble(self, effect: ChangeEnsemble) -> None:
         context = self._context
         self._excluded.update(effect.failed.values())
+        for bookie_id in effect.failed.values():
+            self._failed_at.setdefault(bookie_id, context.registry.join_count)
         try:
             replacements = choose_replacements(
                 context.registry.writable,

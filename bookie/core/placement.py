@@ -24,6 +24,13 @@ Rules:
 3. A replacement for position i is a bookie in `available`, not in the
    current ensemble (a bookie holds one position), not excluded, chosen by
    rule 2 against the positions that share a write set with i.
+4. Degraded ledgers (`ledger_sizes`, only when the caller allows them).  With
+   fewer than E usable bookies but at least Qa, a new ledger is sized to the
+   bookies there are: E' = the usable count, Qw' = min(Qw, E'), Qa unchanged.
+   Every entry it acknowledges is still on Qa bookies; what it lacks is the
+   copies past Qa.  Fewer than Qa usable bookies raise `NotEnoughBookies`.
+   A degraded ledger carries the sizes that were asked for in its custom
+   metadata under `REQUESTED_SIZES_KEY`, as ASCII "E/Qw/Qa" (e.g. b"3/3/2").
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from collections.abc import Collection, Mapping, Sequence
 from bookie.errors import NotEnoughBookies
 
 Rack = str | None
+
+REQUESTED_SIZES_KEY = "bookie.requested"
+"""Custom metadata key of a degraded ledger: the sizes asked for (rule 4)."""
 
 
 def _rack_order(rack: Rack) -> tuple[bool, str]:
@@ -78,6 +88,29 @@ class _RackPools:
         assert best, "take() from empty pools"
         rack = best[self._rng.randrange(len(best))]
         return self._pools[rack].pop(), rack
+
+
+def ledger_sizes(
+    usable: int, *, ensemble_size: int, write_quorum: int, ack_quorum: int
+) -> tuple[int, int]:
+    """(E', Qw') for a new ledger when `usable` bookies may hold it (rule 4).
+
+    (E, Qw) themselves when there are enough; raises `NotEnoughBookies` below Qa.
+    """
+    assert ensemble_size >= write_quorum >= ack_quorum >= 1
+    if usable >= ensemble_size:
+        return ensemble_size, write_quorum
+    if usable < ack_quorum:
+        raise NotEnoughBookies(
+            f"need at least {ack_quorum} writable bookies (the ack quorum) for a ledger of "
+            f"{ensemble_size} (degraded to the bookies there are), have {usable}"
+        )
+    return usable, min(write_quorum, usable)
+
+
+def requested_sizes(ensemble_size: int, write_quorum: int, ack_quorum: int) -> bytes:
+    """The value of `REQUESTED_SIZES_KEY` (rule 4)."""
+    return f"{ensemble_size}/{write_quorum}/{ack_quorum}".encode("ascii")
 
 
 def choose_ensemble(

@@ -141,10 +141,14 @@ class LocalCluster:
         bookies: int = 3,
         zk_servers: str | None = None,
         zk_root: str | None = None,
+        bookie_base_port: int = limits.port_default,
     ) -> None:
         """`zk_root` applies when the cluster is created (default /ledgers); a resumed
-        cluster keeps its own, and naming another one is an error."""
+        cluster keeps its own, and naming another one is an error.  A new bookie N listens
+        on `bookie_base_port` + N - 1 when that is free (0: on any free port); a resumed one
+        keeps its port."""
         assert bookies >= 1
+        self._bookie_base_port = bookie_base_port
         self.data_dir = data_dir.absolute()
         self.bookie_count = bookies
         self._external_zk = zk_servers
@@ -192,7 +196,7 @@ class LocalCluster:
             self.bookies.append(bookie)
         for bookie in self.bookies:
             await self._spawn(bookie)
-        await self._wait_registered()
+        await self._wait_registered([bookie])
 
     def _take_lock(self) -> None:
         lock = (self.data_dir / ".lock").open("a+")
@@ -253,7 +257,8 @@ class LocalCluster:
                     f"bookie running?  Stop it (the port is in {config_file})"
                 )
             return LocalBookie(f"bookie-{number}", directory, port)
-        port = pick_port(limits.port_default + number - 1, taken)
+        base = self._bookie_base_port
+        port = pick_port(base + number - 1 if base else 0, taken)
         directory.mkdir(parents=True, exist_ok=True)
         config_file.write_text(
             render_toml(
@@ -280,9 +285,11 @@ class LocalCluster:
             start_new_session=True,
         )
 
-    async def _wait_registered(self) -> None:
-        """Return once every bookie is registered; `ClusterError` if one exits first."""
-        expected = {bookie.bookie_id for bookie in self.bookies}
+    async def _wait_registered(self, bookies: Sequence[LocalBookie] | None = None) -> None:
+        """Return once each of `bookies` (all by default) is registered; `ClusterError` if
+        one exits first."""
+        waited = self.bookies if bookies is None else bookies
+        expected = {bookie.bookie_id for bookie in waited}
         failure: list[str] = []
         async with (
             ZkMetadataStore.connect(self.zk_servers) as store,
@@ -296,7 +303,7 @@ class LocalCluster:
                 failure.append(f"{bookie.name} exited with status {status}: {reason}")
                 tasks.cancel_scope.cancel()
 
-            for bookie in self.bookies:
+            for bookie in waited:
                 tasks.start_soon(exited, bookie)
             with anyio.move_on_after(limits.process_start_timeout_ms / 1000) as waiting:
                 while True:
@@ -343,6 +350,28 @@ class LocalCluster:
         if bookie.log is not None:
             bookie.log.close()
             bookie.log = None
+
+    def bookie(self, name: str) -> LocalBookie:
+        """The bookie called `name` ("bookie-1", ...)."""
+        for bookie in self.bookies:
+            if bookie.name == name:
+                return bookie
+        raise KeyError(name)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL bookie `name`: no graceful stop, what it had not synced is lost (a crash)."""
+        process = self.bookie(name).process
+        assert process is not None
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+
+    async def restart(self, name: str) -> None:
+        """Start bookie `name` again after it stopped (or reap it first); return once it is
+        registered, `ClusterError` if it exits first."""
+        bookie = self.bookie(name)
+        await self._reap(bookie)
+        await self._spawn(bookie)
+        await self._wait_registered([bookie])
 
     async def watch_exits(self, on_exit: Callable[[LocalBookie, int], None]) -> None:
         """Call `on_exit(bookie, status)` when a bookie process exits; runs until cancelled."""

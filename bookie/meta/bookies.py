@@ -149,6 +149,9 @@ class Bookies:
     read_only: Mapping[str, BookieInfo] = field(default_factory=dict)
     listed: Mapping[str, tuple[str, ...] | None] = field(default_factory=dict)
     """Raw children of each registration directory (None: absent), for `watch_bookies`."""
+    sessions: Mapping[str, int] = field(default_factory=dict)
+    """Bookie id -> the ZooKeeper session that created its registration: a new one means the
+    bookie registered anew (restarted, or re-registered after losing its session)."""
 
 
 def encode_registration(info: BookieInfo, session_id: int) -> bytes:
@@ -349,6 +352,7 @@ async def list_bookies(store: MetadataStore, root: str = limits.metadata_root_de
     layout = MetadataLayout(root)
     listed: dict[str, tuple[str, ...] | None] = {}
     found: list[dict[str, BookieInfo]] = []
+    sessions: dict[str, int] = {}
     for directory in (layout.available, layout.available_readonly):
         bookies: dict[str, BookieInfo] = {}
         try:
@@ -366,9 +370,11 @@ async def list_bookies(store: MetadataStore, root: str = limits.metadata_root_de
                 stored = await store.get(path)
             except NoNode:
                 continue
-            bookies[name], _session_id = decode_registration(stored.value, f"registration {path}")
+            bookies[name], sessions[name] = decode_registration(
+                stored.value, f"registration {path}"
+            )
         found.append(bookies)
-    return Bookies(writable=found[0], read_only=found[1], listed=listed)
+    return Bookies(writable=found[0], read_only=found[1], listed=listed, sessions=sessions)
 
 
 async def watch_bookies(store: MetadataStore, seen: Bookies) -> None:

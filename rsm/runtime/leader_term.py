@@ -39,10 +39,11 @@ command or per batch:
 The first batch of a term is the leader-start marker; a term serves nothing
 before it is applied (`wait_started`).
 
-Rollover (segment full by entries, bytes or age): pre-create the next ledger
-while appends go on, pause cutting batches (commands keep queueing), wait for
-the batches in flight, close the ledger, one CAS that closes the segment and
-appends the next one with the same epoch, resume.  The pause is timed
+Rollover (segment full by entries, bytes or age, or under-replicated while a
+full-size ledger can be had: rsm/runtime/segment_ledger.py): pre-create the
+next ledger while appends go on, pause cutting batches (commands keep
+queueing), wait for the batches in flight, close the ledger, one CAS that
+closes the segment and appends the next one with the same epoch, resume.  The pause is timed
 (`rollover_pause_ms`).
 
 Truncation (`truncate`, called by the replica's truncation loop): one
@@ -100,6 +101,7 @@ from bookie.errors import BookieError, LedgerFenced
 from bookie.logs import emit
 from bookie.meta.api import Op as MetadataOp
 from bookie.meta.api import SetData
+from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core import log_state
 from rsm.core.batching import Batcher, OutgoingBatch
@@ -112,6 +114,13 @@ from rsm.core.sessions import Outcome
 from rsm.errors import NotLeader, OutcomeUnknown, StatusError
 from rsm.runtime.applier import Answerer, Applier, Read
 from rsm.runtime.log import LogStore, decode_entry, discard_ledger
+from rsm.runtime.segment_ledger import (
+    create_segment_ledger,
+    fully_replicated,
+    is_degraded,
+    replication_status,
+    restorable,
+)
 from rsm.runtime.transient import is_transient
 
 logger = logging.getLogger(__name__)
@@ -246,6 +255,7 @@ class LeaderTerm:
             "ledger_id": self._segment.ledger_id,
             "segment_first_index": self._segment.first_index,
             "ensemble_change_deferred": self._handle.change_deferred,
+            "replication": replication_status(self._handle, self._config),
             "queued_commands": self._batcher.pending_count,
             "batches_in_flight": len(self._in_flight),
             "waiting_linearizable_reads": len(self._reads),
@@ -657,10 +667,14 @@ class LeaderTerm:
         return linger_s if age_s is None else min(age_s, linger_s)
 
     def _age_timer_s(self) -> float | None:
-        """Seconds until an idle leader must look at the segment's age again (None: never)."""
+        """Seconds until an idle leader must look at the segment's age again, or, while the
+        segment is under-replicated, at the writable bookies (None: never)."""
         if self._rolling or not self._segment_entries:
             return None
-        due_s = self._segment_started_s + self._config.segment_age_ms_max / 1000
+        config = self._config
+        due_s = self._segment_started_s + config.segment_age_ms_max / 1000
+        if not fully_replicated(self._handle, config):
+            due_s = min(due_s, self._loop_time_s() + limits.degraded_check_interval_ms / 1000)
         return max(0.0, max(due_s, self._rollover_retry_s) - self._loop_time_s())
 
     def _maybe_roll_over(self) -> None:
@@ -680,6 +694,7 @@ class LeaderTerm:
             self._segment_entries >= config.segment_entries_max
             or self._segment_bytes >= config.segment_bytes_max
             or age_ms >= config.segment_age_ms_max
+            or restorable(self._handle, config, len(self._ledgers.writable_bookies))
         ):
             task_group = self._task_group
             assert task_group is not None
@@ -689,15 +704,8 @@ class LeaderTerm:
     async def _roll_over(self) -> None:
         config = self._config
         try:
-            successor = await self._ledgers.create_ledger(
-                config.ensemble_size,
-                config.write_quorum,
-                config.ack_quorum,
-                password=config.ledger_password,
-                custom_metadata={
-                    "rsm.app": self._log_store.layout.app.encode(),
-                    "rsm.epoch": str(self.epoch).encode(),
-                },
+            successor = await create_segment_ledger(
+                self._ledgers, config, app=self._log_store.layout.app, epoch=self.epoch
             )
         except Exception as error:
             if not is_transient(error):
@@ -739,6 +747,9 @@ class LeaderTerm:
             return
         segment = log.open_segment
         assert segment is not None
+        restored = not fully_replicated(self._handle, config) and not is_degraded(
+            successor.metadata, config
+        )
         self._handle = successor
         self._watch_handle(successor)
         self._log = log
@@ -762,5 +773,16 @@ class LeaderTerm:
             ledger_id=segment.ledger_id,
             pause_ms=self.rollover_pause_ms,
         )
+        if restored:
+            emit(
+                logger,
+                logging.INFO,
+                "rsm.replication_restored",
+                epoch=self.epoch,
+                under_replicated_ledger=current.ledger_id,
+                ledger_id=segment.ledger_id,
+                ensemble_size=successor.metadata.ensemble_size,
+                write_quorum=successor.metadata.write_quorum,
+            )
         self.pump()
         self._notify_progress()

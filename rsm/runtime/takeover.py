@@ -14,10 +14,12 @@ Step 4 (the leader-start marker, then publishing and serving) belongs to the
    over: its leader stopped answering before it closed the segment.
 2. Replay from the replica's applied position to that end, through every
    CLOSED segment on the way.
-3. Create the next ledger, then one CAS from v: close the OPEN segment at the
-   recovered last index and append the new ledger as the OPEN segment of
-   epoch = max epoch + 1.  The same multi-operation records the new leader in
-   the `handoff` znode under the new epoch, so that the leader stays
+3. Create the next ledger (on fewer bookies than configured when fewer are
+   writable, never fewer than Qa: rsm/runtime/segment_ledger.py), then one
+   CAS from v: close the OPEN segment at the recovered last index and append
+   the new ledger as the OPEN segment of epoch = max epoch + 1.  The same
+   multi-operation records the new leader in the `handoff` znode under the new
+   epoch, so that the leader stays
    leader-elect while it is a candidate, whatever the candidates' order (see
    rsm/core/election.py and docs/architecture.md).  A lost CAS means someone
    else moved the log: the new ledger is deleted and the caller starts over
@@ -45,6 +47,7 @@ from rsm.core.log_state import Log
 from rsm.core.reads import successor_wait_ms
 from rsm.runtime.applier import Applier
 from rsm.runtime.log import LogStore, SegmentReader, discard_ledger, replay_log
+from rsm.runtime.segment_ledger import create_segment_ledger
 
 logger = logging.getLogger(__name__)
 
@@ -93,13 +96,7 @@ async def take_over(
         recovered_last_index = applier.applied_index
     if not still_elected():
         return None
-    successor = await ledgers.create_ledger(
-        config.ensemble_size,
-        config.write_quorum,
-        config.ack_quorum,
-        password=config.ledger_password,
-        custom_metadata={"rsm.app": app.encode(), "rsm.epoch": str(log.epoch + 1).encode()},
-    )
+    successor = await create_segment_ledger(ledgers, config, app=app, epoch=log.epoch + 1)
     taken = log_state.takeover(
         log, new_ledger_id=successor.ledger_id, recovered_last_index=recovered_last_index
     )

@@ -9,6 +9,12 @@ injects a new one of the kinds it was given:
   session expires a session timeout later); repaired by restarting it.
 * BOOKIE_CRASH: power-cut a bookie (unsynced writes lost); repaired by
   restarting it from its disk.
+* MACHINE_CRASH: power-cut a whole machine: replica-i and bookie-i together
+  (a host of `kvstore up`'s layout), the leader's machine more often than
+  not; the two are then down like a crashed replica and a crashed bookie,
+  and repaired (restarted) one at a time like them.  Not in `ALL_FAULTS`
+  (the default set): runs ask for it by name, so that every seed recorded
+  before it existed still replays as it did.
 * PARTITION, one of four shapes: a replica cut from the metadata service
   only (`zk`); a replica cut from every bookie only (`bookies`); the leader
   isolated from everything, network and metadata (`leader`); or a random
@@ -50,6 +56,7 @@ from rsm.testing.cluster import RsmCluster, SimReplica
 class RsmFault(enum.Enum):
     REPLICA_CRASH = "replica-crash"
     BOOKIE_CRASH = "bookie-crash"
+    MACHINE_CRASH = "machine-crash"
     PARTITION = "partition"
     RESET = "reset"
     SESSION_EXPIRY = "session-expiry"
@@ -58,7 +65,8 @@ class RsmFault(enum.Enum):
     SLOW_DISK = "slow-disk"
 
 
-ALL_FAULTS = tuple(RsmFault)
+ALL_FAULTS = tuple(kind for kind in RsmFault if kind is not RsmFault.MACHINE_CRASH)
+"""The default set of fault kinds (see MACHINE_CRASH in the module docstring)."""
 
 PARTITION_SHAPES = ("zk", "bookies", "leader", "split")
 
@@ -72,6 +80,11 @@ _SLOW_DISK_DELAYS_MS = (50.0, 300.0, 2_000.0)
 _UNNOTICED_MS = (200.0, 1_000.0, 3_000.0)
 """How long a leader whose session expired may go on without hearing of it."""
 _LATENCY_SPIKE_MS_MAX = (20.0, 100.0, 400.0)
+
+
+def machine_bookie(replica: str) -> str:
+    """The bookie on the machine of `replica`: bookie-i for replica-i."""
+    return "bookie-" + replica.rpartition("-")[2]
 
 
 class RsmNemesis:
@@ -172,6 +185,14 @@ class RsmNemesis:
             elif kind is RsmFault.BOOKIE_CRASH:
                 if bookies_up and len(self._bookies_down) < self._bookies_down_max:
                     injections.append(lambda: self._crash_bookie(rng.choice(bookies_up)))
+            elif kind is RsmFault.MACHINE_CRASH:
+                machines = [name for name in replicas_up if machine_bookie(name) in bookies_up]
+                if (
+                    machines
+                    and len(self._replicas_down) < self._replicas_down_max
+                    and len(self._bookies_down) < self._bookies_down_max
+                ):
+                    injections.append(functools.partial(self._crash_machine, machines))
             elif kind is RsmFault.PARTITION:
                 if not self._partitioned and not cluster.cut_hosts:
                     injections.append(self._partition)
@@ -194,6 +215,19 @@ class RsmNemesis:
             injections += injections[before:] * (weight - 1)
         return injections
 
+    @property
+    def bookies_down(self) -> list[str]:
+        return list(self._bookies_down)
+
+    def end_transient_faults(self) -> None:
+        """End every fault but crashes: heal partitions, normal latency and disks."""
+        if self._partitioned or self._cluster.cut_hosts:
+            self._heal()
+        if self._spiked:
+            self._end_spike()
+        while self._slow:
+            self._speed_up(self._slow[0])
+
     def _pick_replica(self) -> SimReplica:
         """A running replica: the leader more often than not."""
         leader = self._cluster.leader()
@@ -215,6 +249,30 @@ class RsmNemesis:
         self._record(RsmFault.REPLICA_CRASH.value, f"crash {target.label}")
         if was_leader:
             self._world.stats["replica-crash-leader"] += 1
+
+    def _crash_machine(self, candidates: Sequence[str]) -> None:
+        leader = self._cluster.leader()
+        if (
+            leader is not None
+            and leader.name in candidates
+            and self._rng.random() < (_LEADER_PROBABILITY)
+        ):
+            name = leader.name
+        else:
+            name = self._rng.choice(candidates)
+        bookie_id = machine_bookie(name)
+        self._cluster.crash(name)
+        self._replicas_down.append(name)
+        report = self._world.crash(bookie_id)
+        self._bookies_down.append(bookie_id)
+        if bookie_id in self._slow:
+            self._slow.remove(bookie_id)
+            self._world.bookies[bookie_id].disk_delay_ms = 0.0
+        self._record(RsmFault.MACHINE_CRASH.value, f"crash the machine of {name} and {bookie_id}")
+        if leader is not None and name == leader.name:
+            self._world.stats["machine-crash-leader"] += 1
+        if report.lost:
+            self._world.stats["bookie-crash-lost-unsynced"] += 1
 
     def _restart_replica(self, name: str) -> None:
         self._replicas_down.remove(name)

@@ -43,6 +43,15 @@ The invariants, by the name a failure reports:
    final write up because its session expired writes once more, and that
    write must be acknowledged).
 
+7. `serves-while-down`, in runs whose faults include machine crashes: once
+   the nemesis' steps are done, every fault but the crashes ends; then, if at
+   most Qa - 1 bookies are down (so every acknowledged entry has a copy up),
+   at least Qa are up (E with striping, Qw < E: a recovery then re-adds an
+   entry whose write set lost a bookie onto one outside the ensemble) and at
+   least one replica is, a write must be acknowledged within
+   `SERVE_WHILE_DOWN_MS` of virtual time, before anything that crashed is
+   restarted (degraded segments: rsm/runtime/segment_ledger.py).
+
 What is replicated and who calls it is the run's `Application`: by default
 (`FRAMEWORK`) the `SimStore` called by the framework's own clients
 (`KvWorkload`); another application brings its state machine, what runs beside
@@ -61,6 +70,7 @@ failure the seed, the invariant and the command that replays it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import sys
 import zlib
@@ -86,6 +96,7 @@ from bookie.testing.simloop import run_simulation
 from rsm import limits
 from rsm.client import ClientConfig as RsmClientConfig
 from rsm.config import ReplicaConfig
+from rsm.errors import RsmError
 from rsm.testing.cluster import Beside, FinalLog, MachineFactory, RsmCluster, events_traced
 from rsm.testing.history import History, HistoryRecorder, Value
 from rsm.testing.linearizability import Verdict, check_per_key
@@ -122,6 +133,13 @@ START_MS = 30_000
 
 LIVENESS_MS = 90_000
 """Virtual time, after the faults stop, within which the clients and replicas must be done."""
+
+SERVE_WHILE_DOWN_MS = 60_000
+"""Virtual time within which a store with machines down but enough bookies and a replica up
+must acknowledge a write (invariant 7)."""
+
+PROBE_ATTEMPT_MS = 5_000
+"""How long invariant 7's write waits on one leader before it asks again."""
 
 RUN_MS_MAX = 3_600_000
 """Virtual time after which a run is stuck (a bug)."""
@@ -361,6 +379,8 @@ class _Outcome:
     history: History = ()
     liveness: str | None = None
     """Why liveness failed, or None."""
+    serving: str | None = None
+    """Why the store did not serve while machines were down (invariant 7), or None."""
 
 
 def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
@@ -402,6 +422,8 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
     assert final is not None
     for invariant, detail in _problems(cluster, workload, final, outcome.final_hashes):
         raise violation(invariant, detail)
+    if outcome.serving is not None:
+        raise violation("serves-while-down", outcome.serving)
     if outcome.liveness is not None:
         raise violation("liveness", outcome.liveness)
     result = check_per_key(outcome.history, KvModel(), kv_key, nodes_max=LINEARIZABILITY_NODES_MAX)
@@ -467,6 +489,8 @@ async def _run(
             return cluster, workload
         async with workload.running():
             await nemesis.run(options.steps)
+            if RsmFault.MACHINE_CRASH in options.faults:
+                outcome.serving = await _serves_while_down(world, cluster, scenario, nemesis)
             nemesis.quiesce()
             world.trace.record("world", "faults stopped")
             workload.stop()
@@ -486,6 +510,49 @@ async def _run(
                 )
         outcome.history = workload.recorder.history()
     return cluster, workload
+
+
+async def _serves_while_down(
+    world: SimCluster, cluster: RsmCluster, scenario: Scenario, nemesis: RsmNemesis
+) -> str | None:
+    """Invariant 7: why the store did not acknowledge a write in time, or None."""
+    nemesis.end_transient_faults()
+    config = scenario.replica_config
+    bookies_down = len(nemesis.bookies_down)
+    bookies_up = sum(1 for bookie in world.bookies.values() if bookie.up)
+    # With striping (Qw < E), recovering a ledger re-adds an entry whose write set lost a
+    # bookie onto one outside the ensemble, so E bookies must be up; with Qw = E, Qa do.
+    needed = (
+        config.ack_quorum if config.write_quorum == config.ensemble_size else (config.ensemble_size)
+    )
+    if bookies_down > config.ack_quorum - 1 or bookies_up < needed or not cluster.up():
+        world.stats["serve-while-down-not-required"] += 1
+        return None
+    world.trace.record("world", f"a write must be acknowledged, {bookies_down} bookie(s) down")
+    started_s = anyio.current_time()
+    # In process on the leader, without a session: a client's session could be refused
+    # by a session table sized to the workload's clients.
+    with anyio.move_on_after(SERVE_WHILE_DOWN_MS / 1000):
+        for attempt in itertools.count():
+            leader = cluster.leader()
+            replica = None if leader is None else leader.replica
+            if replica is None:
+                await anyio.sleep(POLL_S)
+                continue
+            with anyio.move_on_after(PROBE_ATTEMPT_MS / 1000):
+                try:
+                    await replica.call("kv", "set", "prober", ["written"], f"prober-{attempt}")
+                except RsmError:
+                    await anyio.sleep(POLL_S)
+                    continue
+                waited_ms = round((anyio.current_time() - started_s) * 1000)
+                world.trace.record("world", f"served while down after {waited_ms} ms")
+                world.stats["serve-while-down"] += 1
+                return None
+    return (
+        f"no write acknowledged within {SERVE_WHILE_DOWN_MS} ms with {bookies_down} bookie(s) "
+        f"down and replicas {[replica.name for replica in cluster.up()]} up"
+    )
 
 
 async def _wait_for(condition: Callable[[], bool]) -> None:

@@ -103,6 +103,7 @@ from rsm.host import (
     application_status,
     command_zk_store,
     quiet_kazoo,
+    replication_lines,
     run_replica_main,
     split_zk,
     status_heading,
@@ -430,7 +431,7 @@ def render_status(report: dict[str, Any]) -> str:
                 "yes" if entry["candidate"] else "no",
             )
         )
-    return "\n".join(lines + aligned(rows))
+    return "\n".join(lines + aligned(rows) + replication_lines(report))
 
 
 # --- snapshots --------------------------------------------------------------------------------

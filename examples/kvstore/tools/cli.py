@@ -95,6 +95,7 @@ from rsm.host import (
     application_status,
     command_zk_store,
     quiet_kazoo,
+    replication_lines,
     run_replica_main,
     split_zk,
     status_heading,
@@ -575,16 +576,7 @@ def render_status(report: dict[str, Any]) -> str:
                 try_text,
             )
         )
-    lines += aligned(rows)
-    if any(
-        (entry.get("term") or {}).get("ensemble_change_deferred") for entry in report["replicas"]
-    ):
-        lines += [
-            "",
-            "warning: a bookie of the leader's ledger failed and none can replace it: writes",
-            "go to the bookies left (each on the ack quorum's disks, fewer than the write",
-            "quorum's); start another bookie",
-        ]
+    lines += aligned(rows) + replication_lines(report)
     return "\n".join(lines)
 
 

@@ -24,7 +24,8 @@ as their root, so several clusters (or tests) can share one ZooKeeper.
 
 Replica ports: a new cluster gives replica i the Redis port `base_port + i
 - 1` and the framework port `base_port + 1000 + i - 1`, or free ports when
-those are taken (or `base_port` is 0); `kvstore.toml` keeps them.
+those are taken (or `base_port` is 0); `kvstore.toml` keeps them.  Bookies
+take the bookie default ports (3181, ...), or free ports when `base_port` is 0.
 
 Invariants: at most one launcher runs per data directory (the bookie
 cluster's lock); replica processes run only while the bookie cluster does;
@@ -167,6 +168,7 @@ class LocalKvCluster:
             bookies=self._requested.bookies,
             zk_servers=hosts,
             zk_root=chroot + LEDGER_ROOT if chroot else None,
+            bookie_base_port=bookie_limits.port_default if self._requested.base_port else 0,
         )
         self.replicas: list[LocalReplica] = []
         self.leader: str | None = None

@@ -140,6 +140,34 @@ async def test_a_lost_connection_fails_its_requests_and_a_new_address_reconnects
             assert connector.attempts[-1] == f"127.0.0.1:{second.port}"
 
 
+async def test_a_bookie_registered_anew_at_the_same_address_is_tried_at_once() -> None:
+    """A restarted bookie keeps its address: its new registration must end the backoff its
+    death started, or the first requests to it fail as if it were still dead."""
+    connector = CountingConnector()
+    slow = ClientConfig(
+        connect_timeout_ms=1_000, reconnect_delay_ms_min=60_000, reconnect_delay_ms_max=60_000
+    )
+    async with (
+        running_server(MemoryLedgerStorage()) as server,
+        anyio.create_task_group() as task_group,
+    ):
+        pool = ConnectionPool(connector, slow, task_group)
+        pool.set_address("b1", f"127.0.0.1:{server.port}")
+        connector.refuse = True
+        dead = Answers()
+        ask(pool, "b1", dead)
+        await wait_for(lambda: len(dead.outcomes) == 1, WAIT_S)
+        connector.refuse = False
+        pool.end_backoff("b1")
+        back = Answers()
+        ask(pool, "b1", back)
+        await wait_for(lambda: len(back.outcomes) == 1, WAIT_S)
+        assert isinstance(back.outcomes[0], GetBookieInfoResponse)
+        assert len(connector.attempts) == 2
+        pool.close()
+        task_group.cancel_scope.cancel()
+
+
 async def test_unknown_bookies_and_a_closed_pool_answer_with_errors() -> None:
     connector = CountingConnector()
     async with pool_of(connector) as pool:

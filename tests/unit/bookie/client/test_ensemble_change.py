@@ -6,8 +6,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from bookie.client.ledger_client import LedgerClient
+from bookie.client.write_handle import WriteHandle
 from bookie.errors import BookieError, NotEnoughBookies
-from tests.unit.bookie.client.cluster import WAIT_S, fast_config, memory_cluster
+from tests.unit.bookie.client.cluster import WAIT_S, LocalCluster, fast_config, memory_cluster
 from tests.unit.bookie.server.support import wait_for
 
 pytestmark = pytest.mark.anyio
@@ -98,17 +100,26 @@ async def test_without_a_replacement_a_writer_goes_on_with_the_bookies_left() ->
         assert await reader.read(0, count - 1) == payloads
 
 
+async def deferred_writer(
+    cluster: LocalCluster, client: LedgerClient, position: int
+) -> tuple[WriteHandle, str]:
+    """A writer on the three bookies of `cluster` whose bookie at `position` stopped with
+    none to replace it (the change deferred), and that bookie's id."""
+    writer = await client.create_ledger(3, 3, 2, password=b"pw")
+    stopped = writer.metadata.current_ensemble[position]
+    await writer.append(b"first")
+    await cluster.stop_bookie(stopped)
+    with anyio.fail_after(WAIT_S):
+        await writer.append(b"second")
+    await wait_for(lambda: writer.change_deferred, WAIT_S)
+    return writer, stopped
+
+
 async def test_a_deferred_change_takes_a_bookie_that_joins_later() -> None:
     # No explicit LAC: the retry timer must be woken by the deferral itself.
     config = fast_config(explicit_lac_interval_ms=0)
     async with memory_cluster(3) as cluster, cluster.client(config=config) as client:
-        writer = await client.create_ledger(3, 3, 2, password=b"pw")
-        stopped = writer.metadata.current_ensemble[0]
-        await writer.append(b"first")
-        await cluster.stop_bookie(stopped)
-        with anyio.fail_after(WAIT_S):
-            await writer.append(b"second")
-        await wait_for(lambda: writer.change_deferred, WAIT_S)
+        writer, _stopped = await deferred_writer(cluster, client, 0)
         joined = await cluster.add_bookie()
         await wait_for(lambda: writer.metadata.current_ensemble[0] == joined, WAIT_S)
         assert not writer.change_deferred
@@ -159,3 +170,50 @@ async def test_rack_aware_placement_spreads_write_sets() -> None:
         rack_of = dict(zip(cluster.bookie_ids, racks, strict=True))
         assert {rack_of[b] for b in writer.metadata.current_ensemble} == {"r1", "r2", "r3"}
         await writer.close()
+
+
+async def test_a_deferred_writer_says_when_its_failed_bookie_has_come_back() -> None:
+    """The handle never takes a bookie that failed it back, but says when it registered
+    anew, so that its owner can move to a new ledger that includes it."""
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        writer, stopped = await deferred_writer(cluster, client, 2)
+        assert not writer.failed_bookie_returned
+        await cluster.restart_bookie(stopped)
+        await wait_for(lambda: writer.failed_bookie_returned, WAIT_S)
+        assert writer.change_deferred, "the returned bookie is not taken back"
+        assert stopped in client.writable_bookies
+
+
+async def test_a_degraded_ledger_is_created_on_the_bookies_there_are_never_below_qa() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        await cluster.stop_bookie(cluster.bookie_ids[0])
+        await wait_for(lambda: len(client.writable_bookies) == 2, WAIT_S)
+        with pytest.raises(NotEnoughBookies):
+            await client.create_ledger(3, 3, 2, password=b"pw")
+        writer = await client.create_ledger(3, 3, 2, password=b"pw", degraded=True)
+        metadata = writer.metadata
+        assert (metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum) == (2, 2, 2)
+        assert set(metadata.current_ensemble) == set(cluster.bookie_ids[1:])
+        assert metadata.custom["bookie.requested"] == b"3/3/2"
+        payloads = [f"entry {index}".encode() for index in range(20)]
+        for payload in payloads:
+            await writer.append(payload)
+        await writer.close()
+        for entry_id in range(20):
+            assert sorted(cluster.holders(writer.ledger_id, entry_id)) == sorted(
+                metadata.current_ensemble
+            ), "every entry on both bookies: Qa copies"
+        reader = await client.open_ledger(writer.ledger_id, b"pw")
+        assert await reader.read(0, 19) == payloads
+        await cluster.stop_bookie(cluster.bookie_ids[1])
+        await wait_for(lambda: len(client.writable_bookies) == 1, WAIT_S)
+        with pytest.raises(NotEnoughBookies, match="ack quorum"):
+            await client.create_ledger(3, 3, 2, password=b"pw", degraded=True)
+
+
+async def test_a_ledger_with_enough_bookies_is_not_degraded() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        writer = await client.create_ledger(3, 3, 2, password=b"pw", degraded=True)
+        assert writer.metadata.ensemble_size == 3
+        assert "bookie.requested" not in writer.metadata.custom
+        assert len(cluster.bookie_ids) == 3

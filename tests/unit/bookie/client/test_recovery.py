@@ -102,6 +102,32 @@ async def test_recovery_re_replicates_the_tail_to_a_bookie_that_missed_it() -> N
         assert cluster.holders(ledger_id, 5) == sorted(reader.metadata.current_ensemble)
 
 
+async def test_recovery_with_a_dead_bookie_and_none_to_replace_it_closes_on_the_two_left() -> None:
+    """E = Qw = 3, Qa = 2 on three bookies, one dead for good (a lost machine): fencing
+    is covered by the two left (Qw - Qa + 1 = 2), the tail is re-added to them (Qa
+    acks, no replacement needed), and the ledger closes at the writer's last entry."""
+    async with (
+        memory_cluster(3) as cluster,
+        cluster.client() as writer_client,
+        cluster.client(seed=2) as reader_client,
+    ):
+        writer = await writer_client.create_ledger(3, 3, 2)
+        await append_all(PAYLOADS[:5], writer)
+        dead = writer.metadata.current_ensemble[0]
+        await cluster.stop_bookie(dead)
+        await append_all(PAYLOADS[5:], writer)
+        await wait_for(lambda: dead not in reader_client.writable_bookies, WAIT_S)
+
+        reader = await reader_client.open_ledger(writer.ledger_id)
+
+        assert reader.last_add_confirmed == 9
+        assert await reader.read(0, 9) == PAYLOADS
+        alive = sorted(b for b in writer.metadata.current_ensemble if b != dead)
+        assert all(cluster.holders(writer.ledger_id, e) == alive for e in range(5, 10))
+        with pytest.raises(LedgerFenced):
+            await writer.append(b"after the recovery")
+
+
 async def test_open_without_recovery_does_not_fence() -> None:
     async with (
         memory_cluster(3) as cluster,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bookie.core.placement import choose_ensemble, choose_replacements
+from bookie.core.placement import choose_ensemble, choose_replacements, ledger_sizes
 from bookie.core.quorum import Quorum
 from bookie.errors import NotEnoughBookies
 
@@ -127,3 +127,37 @@ def test_rule3_no_candidate_left_raises_not_enough_bookies() -> None:
         )
     with pytest.raises(NotEnoughBookies):
         choose_replacements(available, ensemble, [0, 1], write_quorum=2, rng=random.Random(1))
+
+
+@st.composite
+def quorum_configs(draw: st.DrawFn) -> tuple[int, int, int]:
+    e = draw(st.integers(1, 8))
+    qw = draw(st.integers(1, e))
+    return e, qw, draw(st.integers(1, qw))
+
+
+@given(quorum_configs(), st.integers(0, 12))
+def test_rule4_a_ledger_is_sized_to_the_bookies_there_are_never_below_qa(
+    config: tuple[int, int, int], usable: int
+) -> None:
+    e, qw, qa = config
+    if usable < qa:
+        with pytest.raises(NotEnoughBookies, match="ack quorum"):
+            ledger_sizes(usable, ensemble_size=e, write_quorum=qw, ack_quorum=qa)
+        return
+    sizes = ledger_sizes(usable, ensemble_size=e, write_quorum=qw, ack_quorum=qa)
+    if usable >= e:
+        assert sizes == (e, qw), "enough bookies: exactly what was asked"
+        return
+    e_degraded, qw_degraded = sizes
+    assert e_degraded == usable < e
+    assert qw_degraded == min(qw, usable)
+    # Still a legal ledger with the ack quorum kept, so every acknowledged entry has Qa copies.
+    Quorum(e_degraded, qw_degraded, qa)
+    assert e_degraded >= qw_degraded >= qa
+
+
+def test_rule4_one_lost_bookie_of_three_gives_a_two_bookie_ledger() -> None:
+    assert ledger_sizes(2, ensemble_size=3, write_quorum=3, ack_quorum=2) == (2, 2)
+    with pytest.raises(NotEnoughBookies):
+        ledger_sizes(1, ensemble_size=3, write_quorum=3, ack_quorum=2)

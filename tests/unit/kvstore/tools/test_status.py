@@ -70,12 +70,41 @@ def test_the_status_table_names_each_replicas_redis_port() -> None:
     ]
 
 
+REPLICATION = {
+    "full": True,
+    "degraded": False,
+    "ensemble_change_deferred": False,
+    "ensemble_size": 3,
+    "write_quorum": 3,
+    "ack_quorum": 2,
+    "configured_ensemble_size": 3,
+    "configured_write_quorum": 3,
+}
+
+
 def test_the_status_warns_when_the_leaders_ledger_writes_to_fewer_bookies() -> None:
-    leader = {**REPORT["replicas"][1], "term": {"ensemble_change_deferred": True}}
-    report = {**REPORT, "replicas": [REPORT["replicas"][0], leader]}
-    lines = render_status(report).splitlines()
-    assert lines[-3].startswith("warning: a bookie of the leader's ledger failed")
-    assert "warning" not in render_status(REPORT)
+    deferred = {**REPLICATION, "full": False, "ensemble_change_deferred": True}
+    lines = render_status({**REPORT, "replication": deferred}).splitlines()
+    assert lines[-4].startswith("under-replicated: a bookie of the open segment's ledger failed")
+    assert "replicated" not in render_status({**REPORT, "replication": REPLICATION})
+    assert "replicated" not in render_status(REPORT)
+
+
+def test_the_status_says_when_the_open_segment_is_degraded() -> None:
+    degraded = {
+        **REPLICATION,
+        "full": False,
+        "degraded": True,
+        "ensemble_size": 2,
+        "write_quorum": 2,
+    }
+    lines = render_status({**REPORT, "replication": degraded}).splitlines()
+    assert lines[-4:] == [
+        "degraded: the open segment's ledger has E=2 Qw=2 Qa=2 (configured E=3 Qw=3): too",
+        "few bookies were writable when it was created.",
+        "Every acknowledged write is on Qa bookies' disks; the leader rolls over to a",
+        "full-size ledger once E bookies are writable again.",
+    ]
 
 
 def test_known_replicas_that_zookeeper_does_not_list_show_as_down() -> None:
