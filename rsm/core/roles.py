@@ -31,7 +31,10 @@ What the watchers decide:
   connection that comes back within the session timeout must not cost a
   failover.
 * standing: only once caught up (or when not following), not while stopping,
-  and not before the back-off of the last stand-aside ran out.
+  and not before the back-off of the last stand-aside ran out.  Whatever
+  takes the candidacy away wakes the election to stand again: a handover at
+  once, a stand-aside when its back-off ends, a lost session (the shell looks
+  again after every session event).
 * standing aside (a takeover abandoned, a term stepped down for its own
   trouble): withdraw, clear the pin, and wait before standing again: the
   retry delay, doubled after each stand-aside that follows the previous one
@@ -243,9 +246,16 @@ class RoleMachine:
     def handover_ended(self) -> None:
         self.handing_over = False
 
-    def handed_over(self) -> None:
-        """The handover's CAS went through: the candidacy is gone with it."""
+    def handed_over(self) -> list[Effect]:
+        """The handover's CAS went through: the candidacy is gone with it.
+
+        The election loop must look again to stand anew: it may have evaluated
+        while the candidacy was still named (the CAS's watch can come before
+        its answer), and nothing else need wake it (`caught_up` may be true
+        from before the term, so following brings no change of it).
+        """
         self.elected = False
+        return [WakeElection()]
 
     def stop(self, term_accepting: bool) -> bool:
         """A graceful stop begins; whether this replica hands its serving term over.

@@ -916,7 +916,7 @@ class Replica:
             term.step_down("the log or the election moved during a handover")
             raise NotLeader("the log moved during the handover; this replica stepped down")
         leadership.candidacy = None
-        self._roles.handed_over()
+        self._apply(self._roles.handed_over())
         term.end("handed over" if target is None else f"handed over to {target.replica_id}")
         emit(
             logger,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from rsm import limits
@@ -185,7 +185,7 @@ def test_one_handover_at_a_time_from_a_serving_term() -> None:
     roles.handover_started()
     assert not roles.may_hand_over(term_accepting=True)
     roles.election_evaluated(candidacy_is_elect=True, term_running=True)
-    roles.handed_over()
+    assert roles.handed_over() == [WakeElection()], "to stand again without its candidacy"
     assert not roles.elected
     roles.handover_ended()
     assert roles.may_hand_over(term_accepting=True)
@@ -214,36 +214,85 @@ EVENTS = st.one_of(
     st.tuples(st.just("step"), st.sampled_from(list(Step))),
     st.tuples(st.just("takeover_won")),
     st.tuples(st.just("handover"), st.booleans()),
+    st.tuples(st.just("handed_over")),
     st.tuples(st.just("stop"), st.booleans()),
     st.tuples(st.just("registered")),
+    st.tuples(st.just("look")),
+    st.tuples(st.just("time"), st.floats(0, 30)),
 )
 
 
+class ElectionLoop:
+    """What the shell's election loop knows: whether it holds a candidacy, and the wake-ups
+    pending for it (`WakeElection` at once, `WakeElectionAt` once the clock reads `at_s`)."""
+
+    def __init__(self) -> None:
+        self.candidacy = False
+        self.woken = True  # the loop looks once when it starts
+        self.wake_at_s: list[float] = []
+
+    def apply(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, ForgetCandidacy):
+                self.candidacy = False
+            elif isinstance(effect, WakeElection):
+                self.woken = True
+            elif isinstance(effect, WakeElectionAt):
+                self.wake_at_s.append(effect.at_s)
+
+    def look(self, roles: RoleMachine, now_s: float) -> None:
+        """One round of the loop: the due wake-ups are spent, and it stands if it may."""
+        self.woken = False
+        self.wake_at_s = [at_s for at_s in self.wake_at_s if at_s > now_s]
+        if not self.candidacy and roles.may_stand(now_s):
+            self.candidacy = True
+
+    def will_look(self, now_s: float) -> bool:
+        return self.woken or any(at_s <= now_s for at_s in self.wake_at_s)
+
+
+@example(
+    [
+        ("caught_up", True),
+        ("look",),
+        ("evaluated", True, False),
+        ("step", Step.FOLLOW_ENDED),
+        ("takeover_won",),
+        ("handover", True),
+        ("handed_over",),
+    ]
+)
 @given(st.lists(EVENTS, max_size=60))
 def test_invariants_hold_under_any_sequence_of_events(events: list[tuple[object, ...]]) -> None:
     roles = RoleMachine(RETRY_DELAY_MS)
+    loop = ElectionLoop()
     now_s = 0.0
     for event in events:
         kind = event[0]
         if kind == "caught_up":
-            roles.caught_up_changed(bool(event[1]))
+            loop.apply(roles.caught_up_changed(bool(event[1])))
         elif kind == "evaluated":
-            effects = roles.election_evaluated(bool(event[1]), bool(event[2]))
+            effects = roles.election_evaluated(bool(event[1]) and loop.candidacy, bool(event[2]))
             assert (effects == [CancelFollow()]) is roles.elected
         elif kind == "session":
-            roles.session_lost(term_present=bool(event[1]))
+            loop.apply(roles.session_lost(term_present=bool(event[1])))
+            loop.woken = True  # the shell looks again after every session event
             assert not roles.elected
         elif kind == "stand_aside":
             now_s += float(event[1])  # type: ignore[arg-type]
             roles.standing_aside()
+            loop.candidacy = False
             wake = roles.stood_aside(now_s)
+            loop.apply([wake])
             assert RETRY_DELAY_MS <= wake.delay_ms <= limits.stand_aside_delay_ms_max
             assert not roles.may_stand(now_s)
         elif kind == "step":
             step = event[1]
             assert isinstance(step, Step)
             before = roles.role
-            if (before, step) in TRANSITIONS:
+            # Following ends for a takeover only once elected (a stopping loop ends instead).
+            leaves = step is not Step.FOLLOW_ENDED or roles.elected
+            if (before, step) in TRANSITIONS and leaves:
                 assert roles.step_ended(step) is TRANSITIONS[(before, step)]
         elif kind == "takeover_won":
             if roles.role is Role.TAKING_OVER:
@@ -254,11 +303,23 @@ def test_invariants_hold_under_any_sequence_of_events(events: list[tuple[object,
                 roles.handover_started()
             elif not event[1]:
                 roles.handover_ended()
+        elif kind == "handed_over":
+            if roles.role is Role.LEADER and roles.handing_over:
+                loop.candidacy = False  # deleted by the handover's CAS
+                loop.apply(roles.handed_over())
         elif kind == "stop":
             roles.stop(bool(event[1]))
+        elif kind == "look":
+            loop.look(roles, now_s)
+        elif kind == "time":
+            now_s += float(event[1])  # type: ignore[arg-type]
         else:
             roles.registered()
         assert not (roles.elected and roles.stopping)
         assert not roles.may_take_over() or roles.elected
         assert not (roles.stopping and roles.may_stand(now_s + 1_000))
         assert roles.should_follow() is not (roles.elected or roles.stopping)
+        # A replica that may stand and has no candidacy stands at the loop's next look,
+        # and that look is due: a wake-up is pending, now or once its back-off ends.
+        if not loop.candidacy and roles.may_stand(now_s):
+            assert loop.will_look(now_s)

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable, Sequence
 
+import anyio
 import pytest
 
 from bookie.logs import record_fields
+from bookie.meta.api import Delete, Op
 from rsm.core.layout import AppLayout
 from rsm.core.log_format import decode_log
 from rsm.core.log_state import Log, SegmentState
 from rsm.core.roles import Role
 from rsm.errors import BadRequest, NotLeader
+from rsm.runtime.election import ElectionView, Leadership
+from rsm.runtime.log import LogStore
+from tests.unit.bookie.client.cluster import WAIT_S
 from tests.unit.rsm.runtime.harness import APP, Replicas, replica_cluster, wait_until
 from tests.unit.rsm.runtime.test_failover import NAMES, all_converge_to, fenced_on, start_three
 
@@ -164,3 +170,46 @@ async def test_on_role_reports_each_change_of_role() -> None:
             changes = roles[name]
             assert all(a is not b for a, b in itertools.pairwise(changes))
             assert (changes[-1] if changes else Role.FOLLOWER) is running.replica.role
+
+
+async def test_a_leader_stands_again_after_handing_over_while_its_election_was_evaluated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ZooKeeper may deliver the handover CAS's watch events before its answer: the old
+    leader's election loop then evaluates while its candidacy is still named, and sees the
+    settled election (the successor serving) only after the handover has forgotten that
+    candidacy.  It must still stand again, though being caught up since before its term,
+    it learns nothing new from following."""
+    async with replica_cluster() as replicas:
+        old = await replicas.start("a")
+        await replicas.wait_leader()
+        successor = await replicas.start("b")
+        await wait_until(lambda: successor.status()["candidate"])
+        assert old.status()["caught_up"]
+        candidacies = AppLayout.of(APP).election
+        handed_over = anyio.Event()
+        evaluating = anyio.Event()
+        cas, evaluate = LogStore.cas, Leadership.evaluate
+
+        async def late_answer(
+            self: LogStore, ops: Sequence[Op], took_effect: Callable[[Log], bool]
+        ) -> bool:
+            done = await cas(self, ops, took_effect)
+            if any(isinstance(op, Delete) and op.path.startswith(candidacies) for op in ops):
+                handed_over.set()
+                with anyio.fail_after(WAIT_S):
+                    await evaluating.wait()
+            return done
+
+        async def slow_evaluation(self: Leadership) -> ElectionView:
+            if self.replica_id == old.replica_id and handed_over.is_set():
+                evaluating.set()
+                await wait_until(lambda: successor.is_leader)
+            return await evaluate(self)
+
+        monkeypatch.setattr(LogStore, "cas", late_answer)
+        monkeypatch.setattr(Leadership, "evaluate", slow_evaluation)
+        await old.transfer_leadership(successor.replica_id)
+        assert evaluating.is_set(), "the election was evaluated while the handover waited"
+        await wait_until(lambda: old.role is Role.FOLLOWER and old.status()["candidate"])
+        assert old.status()["caught_up"]
