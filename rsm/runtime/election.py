@@ -109,11 +109,16 @@ class Leadership:
         return self.candidacy
 
     async def withdraw(self) -> None:
-        """Delete this replica's candidacy, if it has one."""
-        name, self.candidacy = self.candidacy, None
+        """Delete this replica's candidacy, if it has one.
+
+        The name is forgotten only once the znode is gone: a delete that failed (ZooKeeper
+        out of reach, the session alive) leaves the candidacy standing, and a replica that
+        forgot it would stand a second time and never be elected under either name."""
+        name = self.candidacy
         if name is not None:
             with contextlib.suppress(NoNode):
                 await self._store.delete(self._layout.candidate(name))
+            self.candidacy = None
 
     async def clear_pin(self) -> None:
         """Empty the `handoff` znode if it names this replica (see the module docstring)."""
