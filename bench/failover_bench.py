@@ -14,8 +14,11 @@ every setting at the commands' defaults unless given, and measures:
   acknowledged SET that was *sent* after the kill (one sent before may have
   been acknowledged by the dead leader just before it died).  SETs in flight
   at the kill must all be answered OK (`in_flight_failed` counts those that
-  were not).  The killed replica is started again, and the next trial waits
-  until all three replicas have caught up.
+  were not).  `detection` is the time from the kill to the successor's
+  `rsm.elected` log line (the same machine's clock): the dead leader's
+  session expiring; the rest is the takeover and the clients' retries.
+  The killed replica is started again, and the next trial waits until all
+  three replicas have caught up.
 * `pause`: the same with SIGSTOP of the leader instead, held until a
   successor serves (longer than the detection time), then SIGCONT.
 * `handoff`: `--handoffs` graceful transfers (`transfer-leadership`, the
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import itertools
 import json
 import os
@@ -232,8 +236,10 @@ async def fault_trial(
     status = await leader_status(client)
     leader = str(status["replica_id"])
     writers = Writers(follower_ports(cluster, leader), arguments.writers)
+    offsets = {replica.name: replica.log_file.stat().st_size for replica in cluster.replicas}
     async with writers.running():
         await writers.wait_acks(STEADY_ACKS)
+        faulted_wall_s = time.time()
         faulted = time.perf_counter()
         if fault == "kill":
             cluster.kill(leader)
@@ -247,6 +253,7 @@ async def fault_trial(
                 os.kill(pid(cluster, leader), signal.SIGCONT)
         failed = [error for _sent, error in writers.failures]
     successor = await leader_status(client)
+    events = logged_events(cluster, str(successor["replica_id"]), offsets)
     if fault == "kill":
         await cluster.stop(leader)
         await cluster.start(leader)
@@ -254,6 +261,8 @@ async def fault_trial(
         await cluster.wait_ready()
     return {
         "ms": (acknowledged - faulted) * 1000,
+        "detection_ms": since_ms(events.get("rsm.elected"), faulted_wall_s),
+        "serving_ms": since_ms(events.get("rsm.leader"), faulted_wall_s),
         "leader": leader,
         "successor": successor["replica_id"],
         "epochs": [status["epoch"], successor["epoch"]],
@@ -261,22 +270,45 @@ async def fault_trial(
     }
 
 
+def logged_events(cluster: LocalKvCluster, name: str, offsets: dict[str, int]) -> dict[str, float]:
+    """When replica `name` first logged each event since `offsets` (Unix time in s)."""
+    seen: dict[str, float] = {}
+    with cluster.replica(name).log_file.open("rb") as handle:
+        handle.seek(offsets[name])
+        for line in handle:
+            if not line.startswith(b"{"):
+                continue
+            record = json.loads(line)
+            moment = datetime.datetime.fromisoformat(record["time"].replace("Z", "+00:00"))
+            seen.setdefault(record["event"], moment.timestamp())
+    return seen
+
+
+def since_ms(moment_s: float | None, start_s: float) -> float | None:
+    return None if moment_s is None else round((moment_s - start_s) * 1000, 1)
+
+
 async def faults(
     cluster: LocalKvCluster, client: Client, arguments: argparse.Namespace, fault: str, count: int
 ) -> dict[str, Any]:
     times: list[float] = []
+    detections: list[float] = []
     failed: list[str] = []
     for trial in range(count):
         result = await fault_trial(cluster, client, arguments, fault)
         times.append(result["ms"])
+        if result["detection_ms"] is not None:
+            detections.append(result["detection_ms"])
         failed += result["failed"]
         log(
             f"  {fault} {trial + 1}/{count}: {result['leader']} -> {result['successor']} "
-            f"in {result['ms']:.0f} ms, epochs {result['epochs']}, failed {len(result['failed'])}"
+            f"in {result['ms']:.0f} ms (elected at {result['detection_ms']}, serving at "
+            f"{result['serving_ms']}), epochs {result['epochs']}, failed {len(result['failed'])}"
         )
     return {
         "name": fault,
         **distribution(times),
+        "detection": distribution(detections),
         "failed_writes": len(failed),
         "failed_examples": failed[:3],
     }
