@@ -10,6 +10,8 @@
     leader_time    timestamp  the batch's timestamp, the leader's clock (UTC, ms precision)
     client_id      binary     its session's client id; null without a session
     client_seq     bigint     its number in that session; null without a session
+    client_ack_seq bigint     the highest seq whose answer its client had (every lower one
+                              too); null without a session
     command        string     the command key ("name" or "name@version");
                               null for a leader-start marker
     arguments      string     JSON {"args": [...]} plus "kwargs": {...} when it has any;
@@ -72,6 +74,7 @@ LOG_SCHEMA: Final = _struct(
     ("leader_time", TimestampType()),
     ("client_id", BinaryType()),
     ("client_seq", LongType()),
+    ("client_ack_seq", LongType()),
     ("command", StringType()),
     ("arguments", StringType()),
     ("payload_bytes", LongType()),
@@ -149,6 +152,7 @@ def log_columns(
         times,
         client_ids,
         seqs,
+        acks,
         commands,
         arguments,
         sizes,
@@ -180,11 +184,13 @@ def log_columns(
             if isinstance(item, LeaderStart):
                 client_ids.append(None)
                 seqs.append(None)
+                acks.append(None)
                 commands.append(None)
                 arguments.append(_ENCODER.encode({"leader_start": item.replica_id}))
             else:
                 client_ids.append(item.client_id)
                 seqs.append(item.seq)
+                acks.append(item.ack_seq)
                 commands.append(item.name)
                 arguments.append(arguments_json(item.args, item.kwargs))
     return columns
