@@ -31,7 +31,9 @@ MRO.  `KVStore` itself adds what the framework calls besides: `restore`,
 which rebuilds the derived state, `state_hash` and `idle`, which settle the
 incremental hash of `kvstore.store.content_hash`, `key_digests`, each key's
 share of that hash, and `show_key`, a key's value as redis-cli prints it
-(for the tools that list keys or a key's history).
+(for the tools that list keys or a key's history).  Its Spark reducer
+(`kvstore.spark_reducer`, for `rsm spark snapshot`) computes the state key by
+key for logs whose commands are confined to the keys they name.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ class KVStore(
 ):
     """Redis's string commands, replicated.  See the module docstring for its parts and
     `kvstore.store.state` for the state and expiry."""
+
+    spark_reducer = "kvstore.spark_reducer:reduce"
+    """`rsm spark snapshot` computes the state by key in Spark (`kvstore.spark_reducer`)."""
 
     # --- snapshots and state hashes --------------------------------------------------------
 

@@ -68,6 +68,19 @@ states differ instead of only saying that they do.  The default returns None
 offer `show_key(key)`: that key's content as text for a person reading a
 diff or a key's history (default: None, not offered).
 
+Bulk snapshots in Spark.  Optionally, a class names a Spark reducer in the
+class attribute `spark_reducer`, as `"module:function"` (a string, so that
+nothing here imports Spark): `rsm spark snapshot` then computes the state
+at the log's readable end in Spark instead of replaying the log, and
+registers it as a snapshot that replicas start from (docs/spark.md, "Bulk
+snapshot").  The function takes an `rsm.spark.ReduceRequest` (the log as a
+DataFrame of `rsm-log` rows up to that index, the commands the session
+table did not let through, the indexes whose outcomes it keeps) and returns
+an `rsm.spark.Reduced`: a fresh instance holding exactly the state replay
+reaches there (equal `snapshot()` bytes), and those outcomes.  A log it
+cannot reduce exactly must make it raise `rsm.errors.NotReducible`, never
+give a state replay would not reach.  Default: None (no bulk snapshot).
+
 The registry is built once, when the subclass is created (`__init_subclass__`);
 declaring the same name twice, a command and a query of the same name, or an
 `async` method raises `BadStateMachine` right there.
@@ -296,7 +309,16 @@ def _operation(
 
 
 _FRAMEWORK_METHODS: Final = frozenset(
-    {"snapshot", "restore", "state_hash", "key_digests", "show_key", "idle", "context"}
+    {
+        "snapshot",
+        "restore",
+        "state_hash",
+        "key_digests",
+        "show_key",
+        "idle",
+        "context",
+        "spark_reducer",
+    }
 )
 """What the framework calls or reads on a machine: never a command's or a query's method."""
 
@@ -314,6 +336,8 @@ class StateMachine:
     """Commands by name, newest version only: what new calls are logged as."""
     _rsm_queries: ClassVar[dict[str, Operation]] = {}
     _rsm_context: Context | None = None
+    spark_reducer: ClassVar[str | None] = None
+    """Optional: `"module:function"` of the class's Spark reducer (see the module docstring)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

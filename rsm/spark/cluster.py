@@ -17,6 +17,11 @@ the first time (an open ledger's end is pinned to the LAC seen when
 planning).  Ledgers are opened with the framework's ledger password
 (`ReplicaConfig.ledger_password`).
 
+The bulk snapshot (`write_snapshot`, on the driver): a reduced state goes
+through the replicas' own snapshot store (rsm/snapshots/store.py: a pending
+ledger, the chunks `stream_snapshot` makes, the manifest registered by
+compare-and-set), so it is a snapshot like any replica's.
+
 Executors (`log_entries`, `ledger_entries`): the partition's entries, in chunks of
 `limits.spark_read_chunk_entries`, decoded with the framework's own
 `decode_entry` (which also checks each batch carries its segment's epoch).
@@ -41,9 +46,14 @@ from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
 from rsm import limits
 from rsm.config import ReplicaConfig
+from rsm.core import snapshot_manifest
 from rsm.core.layout import AppLayout
 from rsm.core.log_format import Batch
 from rsm.core.log_state import Log, Segment
+from rsm.core.sessions import SessionTable
+from rsm.core.snapshot_format import SnapshotHeader
+from rsm.core.snapshot_manifest import Manifest
+from rsm.core.state_machine import StateMachine
 from rsm.errors import (
     EntryUnreadable,
     InvalidConfig,
@@ -53,7 +63,8 @@ from rsm.errors import (
 )
 from rsm.host import split_zk
 from rsm.runtime.log import LogStore, SegmentReader, decode_entry
-from rsm.snapshots.store import read_snapshots
+from rsm.snapshots.capture import CaptureResult, stream_snapshot
+from rsm.snapshots.store import SnapshotStore, manifest_of, pending_ledger, read_snapshots
 from rsm.spark.options import ClusterOptions, SplitOptions
 from rsm.spark.planning import Bounds, Interval, Span, split
 
@@ -163,6 +174,18 @@ class Cluster:
             return last.last_index + 1
         return self._portal.call(self._open_segment_end, last)
 
+    def write_snapshot(
+        self,
+        machine: StateMachine,
+        header: SnapshotHeader,
+        sessions: SessionTable,
+        config: ReplicaConfig,
+    ) -> Manifest:
+        """Write `machine` and `sessions` as a snapshot described by `header` and register it;
+        its manifest.  A snapshot already registered at that index stays the registered one
+        (the new ledger goes to garbage), as for replicas."""
+        return self._portal.call(self._write_snapshot, machine, header, sessions, config)
+
     def plan_ledgers(
         self, ledger_ids: Sequence[int] | None, options: SplitOptions
     ) -> list[LedgerPartition]:
@@ -227,6 +250,37 @@ class Cluster:
                 raise
 
     # --- async work, on the portal's loop ------------------------------------------------------
+
+    async def _write_snapshot(
+        self,
+        machine: StateMachine,
+        header: SnapshotHeader,
+        sessions: SessionTable,
+        config: ReplicaConfig,
+    ) -> Manifest:
+        store = SnapshotStore(self._store, self._ledgers, AppLayout.of(header.app), config)
+        stream = stream_snapshot(machine, header, sessions, config.snapshot_chunk_bytes)
+        results: list[CaptureResult] = []
+
+        async def payloads() -> AsyncIterator[bytes]:
+            for piece in stream:
+                if isinstance(piece, CaptureResult):
+                    results.append(piece)
+                else:
+                    yield piece
+
+        async with pending_ledger(
+            store, replica_id=header.replica_id, started_ms=header.created_ms
+        ) as handle:
+            written = await store.write_ledger(handle, payloads())
+            (result,) = results
+            manifest = manifest_of(header, written, result)
+            await store.update(
+                lambda current: snapshot_manifest.register(
+                    current, manifest, kept=config.snapshots_kept
+                )
+            )
+        return manifest
 
     async def _read_log(self, app: str) -> Log:
         layout = AppLayout.of(app)
