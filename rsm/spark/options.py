@@ -19,9 +19,12 @@ Spark hands a source its options as text (keys compared without case).
     maxCommandsPerTrigger   streaming: at most this many indexes per micro-batch       no limit
     onDataLoss              a start below the log's first index: `fail`, or `snapshot`
                             (go on from the first index when a snapshot covers the gap)  fail
+    mode                    an entry that cannot be read or decoded: `FAILFAST` fails the
+                            read naming it, `PERMISSIVE` gives a row naming it in the
+                            column `_corrupt` (rsm/spark/rows.py)                  FAILFAST
 
 `ledger` takes `zk`, `ledgerRoot`, `minPartitions`, `maxEntriesPerPartition`,
-`arrow`, and `ledgers`: comma-separated ledger ids (default: every ledger).
+`arrow`, `mode`, and `ledgers`: comma-separated ledger ids (default: every ledger).
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ from rsm.spark.planning import Bounds, Interval
 
 DATA_LOSS_POLICIES = ("fail", "snapshot")
 """What a read does when its start was truncated away; the first is the default."""
+MODES = ("failfast", "permissive")
+"""What a read does with an entry it cannot read or decode (`mode`, any case); the first is
+the default."""
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
 
@@ -54,6 +60,8 @@ class SplitOptions:
     min_partitions: int
     max_entries_per_partition: int
     arrow: bool
+    permissive: bool = False
+    """`mode=PERMISSIVE`: an unreadable entry is a row naming it, not a failed read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +150,7 @@ def _split(options: Mapping[str, str]) -> SplitOptions:
             limits.spark_entries_per_partition_max_default,
         ),
         arrow=arrow in _TRUE,
+        permissive=_choice(options, "mode", MODES) == "permissive",
     )
 
 

@@ -26,9 +26,21 @@
     entry_id       bigint
     payload        binary     the entry's payload, its digest verified on the read
     payload_bytes  bigint
-    digest         string     "verified" (an entry whose digest fails on every copy
-                              fails the read, naming it)
+    digest         string     "verified"; with mode=PERMISSIVE also "mismatch" (the copies
+                              that answered all failed their digest) or "unavailable"
+                              (no copy could be served)
     bookies        array<string>  the bookies of the entry's write set
+
+With `mode=PERMISSIVE` (rsm/spark/options.py) both sources have one more
+column, last, and an entry that cannot be read or decoded is one row:
+
+    _corrupt       string     null for a good row; for an unreadable entry
+                              "ledger L entry E (on bookies B, ...) is unreadable: why"
+
+In `rsm-log` that row has only `ledger_id`, `entry_id` and `_corrupt` (its
+indexes, epoch and time are unknown, so it is kept whatever the bounds on
+them); in `ledger`, `payload` and `payload_bytes` are null.  The default,
+`FAILFAST`, fails the read with the same text (`EntryUnreadable`).
 
 Invariant: a batch's Arrow schema equals `arrow_schema(schema)`, which is
 what PySpark checks the first batch of each partition against.
@@ -39,6 +51,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any, Final
 
@@ -88,6 +101,27 @@ LEDGER_SCHEMA: Final = _struct(
     ("bookies", ArrayType(StringType())),
 )
 DIGEST_VERIFIED: Final = "verified"
+DIGEST_MISMATCH: Final = "mismatch"
+DIGEST_UNAVAILABLE: Final = "unavailable"
+CORRUPT_COLUMN: Final = "_corrupt"
+
+
+@dataclass(frozen=True, slots=True)
+class CorruptEntry:
+    """An entry that could not be read or decoded (`mode=PERMISSIVE`)."""
+
+    entry_id: int
+    digest: str
+    """DIGEST_VERIFIED (its bytes came but are not a batch), DIGEST_MISMATCH or
+    DIGEST_UNAVAILABLE."""
+    message: str
+    """Names the ledger, the entry, the bookies of its write set and why."""
+
+
+def _permissive(schema: StructType) -> StructType:
+    return StructType([*schema.fields, StructField(CORRUPT_COLUMN, StringType(), nullable=True)])
+
+
 _COMPACT: Final = (",", ":")
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=_COMPACT)
 _string: Final = encode_basestring
@@ -102,8 +136,22 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-_LOG_ARROW: Final = arrow_schema(LOG_SCHEMA)
-_LEDGER_ARROW: Final = arrow_schema(LEDGER_SCHEMA)
+LOG_SCHEMA_PERMISSIVE: Final = _permissive(LOG_SCHEMA)
+LEDGER_SCHEMA_PERMISSIVE: Final = _permissive(LEDGER_SCHEMA)
+_ARROW: Final = {
+    len(schema.fields): arrow_schema(schema) for schema in (LOG_SCHEMA, LOG_SCHEMA_PERMISSIVE)
+}
+_LEDGER_ARROW: Final = {
+    len(schema.fields): arrow_schema(schema) for schema in (LEDGER_SCHEMA, LEDGER_SCHEMA_PERMISSIVE)
+}
+
+
+def log_schema(permissive: bool) -> StructType:
+    return LOG_SCHEMA_PERMISSIVE if permissive else LOG_SCHEMA
+
+
+def ledger_schema(permissive: bool) -> StructType:
+    return LEDGER_SCHEMA_PERMISSIVE if permissive else LEDGER_SCHEMA
 
 
 def _jsonable(value: Any) -> Any:
@@ -136,13 +184,19 @@ def arguments_json(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
 
 
 def log_columns(
-    entries: Iterable[tuple[int, Batch, int]], ledger_id: int, bounds: Bounds
+    entries: Iterable[tuple[int, Batch, int] | CorruptEntry],
+    ledger_id: int,
+    bounds: Bounds,
+    *,
+    permissive: bool = False,
 ) -> list[list[Any]]:
     """The columns (one list each, in schema order) of the rows of `entries` within `bounds`.
 
-    `leader_time` is in microseconds since the Unix epoch.
+    `leader_time` is in microseconds since the Unix epoch.  A `CorruptEntry` (only read
+    with `permissive`) is one row naming it.
     """
     columns: list[list[Any]] = [[] for _ in range(len(LOG_SCHEMA.fields))]
+    corrupt: list[str | None] = []
     (
         indexes,
         epochs,
@@ -159,7 +213,15 @@ def log_columns(
     ) = columns
     index_start = bounds.index.start or 1
     index_end = bounds.index.end
-    for entry_id, batch, size in entries:
+    for entry in entries:
+        if isinstance(entry, CorruptEntry):
+            for column in columns:
+                column.append(None)
+            ledgers[-1] = ledger_id
+            entry_ids[-1] = entry.entry_id
+            corrupt.append(entry.message)
+            continue
+        entry_id, batch, size = entry
         if not (
             bounds.epoch.holds(batch.epoch)
             and bounds.ledger_id.holds(ledger_id)
@@ -193,51 +255,70 @@ def log_columns(
                 acks.append(item.ack_seq)
                 commands.append(item.name)
                 arguments.append(arguments_json(item.args, item.kwargs))
+        if permissive:
+            corrupt.extend([None] * count)
+    if permissive:
+        columns.append(corrupt)
     return columns
 
 
 def log_record_batch(columns: list[list[Any]]) -> pa.RecordBatch:
+    return _record_batch(columns, _ARROW[len(columns)])
+
+
+def _record_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [
-            pa.array(column, type=field.type)
-            for column, field in zip(columns, _LOG_ARROW, strict=True)
-        ],
-        schema=_LOG_ARROW,
+        [pa.array(column, type=field.type) for column, field in zip(columns, schema, strict=True)],
+        schema=schema,
     )
 
 
 def log_tuples(columns: list[list[Any]]) -> list[tuple[Any, ...]]:
     """The same rows as tuples (`leader_time` as a datetime), for sources not yielding Arrow."""
     rows = list(zip(*columns, strict=True))
-    return [(*row[:5], _EPOCH + datetime.timedelta(microseconds=row[5]), *row[6:]) for row in rows]
+    return [(*row[:5], _datetime(row[5]), *row[6:]) for row in rows]
+
+
+def _datetime(microseconds: int | None) -> datetime.datetime | None:
+    return None if microseconds is None else _EPOCH + datetime.timedelta(microseconds=microseconds)
 
 
 def ledger_columns(
-    entries: Iterable[tuple[LedgerEntry, tuple[str, ...]]], ledger_id: int
+    entries: Iterable[tuple[LedgerEntry | CorruptEntry, tuple[str, ...]]],
+    ledger_id: int,
+    *,
+    permissive: bool = False,
 ) -> list[list[Any]]:
+    """The columns of the rows of `entries`; a `CorruptEntry` (only read with `permissive`)
+    is a row without payload naming it."""
     ids: list[int] = []
-    payloads: list[bytes] = []
+    payloads: list[bytes | None] = []
+    digests: list[str] = []
     bookies: list[list[str]] = []
+    corrupt: list[str | None] = []
     for entry, holders in entries:
         ids.append(entry.entry_id)
-        payloads.append(entry.payload)
         bookies.append(list(holders))
-    count = len(ids)
-    return [
-        [ledger_id] * count,
+        if isinstance(entry, CorruptEntry):
+            payloads.append(None)
+            digests.append(entry.digest)
+            corrupt.append(entry.message)
+        else:
+            payloads.append(entry.payload)
+            digests.append(DIGEST_VERIFIED)
+            corrupt.append(None)
+    columns: list[list[Any]] = [
+        [ledger_id] * len(ids),
         ids,
         payloads,
-        [len(payload) for payload in payloads],
-        [DIGEST_VERIFIED] * count,
+        [None if payload is None else len(payload) for payload in payloads],
+        digests,
         bookies,
     ]
+    if permissive:
+        columns.append(corrupt)
+    return columns
 
 
 def ledger_record_batch(columns: list[list[Any]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(column, type=field.type)
-            for column, field in zip(columns, _LEDGER_ARROW, strict=True)
-        ],
-        schema=_LEDGER_ARROW,
-    )
+    return _record_batch(columns, _LEDGER_ARROW[len(columns)])

@@ -48,12 +48,12 @@ from rsm.spark.cluster import Cluster, LedgerPartition, LogPartition
 from rsm.spark.options import LedgerOptions, LogOptions, ledger_options, log_options
 from rsm.spark.planning import Bounds, Interval, Term, bounds_from_terms
 from rsm.spark.rows import (
-    LEDGER_SCHEMA,
-    LOG_SCHEMA,
     ledger_columns,
     ledger_record_batch,
+    ledger_schema,
     log_columns,
     log_record_batch,
+    log_schema,
     log_tuples,
 )
 
@@ -100,9 +100,12 @@ def read_log_partition(options: LogOptions, partition: InputPartition) -> Iterat
         return  # PySpark's stand-in when there is nothing to read
     assert isinstance(planned, LogPartition)
     arrow = options.split.arrow
+    permissive = options.split.permissive
     with Cluster.open(options.cluster) as cluster:
-        for chunk in cluster.log_entries(planned):
-            columns = log_columns(chunk, planned.segment.ledger_id, planned.bounds)
+        for chunk in cluster.log_entries(planned, permissive=permissive):
+            columns = log_columns(
+                chunk, planned.segment.ledger_id, planned.bounds, permissive=permissive
+            )
             if not columns[0]:
                 continue
             if arrow:
@@ -221,7 +224,7 @@ class LogSource(DataSource):
         return LOG_FORMAT
 
     def schema(self) -> StructType:
-        return LOG_SCHEMA
+        return log_schema(log_options(self.options).split.permissive)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LogReader(log_options(self.options))
@@ -256,9 +259,10 @@ class LedgerReader(DataSourceReader):
             return
         assert isinstance(planned, LedgerPartition)
         arrow = self._options.split.arrow
+        permissive = self._options.split.permissive
         with Cluster.open(self._options.cluster) as cluster:
-            for chunk in cluster.ledger_entries(planned):
-                columns = ledger_columns(chunk, planned.ledger_id)
+            for chunk in cluster.ledger_entries(planned, permissive=permissive):
+                columns = ledger_columns(chunk, planned.ledger_id, permissive=permissive)
                 if arrow:
                     yield ledger_record_batch(columns)
                 else:
@@ -273,7 +277,7 @@ class LedgerSource(DataSource):
         return LEDGER_FORMAT
 
     def schema(self) -> StructType:
-        return LEDGER_SCHEMA
+        return ledger_schema(ledger_options(self.options).split.permissive)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LedgerReader(ledger_options(self.options))

@@ -62,3 +62,12 @@ def test_ledger_ids_are_a_sorted_set() -> None:
     assert ledger_options({"zk": "z:1"}).ledger_ids is None
     with pytest.raises(InvalidConfig, match="comma-separated"):
         ledger_options({"zk": "z:1", "ledgers": "3,x"})
+
+
+def test_mode_is_failfast_unless_permissive_in_any_case() -> None:
+    assert not log_options(BASE).split.permissive
+    assert not log_options({**BASE, "mode": "FAILFAST"}).split.permissive
+    assert log_options({**BASE, "MODE": "Permissive"}).split.permissive
+    assert ledger_options({"zk": BASE["zk"], "mode": "PERMISSIVE"}).split.permissive
+    with pytest.raises(InvalidConfig, match="option mode='dropmalformed' is not one of"):
+        log_options({**BASE, "mode": "DROPMALFORMED"})
