@@ -19,6 +19,8 @@ Spark hands a source its options as text (keys compared without case).
     maxCommandsPerTrigger   streaming: at most this many indexes per micro-batch       no limit
     onDataLoss              a start below the log's first index: `fail`, or `snapshot`
                             (go on from the first index when a snapshot covers the gap)  fail
+    machine                 the application's MODULE:CLASS: adds the column `typed_arguments`
+                            for the commands it types (rsm/spark/typed_arguments.py)    none
     mode                    an entry that cannot be read or decoded: `FAILFAST` fails the
                             read naming it, `PERMISSIVE` gives a row naming it in the
                             column `_corrupt` (rsm/spark/rows.py)                  FAILFAST
@@ -75,6 +77,8 @@ class LogOptions:
     """Streaming: at most this many indexes per micro-batch (None: all that is readable)."""
     on_data_loss: str = "fail"
     """`fail` or `snapshot` (DATA_LOSS_POLICIES)."""
+    machine: str | None = None
+    """The application's `MODULE:CLASS`, whose `spark_arguments` type the arguments."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,7 @@ def log_options(raw: Mapping[str, str]) -> LogOptions:
         split=_split(options),
         max_commands_per_trigger=_integer(options, "maxcommandspertrigger", 1, None),
         on_data_loss=_choice(options, "ondataloss", DATA_LOSS_POLICIES),
+        machine=options.get("machine", "").strip() or None,
     )
 
 

@@ -31,6 +31,9 @@
                               (no copy could be served)
     bookies        array<string>  the bookies of the entry's write set
 
+With the option `machine`, `rsm-log` has one more column after
+`payload_bytes`, `typed_arguments` (rsm/spark/typed_arguments.py).
+
 With `mode=PERMISSIVE` (rsm/spark/options.py) both sources have one more
 column, last, and an entry that cannot be read or decoded is one row:
 
@@ -72,6 +75,7 @@ from pyspark.sql.types import (
 from bookie.client.read_handle import LedgerEntry
 from rsm.core.log_format import Batch, LeaderStart
 from rsm.spark.planning import Bounds
+from rsm.spark.typed_arguments import TYPED_COLUMN, Typer
 
 
 def _struct(*fields: tuple[str, DataType]) -> StructType:
@@ -136,18 +140,19 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-LOG_SCHEMA_PERMISSIVE: Final = _permissive(LOG_SCHEMA)
 LEDGER_SCHEMA_PERMISSIVE: Final = _permissive(LEDGER_SCHEMA)
-_ARROW: Final = {
-    len(schema.fields): arrow_schema(schema) for schema in (LOG_SCHEMA, LOG_SCHEMA_PERMISSIVE)
-}
 _LEDGER_ARROW: Final = {
     len(schema.fields): arrow_schema(schema) for schema in (LEDGER_SCHEMA, LEDGER_SCHEMA_PERMISSIVE)
 }
 
 
-def log_schema(permissive: bool) -> StructType:
-    return LOG_SCHEMA_PERMISSIVE if permissive else LOG_SCHEMA
+def log_schema(permissive: bool, typed: StructType | None = None) -> StructType:
+    """LOG_SCHEMA, then `typed_arguments` of type `typed` if given, then `_corrupt` if
+    `permissive`."""
+    schema = LOG_SCHEMA
+    if typed is not None:
+        schema = StructType([*schema.fields, StructField(TYPED_COLUMN, typed, nullable=True)])
+    return _permissive(schema) if permissive else schema
 
 
 def ledger_schema(permissive: bool) -> StructType:
@@ -189,13 +194,15 @@ def log_columns(
     bounds: Bounds,
     *,
     permissive: bool = False,
+    typer: Typer | None = None,
 ) -> list[list[Any]]:
     """The columns (one list each, in schema order) of the rows of `entries` within `bounds`.
 
     `leader_time` is in microseconds since the Unix epoch.  A `CorruptEntry` (only read
-    with `permissive`) is one row naming it.
+    with `permissive`) is one row naming it.  With `typer`, the `typed_arguments` column.
     """
     columns: list[list[Any]] = [[] for _ in range(len(LOG_SCHEMA.fields))]
+    typed: list[Any] = []
     corrupt: list[str | None] = []
     (
         indexes,
@@ -219,6 +226,7 @@ def log_columns(
                 column.append(None)
             ledgers[-1] = ledger_id
             entry_ids[-1] = entry.entry_id
+            typed.append(None)
             corrupt.append(entry.message)
             continue
         entry_id, batch, size = entry
@@ -249,21 +257,28 @@ def log_columns(
                 acks.append(None)
                 commands.append(None)
                 arguments.append(_ENCODER.encode({"leader_start": item.replica_id}))
+                if typer is not None:
+                    typed.append(None)
             else:
                 client_ids.append(item.client_id)
                 seqs.append(item.seq)
                 acks.append(item.ack_seq)
                 commands.append(item.name)
                 arguments.append(arguments_json(item.args, item.kwargs))
+                if typer is not None:
+                    typed.append(typer(item.name, item.args, item.kwargs))
         if permissive:
             corrupt.extend([None] * count)
+    if typer is not None:
+        columns.append(typed)
     if permissive:
         columns.append(corrupt)
     return columns
 
 
-def log_record_batch(columns: list[list[Any]]) -> pa.RecordBatch:
-    return _record_batch(columns, _ARROW[len(columns)])
+def log_record_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
+    """The rows of `columns` as a batch of `schema` (`arrow_schema` of the read's schema)."""
+    return _record_batch(columns, schema)
 
 
 def _record_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:

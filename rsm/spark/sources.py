@@ -44,10 +44,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from rsm.machines import load_machine
 from rsm.spark.cluster import Cluster, LedgerPartition, LogPartition
 from rsm.spark.options import LedgerOptions, LogOptions, ledger_options, log_options
 from rsm.spark.planning import Bounds, Interval, Term, bounds_from_terms
 from rsm.spark.rows import (
+    arrow_schema,
     ledger_columns,
     ledger_record_batch,
     ledger_schema,
@@ -56,6 +58,7 @@ from rsm.spark.rows import (
     log_schema,
     log_tuples,
 )
+from rsm.spark.typed_arguments import TYPED_COLUMN, Typer, typed_struct
 
 LOG_FORMAT = "rsm-log"
 LEDGER_FORMAT = "ledger"
@@ -93,32 +96,54 @@ def term(spark_filter: Filter) -> Term | None:
 # --- rsm-log -----------------------------------------------------------------------------------
 
 
-def read_log_partition(options: LogOptions, partition: InputPartition) -> Iterator[Any]:
-    """The rows of one planned partition of a log read, batch or streaming (on an executor)."""
+def read_log_partition(
+    options: LogOptions, schema: StructType, partition: InputPartition
+) -> Iterator[Any]:
+    """The rows of one planned partition of a log read, batch or streaming (on an executor);
+    `schema` is the read's (`log_schema`)."""
     planned = partition.value
     if planned is None:
         return  # PySpark's stand-in when there is nothing to read
     assert isinstance(planned, LogPartition)
     arrow = options.split.arrow
     permissive = options.split.permissive
+    typer = None
+    if TYPED_COLUMN in schema.names:
+        typed = schema[TYPED_COLUMN].dataType
+        assert isinstance(typed, StructType)
+        typer = Typer(typed, as_tuples=not arrow)
+    batch_schema = arrow_schema(schema)
     with Cluster.open(options.cluster) as cluster:
         for chunk in cluster.log_entries(planned, permissive=permissive):
             columns = log_columns(
-                chunk, planned.segment.ledger_id, planned.bounds, permissive=permissive
+                chunk,
+                planned.segment.ledger_id,
+                planned.bounds,
+                permissive=permissive,
+                typer=typer,
             )
             if not columns[0]:
                 continue
             if arrow:
-                yield log_record_batch(columns)
+                yield log_record_batch(columns, batch_schema)
             else:
                 yield from log_tuples(columns)
+
+
+def log_source_schema(options: LogOptions) -> StructType:
+    """The schema of a read with `options` (on the driver: a `machine` is imported here)."""
+    typed = None
+    if options.machine is not None:
+        typed = typed_struct(load_machine(options.machine))
+    return log_schema(options.split.permissive, typed)
 
 
 class LogReader(DataSourceReader):
     """Reads an application's log; no filter pushdown."""
 
-    def __init__(self, options: LogOptions) -> None:
+    def __init__(self, options: LogOptions, schema: StructType) -> None:
         self._options = options
+        self._schema = schema
         self._pushed = Bounds()
 
     def partitions(self) -> list[InputPartition]:
@@ -133,7 +158,7 @@ class LogReader(DataSourceReader):
         return [InputPartition(partition) for partition in planned]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_log_partition(self._options, partition)
+        return read_log_partition(self._options, self._schema, partition)
 
 
 class PushdownLogReader(LogReader):
@@ -163,8 +188,9 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     log's first index (truncated away) fails the query, naming the range.
     """
 
-    def __init__(self, options: LogOptions) -> None:
+    def __init__(self, options: LogOptions, schema: StructType) -> None:
         self._options = options
+        self._schema = schema
         self._available_now_end: int | None = None
 
     def _readable_end(self) -> int:
@@ -210,7 +236,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [InputPartition(partition) for partition in planned]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_log_partition(self._options, partition)
+        return read_log_partition(self._options, self._schema, partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the checkpoint holds the offsets, and reading holds no resource."""
@@ -224,18 +250,18 @@ class LogSource(DataSource):
         return LOG_FORMAT
 
     def schema(self) -> StructType:
-        return log_schema(log_options(self.options).split.permissive)
+        return log_source_schema(log_options(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return LogReader(log_options(self.options))
+        return LogReader(log_options(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return LogStreamReader(log_options(self.options))
+        return LogStreamReader(log_options(self.options), schema)
 
 
 class PushdownLogSource(LogSource):
     def reader(self, schema: StructType) -> DataSourceReader:
-        return PushdownLogReader(log_options(self.options))
+        return PushdownLogReader(log_options(self.options), schema)
 
 
 # --- ledger ------------------------------------------------------------------------------------
