@@ -21,6 +21,7 @@ applied exactly to every row, so Spark does not apply those terms again.
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -40,11 +41,13 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
 from rsm.machines import load_machine
+from rsm.spark.admission import Admission, batch_end
 from rsm.spark.cluster import Cluster, LedgerPartition, LogPartition
 from rsm.spark.options import LedgerOptions, LogOptions, ledger_options, log_options
 from rsm.spark.planning import Bounds, Interval, Term, bounds_from_terms
@@ -183,8 +186,11 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     `startingIndex` (default: the log's first index when the query starts);
     the latest is one past the last index readable without fencing.
     `maxCommandsPerTrigger` bounds a micro-batch to that many indexes, unless
-    Spark asks for everything (`ReadAllAvailable`); `Trigger.AvailableNow`
-    reads up to the end readable when the query starts.  A start below the
+    Spark asks for everything (`ReadAllAvailable`); `minCommandsPerTrigger`
+    holds a micro-batch back until that many are readable or
+    `maxTriggerDelay` passed since the last one (`rsm/spark/admission.py`);
+    `Trigger.AvailableNow` reads up to the end readable when the query
+    starts, without waiting for a minimum.  A start below the
     log's first index (truncated away) fails the query, naming the range.
     """
 
@@ -192,6 +198,8 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._options = options
         self._schema = schema
         self._available_now_end: int | None = None
+        self._last_batch_s: float | None = None
+        """When the last micro-batch was admitted (the driver's monotonic clock)."""
 
     def _readable_end(self) -> int:
         with Cluster.open(self._options.cluster) as cluster:
@@ -208,17 +216,40 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now_end = self._readable_end()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self._options.max_commands_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        """ReadMaxRows with a maximum, else ReadMinRows with a minimum (which the reader
+        applies itself, `rsm/spark/admission.py`), else ReadAllAvailable: Spark passes it
+        back to `latestOffset`, or ReadAllAvailable to ask for everything."""
+        options = self._options
+        if options.max_commands_per_trigger is not None:
+            return ReadMaxRows(options.max_commands_per_trigger)
+        if options.min_commands_per_trigger is not None:
+            return ReadMinRows(options.min_commands_per_trigger)
+        return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         first = start[OFFSET_KEY]
-        end = self._readable_end()
+        readable = self._readable_end()
         if self._available_now_end is not None:
-            end = min(end, self._available_now_end)
-        if isinstance(limit, ReadMaxRows):
-            end = min(end, first + limit.max_rows)
-        return {OFFSET_KEY: max(first, end)}
+            readable = min(readable, self._available_now_end)
+        options = self._options
+        admission = Admission(
+            max_commands=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
+            min_commands=options.min_commands_per_trigger,
+            max_delay_ms=options.max_trigger_delay_ms,
+        )
+        now_s = time.monotonic()
+        if self._last_batch_s is None:
+            self._last_batch_s = now_s  # the wait for a first batch starts with the query
+        end = batch_end(
+            first,
+            readable,
+            admission,
+            waited_ms=(now_s - self._last_batch_s) * 1000,
+            everything=isinstance(limit, ReadAllAvailable) or self._available_now_end is not None,
+        )
+        if end > first:
+            self._last_batch_s = now_s
+        return {OFFSET_KEY: end}
 
     def reportLatestOffset(self) -> dict[str, int]:
         return {OFFSET_KEY: self._readable_end()}

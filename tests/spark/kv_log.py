@@ -12,9 +12,13 @@ and publishes the log znode.
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from anyio.from_thread import BlockingPortal
 
 from bookie.client.ledger_client import LedgerClient
 from bookie.meta.zk import ZkMetadataStore
@@ -143,3 +147,13 @@ class KvLogWriter:
     @staticmethod
     def _encode(name: str, args: list[bytes], client: bytes, seq: int, ack_seq: int) -> Any:
         return encode_command(name, args, client_id=client, seq=seq, ack_seq=ack_seq)
+
+
+@contextlib.contextmanager
+def kv_writer(zk: str, ledger_root: str, portal: BlockingPortal, app: str) -> Iterator[KvLogWriter]:
+    """A writer of `app`'s log on the cluster of `zk`, its clients running on `portal`."""
+    with (
+        portal.wrap_async_context_manager(ZkMetadataStore.connect(zk)) as store,
+        portal.wrap_async_context_manager(LedgerClient.open(store, root=ledger_root)) as ledgers,
+    ):
+        yield KvLogWriter(store, ledgers, app)

@@ -11,8 +11,6 @@ from anyio.from_thread import BlockingPortal
 from kvstore.state_machine import KVStore
 from pyspark.sql import SparkSession
 
-from bookie.client.ledger_client import LedgerClient
-from bookie.meta.zk import ZkMetadataStore
 from rsm.config import ReplicaConfig
 from rsm.core.commands import answer_query
 from rsm.spark.bulk_snapshot import REPLICA_ID, bulk_snapshot
@@ -21,7 +19,7 @@ from rsm.tools.replay import Replay, replay_to
 from rsm.tools.source import ClusterSource
 
 from .history import KnownCluster
-from .kv_log import KvLogWriter, kv_commands
+from .kv_log import KvLogWriter, kv_commands, kv_writer
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.zookeeper]
 
@@ -33,13 +31,8 @@ def writer(known: KnownCluster, portal: BlockingPortal, request: Any) -> Iterato
     """A writer of a new application's log on the Spark tests' cluster."""
 
     app = f"kv-{request.node.name[:40]}-{os.getpid()}"
-    with (
-        portal.wrap_async_context_manager(ZkMetadataStore.connect(known.zk)) as store,
-        portal.wrap_async_context_manager(
-            LedgerClient.open(store, root=known.ledger_root)
-        ) as ledgers,
-    ):
-        yield KvLogWriter(store, ledgers, app)
+    with kv_writer(known.zk, known.ledger_root, portal, app) as writer:
+        yield writer
 
 
 def _replay(

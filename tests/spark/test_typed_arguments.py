@@ -12,12 +12,10 @@ from kvstore.state_machine import KVStore
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
-from bookie.client.ledger_client import LedgerClient
-from bookie.meta.zk import ZkMetadataStore
 from rsm import StateMachine, command
 
 from .history import KnownCluster
-from .kv_log import KvLogWriter, kv_commands
+from .kv_log import KvLogWriter, kv_commands, kv_writer
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.zookeeper]
 
@@ -34,13 +32,7 @@ class BadlyTyped(StateMachine):
 
 @pytest.fixture(scope="module")
 def kv_log(known: KnownCluster, portal: BlockingPortal) -> Iterator[KvLogWriter]:
-    with (
-        portal.wrap_async_context_manager(ZkMetadataStore.connect(known.zk)) as store,
-        portal.wrap_async_context_manager(
-            LedgerClient.open(store, root=known.ledger_root)
-        ) as ledgers,
-    ):
-        writer = KvLogWriter(store, ledgers, "typed-kv")
+    with kv_writer(known.zk, known.ledger_root, portal, "typed-kv") as writer:
         portal.call(writer.segment, kv_commands(300, seed=5, extra=("expire", [b"k1", b"30"])))
         yield writer
 
