@@ -25,9 +25,9 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bookie import limits as bookie_limits
@@ -47,6 +47,7 @@ REPLICA_ID: Final = "rsm-spark"
 
 _PANDAS_WARNING: Final = "PySpark does not yet fully support pandas"
 _SESSION_COLUMNS: Final = ("index", "leader_time", "client_id", "client_seq", "client_ack_seq")
+_POSITION_COLUMNS: Final = ("epoch", "ledger_id", "entry_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,23 +137,25 @@ def bulk_snapshot(
 
 def _reduce(
     frame: DataFrame, last: int, reducer: Reducer, config: ReplicaConfig
-) -> tuple[Row, SessionPass, Reduced]:
-    """The entry holding `last`, the session pass and the reducer's answer (steps 2 and 3)."""
-    last_row = (
-        frame.where(F.col("index") == last)
-        .select("epoch", "ledger_id", "entry_id", F.unix_millis("leader_time").alias("time_ms"))
-        .first()
-    )
-    if last_row is None:
+) -> tuple[dict[str, Any], SessionPass, Reduced]:
+    """The entry holding `last` (its epoch, ledger, entry and time), the session pass and
+    the reducer's answer (steps 2 and 3).  The session columns come to the driver unsorted
+    and are sorted there: Spark's sort would cost a sampling job and a shuffle."""
+    columns = frame.select(
+        *_SESSION_COLUMNS[:1],
+        F.unix_millis("leader_time").alias("leader_time"),
+        *_SESSION_COLUMNS[2:],
+        *_POSITION_COLUMNS,
+    ).toArrow()
+    table = columns.sort_by("index")
+    if table.num_rows == 0 or table.column("index")[-1].as_py() != last:
         raise NotReducible(f"index {last} was not read")
-    sessions = frame.select(
-        "index", F.unix_millis("leader_time").alias("leader_time"), *_SESSION_COLUMNS[2:]
-    ).orderBy("index")
-    table = sessions.toArrow()
+    position = {name: table.column(name)[-1].as_py() for name in _POSITION_COLUMNS}
+    position["time_ms"] = table.column("leader_time")[-1].as_py()
     passed = session_pass(
         zip(*(table.column(name).to_pylist() for name in _SESSION_COLUMNS), strict=True), config
     )
     reduced = reducer(
         ReduceRequest(log=frame, last_index=last, skipped=passed.skipped, wanted=passed.wanted)
     )
-    return last_row, passed, reduced
+    return position, passed, reduced
