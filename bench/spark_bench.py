@@ -53,6 +53,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 from anyio.from_thread import start_blocking_portal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -74,6 +75,8 @@ from rsm.tools.source import ClusterSource
 
 APP = f"spark-bench-{os.getpid()}"
 SEGMENT_ENTRIES = 2_000
+BOOKIES = 3
+BOOKIES_SEEN_TIMEOUT_S = 30
 SESSIONS = 16
 KEYS = 100_000
 T0_MS = 1_700_000_000_000
@@ -96,13 +99,18 @@ async def cluster_with_log(
     """A running cluster holding the benchmark's log; its ledger ids and how long writing took."""
     root = None if zk is None else f"/spark-bench-{os.getpid()}"
     async with LocalCluster(
-        directory / "cluster", bookies=3, zk_servers=zk, zk_root=root
+        directory / "cluster", bookies=BOOKIES, zk_servers=zk, zk_root=root
     ) as cluster:
         started = time.perf_counter()
         async with (
             ZkMetadataStore.connect(cluster.zk_servers) as store,
             LedgerClient.open(store, root=cluster.zk_root) as ledgers,
         ):
+            # The client learns the bookies from their registrations, which may come in
+            # after the cluster is up: a ledger needs all three.
+            with anyio.fail_after(BOOKIES_SEEN_TIMEOUT_S):
+                while len(ledgers.writable_bookies) < BOOKIES:
+                    await anyio.sleep(0.05)
             segments: list[Segment] = []
             index = 1
             seqs = [0] * SESSIONS
@@ -301,7 +309,7 @@ def main(argv: list[str]) -> None:
         "commands_per_entry": arguments.commands_per_entry,
         "segment_entries": SEGMENT_ENTRIES,
         "sessions": SESSIONS,
-        "bookies": 3,
+        "bookies": BOOKIES,
         "cpus": os.cpu_count(),
         "write_s": round(write_s, 1),
         **spark_config,
