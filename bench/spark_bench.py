@@ -15,14 +15,23 @@ in CLOSED segments of 2,000 entries.  Then, on `--master` (default
   record batches;
 * `spark-read-tuples`: the same with `arrow=false` (the executors yield
   Python tuples and PySpark converts them);
-* `spark-export-parquet`: `rsm spark export` of the whole log to Parquet.
+* `spark-export-parquet`: `rsm spark export` of the whole log to Parquet;
+* `spark-bulk-snapshot`: `rsm spark snapshot` with the `KVStore` reducer:
+  the state at the log's end computed in Spark, written to the bookies and
+  registered.
 
 Baselines, measured in the same run on the same log:
 
 * `python-decode`: one process reads every entry from the bookies and decodes
   it with the framework's `decode_batch` (the least any reader does);
 * `python-replay`: the same, then applies every batch to a `KVStore` with
-  `apply_batch`, as a replica replaying the log does.
+  `apply_batch`, as a replica replaying the log does;
+* `python-replay-to-snapshot`: the replay engine of the `rsm` tools
+  (`replay_to`) to the log's end, then the state serialized as a snapshot
+  (`snapshot()`), not written: what the bulk snapshot replaces.
+
+`bulk_snapshot` compares the two snapshot times and says whether both
+states hash the same.
 
 Each result is commands per second of wall-clock time (Spark's include
 planning and task start; a warm-up read runs first so the JVM and Python
@@ -44,6 +53,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 from anyio.from_thread import start_blocking_portal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -60,9 +70,13 @@ from rsm.core.layout import AppLayout
 from rsm.core.log_format import decode_batch, encode_batch, encode_command, encode_log
 from rsm.core.log_state import Log, Segment, SegmentState
 from rsm.core.sessions import SessionTable
+from rsm.tools.replay import replay_to
+from rsm.tools.source import ClusterSource
 
 APP = f"spark-bench-{os.getpid()}"
 SEGMENT_ENTRIES = 2_000
+BOOKIES = 3
+BOOKIES_SEEN_TIMEOUT_S = 30
 SESSIONS = 16
 KEYS = 100_000
 T0_MS = 1_700_000_000_000
@@ -85,13 +99,18 @@ async def cluster_with_log(
     """A running cluster holding the benchmark's log; its ledger ids and how long writing took."""
     root = None if zk is None else f"/spark-bench-{os.getpid()}"
     async with LocalCluster(
-        directory / "cluster", bookies=3, zk_servers=zk, zk_root=root
+        directory / "cluster", bookies=BOOKIES, zk_servers=zk, zk_root=root
     ) as cluster:
         started = time.perf_counter()
         async with (
             ZkMetadataStore.connect(cluster.zk_servers) as store,
             LedgerClient.open(store, root=cluster.zk_root) as ledgers,
         ):
+            # The client learns the bookies from their registrations, which may come in
+            # after the cluster is up: a ledger needs all three.
+            with anyio.fail_after(BOOKIES_SEEN_TIMEOUT_S):
+                while len(ledgers.writable_bookies) < BOOKIES:
+                    await anyio.sleep(0.05)
             segments: list[Segment] = []
             index = 1
             seqs = [0] * SESSIONS
@@ -162,12 +181,23 @@ async def python_read(
     return count, time.perf_counter() - started
 
 
+async def replay_to_snapshot(zk: str, root: str) -> tuple[int, float, str]:
+    """(commands, seconds, state hash in hex) of replaying the log and serializing the state."""
+    started = time.perf_counter()
+    async with ClusterSource.connect(zk, APP, ledger_root=root) as source:
+        replay = await replay_to(source, KVStore, ReplicaConfig(), to_index=None)
+    for _chunk in replay.machine.snapshot():
+        pass
+    return replay.index, time.perf_counter() - started, replay.state_hash().hex()
+
+
 # --- Spark --------------------------------------------------------------------------------------
 
 
 def spark_runs(zk: str, root: str, master: str, directory: Path) -> list[dict[str, Any]]:
     import rsm.spark
     from rsm.spark import jobs
+    from rsm.spark.bulk_snapshot import bulk_snapshot
 
     spark = rsm.spark.session(master, app_name="spark-bench")
     spark.sparkContext.setLogLevel("ERROR")
@@ -200,6 +230,11 @@ def spark_runs(zk: str, root: str, master: str, directory: Path) -> list[dict[st
     started = time.perf_counter()
     report = jobs.export(spark, zk, APP, str(directory / "export"), ledger_root=root)
     rate("spark-export-parquet", time.perf_counter() - started, report.rows)
+    log("spark: bulk snapshot ...")
+    started = time.perf_counter()
+    snapshot = bulk_snapshot(spark, zk, APP, KVStore, ledger_root=root)
+    rate("spark-bulk-snapshot", time.perf_counter() - started, snapshot.index)
+    results[-1]["state_hash"] = snapshot.state_hash
     config = {
         "master": master,
         "default_parallelism": spark.sparkContext.defaultParallelism,
@@ -254,6 +289,18 @@ def main(argv: list[str]) -> None:
                     }
                 )
                 log(f"  {baselines[-1]}")
+            log("baseline: python-replay-to-snapshot ...")
+            commands, seconds, state_hash = portal.call(replay_to_snapshot, zk, root)
+            baselines.append(
+                {
+                    "name": "python-replay-to-snapshot",
+                    "commands": commands,
+                    "seconds": round(seconds, 3),
+                    "commands_per_s": round(commands / seconds),
+                    "state_hash": state_hash,
+                }
+            )
+            log(f"  {baselines[-1]}")
             results = spark_runs(zk, root, arguments.master, directory)
     spark_config = results.pop()
     spark_config.pop("name")
@@ -262,7 +309,7 @@ def main(argv: list[str]) -> None:
         "commands_per_entry": arguments.commands_per_entry,
         "segment_entries": SEGMENT_ENTRIES,
         "sessions": SESSIONS,
-        "bookies": 3,
+        "bookies": BOOKIES,
         "cpus": os.cpu_count(),
         "write_s": round(write_s, 1),
         **spark_config,
@@ -274,6 +321,14 @@ def main(argv: list[str]) -> None:
         "commands_per_s": measured["commands_per_s"],
         "met": measured["commands_per_s"] >= TARGET_COMMANDS_PER_S,
     }
+    bulk = next(item for item in results if item["name"] == "spark-bulk-snapshot")
+    replayed = next(item for item in baselines if item["name"] == "python-replay-to-snapshot")
+    bulk_snapshot = {
+        "bulk_snapshot_s": bulk["seconds"],
+        "replay_to_snapshot_s": replayed["seconds"],
+        "bulk_faster": bulk["seconds"] < replayed["seconds"],
+        "same_state_hash": bulk["state_hash"] == replayed["state_hash"],
+    }
     print(
         json.dumps(
             {
@@ -282,6 +337,7 @@ def main(argv: list[str]) -> None:
                 "results": results,
                 "baselines": baselines,
                 "target": target,
+                "bulk_snapshot": bulk_snapshot,
             }
         )
     )

@@ -278,6 +278,12 @@ class NoSuchApplication(InvalidConfig):
         self.app = app
 
 
+class NotReducible(InvalidConfig):
+    """A log holds what an application's Spark reducer cannot reduce exactly (`rsm spark
+    snapshot`): the message names the first such index and command, and why.  Replay (the
+    replicas' own way) still reaches the state."""
+
+
 class ProtocolViolation(RsmError):
     """The peer sent bytes that are not a message of the client protocol (rsm/core/protocol.py).
 

@@ -78,7 +78,7 @@ LAYERS: dict[str, list[list[str]]] = {
         ["rsm.config", "rsm.client"],
         ["rsm.snapshots"],
         ["rsm.runtime"],
-        ["rsm.host"],
+        ["rsm.host", "rsm.machines"],
         ["rsm.spark"],
         ["rsm.tools"],
         ["rsm.testing"],
@@ -88,7 +88,7 @@ LAYERS: dict[str, list[list[str]]] = {
         ["kvstore.protocol"],
         ["kvstore.store"],
         ["kvstore.state_machine"],
-        ["kvstore.connection"],
+        ["kvstore.connection", "kvstore.spark_reducer"],
         ["kvstore.runtime"],
         ["kvstore.tools"],
         ["kvstore.testing"],
@@ -113,6 +113,8 @@ RSM_PUBLIC = frozenset(
         "rsm.link",
         # The investigation tools an application's own command offers (kvstore history/get).
         "rsm.tools",
+        # What an application's Spark reducer is given and gives back (the bulk snapshot).
+        "rsm.spark",
     }
 )
 

@@ -31,12 +31,15 @@ MRO.  `KVStore` itself adds what the framework calls besides: `restore`,
 which rebuilds the derived state, `state_hash` and `idle`, which settle the
 incremental hash of `kvstore.store.content_hash`, `key_digests`, each key's
 share of that hash, and `show_key`, a key's value as redis-cli prints it
-(for the tools that list keys or a key's history).
+(for the tools that list keys or a key's history).  Its Spark reducer
+(`kvstore.spark_reducer`, for `rsm spark snapshot`) computes the state key by
+key for logs whose commands are confined to the keys they name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from typing import ClassVar
 
 from kvstore.protocol.redis_cli import reply_text
 from kvstore.store.content_hash import HASH_BYTES, key_digest
@@ -60,6 +63,41 @@ class KVStore(
 ):
     """Redis's string commands, replicated.  See the module docstring for its parts and
     `kvstore.store.state` for the state and expiry."""
+
+    spark_reducer = "kvstore.spark_reducer:reduce"
+    """`rsm spark snapshot` computes the state by key in Spark (`kvstore.spark_reducer`)."""
+
+    spark_arguments: ClassVar[Mapping[str, str]] = {
+        "set": "key BINARY, value BINARY, options ARRAY<STRING>",
+        "setnx": "key BINARY, value BINARY",
+        "getset": "key BINARY, value BINARY",
+        "setex": "key BINARY, seconds BIGINT, value BINARY",
+        "psetex": "key BINARY, milliseconds BIGINT, value BINARY",
+        "getdel": "key BINARY",
+        "getex": "key BINARY, options ARRAY<STRING>",
+        "mset": "pairs ARRAY<BINARY>",
+        "msetnx": "pairs ARRAY<BINARY>",
+        "append": "key BINARY, value BINARY",
+        "setrange": "key BINARY, offset BIGINT, value BINARY",
+        "incr": "key BINARY",
+        "decr": "key BINARY",
+        "incrby": "key BINARY, increment BIGINT",
+        "decrby": "key BINARY, decrement BIGINT",
+        "incrbyfloat": "key BINARY, increment DOUBLE",
+        "cas": "key BINARY, expected BINARY, new BINARY",
+        "del": "keys ARRAY<BINARY>",
+        "unlink": "keys ARRAY<BINARY>",
+        "expire": "key BINARY, seconds BIGINT, options ARRAY<STRING>",
+        "pexpire": "key BINARY, milliseconds BIGINT, options ARRAY<STRING>",
+        "expireat": "key BINARY, unix_seconds BIGINT, options ARRAY<STRING>",
+        "pexpireat": "key BINARY, unix_milliseconds BIGINT, options ARRAY<STRING>",
+        "persist": "key BINARY",
+        "rename": "key BINARY, new_key BINARY",
+        "renamenx": "key BINARY, new_key BINARY",
+    }
+    """The `typed_arguments` of `rsm-log` (with the option `machine`): the string commands,
+    DEL and UNLINK, the EXPIRE family, PERSIST and RENAME; numbers as the numbers they
+    are."""
 
     # --- snapshots and state hashes --------------------------------------------------------
 

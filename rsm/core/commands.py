@@ -180,6 +180,20 @@ def apply_batch(machine: StateMachine, batch: Batch, sessions: SessionTable) -> 
     return outcomes
 
 
+def apply_command(
+    machine: StateMachine,
+    name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    context: Context,
+) -> Outcome:
+    """Apply one logged command, outside a batch and without a session, exactly as a replica
+    applies it (errors become outcomes): for tools that apply commands of the log one by one,
+    such as a Spark reducer (`StateMachine.spark_reducer`)."""
+    item = CommandItem(name, list(args), dict(kwargs))
+    return _apply(machine, commands_by_key(type(machine)), item, context)
+
+
 def answer_query(
     machine: StateMachine,
     name: str,

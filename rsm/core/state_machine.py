@@ -68,6 +68,25 @@ states differ instead of only saying that they do.  The default returns None
 offer `show_key(key)`: that key's content as text for a person reading a
 diff or a key's history (default: None, not offered).
 
+Bulk snapshots in Spark.  Optionally, a class names a Spark reducer in the
+class attribute `spark_reducer`, as `"module:function"` (a string, so that
+nothing here imports Spark): `rsm spark snapshot` then computes the state
+at the log's readable end in Spark instead of replaying the log, and
+registers it as a snapshot that replicas start from (docs/spark.md, "Bulk
+snapshot").  The function takes an `rsm.spark.ReduceRequest` (the log as a
+DataFrame of `rsm-log` rows up to that index, the commands the session
+table did not let through, the indexes whose outcomes it keeps) and returns
+an `rsm.spark.Reduced`: a fresh instance holding exactly the state replay
+reaches there (equal `snapshot()` bytes), and those outcomes.  A log it
+cannot reduce exactly must make it raise `rsm.errors.NotReducible`, never
+give a state replay would not reach.  Default: None (no bulk snapshot).
+
+Typed arguments in Spark.  Optionally, `spark_arguments` maps logged command
+keys to a Spark DDL list of fields, one per argument in order
+(`{"incrby": "key BINARY, increment BIGINT"}`): the `rsm-log` source, given
+the class, then has a `typed_arguments` column where those commands' arguments
+are typed (rsm/spark/typed_arguments.py has the rules).  Default: none.
+
 The registry is built once, when the subclass is created (`__init_subclass__`);
 declaring the same name twice, a command and a query of the same name, or an
 `async` method raises `BadStateMachine` right there.
@@ -296,7 +315,17 @@ def _operation(
 
 
 _FRAMEWORK_METHODS: Final = frozenset(
-    {"snapshot", "restore", "state_hash", "key_digests", "show_key", "idle", "context"}
+    {
+        "snapshot",
+        "restore",
+        "state_hash",
+        "key_digests",
+        "show_key",
+        "idle",
+        "context",
+        "spark_reducer",
+        "spark_arguments",
+    }
 )
 """What the framework calls or reads on a machine: never a command's or a query's method."""
 
@@ -314,6 +343,10 @@ class StateMachine:
     """Commands by name, newest version only: what new calls are logged as."""
     _rsm_queries: ClassVar[dict[str, Operation]] = {}
     _rsm_context: Context | None = None
+    spark_reducer: ClassVar[str | None] = None
+    """Optional: `"module:function"` of the class's Spark reducer (see the module docstring)."""
+    spark_arguments: ClassVar[Mapping[str, str]] = {}
+    """Optional: logged command key -> Spark DDL of its arguments (see the module docstring)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -348,6 +381,12 @@ class StateMachine:
             raise BadStateMachine(
                 f"{cls.__qualname__} uses {sorted(clashes)} as both command and query names"
             )
+        for key, ddl in cls.spark_arguments.items():
+            if key not in commands or not isinstance(ddl, str):
+                raise BadStateMachine(
+                    f"{cls.__qualname__}.spark_arguments maps {key!r} to {ddl!r}: keys are "
+                    "logged command keys, values Spark DDL text"
+                )
         cls._rsm_commands = commands
         cls._rsm_newest_commands = newest
         cls._rsm_queries = queries

@@ -52,13 +52,13 @@ from rsm.core.snapshot_manifest import (
 )
 from rsm.core.snapshot_policy import SnapshotPolicy, plan_truncation
 from rsm.core.state_machine import StateMachine
-from rsm.errors import RsmError, SnapshotCorrupt, Unavailable
+from rsm.errors import RsmError, Unavailable
 from rsm.runtime.applier import Applier
 from rsm.runtime.leader_term import LeaderTerm
 from rsm.runtime.transient import is_transient
 from rsm.snapshots.capture import FORK, INLINE, capture, fork_available
 from rsm.snapshots.loader import Restored, load, machine_name
-from rsm.snapshots.store import SnapshotStore, pending_ledger
+from rsm.snapshots.store import SnapshotStore, manifest_of, pending_ledger
 
 logger = logging.getLogger(__name__)
 
@@ -227,27 +227,7 @@ class SnapshotService:
                 written = await self.store.write_ledger(handle, captured.payloads())
                 result = captured.result
             assert result is not None
-            if (written.chunk_count, written.size_bytes) != (
-                result.summary.chunk_count,
-                result.summary.size_bytes,
-            ):
-                raise SnapshotCorrupt(
-                    f"wrote {written.chunk_count} chunks of {written.size_bytes} bytes, the "
-                    f"capture made {result.summary.chunk_count} of {result.summary.size_bytes}"
-                )
-            manifest = Manifest(
-                app=self._app,
-                index=header.index,
-                time_ms=header.time_ms,
-                epoch=header.epoch,
-                ledger_id=handle.ledger_id,
-                state_hash=result.state_hash,
-                sha256=result.summary.content_sha256,
-                size_bytes=result.summary.size_bytes,
-                chunk_count=result.summary.chunk_count,
-                created_ms=header.created_ms,
-                replica_id=self._replica_id,
-            )
+            manifest = manifest_of(header, written, result)
             value, version = await self.store.update(
                 lambda current: snapshot_manifest.register(
                     current, manifest, kept=config.snapshots_kept

@@ -55,6 +55,7 @@ from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core import snapshot_manifest
 from rsm.core.layout import AppLayout
+from rsm.core.snapshot_format import SnapshotHeader
 from rsm.core.snapshot_manifest import (
     Manifest,
     SnapshotsValue,
@@ -62,6 +63,7 @@ from rsm.core.snapshot_manifest import (
     encode_snapshots,
 )
 from rsm.errors import SnapshotCorrupt, Unavailable
+from rsm.snapshots.capture import CaptureResult
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +254,31 @@ class SnapshotStore:
             await self.update(lambda value: snapshot_manifest.collected(value, gone))
             emit(logger, logging.INFO, "rsm.ledgers_deleted", ledger_ids=sorted(deleted))
         return len(deleted)
+
+
+def manifest_of(header: SnapshotHeader, written: Written, result: CaptureResult) -> Manifest:
+    """The manifest of the snapshot `header` describes, written as `written` from a capture
+    that ended with `result`; `SnapshotCorrupt` when the ledger does not hold what the
+    capture made."""
+    summary = result.summary
+    if (written.chunk_count, written.size_bytes) != (summary.chunk_count, summary.size_bytes):
+        raise SnapshotCorrupt(
+            f"wrote {written.chunk_count} chunks of {written.size_bytes} bytes, the "
+            f"capture made {summary.chunk_count} of {summary.size_bytes}"
+        )
+    return Manifest(
+        app=header.app,
+        index=header.index,
+        time_ms=header.time_ms,
+        epoch=header.epoch,
+        ledger_id=written.ledger_id,
+        state_hash=result.state_hash,
+        sha256=summary.content_sha256,
+        size_bytes=summary.size_bytes,
+        chunk_count=summary.chunk_count,
+        created_ms=header.created_ms,
+        replica_id=header.replica_id,
+    )
 
 
 async def read_snapshots(store: MetadataStore, layout: AppLayout) -> tuple[SnapshotsValue, int]:

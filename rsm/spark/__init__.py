@@ -10,17 +10,33 @@ pushdown when the session allows it (`spark.sql.python.filterPushdown.enabled`,
 which `session` turns on).  Both come from `rsm/spark/sessions.py`, loaded on
 first use, so that importing `rsm.spark.cli` without PySpark installed can say
 so instead of failing.
+
+For an application's Spark reducer (`StateMachine.spark_reducer`, the bulk
+snapshot): `ReduceRequest`, `Reduced`, `apply_logged` and `byte_arguments`
+(rsm/spark/reduction.py), and `Outcome`, which load without PySpark.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["register", "session"]
+from rsm.core.sessions import Outcome
+from rsm.spark.reduction import Reduced, ReduceRequest, apply_logged, byte_arguments
+
+__all__ = [
+    "Outcome",
+    "ReduceRequest",
+    "Reduced",
+    "apply_logged",
+    "byte_arguments",
+    "register",
+    "session",
+]
+_LAZY = ("register", "session")
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in _LAZY:
         from rsm.spark import sessions  # noqa: PLC0415 (PySpark loads on first use)
 
         return getattr(sessions, name)

@@ -4,13 +4,18 @@
                      [--block-commands 100000] [--ledger-root /ledgers] [--master local[*]] [--json]
     rsm spark audit  --app NAME --zk HOSTS --sql QUERY [--limit 1000]
                      [--ledger-root /ledgers] [--master local[*]] [--json]
+    rsm spark snapshot --app NAME --zk HOSTS --machine MODULE:CLASS [--app-dir DIR]
+                     [--ledger-root /ledgers] [--master local[*]] [--json]
 
 `export` writes the log to Parquet (rsm/spark/jobs.py has the layout);
 `--since-last` exports only what the last export of PATH did not hold, and
 rerunning it is harmless.  `audit` runs QUERY with the log as the view
 `log` (columns in docs/spark.md) and prints its rows as a table, or one JSON
-object per row with `--json`.  `--master` is any Spark master URL
-(`local[*]`, `spark://HOST:PORT`, ...).
+object per row with `--json`.  `snapshot` computes the state at the log's
+readable end with the class's Spark reducer and registers it as a snapshot
+replicas start from (rsm/spark/bulk_snapshot.py); `--app-dir` (default: the
+current directory) goes first on the import path, as for `rsm run`.
+`--master` is any Spark master URL (`local[*]`, `spark://HOST:PORT`, ...).
 
 Exit status: 0 on success, 1 when the job failed (`error: <Type>: <message>`
 on stderr, the cause as the framework named it, not Spark's traceback), 2
@@ -34,6 +39,7 @@ from bookie.errors import BookieError
 from rsm import errors, limits
 from rsm.errors import InvalidConfig, RsmError
 from rsm.host import aligned
+from rsm.machines import add_app_dir, load_machine
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -60,11 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from pyspark.errors import AnalysisException, PySparkException  # noqa: PLC0415
 
-        from rsm.spark import jobs  # noqa: PLC0415
+        from rsm.spark import bulk_snapshot, jobs  # noqa: PLC0415
     except ImportError as error:
         print(f"error: PySpark is missing ({error}): install the spark extra", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if arguments.command == "snapshot":
+            return _snapshot(jobs, bulk_snapshot, arguments)
         return _run(jobs, arguments)
     except (RsmError, BookieError, OSError) as error:
         return _failed(type(error).__name__, str(error))
@@ -106,6 +114,12 @@ def _parser() -> argparse.ArgumentParser:
     _common(audit)
     audit.add_argument("--sql", required=True, help="the query; the log is the view `log`")
     audit.add_argument("--limit", type=int, default=1000, help="most rows printed")
+    snapshot = commands.add_parser(
+        "snapshot", help="compute the state with the class's Spark reducer; register it"
+    )
+    _common(snapshot)
+    snapshot.add_argument("--machine", required=True, help="the application's MODULE:CLASS")
+    snapshot.add_argument("--app-dir", default=".", help="put first on the import path")
     return parser
 
 
@@ -117,12 +131,39 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _run(jobs: Any, arguments: argparse.Namespace) -> int:
+def _spark(jobs: Any, arguments: argparse.Namespace) -> Any:
     for name in _SPARK_ERROR_LOGGERS:
         logging.getLogger(name).disabled = True  # the error is reported once, by `main`
     spark = jobs.session(arguments.master, app_name=f"rsm spark {arguments.command}")
     spark.sparkContext.setLogLevel("FATAL")  # failures are reported once, below
     jobs.register(spark)
+    return spark
+
+
+def _snapshot(jobs: Any, bulk_snapshot: Any, arguments: argparse.Namespace) -> int:
+    add_app_dir(arguments.app_dir)
+    machine_class = load_machine(arguments.machine)
+    bulk_snapshot.load_reducer(machine_class)  # no reducer: said before Spark starts
+    report = bulk_snapshot.bulk_snapshot(
+        _spark(jobs, arguments),
+        arguments.zk,
+        arguments.app,
+        machine_class,
+        ledger_root=arguments.ledger_root,
+    )
+    if arguments.json:
+        print(json.dumps(vars_of(report), sort_keys=True))
+    else:
+        print(
+            f"registered a snapshot of {report.app} at index {report.index} (ledger "
+            f"{report.ledger_id}, {report.size_bytes} bytes, {report.sessions} sessions, state "
+            f"hash {report.state_hash}) in {report.seconds} s"
+        )
+    return EXIT_OK
+
+
+def _run(jobs: Any, arguments: argparse.Namespace) -> int:
+    spark = _spark(jobs, arguments)
     if arguments.command == "export":
         report = jobs.export(
             spark,

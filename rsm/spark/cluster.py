@@ -17,11 +17,17 @@ the first time (an open ledger's end is pinned to the LAC seen when
 planning).  Ledgers are opened with the framework's ledger password
 (`ReplicaConfig.ledger_password`).
 
+The bulk snapshot (`write_snapshot`, on the driver): a reduced state goes
+through the replicas' own snapshot store (rsm/snapshots/store.py: a pending
+ledger, the chunks `stream_snapshot` makes, the manifest registered by
+compare-and-set), so it is a snapshot like any replica's.
+
 Executors (`log_entries`, `ledger_entries`): the partition's entries, in chunks of
 `limits.spark_read_chunk_entries`, decoded with the framework's own
 `decode_entry` (which also checks each batch carries its segment's epoch).
 An entry that cannot be read or decoded raises `EntryUnreadable` naming the
-ledger, the entry and the bookies of its write set.
+ledger, the entry and the bookies of its write set; with `mode=PERMISSIVE`
+it is a `CorruptEntry` with the same text instead, and the read goes on.
 """
 
 from __future__ import annotations
@@ -36,14 +42,19 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from bookie.client.ledger_client import LedgerClient
 from bookie.client.read_handle import LedgerEntry, ReadHandle
 from bookie.core.quorum import Quorum
-from bookie.errors import BookieError, NoNode, NoSuchLedgerError
+from bookie.errors import BookieError, DigestMismatch, NoNode, NoSuchLedgerError
 from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
 from rsm import limits
 from rsm.config import ReplicaConfig
+from rsm.core import snapshot_manifest
 from rsm.core.layout import AppLayout
 from rsm.core.log_format import Batch
 from rsm.core.log_state import Log, Segment
+from rsm.core.sessions import SessionTable
+from rsm.core.snapshot_format import SnapshotHeader
+from rsm.core.snapshot_manifest import Manifest
+from rsm.core.state_machine import StateMachine
 from rsm.errors import (
     EntryUnreadable,
     InvalidConfig,
@@ -53,9 +64,11 @@ from rsm.errors import (
 )
 from rsm.host import split_zk
 from rsm.runtime.log import LogStore, SegmentReader, decode_entry
-from rsm.snapshots.store import read_snapshots
+from rsm.snapshots.capture import CaptureResult, stream_snapshot
+from rsm.snapshots.store import SnapshotStore, manifest_of, pending_ledger, read_snapshots
 from rsm.spark.options import ClusterOptions, SplitOptions
 from rsm.spark.planning import Bounds, Interval, Span, split
+from rsm.spark.rows import DIGEST_MISMATCH, DIGEST_UNAVAILABLE, DIGEST_VERIFIED, CorruptEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +176,18 @@ class Cluster:
             return last.last_index + 1
         return self._portal.call(self._open_segment_end, last)
 
+    def write_snapshot(
+        self,
+        machine: StateMachine,
+        header: SnapshotHeader,
+        sessions: SessionTable,
+        config: ReplicaConfig,
+    ) -> Manifest:
+        """Write `machine` and `sessions` as a snapshot described by `header` and register it;
+        its manifest.  A snapshot already registered at that index stays the registered one
+        (the new ledger goes to garbage), as for replicas."""
+        return self._portal.call(self._write_snapshot, machine, header, sessions, config)
+
     def plan_ledgers(
         self, ledger_ids: Sequence[int] | None, options: SplitOptions
     ) -> list[LedgerPartition]:
@@ -180,24 +205,37 @@ class Cluster:
 
     # --- executors ----------------------------------------------------------------------------
 
-    def log_entries(self, partition: LogPartition) -> Iterator[list[tuple[int, Batch, int]]]:
-        """The partition's entries as (entry id, batch, payload bytes), one list per chunk."""
+    def log_entries(
+        self, partition: LogPartition, *, permissive: bool = False
+    ) -> Iterator[list[tuple[int, Batch, int] | CorruptEntry]]:
+        """The partition's entries as (entry id, batch, payload bytes), one list per chunk;
+        with `permissive` an entry that cannot be read or decoded is a `CorruptEntry`."""
         segment = partition.segment
         handle = self._portal.call(functools.partial(self._reader.open, segment, recovery=False))
-        for entries in self._chunks(handle, partition.first_entry, partition.last_entry):
-            decoded: list[tuple[int, Batch, int]] = []
-            for entry_id, payload in entries:
+        for entries in self._chunks(
+            handle, partition.first_entry, partition.last_entry, permissive
+        ):
+            decoded: list[tuple[int, Batch, int] | CorruptEntry] = []
+            for entry in entries:
+                if isinstance(entry, CorruptEntry):
+                    decoded.append(entry)
+                    continue
                 try:
-                    batch = decode_entry(segment, entry_id, payload)
+                    batch = decode_entry(segment, entry.entry_id, entry.payload)
                 except MalformedValue as error:
-                    raise _unreadable(handle, entry_id, str(error)) from None
-                decoded.append((entry_id, batch, len(payload)))
+                    unreadable = _unreadable(handle, entry.entry_id, str(error))
+                    if not permissive:
+                        raise unreadable from None
+                    decoded.append(CorruptEntry(entry.entry_id, DIGEST_VERIFIED, str(unreadable)))
+                    continue
+                decoded.append((entry.entry_id, batch, len(entry.payload)))
             yield decoded
 
     def ledger_entries(
-        self, partition: LedgerPartition
-    ) -> Iterator[list[tuple[LedgerEntry, tuple[str, ...]]]]:
-        """The partition's entries with the bookies that hold each, one list per chunk."""
+        self, partition: LedgerPartition, *, permissive: bool = False
+    ) -> Iterator[list[tuple[LedgerEntry | CorruptEntry, tuple[str, ...]]]]:
+        """The partition's entries with the bookies that hold each, one list per chunk; with
+        `permissive` an entry that cannot be read is a `CorruptEntry`."""
         handle = self._portal.call(
             functools.partial(
                 self._ledgers.open_ledger,
@@ -206,27 +244,71 @@ class Cluster:
                 recovery=False,
             )
         )
-        for entries in self._chunks(handle, partition.first_entry, partition.last_entry):
+        for entries in self._chunks(
+            handle, partition.first_entry, partition.last_entry, permissive
+        ):
             yield [(entry, write_set(handle, entry.entry_id)) for entry in entries]
 
-    def _chunks(self, handle: ReadHandle, first: int, last: int) -> Iterator[list[LedgerEntry]]:
+    def _chunks(
+        self, handle: ReadHandle, first: int, last: int, permissive: bool
+    ) -> Iterator[list[LedgerEntry | CorruptEntry]]:
         chunk = limits.spark_read_chunk_entries
         for chunk_first in range(first, last + 1, chunk):
             chunk_last = min(last, chunk_first + chunk - 1)
             try:
-                yield self._portal.call(handle.read_entries, chunk_first, chunk_last)
+                yield list(self._portal.call(handle.read_entries, chunk_first, chunk_last))
             except BookieError:
-                # Find the entry at fault, so the error names it.
-                for entry_id in range(chunk_first, chunk_last + 1):
-                    try:
-                        self._portal.call(handle.read_entries, entry_id, entry_id)
-                    except BookieError as error:
-                        raise _unreadable(
-                            handle, entry_id, f"{type(error).__name__}: {error}"
-                        ) from None
-                raise
+                # Find the entries at fault, so the error (or the rows) names them.
+                yield [
+                    self._entry(handle, entry_id, permissive)
+                    for entry_id in range(chunk_first, chunk_last + 1)
+                ]
+
+    def _entry(
+        self, handle: ReadHandle, entry_id: int, permissive: bool
+    ) -> LedgerEntry | CorruptEntry:
+        try:
+            (entry,) = self._portal.call(handle.read_entries, entry_id, entry_id)
+        except BookieError as error:
+            unreadable = _unreadable(handle, entry_id, f"{type(error).__name__}: {error}")
+            if not permissive:
+                raise unreadable from None
+            digest = DIGEST_MISMATCH if isinstance(error, DigestMismatch) else DIGEST_UNAVAILABLE
+            return CorruptEntry(entry_id, digest, str(unreadable))
+        return entry
 
     # --- async work, on the portal's loop ------------------------------------------------------
+
+    async def _write_snapshot(
+        self,
+        machine: StateMachine,
+        header: SnapshotHeader,
+        sessions: SessionTable,
+        config: ReplicaConfig,
+    ) -> Manifest:
+        store = SnapshotStore(self._store, self._ledgers, AppLayout.of(header.app), config)
+        stream = stream_snapshot(machine, header, sessions, config.snapshot_chunk_bytes)
+        results: list[CaptureResult] = []
+
+        async def payloads() -> AsyncIterator[bytes]:
+            for piece in stream:
+                if isinstance(piece, CaptureResult):
+                    results.append(piece)
+                else:
+                    yield piece
+
+        async with pending_ledger(
+            store, replica_id=header.replica_id, started_ms=header.created_ms
+        ) as handle:
+            written = await store.write_ledger(handle, payloads())
+            (result,) = results
+            manifest = manifest_of(header, written, result)
+            await store.update(
+                lambda current: snapshot_manifest.register(
+                    current, manifest, kept=config.snapshots_kept
+                )
+            )
+        return manifest
 
     async def _read_log(self, app: str) -> Log:
         layout = AppLayout.of(app)

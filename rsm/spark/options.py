@@ -17,15 +17,25 @@ Spark hands a source its options as text (keys compared without case).
     maxEntriesPerPartition  see rsm/spark/planning.py                 1000
     arrow                   executors yield Arrow record batches (true) or tuples     true
     maxCommandsPerTrigger   streaming: at most this many indexes per micro-batch       no limit
+    minCommandsPerTrigger   streaming: no micro-batch of fewer indexes, until
+                            maxTriggerDelay passed since the last (rsm/spark/admission.py)  none
+    maxTriggerDelay         streaming: the longest wait for minCommandsPerTrigger: N with a
+                            unit, ms, s, m or h (no unit: ms)                          15m
     onDataLoss              a start below the log's first index: `fail`, or `snapshot`
                             (go on from the first index when a snapshot covers the gap)  fail
+    machine                 the application's MODULE:CLASS: adds the column `typed_arguments`
+                            for the commands it types (rsm/spark/typed_arguments.py)    none
+    mode                    an entry that cannot be read or decoded: `FAILFAST` fails the
+                            read naming it, `PERMISSIVE` gives a row naming it in the
+                            column `_corrupt` (rsm/spark/rows.py)                  FAILFAST
 
 `ledger` takes `zk`, `ledgerRoot`, `minPartitions`, `maxEntriesPerPartition`,
-`arrow`, and `ledgers`: comma-separated ledger ids (default: every ledger).
+`arrow`, `mode`, and `ledgers`: comma-separated ledger ids (default: every ledger).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,6 +47,9 @@ from rsm.spark.planning import Bounds, Interval
 
 DATA_LOSS_POLICIES = ("fail", "snapshot")
 """What a read does when its start was truncated away; the first is the default."""
+MODES = ("failfast", "permissive")
+"""What a read does with an entry it cannot read or decode (`mode`, any case); the first is
+the default."""
 _TRUE = ("true", "1", "yes")
 _FALSE = ("false", "0", "no")
 
@@ -54,6 +67,8 @@ class SplitOptions:
     min_partitions: int
     max_entries_per_partition: int
     arrow: bool
+    permissive: bool = False
+    """`mode=PERMISSIVE`: an unreadable entry is a row naming it, not a failed read."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,8 +80,13 @@ class LogOptions:
     split: SplitOptions
     max_commands_per_trigger: int | None = None
     """Streaming: at most this many indexes per micro-batch (None: all that is readable)."""
+    min_commands_per_trigger: int | None = None
+    """Streaming: no micro-batch of fewer indexes until `max_trigger_delay_ms` passed."""
+    max_trigger_delay_ms: int = 15 * 60_000
     on_data_loss: str = "fail"
     """`fail` or `snapshot` (DATA_LOSS_POLICIES)."""
+    machine: str | None = None
+    """The application's `MODULE:CLASS`, whose `spark_arguments` type the arguments."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +114,10 @@ def log_options(raw: Mapping[str, str]) -> LogOptions:
         bounds=Bounds(index=index, time_ms=time_ms),
         split=_split(options),
         max_commands_per_trigger=_integer(options, "maxcommandspertrigger", 1, None),
+        min_commands_per_trigger=_integer(options, "mincommandspertrigger", 1, None),
+        max_trigger_delay_ms=_duration_ms(options, "maxtriggerdelay", 15 * 60_000),
         on_data_loss=_choice(options, "ondataloss", DATA_LOSS_POLICIES),
+        machine=options.get("machine", "").strip() or None,
     )
 
 
@@ -142,6 +165,7 @@ def _split(options: Mapping[str, str]) -> SplitOptions:
             limits.spark_entries_per_partition_max_default,
         ),
         arrow=arrow in _TRUE,
+        permissive=_choice(options, "mode", MODES) == "permissive",
     )
 
 
@@ -163,6 +187,20 @@ def _choice(options: Mapping[str, str], key: str, choices: tuple[str, ...]) -> s
     if value not in choices:
         raise InvalidConfig(f"option {key}={value!r:.40} is not one of {', '.join(choices)}")
     return value
+
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+_DURATION = re.compile(r"([0-9]+)\s*(ms|s|m|h)?")
+
+
+def _duration_ms(options: Mapping[str, str], key: str, default: int) -> int:
+    text = options.get(key)
+    if text is None or not text.strip():
+        return default
+    match = _DURATION.fullmatch(text.strip().lower())
+    if match is None:
+        raise InvalidConfig(f"option {key}={text!r:.40} is not a duration: N with ms, s, m or h")
+    return int(match.group(1)) * _UNITS_MS[match.group(2) or "ms"]
 
 
 def _count(options: Mapping[str, str], key: str, default: int) -> int:

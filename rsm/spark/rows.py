@@ -10,6 +10,8 @@
     leader_time    timestamp  the batch's timestamp, the leader's clock (UTC, ms precision)
     client_id      binary     its session's client id; null without a session
     client_seq     bigint     its number in that session; null without a session
+    client_ack_seq bigint     the highest seq whose answer its client had (every lower one
+                              too); null without a session
     command        string     the command key ("name" or "name@version");
                               null for a leader-start marker
     arguments      string     JSON {"args": [...]} plus "kwargs": {...} when it has any;
@@ -24,9 +26,24 @@
     entry_id       bigint
     payload        binary     the entry's payload, its digest verified on the read
     payload_bytes  bigint
-    digest         string     "verified" (an entry whose digest fails on every copy
-                              fails the read, naming it)
+    digest         string     "verified"; with mode=PERMISSIVE also "mismatch" (the copies
+                              that answered all failed their digest) or "unavailable"
+                              (no copy could be served)
     bookies        array<string>  the bookies of the entry's write set
+
+With the option `machine`, `rsm-log` has one more column after
+`payload_bytes`, `typed_arguments` (rsm/spark/typed_arguments.py).
+
+With `mode=PERMISSIVE` (rsm/spark/options.py) both sources have one more
+column, last, and an entry that cannot be read or decoded is one row:
+
+    _corrupt       string     null for a good row; for an unreadable entry
+                              "ledger L entry E (on bookies B, ...) is unreadable: why"
+
+In `rsm-log` that row has only `ledger_id`, `entry_id` and `_corrupt` (its
+indexes, epoch and time are unknown, so it is kept whatever the bounds on
+them); in `ledger`, `payload` and `payload_bytes` are null.  The default,
+`FAILFAST`, fails the read with the same text (`EntryUnreadable`).
 
 Invariant: a batch's Arrow schema equals `arrow_schema(schema)`, which is
 what PySpark checks the first batch of each partition against.
@@ -37,6 +54,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from json.encoder import encode_basestring
 from typing import Any, Final
 
@@ -57,6 +75,7 @@ from pyspark.sql.types import (
 from bookie.client.read_handle import LedgerEntry
 from rsm.core.log_format import Batch, LeaderStart
 from rsm.spark.planning import Bounds
+from rsm.spark.typed_arguments import TYPED_COLUMN, Typer
 
 
 def _struct(*fields: tuple[str, DataType]) -> StructType:
@@ -72,6 +91,7 @@ LOG_SCHEMA: Final = _struct(
     ("leader_time", TimestampType()),
     ("client_id", BinaryType()),
     ("client_seq", LongType()),
+    ("client_ack_seq", LongType()),
     ("command", StringType()),
     ("arguments", StringType()),
     ("payload_bytes", LongType()),
@@ -85,6 +105,27 @@ LEDGER_SCHEMA: Final = _struct(
     ("bookies", ArrayType(StringType())),
 )
 DIGEST_VERIFIED: Final = "verified"
+DIGEST_MISMATCH: Final = "mismatch"
+DIGEST_UNAVAILABLE: Final = "unavailable"
+CORRUPT_COLUMN: Final = "_corrupt"
+
+
+@dataclass(frozen=True, slots=True)
+class CorruptEntry:
+    """An entry that could not be read or decoded (`mode=PERMISSIVE`)."""
+
+    entry_id: int
+    digest: str
+    """DIGEST_VERIFIED (its bytes came but are not a batch), DIGEST_MISMATCH or
+    DIGEST_UNAVAILABLE."""
+    message: str
+    """Names the ledger, the entry, the bookies of its write set and why."""
+
+
+def _permissive(schema: StructType) -> StructType:
+    return StructType([*schema.fields, StructField(CORRUPT_COLUMN, StringType(), nullable=True)])
+
+
 _COMPACT: Final = (",", ":")
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=_COMPACT)
 _string: Final = encode_basestring
@@ -99,8 +140,23 @@ def arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-_LOG_ARROW: Final = arrow_schema(LOG_SCHEMA)
-_LEDGER_ARROW: Final = arrow_schema(LEDGER_SCHEMA)
+LEDGER_SCHEMA_PERMISSIVE: Final = _permissive(LEDGER_SCHEMA)
+_LEDGER_ARROW: Final = {
+    len(schema.fields): arrow_schema(schema) for schema in (LEDGER_SCHEMA, LEDGER_SCHEMA_PERMISSIVE)
+}
+
+
+def log_schema(permissive: bool, typed: StructType | None = None) -> StructType:
+    """LOG_SCHEMA, then `typed_arguments` of type `typed` if given, then `_corrupt` if
+    `permissive`."""
+    schema = LOG_SCHEMA
+    if typed is not None:
+        schema = StructType([*schema.fields, StructField(TYPED_COLUMN, typed, nullable=True)])
+    return _permissive(schema) if permissive else schema
+
+
+def ledger_schema(permissive: bool) -> StructType:
+    return LEDGER_SCHEMA_PERMISSIVE if permissive else LEDGER_SCHEMA
 
 
 def _jsonable(value: Any) -> Any:
@@ -133,13 +189,21 @@ def arguments_json(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
 
 
 def log_columns(
-    entries: Iterable[tuple[int, Batch, int]], ledger_id: int, bounds: Bounds
+    entries: Iterable[tuple[int, Batch, int] | CorruptEntry],
+    ledger_id: int,
+    bounds: Bounds,
+    *,
+    permissive: bool = False,
+    typer: Typer | None = None,
 ) -> list[list[Any]]:
     """The columns (one list each, in schema order) of the rows of `entries` within `bounds`.
 
-    `leader_time` is in microseconds since the Unix epoch.
+    `leader_time` is in microseconds since the Unix epoch.  A `CorruptEntry` (only read
+    with `permissive`) is one row naming it.  With `typer`, the `typed_arguments` column.
     """
     columns: list[list[Any]] = [[] for _ in range(len(LOG_SCHEMA.fields))]
+    typed: list[Any] = []
+    corrupt: list[str | None] = []
     (
         indexes,
         epochs,
@@ -149,13 +213,23 @@ def log_columns(
         times,
         client_ids,
         seqs,
+        acks,
         commands,
         arguments,
         sizes,
     ) = columns
     index_start = bounds.index.start or 1
     index_end = bounds.index.end
-    for entry_id, batch, size in entries:
+    for entry in entries:
+        if isinstance(entry, CorruptEntry):
+            for column in columns:
+                column.append(None)
+            ledgers[-1] = ledger_id
+            entry_ids[-1] = entry.entry_id
+            typed.append(None)
+            corrupt.append(entry.message)
+            continue
+        entry_id, batch, size = entry
         if not (
             bounds.epoch.holds(batch.epoch)
             and bounds.ledger_id.holds(ledger_id)
@@ -180,58 +254,86 @@ def log_columns(
             if isinstance(item, LeaderStart):
                 client_ids.append(None)
                 seqs.append(None)
+                acks.append(None)
                 commands.append(None)
                 arguments.append(_ENCODER.encode({"leader_start": item.replica_id}))
+                if typer is not None:
+                    typed.append(None)
             else:
                 client_ids.append(item.client_id)
                 seqs.append(item.seq)
+                acks.append(item.ack_seq)
                 commands.append(item.name)
                 arguments.append(arguments_json(item.args, item.kwargs))
+                if typer is not None:
+                    typed.append(typer(item.name, item.args, item.kwargs))
+        if permissive:
+            corrupt.extend([None] * count)
+    if typer is not None:
+        columns.append(typed)
+    if permissive:
+        columns.append(corrupt)
     return columns
 
 
-def log_record_batch(columns: list[list[Any]]) -> pa.RecordBatch:
+def log_record_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
+    """The rows of `columns` as a batch of `schema` (`arrow_schema` of the read's schema)."""
+    return _record_batch(columns, schema)
+
+
+def _record_batch(columns: list[list[Any]], schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
-        [
-            pa.array(column, type=field.type)
-            for column, field in zip(columns, _LOG_ARROW, strict=True)
-        ],
-        schema=_LOG_ARROW,
+        [pa.array(column, type=field.type) for column, field in zip(columns, schema, strict=True)],
+        schema=schema,
     )
 
 
 def log_tuples(columns: list[list[Any]]) -> list[tuple[Any, ...]]:
     """The same rows as tuples (`leader_time` as a datetime), for sources not yielding Arrow."""
     rows = list(zip(*columns, strict=True))
-    return [(*row[:5], _EPOCH + datetime.timedelta(microseconds=row[5]), *row[6:]) for row in rows]
+    return [(*row[:5], _datetime(row[5]), *row[6:]) for row in rows]
+
+
+def _datetime(microseconds: int | None) -> datetime.datetime | None:
+    return None if microseconds is None else _EPOCH + datetime.timedelta(microseconds=microseconds)
 
 
 def ledger_columns(
-    entries: Iterable[tuple[LedgerEntry, tuple[str, ...]]], ledger_id: int
+    entries: Iterable[tuple[LedgerEntry | CorruptEntry, tuple[str, ...]]],
+    ledger_id: int,
+    *,
+    permissive: bool = False,
 ) -> list[list[Any]]:
+    """The columns of the rows of `entries`; a `CorruptEntry` (only read with `permissive`)
+    is a row without payload naming it."""
     ids: list[int] = []
-    payloads: list[bytes] = []
+    payloads: list[bytes | None] = []
+    digests: list[str] = []
     bookies: list[list[str]] = []
+    corrupt: list[str | None] = []
     for entry, holders in entries:
         ids.append(entry.entry_id)
-        payloads.append(entry.payload)
         bookies.append(list(holders))
-    count = len(ids)
-    return [
-        [ledger_id] * count,
+        if isinstance(entry, CorruptEntry):
+            payloads.append(None)
+            digests.append(entry.digest)
+            corrupt.append(entry.message)
+        else:
+            payloads.append(entry.payload)
+            digests.append(DIGEST_VERIFIED)
+            corrupt.append(None)
+    columns: list[list[Any]] = [
+        [ledger_id] * len(ids),
         ids,
         payloads,
-        [len(payload) for payload in payloads],
-        [DIGEST_VERIFIED] * count,
+        [None if payload is None else len(payload) for payload in payloads],
+        digests,
         bookies,
     ]
+    if permissive:
+        columns.append(corrupt)
+    return columns
 
 
 def ledger_record_batch(columns: list[list[Any]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(column, type=field.type)
-            for column, field in zip(columns, _LEDGER_ARROW, strict=True)
-        ],
-        schema=_LEDGER_ARROW,
-    )
+    return _record_batch(columns, _LEDGER_ARROW[len(columns)])

@@ -21,6 +21,7 @@ applied exactly to every row, so Spark does not apply those terms again.
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -40,22 +41,27 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
+from rsm.machines import load_machine
+from rsm.spark.admission import Admission, batch_end
 from rsm.spark.cluster import Cluster, LedgerPartition, LogPartition
 from rsm.spark.options import LedgerOptions, LogOptions, ledger_options, log_options
 from rsm.spark.planning import Bounds, Interval, Term, bounds_from_terms
 from rsm.spark.rows import (
-    LEDGER_SCHEMA,
-    LOG_SCHEMA,
+    arrow_schema,
     ledger_columns,
     ledger_record_batch,
+    ledger_schema,
     log_columns,
     log_record_batch,
+    log_schema,
     log_tuples,
 )
+from rsm.spark.typed_arguments import TYPED_COLUMN, Typer, typed_struct
 
 LOG_FORMAT = "rsm-log"
 LEDGER_FORMAT = "ledger"
@@ -93,29 +99,54 @@ def term(spark_filter: Filter) -> Term | None:
 # --- rsm-log -----------------------------------------------------------------------------------
 
 
-def read_log_partition(options: LogOptions, partition: InputPartition) -> Iterator[Any]:
-    """The rows of one planned partition of a log read, batch or streaming (on an executor)."""
+def read_log_partition(
+    options: LogOptions, schema: StructType, partition: InputPartition
+) -> Iterator[Any]:
+    """The rows of one planned partition of a log read, batch or streaming (on an executor);
+    `schema` is the read's (`log_schema`)."""
     planned = partition.value
     if planned is None:
         return  # PySpark's stand-in when there is nothing to read
     assert isinstance(planned, LogPartition)
     arrow = options.split.arrow
+    permissive = options.split.permissive
+    typer = None
+    if TYPED_COLUMN in schema.names:
+        typed = schema[TYPED_COLUMN].dataType
+        assert isinstance(typed, StructType)
+        typer = Typer(typed, as_tuples=not arrow)
+    batch_schema = arrow_schema(schema)
     with Cluster.open(options.cluster) as cluster:
-        for chunk in cluster.log_entries(planned):
-            columns = log_columns(chunk, planned.segment.ledger_id, planned.bounds)
+        for chunk in cluster.log_entries(planned, permissive=permissive):
+            columns = log_columns(
+                chunk,
+                planned.segment.ledger_id,
+                planned.bounds,
+                permissive=permissive,
+                typer=typer,
+            )
             if not columns[0]:
                 continue
             if arrow:
-                yield log_record_batch(columns)
+                yield log_record_batch(columns, batch_schema)
             else:
                 yield from log_tuples(columns)
+
+
+def log_source_schema(options: LogOptions) -> StructType:
+    """The schema of a read with `options` (on the driver: a `machine` is imported here)."""
+    typed = None
+    if options.machine is not None:
+        typed = typed_struct(load_machine(options.machine))
+    return log_schema(options.split.permissive, typed)
 
 
 class LogReader(DataSourceReader):
     """Reads an application's log; no filter pushdown."""
 
-    def __init__(self, options: LogOptions) -> None:
+    def __init__(self, options: LogOptions, schema: StructType) -> None:
         self._options = options
+        self._schema = schema
         self._pushed = Bounds()
 
     def partitions(self) -> list[InputPartition]:
@@ -130,7 +161,7 @@ class LogReader(DataSourceReader):
         return [InputPartition(partition) for partition in planned]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_log_partition(self._options, partition)
+        return read_log_partition(self._options, self._schema, partition)
 
 
 class PushdownLogReader(LogReader):
@@ -155,14 +186,20 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     `startingIndex` (default: the log's first index when the query starts);
     the latest is one past the last index readable without fencing.
     `maxCommandsPerTrigger` bounds a micro-batch to that many indexes, unless
-    Spark asks for everything (`ReadAllAvailable`); `Trigger.AvailableNow`
-    reads up to the end readable when the query starts.  A start below the
+    Spark asks for everything (`ReadAllAvailable`); `minCommandsPerTrigger`
+    holds a micro-batch back until that many are readable or
+    `maxTriggerDelay` passed since the last one (`rsm/spark/admission.py`);
+    `Trigger.AvailableNow` reads up to the end readable when the query
+    starts, without waiting for a minimum.  A start below the
     log's first index (truncated away) fails the query, naming the range.
     """
 
-    def __init__(self, options: LogOptions) -> None:
+    def __init__(self, options: LogOptions, schema: StructType) -> None:
         self._options = options
+        self._schema = schema
         self._available_now_end: int | None = None
+        self._last_batch_s: float | None = None
+        """When the last micro-batch was admitted (the driver's monotonic clock)."""
 
     def _readable_end(self) -> int:
         with Cluster.open(self._options.cluster) as cluster:
@@ -179,17 +216,40 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now_end = self._readable_end()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self._options.max_commands_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        """ReadMaxRows with a maximum, else ReadMinRows with a minimum (which the reader
+        applies itself, `rsm/spark/admission.py`), else ReadAllAvailable: Spark passes it
+        back to `latestOffset`, or ReadAllAvailable to ask for everything."""
+        options = self._options
+        if options.max_commands_per_trigger is not None:
+            return ReadMaxRows(options.max_commands_per_trigger)
+        if options.min_commands_per_trigger is not None:
+            return ReadMinRows(options.min_commands_per_trigger)
+        return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         first = start[OFFSET_KEY]
-        end = self._readable_end()
+        readable = self._readable_end()
         if self._available_now_end is not None:
-            end = min(end, self._available_now_end)
-        if isinstance(limit, ReadMaxRows):
-            end = min(end, first + limit.max_rows)
-        return {OFFSET_KEY: max(first, end)}
+            readable = min(readable, self._available_now_end)
+        options = self._options
+        admission = Admission(
+            max_commands=limit.max_rows if isinstance(limit, ReadMaxRows) else None,
+            min_commands=options.min_commands_per_trigger,
+            max_delay_ms=options.max_trigger_delay_ms,
+        )
+        now_s = time.monotonic()
+        if self._last_batch_s is None:
+            self._last_batch_s = now_s  # the wait for a first batch starts with the query
+        end = batch_end(
+            first,
+            readable,
+            admission,
+            waited_ms=(now_s - self._last_batch_s) * 1000,
+            everything=isinstance(limit, ReadAllAvailable) or self._available_now_end is not None,
+        )
+        if end > first:
+            self._last_batch_s = now_s
+        return {OFFSET_KEY: end}
 
     def reportLatestOffset(self) -> dict[str, int]:
         return {OFFSET_KEY: self._readable_end()}
@@ -207,7 +267,7 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [InputPartition(partition) for partition in planned]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_log_partition(self._options, partition)
+        return read_log_partition(self._options, self._schema, partition)
 
     def commit(self, end: dict[str, int]) -> None:
         """Nothing to do: the checkpoint holds the offsets, and reading holds no resource."""
@@ -221,18 +281,18 @@ class LogSource(DataSource):
         return LOG_FORMAT
 
     def schema(self) -> StructType:
-        return LOG_SCHEMA
+        return log_source_schema(log_options(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return LogReader(log_options(self.options))
+        return LogReader(log_options(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return LogStreamReader(log_options(self.options))
+        return LogStreamReader(log_options(self.options), schema)
 
 
 class PushdownLogSource(LogSource):
     def reader(self, schema: StructType) -> DataSourceReader:
-        return PushdownLogReader(log_options(self.options))
+        return PushdownLogReader(log_options(self.options), schema)
 
 
 # --- ledger ------------------------------------------------------------------------------------
@@ -256,9 +316,10 @@ class LedgerReader(DataSourceReader):
             return
         assert isinstance(planned, LedgerPartition)
         arrow = self._options.split.arrow
+        permissive = self._options.split.permissive
         with Cluster.open(self._options.cluster) as cluster:
-            for chunk in cluster.ledger_entries(planned):
-                columns = ledger_columns(chunk, planned.ledger_id)
+            for chunk in cluster.ledger_entries(planned, permissive=permissive):
+                columns = ledger_columns(chunk, planned.ledger_id, permissive=permissive)
                 if arrow:
                     yield ledger_record_batch(columns)
                 else:
@@ -273,7 +334,7 @@ class LedgerSource(DataSource):
         return LEDGER_FORMAT
 
     def schema(self) -> StructType:
-        return LEDGER_SCHEMA
+        return ledger_schema(ledger_options(self.options).split.permissive)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return LedgerReader(ledger_options(self.options))

@@ -18,7 +18,7 @@
     rsm log dump|export|check, rsm replay, rsm verify, rsm bisect, rsm determinism,
     rsm diff, rsm blame
             (investigating a log: rsm/tools/investigate.py, docs/tools.md)
-    rsm spark export|audit ...     (rsm/spark/cli.py; needs the `spark` extra)
+    rsm spark export|audit|snapshot ... (rsm/spark/cli.py; needs the `spark` extra)
 
 `--zk` is a ZooKeeper connect string, optionally with a chroot:
 `127.0.0.1:2181` or `zk1:2181,zk2:2181/my/root`.  Arguments of `call` and
@@ -108,13 +108,13 @@ from rsm.host import (
     split_zk,
     status_heading,
 )
+from rsm.machines import add_app_dir, load_machine
 from rsm.runtime.log import LogStore
 from rsm.runtime.replica import Replica
 from rsm.snapshots.inspect import inspect, listing
 from rsm.snapshots.store import SnapshotStore, read_snapshots
 from rsm.tools import investigate
 from rsm.tools.arguments import parse_arguments
-from rsm.tools.machines import add_app_dir, load_machine
 
 logger = logging.getLogger("rsm.cli")
 

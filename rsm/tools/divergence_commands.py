@@ -12,9 +12,9 @@ import anyio
 from rsm.config import ReplicaConfig
 from rsm.core.state_machine import StateMachine
 from rsm.errors import InvalidConfig, RsmError
+from rsm.machines import add_app_dir, load_machine
 from rsm.tools import determinism as determinism_engine
 from rsm.tools.lockstep import Divergence, first_divergence
-from rsm.tools.machines import add_app_dir, load_machine
 from rsm.tools.options import (
     EXIT_OK,
     EXIT_PROBLEM,

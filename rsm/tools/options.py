@@ -23,7 +23,7 @@ from rsm.config import ReplicaConfig
 from rsm.core.sessions import Outcome
 from rsm.core.state_machine import StateMachine
 from rsm.errors import InvalidConfig, RsmStatus
-from rsm.tools.machines import add_app_dir, load_machine
+from rsm.machines import add_app_dir, load_machine
 from rsm.tools.records import Coordinate, plain_value
 from rsm.tools.source import LogSource
 

@@ -181,7 +181,7 @@ class Writer:
                 marker = json.dumps(
                     {"leader_start": f"replica-{self.epoch}"}, separators=(",", ":")
                 )
-                rows.append((None, None, None, marker))
+                rows.append((None, None, None, None, marker))
             else:
                 rows.append(self._command(items))
         payload = encode_batch(
@@ -203,11 +203,12 @@ class Writer:
                 time_ms,
                 client_id,
                 seq,
+                ack_seq,
                 name,
                 argument,
                 len(payload),
             )
-            for slot, (client_id, seq, name, argument) in enumerate(rows)
+            for slot, (client_id, seq, ack_seq, name, argument) in enumerate(rows)
         ]
         self._pending_payload = ((handle.ledger_id, entry_id), payload)
         self.index += len(items)
@@ -230,12 +231,12 @@ class Writer:
             kwargs = {"ttl_ms": number}
         if number % 5 == 0:
             items.append(encode_command("set", args, kwargs))
-            return (None, None, "set", arguments(args, kwargs))
+            return (None, None, None, "set", arguments(args, kwargs))
         seq = next(self.seq)
         items.append(
             encode_command("set", args, kwargs, client_id=CLIENT, seq=seq, ack_seq=seq - 1)
         )
-        return (CLIENT, seq, "set", arguments(args, kwargs))
+        return (CLIENT, seq, seq - 1, "set", arguments(args, kwargs))
 
 
 async def _register_snapshot(store: ZkMetadataStore, app: str, *, index: int) -> None:

@@ -95,7 +95,7 @@ def test_audit_answers_sql_over_the_log(spark: SparkSession, known: KnownCluster
     counts = {row.epoch: row.commands for row in frame.collect()}
     rows = known.expected["known"].rows
     assert counts == {
-        epoch: sum(1 for row in rows if row[1] == epoch and row[8] is not None) for epoch in (1, 2)
+        epoch: sum(1 for row in rows if row[1] == epoch and row[9] is not None) for epoch in (1, 2)
     }
 
 

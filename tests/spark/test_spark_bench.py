@@ -44,8 +44,14 @@ def test_spark_bench_prints_one_json_object(zookeeper: LocalZooKeeper, tmp_path:
         "spark-read-arrow",
         "spark-read-tuples",
         "spark-export-parquet",
+        "spark-bulk-snapshot",
     ]
-    assert [item["name"] for item in report["baselines"]] == ["python-decode", "python-replay"]
+    assert [item["name"] for item in report["baselines"]] == [
+        "python-decode",
+        "python-replay",
+        "python-replay-to-snapshot",
+    ]
     assert all(item["commands"] == 3000 for item in report["results"] + report["baselines"])
     assert report["config"]["master"] == "local[2]"
     assert set(report["target"]) == {"name", "commands_per_s_min", "commands_per_s", "met"}
+    assert report["bulk_snapshot"]["same_state_hash"] is True

@@ -2,8 +2,9 @@
 
 The rule `tests/test_layering.py` enforces for the framework's cores (on each
 module and everything it imports), applied to every module of the key-value
-store outside its shells (`runtime/`: the server, the router, the node),
-its command line (`tools/`) and its test support (`testing/`).
+store outside its shells (`runtime/`: the server, the router, the node;
+`spark_reducer`, which runs Spark jobs), its command line (`tools/`) and its
+test support (`testing/`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 
 import tests.test_layering as layering
 
-_IMPURE_FOLDERS = ("kvstore.runtime", "kvstore.tools", "kvstore.testing")
+_IMPURE_FOLDERS = ("kvstore.runtime", "kvstore.spark_reducer", "kvstore.tools", "kvstore.testing")
 
 PURE_MODULES = sorted(
     name

@@ -62,3 +62,22 @@ def test_ledger_ids_are_a_sorted_set() -> None:
     assert ledger_options({"zk": "z:1"}).ledger_ids is None
     with pytest.raises(InvalidConfig, match="comma-separated"):
         ledger_options({"zk": "z:1", "ledgers": "3,x"})
+
+
+def test_mode_is_failfast_unless_permissive_in_any_case() -> None:
+    assert not log_options(BASE).split.permissive
+    assert not log_options({**BASE, "mode": "FAILFAST"}).split.permissive
+    assert log_options({**BASE, "MODE": "Permissive"}).split.permissive
+    assert ledger_options({"zk": BASE["zk"], "mode": "PERMISSIVE"}).split.permissive
+    with pytest.raises(InvalidConfig, match="option mode='dropmalformed' is not one of"):
+        log_options({**BASE, "mode": "DROPMALFORMED"})
+
+
+def test_the_trigger_delay_is_a_duration_with_a_unit() -> None:
+    assert log_options(BASE).max_trigger_delay_ms == 15 * 60_000
+    assert log_options({**BASE, "maxTriggerDelay": "250"}).max_trigger_delay_ms == 250
+    assert log_options({**BASE, "maxTriggerDelay": "2s"}).max_trigger_delay_ms == 2000
+    assert log_options({**BASE, "maxTriggerDelay": "3 M"}).max_trigger_delay_ms == 180_000
+    assert log_options({**BASE, "minCommandsPerTrigger": "7"}).min_commands_per_trigger == 7
+    with pytest.raises(InvalidConfig, match="maxtriggerdelay='soon' is not a duration"):
+        log_options({**BASE, "maxTriggerDelay": "soon"})
