@@ -94,6 +94,11 @@ class Leadership:
         """The name of this replica's candidacy znode, while it has one."""
         self.leader: LeaderInfo | None = None
         """The `leader` znode as last seen."""
+        self._candidates: dict[str, CandidateInfo] = {}
+        """The candidacies the last evaluation read.  A candidacy's value never changes and
+        its sequential name is never used again, so a name seen before needs no read: an
+        evaluation costs the reads of the children, the log and the handoff, and one per
+        new candidacy."""
         self._leader_seen = anyio.Event()
 
     # --- candidacy ----------------------------------------------------------------------------
@@ -142,14 +147,20 @@ class Leadership:
         store = self._store
         layout = self._layout
         children = await store.children(layout.election)
+        known = self._candidates
         infos: dict[str, CandidateInfo] = {}
         for name in children:
-            try:
-                infos[name] = decode_candidate((await store.get(layout.candidate(name))).value)
-            except NoNode:
-                continue  # the candidate went away meanwhile
-            except MalformedValue as error:
-                emit(logger, logging.WARNING, "rsm.bad_candidacy", name=name, error=str(error))
+            info = known.get(name)
+            if info is None:
+                try:
+                    info = decode_candidate((await store.get(layout.candidate(name))).value)
+                except NoNode:
+                    continue  # the candidate went away meanwhile
+                except MalformedValue as error:
+                    emit(logger, logging.WARNING, "rsm.bad_candidacy", name=name, error=str(error))
+                    continue
+            infos[name] = info
+        self._candidates = infos
         for _attempt in range(limits.election_snapshot_attempts_max):
             log, log_version = await self._log_store.read()
             handoff_node = await store.get(layout.handoff)
