@@ -847,11 +847,11 @@ class Replica:
             )
         if to == self.replica_id:
             return {"target": to, "epoch": term.epoch, "window_ms": 0}
-        started_s = anyio.current_time()
         self._roles.handover_started()
         try:
             view = await self._election.evaluate()
             target = _choose_target(view, to, self.replica_id)
+            started_s = anyio.current_time()  # the term takes writes until the handover
             await self._hand_over(term, target)
         except BookieError as error:
             raise Unavailable(f"the candidates could not be read: {error}") from None
