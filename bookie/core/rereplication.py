@@ -1,0 +1,174 @@
+"""Re-replication: which entries a bookie of a closed ledger should hold, which segments name
+a missing bookie, where each copy comes from, and the metadata change that ends a repair.
+
+Pure.  The replication worker (`bookie/autorecovery/worker.py`) carries it out:
+
+1. `plan_repairs(metadata, missing)`: one `SegmentRepair` per segment of a CLOSED
+   ledger whose ensemble names a missing bookie, with the positions it names them at.
+   Segment k holds the entries from its first entry to the next segment's first
+   entry - 1, the last segment to the ledger's last entry; so no entry past the end
+   recorded in the metadata is ever copied, and a segment that holds no entry is
+   repaired by the metadata change alone.
+2. Replacements come from placement (`choose_replacements`: never a bookie of the
+   segment's ensemble, never a missing one), so the repaired ensemble still has E
+   distinct bookies and no entry gets two copies on one bookie.
+3. `position_entries`: the entries position p holds, those whose write set contains p
+   (entry e is on positions (e + i) mod E, i < Qw).  Each is read from `copy_sources`,
+   the other members of its write set that are neither missing nor being replaced,
+   and written verbatim to the replacement.
+4. `repaired_segment_transform`: the compare-and-set that replaces the bookies of that
+   one segment, and nothing else.  Open ledgers are not planned: their writer (or a
+   recovery) owns their last segment.
+5. `RetrySchedule`: a ledger whose repair failed is not tried again by the same worker
+   before a delay that starts at `delay_ms_min` and doubles per failure in a row, up to
+   `delay_ms_max`; a success forgets it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+
+from bookie.core.metadata import LedgerMetadata, check_invariants
+from bookie.core.quorum import Quorum
+from bookie.errors import UnexpectedMetadataChange
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRepair:
+    """One segment to repair: its entries, its ensemble as read, the positions to replace."""
+
+    first_entry_id: int
+    last_entry_id: int
+    """Last entry the segment holds; first_entry_id - 1 when it holds none."""
+    ensemble: tuple[str, ...]
+    positions: tuple[int, ...]
+    """Ensemble positions naming a missing bookie, ascending, never empty."""
+
+
+def segment_ranges(metadata: LedgerMetadata) -> list[tuple[int, int, tuple[str, ...]]]:
+    """(first entry, last entry, ensemble) of every segment of a CLOSED ledger."""
+    assert metadata.is_closed
+    segments = metadata.ensembles
+    ranges: list[tuple[int, int, tuple[str, ...]]] = []
+    for index, (first_entry_id, ensemble) in enumerate(segments):
+        if index + 1 < len(segments):
+            last_entry_id = segments[index + 1][0] - 1
+        else:
+            last_entry_id = metadata.last_entry_id
+        ranges.append((first_entry_id, max(last_entry_id, first_entry_id - 1), ensemble))
+    return ranges
+
+
+def plan_repairs(metadata: LedgerMetadata, missing: Collection[str]) -> list[SegmentRepair]:
+    """The segments of a CLOSED ledger that name a bookie of `missing`, in order."""
+    assert metadata.is_closed, "open ledgers are left to their writer"
+    lost = frozenset(missing)
+    repairs: list[SegmentRepair] = []
+    for first_entry_id, last_entry_id, ensemble in segment_ranges(metadata):
+        positions = tuple(index for index, bookie_id in enumerate(ensemble) if bookie_id in lost)
+        if positions:
+            repairs.append(SegmentRepair(first_entry_id, last_entry_id, ensemble, positions))
+    return repairs
+
+
+def position_entries(
+    quorum: Quorum, first_entry_id: int, last_entry_id: int, position: int
+) -> Iterator[int]:
+    """The entries of [first_entry_id, last_entry_id] that ensemble position `position`
+    holds: those whose write set contains it, ascending."""
+    assert 0 <= position < quorum.ensemble_size
+    for entry_id in range(max(first_entry_id, 0), last_entry_id + 1):
+        if (position - entry_id) % quorum.ensemble_size < quorum.write_quorum:
+            yield entry_id
+
+
+def copy_sources(
+    quorum: Quorum, ensemble: tuple[str, ...], entry_id: int, unusable: Collection[str]
+) -> list[str]:
+    """The bookies of `entry_id`'s write set to read it from, in write-set order: every
+    member but the `unusable` ones (missing, or being replaced)."""
+    return [
+        ensemble[index] for index in quorum.write_set(entry_id) if ensemble[index] not in unusable
+    ]
+
+
+def repaired_ensemble(
+    ensemble: tuple[str, ...], replacements: Mapping[int, str]
+) -> tuple[str, ...]:
+    target = list(ensemble)
+    for index, bookie_id in replacements.items():
+        target[index] = bookie_id
+    assert len(set(target)) == len(target), "a replacement is not in the ensemble"
+    return tuple(target)
+
+
+def repaired_segment_transform(
+    current: LedgerMetadata,
+    first_entry_id: int,
+    expected: tuple[str, ...],
+    replacements: Mapping[int, str],
+) -> LedgerMetadata | None:
+    """The CAS of a finished repair: the segment starting at `first_entry_id` goes from
+    `expected` to `expected` with `replacements`, every other field stays.
+
+    None when the segment already is the outcome (an earlier attempt whose reply was
+    lost); `UnexpectedMetadataChange` when the ledger is not CLOSED, the segment is gone
+    or names other bookies (someone else repaired it): the copies made are then unused.
+    """
+    target = repaired_ensemble(expected, replacements)
+    if not current.is_closed:
+        raise UnexpectedMetadataChange(f"ledger {current.ledger_id} is {current.state.name}")
+    segments = list(current.ensembles)
+    for index, (segment_first, ensemble) in enumerate(segments):
+        if segment_first != first_entry_id:
+            continue
+        if ensemble == target:
+            return None
+        if ensemble != expected:
+            break
+        segments[index] = (first_entry_id, target)
+        result = replace(current, ensembles=tuple(segments))
+        check_invariants(result)
+        return result
+    raise UnexpectedMetadataChange(
+        f"ledger {current.ledger_id}: the segment from entry {first_entry_id} is no longer "
+        f"{list(expected)}"
+    )
+
+
+class RetrySchedule:
+    """When a worker may try each ledger whose repair failed again."""
+
+    __slots__ = ("_delay_ms_max", "_delay_ms_min", "_failed")
+
+    def __init__(self, *, delay_ms_min: int, delay_ms_max: int) -> None:
+        assert 0 < delay_ms_min <= delay_ms_max
+        self._delay_ms_min = delay_ms_min
+        self._delay_ms_max = delay_ms_max
+        self._failed: dict[int, tuple[int, int]] = {}
+        """Ledger id -> (not before, in ms of the caller's clock; the last delay)."""
+
+    def ready(self, ledger_ids: Iterable[int], now_ms: int) -> list[int]:
+        """The ledgers of `ledger_ids` that may be tried at `now_ms`, in their order; the
+        others are forgotten when no longer listed (their mark is gone)."""
+        listed = list(ledger_ids)
+        for ledger_id in set(self._failed) - set(listed):
+            del self._failed[ledger_id]
+        return [
+            ledger_id
+            for ledger_id in listed
+            if ledger_id not in self._failed or self._failed[ledger_id][0] <= now_ms
+        ]
+
+    def failed(self, ledger_id: int, now_ms: int) -> int:
+        """Record a failure; return the delay before the next try."""
+        previous = self._failed.get(ledger_id)
+        delay_ms = (
+            self._delay_ms_min if previous is None else min(previous[1] * 2, self._delay_ms_max)
+        )
+        self._failed[ledger_id] = (now_ms + delay_ms, delay_ms)
+        return delay_ms
+
+    def succeeded(self, ledger_id: int) -> None:
+        self._failed.pop(ledger_id, None)
