@@ -1,0 +1,120 @@
+"""The auditor: one per cluster, elected in ZooKeeper; marks the ledgers of lost bookies.
+The async shell of `bookie.core.auditor`.
+
+Election: each autorecovery process stands as an ephemeral sequential candidate under
+`R/underreplication/auditorelection`; the lowest sequence is the auditor.  A process
+that is not the auditor waits for the candidates to change; one whose candidate znode
+vanished (its session expired) stands again.  Event `autorecovery.auditor_elected`
+when a process becomes the auditor.
+
+While elected, every `poll_interval_ms` (sooner when the registrations change) it
+observes the bookies it knows of (cookies, and every bookie it saw registered) and the
+registered ones, and when an audit is due (`Auditor.audit_due`) it reads every ledger's
+metadata and marks each one that names a lost bookie (`missing_bookies`).  A
+bookie lost is one `autorecovery.bookie_lost` event; an audit is one
+`autorecovery.audited` event with the number of ledgers marked.  Marking is idempotent,
+so two processes that both believe themselves the auditor for a moment (one's session
+expiring) mark nothing twice and lose nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.clock import loop_clock_ms
+from bookie.core.auditor import Auditor, missing_bookies
+from bookie.errors import BookieError, NoSuchLedgerError
+from bookie.logs import emit
+from bookie.meta.api import MetadataStore
+from bookie.meta.bookies import list_bookies, list_cookies, watch_bookies
+from bookie.meta.ledgers import LedgerManager
+from bookie.meta.underreplication import UnderReplication
+
+logger = logging.getLogger(__name__)
+
+
+class AuditorService:
+    """Stands for auditor and audits while elected; see the module docstring."""
+
+    def __init__(self, store: MetadataStore, settings: AutoRecoverySettings) -> None:
+        self._store = store
+        self._settings = settings
+        self._marks = UnderReplication(store, settings.root)
+        self._ledgers = LedgerManager(store, settings.root)
+        self._seen: set[str] = set()
+        """Every bookie this process saw registered."""
+
+    async def run(self) -> None:
+        """Forever; metadata errors are logged and the election is joined again."""
+        while True:
+            try:
+                await self._stand_and_serve()
+            except BookieError as error:
+                emit(logger, logging.WARNING, "autorecovery.auditor_failed", reason=str(error))
+            await anyio.sleep(self._settings.poll_interval_ms / 1000)
+
+    async def _stand_and_serve(self) -> None:
+        mine = await self._marks.stand(self._settings.owner)
+        while True:
+            candidates = await self._marks.candidates()
+            if mine not in candidates.ordered:
+                return  # our session ended: stand again
+            if candidates.ordered[0] == mine:
+                emit(
+                    logger, logging.INFO, "autorecovery.auditor_elected", owner=self._settings.owner
+                )
+                await self._audit_while_elected(mine)
+                continue
+            await self._marks.watch_candidates(candidates)
+
+    async def _audit_while_elected(self, mine: str) -> None:
+        settings = self._settings
+        core = Auditor(grace_ms=settings.grace_ms, audit_interval_ms=settings.audit_interval_ms)
+        reported: frozenset[str] = frozenset()
+        while True:
+            candidates = await self._marks.candidates()
+            if not candidates.ordered or candidates.ordered[0] != mine:
+                return
+            bookies = await list_bookies(self._store, settings.root)
+            registered = set(bookies.writable) | set(bookies.read_only)
+            self._seen |= registered
+            known = self._seen | set(await list_cookies(self._store, settings.root))
+            now_ms = loop_clock_ms()
+            core.observe(known, registered, now_ms)
+            lost = core.lost(now_ms)
+            for bookie_id in sorted(lost - reported):
+                emit(logger, logging.WARNING, "autorecovery.bookie_lost", bookie_id=bookie_id)
+            reported = lost
+            if core.audit_due(now_ms):
+                marked = await self.audit(lost)
+                core.audited(lost, now_ms)
+                emit(
+                    logger,
+                    logging.INFO,
+                    "autorecovery.audited",
+                    lost=sorted(lost),
+                    ledgers_marked=marked,
+                )
+            wait_ms = settings.poll_interval_ms
+            next_change_ms = core.next_change_ms(now_ms)
+            if next_change_ms is not None:
+                wait_ms = max(1, min(wait_ms, next_change_ms - now_ms))
+            with anyio.move_on_after(wait_ms / 1000):
+                await watch_bookies(self._store, bookies)
+
+    async def audit(self, lost: frozenset[str]) -> int:
+        """Mark every ledger naming a bookie of `lost`; return how many now name one."""
+        marked = 0
+        for ledger_id in await self._ledgers.list_ledgers():
+            try:
+                metadata, _ = await self._ledgers.read(ledger_id)
+            except NoSuchLedgerError:
+                continue
+            missing = missing_bookies(metadata, lost)
+            if missing:
+                await self._marks.mark(ledger_id, missing)
+                marked += 1
+        return marked

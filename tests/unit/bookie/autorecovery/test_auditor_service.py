@@ -1,0 +1,109 @@
+"""The auditor against in-process bookies: elected among candidates, it marks the ledgers
+of a bookie gone for longer than the grace period, and a successor takes over."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+import pytest
+
+from bookie.autorecovery.auditor import AuditorService
+from bookie.autorecovery.service import run_autorecovery
+from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.meta.underreplication import UnderReplication
+from tests.unit.bookie.client.cluster import ROOT, WAIT_S, memory_cluster
+
+pytestmark = pytest.mark.anyio
+
+POLL_S = 0.01
+
+
+def settings(owner: str, **overrides: object) -> AutoRecoverySettings:
+    values: dict[str, object] = {
+        "owner": owner,
+        "root": ROOT,
+        "grace_ms": 300,
+        "poll_interval_ms": 20,
+        "passwords": (b"pw",),
+        "timeout_ms": 2_000,
+    }
+    values.update(overrides)
+    return AutoRecoverySettings(**values)  # type: ignore[arg-type]
+
+
+async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
+    """Wait until `check()` holds, asking again every `POLL_S`; fail after `WAIT_S`."""
+    with anyio.fail_after(WAIT_S):
+        while not await check():
+            await anyio.sleep(POLL_S)
+
+
+async def test_the_auditor_marks_the_ledgers_of_a_lost_bookie_only_after_the_grace() -> None:
+    async with memory_cluster(4) as cluster, cluster.client() as client:
+        on_lost: list[int] = []
+        elsewhere: list[int] = []
+        lost = cluster.bookie_ids[0]
+        for _ in range(6):
+            ledger = await client.create_ledger(2, 2, 2, password=b"pw")
+            await ledger.append(b"x")
+            await ledger.close()
+            metadata = await client.ledger_metadata(ledger.ledger_id)
+            (on_lost if lost in metadata.ensembles[0][1] else elsewhere).append(ledger.ledger_id)
+        async with cluster.store_factory() as store, anyio.create_task_group() as group:
+            marks = UnderReplication(store, ROOT)
+            group.start_soon(AuditorService(store, settings("a1")).run)
+            await eventually(lambda: _is_auditor(marks, "a1"))
+            await cluster.stop_bookie(lost)
+            started = anyio.current_time()
+            await eventually(lambda: _marked(marks, on_lost))
+            assert anyio.current_time() - started >= 0.3, "not before the grace period"
+            assert not set(await marks.list_marks()) & set(elsewhere)
+            for ledger_id in on_lost:
+                mark = await marks.read_mark(ledger_id)
+                assert mark is not None
+                assert mark.missing == {lost}
+            group.cancel_scope.cancel()
+
+
+async def test_a_successor_audits_and_workers_repair_when_the_auditor_leaves() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        ledger = await client.create_ledger(3, 2, 2, password=b"pw")
+        for index in range(10):
+            await ledger.append(f"{index}".encode())
+        await ledger.close()
+        await cluster.add_bookie()
+        async with cluster.store_factory() as store, anyio.create_task_group() as group:
+            marks = UnderReplication(store, ROOT)
+            async with (
+                cluster.store_factory() as first_store,
+                anyio.create_task_group() as first_group,
+            ):
+                first_group.start_soon(run_autorecovery, first_store, settings("p1"))
+                await eventually(lambda: _is_auditor(marks, "p1"))
+                group.start_soon(run_autorecovery, store, settings("p2"))
+                await eventually(lambda: _candidates(marks, 2))
+                first_group.cancel_scope.cancel()
+            # The first process's session ended with its block: its candidacy is gone.
+            await eventually(lambda: _is_auditor(marks, "p2"))
+            lost = (await client.ledger_metadata(ledger.ledger_id)).ensembles[0][1][0]
+            await cluster.stop_bookie(lost)
+
+            async def repaired() -> bool:
+                metadata = await client.ledger_metadata(ledger.ledger_id)
+                return lost not in metadata.ensembles[0][1] and not await marks.list_marks()
+
+            await eventually(repaired)
+            group.cancel_scope.cancel()
+
+
+async def _is_auditor(marks: UnderReplication, owner: str) -> bool:
+    return await marks.auditor() == owner
+
+
+async def _candidates(marks: UnderReplication, count: int) -> bool:
+    return len((await marks.candidates()).ordered) == count
+
+
+async def _marked(marks: UnderReplication, ledger_ids: list[int]) -> bool:
+    return set(ledger_ids) <= set(await marks.list_marks())
