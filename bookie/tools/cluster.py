@@ -2,7 +2,7 @@
 
 Each opens its own ZooKeeper session (`Cluster`: connect string and root) and
 gives up after `limits.shell_metadata_timeout_ms` when ZooKeeper does not
-answer.  Only `simpletest` writes anything.
+answer.  Only `simpletest` and `autorecovery` write anything.
 
 * `listbookies`: every bookie by state: writable and read-only (its
   registration under `available/` or `available/readonly/`), and down (a
@@ -17,7 +17,12 @@ answer.  Only `simpletest` writes anything.
   (`bookie.client.copies`) and every bookie whose copy is not the agreed one
   is a problem (`bookie.core.copies`);
 * `simpletest`: create a ledger, write entries, close it, read them back,
-  delete it.  Every step that fails is a problem.
+  delete it.  Every step that fails is a problem;
+* `listunderreplicated`: every ledger marked under-replicated, the bookies it
+  is missing and the worker repairing it, and whether workers are paused;
+* `whoisauditor`: the elected auditor and how many processes stand;
+* `autorecovery enable|disable`: let replication workers take marks, or pause
+  them (the only other command that writes).
 
 A result with a non-empty `problems` list means a problem was found (the
 command line exits 1).  `ShellError.exit_code` tells bad input or an
@@ -55,6 +60,7 @@ from bookie.meta.bookies import (
     read_cookie,
     read_instance_id,
 )
+from bookie.meta.underreplication import UnderReplication
 from bookie.meta.zk import ZkMetadataStore
 from bookie.server.node import EXIT_USAGE
 from bookie.tools.admin import EXIT_PROBLEM, Result, ShellError, pairs
@@ -442,6 +448,50 @@ def _test_payload(number: int) -> bytes:
     return (seed * (size // len(seed) + 1))[:size]
 
 
+# --- autorecovery -----------------------------------------------------------------------------
+
+
+def under_replicated(cluster: Cluster) -> Result:
+    async def ask() -> Result:
+        async with _metadata(cluster) as store:
+            marks = UnderReplication(store, cluster.zk_root)
+            ledgers: list[Result] = []
+            for ledger_id in await marks.list_marks():
+                mark = await marks.read_mark(ledger_id)
+                if mark is None:
+                    continue  # repaired since the listing
+                ledgers.append(
+                    {
+                        "ledger_id": ledger_id,
+                        "missing": sorted(mark.missing),
+                        "locked_by": await marks.lock_owner(ledger_id),
+                    }
+                )
+            return {"enabled": await marks.is_enabled(), "ledgers": ledgers}
+
+    return _run(ask)
+
+
+def who_is_auditor(cluster: Cluster) -> Result:
+    async def ask() -> Result:
+        async with _metadata(cluster) as store:
+            marks = UnderReplication(store, cluster.zk_root)
+            candidates = await marks.candidates()
+            return {"auditor": await marks.auditor(), "candidates": len(candidates.ordered)}
+
+    return _run(ask)
+
+
+def set_autorecovery(cluster: Cluster, enabled: bool) -> Result:
+    async def ask() -> Result:
+        async with _metadata(cluster) as store:
+            marks = UnderReplication(store, cluster.zk_root)
+            await marks.set_enabled(enabled)
+            return {"enabled": await marks.is_enabled()}
+
+    return _run(ask)
+
+
 # --- output -----------------------------------------------------------------------------------
 
 
@@ -534,10 +584,33 @@ def _human_simple_test(result: Result) -> Iterator[str]:
     yield from _human_problems(result)
 
 
+def _human_under_replicated(result: Result) -> Iterator[str]:
+    rows = [
+        (str(ledger["ledger_id"]), ", ".join(ledger["missing"]), ledger["locked_by"] or "-")
+        for ledger in result["ledgers"]
+    ]
+    if rows:
+        yield from _table(("ledger", "missing", "repaired by"), rows)
+    yield f"{len(rows)} under-replicated ledgers"
+    if not result["enabled"]:
+        yield "autorecovery is disabled: workers take no ledger (bookie shell autorecovery enable)"
+
+
+def _human_auditor(result: Result) -> Iterator[str]:
+    yield f"auditor {result['auditor'] or '(none)'}, {result['candidates']} candidates"
+
+
+def _human_autorecovery(result: Result) -> Iterator[str]:
+    yield f"autorecovery {'enabled' if result['enabled'] else 'disabled'}"
+
+
 HUMAN: dict[str, Callable[[Result], Iterator[str]]] = {
     "listbookies": _human_bookies,
     "listledgers": _human_ledgers,
     "ledgermetadata": _human_metadata,
     "readledger": _human_read_ledger,
     "simpletest": _human_simple_test,
+    "listunderreplicated": _human_under_replicated,
+    "whoisauditor": _human_auditor,
+    "autorecovery": _human_autorecovery,
 }
