@@ -2,10 +2,14 @@
 of several closed ledgers is killed with SIGKILL, the elected auditor marks its ledgers,
 and the workers inside the other bookies copy every fragment to the spare bookie; each
 entry is then read, digest checked, from every bookie of its new write set.  The shell
-commands show the marks, the auditor, and pause and resume the workers."""
+commands show the marks, the auditor, and pause and resume the workers.  A standalone
+`bookie autorecovery` process stands for auditor and stops on SIGTERM."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -17,6 +21,8 @@ from bookie.client.ledger_client import LedgerClient
 from bookie.core.copies import CopyState
 from bookie.core.metadata import LedgerMetadata
 from bookie.local.zookeeper import LocalZooKeeper
+from bookie.meta.bookies import init_cluster
+from bookie.meta.zk import ZkMetadataStore
 
 from .support.ledgers import PASSWORD, entry_payload, ledger_client, start_bookies
 from .support.processes import WAIT_S, BookieCluster
@@ -27,6 +33,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
 LEDGERS = 4
 ENTRIES = 30
 POLL_S = 0.1
+AUTORECOVERY_COMMAND = (sys.executable, "-m", "bookie.tools.cli", "autorecovery")
 AUTORECOVERY = {
     "autorecovery_grace_ms": 500,
     "autorecovery_poll_interval_ms": 100,
@@ -120,3 +127,34 @@ async def test_a_killed_bookies_ledgers_return_to_full_replication(
                 assert await reader.read(0, ENTRIES - 1) == [
                     entry_payload(number) for number in range(ENTRIES)
                 ]
+
+
+async def test_standalone_autorecovery_stands_for_auditor_and_stops_on_sigterm(
+    zookeeper: LocalZooKeeper, zk_root: str
+) -> None:
+    async with ZkMetadataStore.connect(zookeeper.connect_string) as store:
+        await init_cluster(store, zk_root)
+    where = ("--zk", zookeeper.connect_string, "--zk-root", zk_root)
+    bad = await anyio.run_process(
+        [*AUTORECOVERY_COMMAND, *where[:2], "--zk-root", "x"], check=False
+    )
+    assert bad.returncode == 2
+    assert b"--zk-root 'x'" in bad.stderr
+    process = await anyio.open_process(
+        [*AUTORECOVERY_COMMAND, *where, "--id", "standalone-1", "--poll-interval-ms", "100"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    async with process:
+
+        async def elected() -> bool:
+            return (await shell_json("whoisauditor", *where)) == {
+                "auditor": "standalone-1",
+                "candidates": 1,
+            }
+
+        await eventually(elected)
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(WAIT_S):
+            assert await process.wait() == 0
+    assert (await shell_json("whoisauditor", *where))["auditor"] is None
