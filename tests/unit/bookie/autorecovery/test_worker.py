@@ -1,6 +1,7 @@
 """The replication worker against in-process bookies: a lost bookie's segments copied to a
 spare and swapped in by compare-and-set; no spare, open ledgers, deleted ledgers, the
-pause switch and passwords leave the metadata untouched."""
+pause switch and passwords leave the metadata untouched; a worker that died holding a lock
+loses it with its session."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import pytest
 
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.autorecovery.worker import ReplicationWorker
+from bookie.client.bookie_conn import BookieConnection
 from bookie.client.ledger_client import LedgerClient
 from bookie.core.metadata import LedgerMetadata
 from bookie.core.rereplication import segment_ranges
 from bookie.meta.api import MetadataStore
 from bookie.meta.underreplication import UnderReplication
+from bookie.wire.packet import master_key
 from tests.unit.bookie.client.cluster import ROOT, LocalCluster, memory_cluster
 
 pytestmark = pytest.mark.anyio
@@ -152,3 +155,35 @@ async def test_a_ledger_locked_by_another_worker_is_skipped() -> None:
             assert await marks.lock_owner(metadata.ledger_id) == "worker-2"
             await other.unlock(metadata.ledger_id)
             assert await worker.run_once() == 1
+
+
+async def test_a_worker_that_died_mid_copy_loses_its_lock_and_another_finishes() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        metadata = await closed_ledger(client)
+        ledger_id = metadata.ledger_id
+        spare = await cluster.add_bookie()
+        lost = metadata.ensembles[0][1][0]
+        survivor = metadata.ensembles[0][1][1]
+        await cluster.stop_bookie(lost)
+        async with session(cluster) as (store, marks):
+            await marks.mark(ledger_id, [lost])
+            worker = ReplicationWorker(store, settings(), random.Random(1))
+            async with cluster.store_factory() as dead_store:
+                assert await UnderReplication(dead_store, ROOT).try_lock(ledger_id, "dead")
+                # What the dead worker had copied: the survivor's first entries, verbatim.
+                host, port = cluster.bookie(spare).address.split(":")
+                async with BookieConnection.connect(host, int(port)) as connection:
+                    for entry_id in range(3):
+                        packet = cluster.storage(survivor).read_entry(ledger_id, entry_id)
+                        if packet is not None:
+                            await connection.add(
+                                ledger_id, entry_id, master_key(PASSWORD), packet, recovery=True
+                            )
+                assert await worker.run_once() == 0, "locked by the dead worker's session"
+                dead_store.expire_session()
+                assert await marks.lock_owner(ledger_id) is None
+            assert await worker.run_once() == 1
+            after = await client.ledger_metadata(ledger_id)
+            assert spare in after.ensembles[0][1]
+            assert_fully_replicated(cluster, after)
+            assert await marks.list_marks() == []
