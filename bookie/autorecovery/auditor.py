@@ -4,7 +4,8 @@ The async shell of `bookie.core.auditor`.
 Election: each autorecovery process stands as an ephemeral sequential candidate under
 `R/underreplication/auditorelection`; the lowest sequence is the auditor.  A process
 that is not the auditor waits for the candidates to change; one whose candidate znode
-vanished (its session expired) stands again.  Event `autorecovery.auditor_elected`
+vanished (its session expired), or that met a metadata error, withdraws whatever
+candidacy of its own is left and stands again.  Event `autorecovery.auditor_elected`
 when a process becomes the auditor.
 
 While elected, every `poll_interval_ms` (sooner when the registrations change) it
@@ -57,6 +58,7 @@ class AuditorService:
             await anyio.sleep(self._settings.poll_interval_ms / 1000)
 
     async def _stand_and_serve(self) -> None:
+        await self._marks.withdraw(self._settings.owner)
         mine = await self._marks.stand(self._settings.owner)
         while True:
             candidates = await self._marks.candidates()

@@ -33,7 +33,11 @@ Invariants:
 * Intermediate directories of the marks' hierarchy are never deleted (as for ledgers),
   so creating a mark never races with the removal of its parent.
 * The auditor is the candidate with the lowest sequence number; a candidate's znode is
-  ephemeral, so a dead auditor's session takes its candidacy with it.
+  ephemeral, so a dead auditor's session takes its candidacy with it.  A process
+  withdraws its earlier candidacies before it stands, so none of its own, left by an
+  attempt whose answer was lost, can hold the election while nobody audits.
+* A lock naming the worker that asks for it is its own (owners are unique per
+  process: a bookie id, or a standalone process's id).
 """
 
 from __future__ import annotations
@@ -188,12 +192,16 @@ class UnderReplication:
     # --- locks --------------------------------------------------------------------------------
 
     async def try_lock(self, ledger_id: int, owner: str) -> bool:
-        """Take the ledger's ephemeral lock for `owner`; False if someone holds it."""
+        """Take the ledger's ephemeral lock for `owner`; False if someone else holds it.
+
+        A lock that already names `owner` is taken: an earlier attempt whose answer
+        was lost created it, or a previous process of the same owner, now dead, did.
+        """
         path = self._layout.underreplication_lock(ledger_id)
         try:
             await self._store.create(path, encode_owner(owner), ephemeral=True, make_parents=True)
         except NodeExists:
-            return False
+            return await self.lock_owner(ledger_id) == owner
         return True
 
     async def unlock(self, ledger_id: int) -> None:
@@ -235,6 +243,18 @@ class UnderReplication:
             prefix, encode_owner(owner), ephemeral=True, sequential=True, make_parents=True
         )
         return paths.name_of(created)
+
+    async def withdraw(self, owner: str) -> None:
+        """Remove every candidacy of `owner` (one an earlier attempt made without learning
+        its name, or a dead previous process of the same owner left)."""
+        for name in (await self.candidates()).ordered:
+            path = paths.join(self._layout.auditor_election, name)
+            try:
+                stored = await self._store.get(path)
+                if decode_owner(stored.value, f"auditor candidate {path}") == owner:
+                    await self._store.delete(path, stored.version)
+            except (NoNode, MetadataVersionConflict):
+                continue
 
     async def candidates(self) -> Candidates:
         """The candidates, lowest sequence (the auditor) first."""

@@ -142,6 +142,7 @@ async def test_a_lock_is_held_until_released_or_its_session_ends(
         assert await marks.lock_owner(7) == "worker-2"
     assert await marks.lock_owner(7) is None, "the session that held it closed"
     assert await marks.try_lock(7, "worker-1")
+    assert await marks.try_lock(7, "worker-1"), "its own lock (an answer lost)"
     await marks.unlock(7)
     await marks.unlock(7)
     assert await marks.lock_owner(7) is None
@@ -171,3 +172,13 @@ async def test_the_first_candidate_is_the_auditor_until_it_leaves(
         assert await marks.auditor() == "b1"
     assert await marks.auditor() == "b2"
     assert (await marks.candidates()).ordered == (theirs,)
+
+
+async def test_withdrawing_removes_only_the_owners_candidacies(store: MemoryMetadataStore) -> None:
+    marks = UnderReplication(store, ROOT)
+    await marks.stand("b1")
+    other = await marks.stand("b2")
+    await marks.stand("b1")
+    await marks.withdraw("b1")
+    assert (await marks.candidates()).ordered == (other,)
+    assert await marks.auditor() == "b2"
