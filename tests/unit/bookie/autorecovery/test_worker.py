@@ -187,3 +187,22 @@ async def test_a_worker_that_died_mid_copy_loses_its_lock_and_another_finishes()
             assert spare in after.ensembles[0][1]
             assert_fully_replicated(cluster, after)
             assert await marks.list_marks() == []
+
+
+async def test_two_lost_bookies_of_one_ensemble_are_replaced_together() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        async with await client.create_ledger(3, 3, 2, password=PASSWORD) as ledger:
+            for index in range(ENTRIES):
+                await ledger.append(f"entry {index}".encode())
+        metadata = await client.ledger_metadata(ledger.ledger_id)
+        spares = {await cluster.add_bookie(), await cluster.add_bookie()}
+        lost = set(metadata.ensembles[0][1][:2])
+        for bookie_id in lost:
+            await cluster.stop_bookie(bookie_id)
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, lost)
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 1
+            after = await client.ledger_metadata(metadata.ledger_id)
+            ensemble = after.ensembles[0][1]
+            assert set(ensemble) == spares | {metadata.ensembles[0][1][2]}
+            assert_fully_replicated(cluster, after)
