@@ -24,6 +24,10 @@ class AutoRecoverySettings:
     retry_delay_ms_max: int = limits.autorecovery_retry_delay_ms_max
     passwords: tuple[bytes, ...] = (b"",)
     """The ledger passwords the workers may use (reading HMAC digests, writing copies)."""
+    rate_entries_per_s: int = 0
+    """At most this many entries copied per second by one worker (0: no bound)."""
+    rate_bytes_per_s: int = 0
+    """At most this many bytes copied per second by one worker (0: no bound)."""
     timeout_ms: int = limits.read_timeout_ms_default
     """Bound on each read, write and connection attempt to a bookie."""
 
@@ -33,4 +37,6 @@ class AutoRecoverySettings:
         assert self.poll_interval_ms > 0
         assert self.audit_interval_ms > 0
         assert self.timeout_ms > 0
+        assert self.rate_entries_per_s >= 0
+        assert self.rate_bytes_per_s >= 0
         assert 0 < self.retry_delay_ms_min <= self.retry_delay_ms_max

@@ -15,8 +15,10 @@ worker holds it), repair it, release the lock.  A repair:
    never a missing one), copies to each replacement exactly the entries its position
    holds, each read from the first surviving member of its write set whose copy's
    digest verifies and written verbatim with the recovery flag (as recovery re-adds
-   entries), `limits.rereplication_entries_in_flight_max` at a time; then replaces
-   the segment's bookies by compare-and-set (`repaired_segment_transform`);
+   entries), `limits.rereplication_entries_in_flight_max` at a time and no faster
+   than the worker's `CopyThrottle` allows (`rate_entries_per_s`, `rate_bytes_per_s`,
+   over all its copies); then replaces the segment's bookies by compare-and-set
+   (`repaired_segment_transform`);
 4. removes the mark at the version read in step 1 (a mark widened meanwhile stays,
    for the next round).
 
@@ -47,6 +49,7 @@ from bookie.clock import loop_clock_ms
 from bookie.core.metadata import LedgerMetadata
 from bookie.core.placement import choose_replacements
 from bookie.core.rereplication import (
+    CopyThrottle,
     RetrySchedule,
     SegmentRepair,
     copy_sources,
@@ -83,6 +86,9 @@ class ReplicationWorker:
         self._ledgers = LedgerManager(store, settings.root)
         self._schedule = RetrySchedule(
             delay_ms_min=settings.retry_delay_ms_min, delay_ms_max=settings.retry_delay_ms_max
+        )
+        self._throttle = CopyThrottle(
+            entries_per_s=settings.rate_entries_per_s, bytes_per_s=settings.rate_bytes_per_s
         )
 
     async def run(self) -> None:
@@ -201,7 +207,7 @@ class ReplicationWorker:
                 f"bookie ({error})"
             ) from error
         unusable = set(mark.missing) | {repair.ensemble[index] for index in repair.positions}
-        copier = _Copier(metadata, password, self._settings.timeout_ms)
+        copier = _Copier(metadata, password, self._settings.timeout_ms, self._throttle)
         async with contextlib.AsyncExitStack() as stack:
             needed = {*repair.ensemble, *replacements.values()} - unusable
             for bookie_id in sorted(needed):
@@ -235,8 +241,11 @@ class ReplicationWorker:
 class _Copier:
     """Copies entries of one ledger between bookies over connections it holds."""
 
-    def __init__(self, metadata: LedgerMetadata, password: bytes, timeout_ms: int) -> None:
+    def __init__(
+        self, metadata: LedgerMetadata, password: bytes, timeout_ms: int, throttle: CopyThrottle
+    ) -> None:
         self._metadata = metadata
+        self._throttle = throttle
         self._digest = Digest(metadata.digest_type, password)
         self._master_key = master_key(password)
         self._timeout_ms = timeout_ms
@@ -269,6 +278,9 @@ class _Copier:
             nonlocal copied
             for entry_id, target in work:  # shared: each item goes to one task
                 packet = await self._read_verified(entry_id, ensemble, unusable)
+                wait_ms = self._throttle.reserve(loop_clock_ms(), len(packet))
+                if wait_ms:
+                    await anyio.sleep(wait_ms / 1000)
                 await self._write(target, entry_id, packet)
                 copied += 1
 

@@ -19,13 +19,18 @@ Pure.  The replication worker (`bookie/autorecovery/worker.py`) carries it out:
 4. `repaired_segment_transform`: the compare-and-set that replaces the bookies of that
    one segment, and nothing else.  Open ledgers are not planned: their writer (or a
    recovery) owns their last segment.
-5. `RetrySchedule`: a ledger whose repair failed is not tried again by the same worker
+5. `CopyThrottle`: copies go out at most `entries_per_s` entries and `bytes_per_s`
+   bytes per second (0: no bound), each one when the budget of those before it is
+   spent, so a worker's copying cannot crowd out the writes of the cluster; credit
+   does not build up while idle.
+6. `RetrySchedule`: a ledger whose repair failed is not tried again by the same worker
    before a delay that starts at `delay_ms_min` and doubles per failure in a row, up to
    `delay_ms_max`; a success forgets it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 
@@ -135,6 +140,31 @@ def repaired_segment_transform(
         f"ledger {current.ledger_id}: the segment from entry {first_entry_id} is no longer "
         f"{list(expected)}"
     )
+
+
+class CopyThrottle:
+    """When each copy may go out, under the rate bounds of the module docstring."""
+
+    __slots__ = ("_bytes_per_s", "_entries_per_s", "_next_ms")
+
+    def __init__(self, *, entries_per_s: int, bytes_per_s: int) -> None:
+        assert entries_per_s >= 0
+        assert bytes_per_s >= 0
+        self._entries_per_s = entries_per_s
+        self._bytes_per_s = bytes_per_s
+        self._next_ms = 0.0
+        """When the next copy may start, in ms of the caller's clock."""
+
+    def reserve(self, now_ms: int, size_bytes: int) -> int:
+        """Book a copy of `size_bytes`; return how many ms the caller waits before it."""
+        cost_ms = 0.0
+        if self._entries_per_s:
+            cost_ms = 1000 / self._entries_per_s
+        if self._bytes_per_s:
+            cost_ms = max(cost_ms, size_bytes * 1000 / self._bytes_per_s)
+        start_ms = max(float(now_ms), self._next_ms)
+        self._next_ms = start_ms + cost_ms
+        return math.ceil(start_ms - now_ms)
 
 
 class RetrySchedule:

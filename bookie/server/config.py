@@ -215,6 +215,18 @@ KEYS: Final[Mapping[str, Key]] = {
         "how often replication workers look for marked ledgers",
         bounds=(limits.configurable_interval_ms_min, limits.configurable_interval_ms_max),
     ),
+    "autorecovery_rate_entries_per_s": Key(
+        "int",
+        0,
+        "autorecovery copies at most this many entries per second (0: no bound)",
+        bounds=(0, limits.configurable_file_size_bytes_max),
+    ),
+    "autorecovery_rate_bytes_per_s": Key(
+        "int",
+        0,
+        "autorecovery copies at most this many bytes per second (0: no bound)",
+        bounds=(0, limits.configurable_file_size_bytes_max),
+    ),
     "autorecovery_password": Key(
         "optional_text",
         None,
@@ -265,6 +277,8 @@ class BookieConfig:
     autorecovery: bool
     autorecovery_grace_ms: int
     autorecovery_poll_interval_ms: int
+    autorecovery_rate_entries_per_s: int
+    autorecovery_rate_bytes_per_s: int
     autorecovery_password: str | None
     log_level: str
     log_format: str

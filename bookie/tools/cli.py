@@ -11,9 +11,10 @@ exit statuses, hosting autorecovery (bookie/autorecovery/) unless
 `autorecovery = false`.
 
 `bookie autorecovery --zk HOSTS [--zk-root ROOT] [--id ID] [--grace-ms MS]
-[--poll-interval-ms MS] [--password P]` runs autorecovery without a bookie (a
-candidate for auditor and a replication worker) until SIGTERM or SIGINT; exit 0
-then, 2 for bad flags or a ZooKeeper that cannot be reached.
+[--poll-interval-ms MS] [--rate-entries-per-s N] [--rate-bytes-per-s N]
+[--password P]` runs autorecovery without a bookie (a candidate for auditor and a
+replication worker) until SIGTERM or SIGINT; exit 0 then, 2 for bad flags or a
+ZooKeeper that cannot be reached.
 
 `bookie shell COMMAND` runs one of the inspection commands of bookie/tools/admin.py
 (one bookie) or bookie/tools/cluster.py (a cluster, through ZooKeeper); `--json`
@@ -166,6 +167,12 @@ def _autorecovery_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
         default=limits.autorecovery_poll_interval_ms_default,
         help="how often workers look for marked ledgers",
     )
+    standalone.add_argument(
+        "--rate-entries-per-s", type=int, default=0, help="copy at most this many entries/s"
+    )
+    standalone.add_argument(
+        "--rate-bytes-per-s", type=int, default=0, help="copy at most this many bytes/s"
+    )
     standalone.add_argument("--password", help="a ledger password it may use, besides ''")
     standalone.add_argument("--log-format", choices=FORMATS, default="json")
 
@@ -276,6 +283,8 @@ def _serve(arguments: argparse.Namespace) -> int:
             root=config.zk_root,
             grace_ms=config.autorecovery_grace_ms,
             poll_interval_ms=config.autorecovery_poll_interval_ms,
+            rate_entries_per_s=config.autorecovery_rate_entries_per_s,
+            rate_bytes_per_s=config.autorecovery_rate_bytes_per_s,
             passwords=_passwords(config.autorecovery_password),
         )
         hosted = functools.partial(run_autorecovery, settings=settings)
@@ -298,8 +307,10 @@ def _autorecovery(arguments: argparse.Namespace) -> int:
     problem = None
     if not paths.is_valid(arguments.zk_root) or arguments.zk_root == paths.ROOT:
         problem = f"--zk-root {arguments.zk_root!r}: expected an absolute znode path below '/'"
-    elif arguments.grace_ms < 0 or arguments.poll_interval_ms < 1:
-        problem = "--grace-ms must be at least 0 and --poll-interval-ms at least 1"
+    elif min(arguments.grace_ms, arguments.rate_entries_per_s, arguments.rate_bytes_per_s) < 0:
+        problem = "--grace-ms and the rates must be at least 0"
+    elif arguments.poll_interval_ms < 1:
+        problem = "--poll-interval-ms must be at least 1"
     elif arguments.id is not None and not paths.is_valid_name(arguments.id):
         problem = f"--id {arguments.id!r}: no '/', not empty, '.' or '..'"
     if problem is not None:
@@ -310,6 +321,8 @@ def _autorecovery(arguments: argparse.Namespace) -> int:
         root=arguments.zk_root,
         grace_ms=arguments.grace_ms,
         poll_interval_ms=arguments.poll_interval_ms,
+        rate_entries_per_s=arguments.rate_entries_per_s,
+        rate_bytes_per_s=arguments.rate_bytes_per_s,
         passwords=_passwords(arguments.password),
     )
     try:

@@ -9,6 +9,7 @@ import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 import pytest
 
 from bookie.autorecovery.settings import AutoRecoverySettings
@@ -16,7 +17,7 @@ from bookie.autorecovery.worker import ReplicationWorker
 from bookie.client.bookie_conn import BookieConnection
 from bookie.client.ledger_client import LedgerClient
 from bookie.core.metadata import LedgerMetadata
-from bookie.core.rereplication import segment_ranges
+from bookie.core.rereplication import position_entries, segment_ranges
 from bookie.meta.api import MetadataStore
 from bookie.meta.underreplication import UnderReplication
 from bookie.wire.packet import master_key
@@ -206,3 +207,18 @@ async def test_two_lost_bookies_of_one_ensemble_are_replaced_together() -> None:
             ensemble = after.ensembles[0][1]
             assert set(ensemble) == spares | {metadata.ensembles[0][1][2]}
             assert_fully_replicated(cluster, after)
+
+
+async def test_copies_are_throttled() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        metadata = await closed_ledger(client)
+        await cluster.add_bookie()
+        lost = metadata.ensembles[0][1][0]
+        await cluster.stop_bookie(lost)
+        held = len(list(position_entries(metadata.quorum, 0, ENTRIES - 1, 0)))
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, [lost])
+            worker = ReplicationWorker(store, settings(rate_entries_per_s=200), random.Random(1))
+            started = anyio.current_time()
+            assert await worker.run_once() == 1
+            assert anyio.current_time() - started >= (held - 1) / 200

@@ -3,6 +3,7 @@ where copies come from, the metadata change that ends a repair."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import replace
 
@@ -14,6 +15,7 @@ from bookie.core.metadata import LedgerMetadata, LedgerState, check_invariants
 from bookie.core.placement import choose_replacements
 from bookie.core.quorum import Quorum
 from bookie.core.rereplication import (
+    CopyThrottle,
     RetrySchedule,
     SegmentRepair,
     copy_sources,
@@ -188,3 +190,30 @@ def test_failed_ledgers_back_off_doubling_up_to_the_bound() -> None:
     schedule.failed(2, 0)
     assert schedule.ready([3], 0) == [3], "ledger 2's mark is gone"
     assert schedule.failed(2, 0) == 100, "forgotten with its mark"
+
+
+def test_the_throttle_spaces_copies_by_the_tighter_bound() -> None:
+    throttle = CopyThrottle(entries_per_s=100, bytes_per_s=100_000)
+    assert throttle.reserve(0, 100) == 0
+    assert throttle.reserve(0, 100) == 10, "100 entries/s: 10 ms apart"
+    assert throttle.reserve(0, 5_000) == 20
+    assert throttle.reserve(0, 100) == 70, "5,000 bytes at 100,000 bytes/s take 50 ms"
+    assert throttle.reserve(1_000, 100) == 0, "no credit builds up while idle"
+    assert throttle.reserve(1_000, 100) == 10
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 10_000)), max_size=50))
+def test_the_throttle_never_exceeds_its_rates(copies: list[tuple[int, int]]) -> None:
+    throttle = CopyThrottle(entries_per_s=200, bytes_per_s=1_000_000)
+    now_ms = 0
+    starts: list[tuple[int, int]] = []
+    for advance_ms, size in copies:
+        now_ms += advance_ms
+        starts.append((now_ms + throttle.reserve(now_ms, size), size))
+    for (start, size), (next_start, _) in itertools.pairwise(starts):
+        assert next_start - start >= max(5, size / 1_000) - 1
+
+
+def test_an_unbounded_throttle_never_waits() -> None:
+    throttle = CopyThrottle(entries_per_s=0, bytes_per_s=0)
+    assert [throttle.reserve(0, 1 << 20) for _ in range(3)] == [0, 0, 0]
