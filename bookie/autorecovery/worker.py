@@ -6,26 +6,30 @@ paused (`R/underreplication/disable`), list the marks, and for each ledger the r
 schedule allows, in a random order, take its ephemeral lock (skip it if another
 worker holds it), repair it, release the lock.  A repair:
 
-1. reads the mark and the ledger's metadata.  A deleted ledger's mark is removed.  An
-   open (or in-recovery) ledger fails the repair: its writer, or a recovery, owns it
-   (this worker repairs closed ledgers only), so its mark stays and is retried;
+1. reads the mark and the ledger's metadata.  A deleted ledger's mark is removed;
 2. picks, among the configured passwords, the one whose hash the metadata holds;
-3. for each segment that names a missing bookie (`plan_repairs`): asks placement for
-   replacements among the writable bookies (never one of the segment's ensemble,
-   never a missing one), copies to each replacement exactly the entries its position
-   holds, each read from the first surviving member of its write set whose copy's
+3. for each sealed segment that names a missing bookie (`plan_repairs`: every segment
+   of a closed ledger, every one but the last of an open or in-recovery one): asks
+   placement for replacements among the writable bookies (never one of the segment's
+   ensemble, never a missing one), copies to each replacement exactly the entries its
+   position holds, each read from the first surviving member of its write set whose copy's
    digest verifies and written verbatim with the recovery flag (as recovery re-adds
    entries), `limits.rereplication_entries_in_flight_max` at a time and no faster
    than the worker's `CopyThrottle` allows (`rate_entries_per_s`, `rate_bytes_per_s`,
    over all its copies); then replaces the segment's bookies by compare-and-set
    (`repaired_segment_transform`);
 4. removes the mark at the version read in step 1 (a mark widened meanwhile stays,
-   for the next round).
+   for the next round), unless the ledger is not closed and its last segment names a
+   missing bookie (`left_to_writer`): that segment is its writer's to change (an
+   ensemble change, deferred until a bookie is free) or its recovery's, so the mark
+   stays and the ledger is tried again, until it is closed or the writer replaced
+   the bookie.
 
 A failure anywhere (`RereplicationFailed`: no spare bookie, an entry with no readable
-copy; or a bookie or metadata error) leaves the mark and whatever segments were
-already repaired, each changed by one whole compare-and-set, and the ledger is tried
-again after a back-off (`RetrySchedule`).  Every outcome is one log event:
+copy, no matching password, a segment left to its writer; or a bookie or metadata
+error) leaves the mark and whatever segments were already repaired, each changed by
+one whole compare-and-set, and the ledger is tried again after a back-off
+(`RetrySchedule`).  Every outcome is one log event:
 `autorecovery.repaired`, `autorecovery.repair_failed` (with the reason and the delay),
 `autorecovery.mark_removed` (a deleted ledger).
 """
@@ -53,6 +57,7 @@ from bookie.core.rereplication import (
     RetrySchedule,
     SegmentRepair,
     copy_sources,
+    left_to_writer,
     plan_repairs,
     position_entries,
     repaired_segment_transform,
@@ -149,16 +154,18 @@ class ReplicationWorker:
             await self._marks.remove_mark(mark)
             emit(logger, logging.INFO, "autorecovery.mark_removed", ledger_id=ledger_id)
             return None
-        if not metadata.is_closed:
-            raise RereplicationFailed(
-                f"ledger {ledger_id} is {metadata.state.name}: left to its writer "
-                "(only closed ledgers are re-replicated)"
-            )
-        password = self._password_of(metadata)
         repairs = plan_repairs(metadata, mark.missing)
         copied = 0
-        for repair in repairs:
-            copied += await self._repair_segment(metadata, password, repair, mark)
+        if repairs:
+            password = self._password_of(metadata)
+            for repair in repairs:
+                copied += await self._repair_segment(metadata, password, repair, mark)
+        if left_to_writer(metadata, mark.missing):
+            raise RereplicationFailed(
+                f"ledger {ledger_id} is {metadata.state.name} and its last segment names "
+                f"{sorted(set(metadata.current_ensemble) & mark.missing)}: that segment is "
+                f"left to its writer ({len(repairs)} earlier segments repaired)"
+            )
         if not await self._marks.remove_mark(mark):
             return None
         emit(

@@ -1,14 +1,18 @@
-"""Re-replication: which entries a bookie of a closed ledger should hold, which segments name
-a missing bookie, where each copy comes from, and the metadata change that ends a repair.
+"""Re-replication: which entries a bookie of a ledger should hold, which segments name a
+missing bookie, where each copy comes from, and the metadata change that ends a repair.
 
 Pure.  The replication worker (`bookie/autorecovery/worker.py`) carries it out:
 
-1. `plan_repairs(metadata, missing)`: one `SegmentRepair` per segment of a CLOSED
-   ledger whose ensemble names a missing bookie, with the positions it names them at.
-   Segment k holds the entries from its first entry to the next segment's first
-   entry - 1, the last segment to the ledger's last entry; so no entry past the end
-   recorded in the metadata is ever copied, and a segment that holds no entry is
-   repaired by the metadata change alone.
+1. `plan_repairs(metadata, missing)`: one `SegmentRepair` per *sealed* segment whose
+   ensemble names a missing bookie, with the positions it names them at.  Segment k
+   holds the entries from its first entry to the next segment's first entry - 1, the
+   last segment of a CLOSED ledger to the ledger's last entry: every segment of a
+   CLOSED ledger is sealed, and every segment but the last of an OPEN or IN_RECOVERY
+   one (a segment starts at its writer's last add confirmed + 1, so every entry before
+   it was acknowledged).  The last segment of a ledger that is not CLOSED belongs to
+   its writer, or to its recovery (`left_to_writer`), and is never planned.  So no
+   entry past the end the metadata records is ever copied, and a segment that holds
+   no entry is repaired by the metadata change alone.
 2. Replacements come from placement (`choose_replacements`: never a bookie of the
    segment's ensemble, never a missing one), so the repaired ensemble still has E
    distinct bookies and no entry gets two copies on one bookie.
@@ -17,8 +21,8 @@ Pure.  The replication worker (`bookie/autorecovery/worker.py`) carries it out:
    the other members of its write set that are neither missing nor being replaced,
    and written verbatim to the replacement.
 4. `repaired_segment_transform`: the compare-and-set that replaces the bookies of that
-   one segment, and nothing else.  Open ledgers are not planned: their writer (or a
-   recovery) owns their last segment.
+   one sealed segment, and nothing else (a writer's ensemble change and close only
+   look at and touch the last segment, so they compose with it).
 5. `CopyThrottle`: copies go out at most `entries_per_s` entries and `bytes_per_s`
    bytes per second (0: no bound), each one when the budget of those before it is
    spent, so a worker's copying cannot crowd out the writes of the cluster; credit
@@ -52,22 +56,22 @@ class SegmentRepair:
 
 
 def segment_ranges(metadata: LedgerMetadata) -> list[tuple[int, int, tuple[str, ...]]]:
-    """(first entry, last entry, ensemble) of every segment of a CLOSED ledger."""
-    assert metadata.is_closed
+    """(first entry, last entry, ensemble) of every sealed segment (module docstring)."""
     segments = metadata.ensembles
     ranges: list[tuple[int, int, tuple[str, ...]]] = []
     for index, (first_entry_id, ensemble) in enumerate(segments):
         if index + 1 < len(segments):
             last_entry_id = segments[index + 1][0] - 1
-        else:
+        elif metadata.is_closed:
             last_entry_id = metadata.last_entry_id
+        else:
+            break
         ranges.append((first_entry_id, max(last_entry_id, first_entry_id - 1), ensemble))
     return ranges
 
 
 def plan_repairs(metadata: LedgerMetadata, missing: Collection[str]) -> list[SegmentRepair]:
-    """The segments of a CLOSED ledger that name a bookie of `missing`, in order."""
-    assert metadata.is_closed, "open ledgers are left to their writer"
+    """The sealed segments that name a bookie of `missing`, in order."""
     lost = frozenset(missing)
     repairs: list[SegmentRepair] = []
     for first_entry_id, last_entry_id, ensemble in segment_ranges(metadata):
@@ -75,6 +79,12 @@ def plan_repairs(metadata: LedgerMetadata, missing: Collection[str]) -> list[Seg
         if positions:
             repairs.append(SegmentRepair(first_entry_id, last_entry_id, ensemble, positions))
     return repairs
+
+
+def left_to_writer(metadata: LedgerMetadata, missing: Collection[str]) -> bool:
+    """Whether the ledger is not CLOSED and its last segment names a bookie of `missing`:
+    that segment is its writer's (or its recovery's) to change, not a repair's."""
+    return not metadata.is_closed and bool(set(metadata.current_ensemble) & set(missing))
 
 
 def position_entries(
@@ -118,16 +128,17 @@ def repaired_segment_transform(
     `expected` to `expected` with `replacements`, every other field stays.
 
     None when the segment already is the outcome (an earlier attempt whose reply was
-    lost); `UnexpectedMetadataChange` when the ledger is not CLOSED, the segment is gone
-    or names other bookies (someone else repaired it): the copies made are then unused.
+    lost); `UnexpectedMetadataChange` when the segment is gone, names other bookies
+    (someone else repaired it) or is the last one of a ledger that is not CLOSED (never
+    planned so; a guard): the copies made are then unused.
     """
     target = repaired_ensemble(expected, replacements)
-    if not current.is_closed:
-        raise UnexpectedMetadataChange(f"ledger {current.ledger_id} is {current.state.name}")
     segments = list(current.ensembles)
     for index, (segment_first, ensemble) in enumerate(segments):
         if segment_first != first_entry_id:
             continue
+        if index == len(segments) - 1 and not current.is_closed:
+            break
         if ensemble == target:
             return None
         if ensemble != expected:

@@ -1,6 +1,7 @@
 """The replication worker against in-process bookies: a lost bookie's segments copied to a
-spare and swapped in by compare-and-set; no spare, open ledgers, deleted ledgers, the
-pause switch and passwords leave the metadata untouched; a worker that died holding a lock
+spare and swapped in by compare-and-set, the sealed ones of an open ledger too; no spare,
+an open ledger's last segment, deleted ledgers, the pause switch and passwords leave the
+metadata untouched; a worker that died holding a lock
 loses it with its session."""
 
 from __future__ import annotations
@@ -111,20 +112,16 @@ async def test_without_a_spare_bookie_the_mark_stays_and_nothing_changes() -> No
             assert_fully_replicated(cluster, after)
 
 
-async def test_open_and_unknown_password_ledgers_are_left_alone() -> None:
+async def test_a_ledger_with_an_unknown_password_is_left_alone() -> None:
     async with memory_cluster(4) as cluster, cluster.client() as client:
-        writer = await client.create_ledger(3, 2, 2, password=PASSWORD)
-        await writer.append(b"open")
         other = await client.create_ledger(3, 2, 2, password=b"unknown")
         await other.close()
         async with session(cluster) as (store, marks):
-            for handle in (writer, other):
-                metadata = await client.ledger_metadata(handle.ledger_id)
-                await marks.mark(handle.ledger_id, [metadata.ensembles[0][1][0]])
-            before = [await client.ledger_metadata(h.ledger_id) for h in (writer, other)]
+            before = await client.ledger_metadata(other.ledger_id)
+            await marks.mark(other.ledger_id, [before.ensembles[0][1][0]])
             assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 0
-            assert await marks.list_marks() == sorted([writer.ledger_id, other.ledger_id])
-            assert [await client.ledger_metadata(h.ledger_id) for h in (writer, other)] == before
+            assert await marks.list_marks() == [other.ledger_id]
+            assert await client.ledger_metadata(other.ledger_id) == before
 
 
 async def test_a_deleted_ledgers_mark_is_removed_and_a_paused_worker_does_nothing() -> None:
@@ -222,3 +219,48 @@ async def test_copies_are_throttled() -> None:
             started = anyio.current_time()
             assert await worker.run_once() == 1
             assert anyio.current_time() - started >= (held - 1) / 200
+
+
+async def test_an_open_ledgers_sealed_segments_are_repaired_and_its_writer_goes_on() -> None:
+    async with memory_cluster(4) as cluster, cluster.client() as client:
+        writer = await client.create_ledger(3, 2, 2, password=PASSWORD)
+        for index in range(10):
+            await writer.append(f"entry {index}".encode())
+        first = (await client.ledger_metadata(writer.ledger_id)).ensembles[0][1]
+        lost = first[0]
+        await cluster.stop_bookie(lost)
+        for index in range(10, 15):  # the writer replaces the lost bookie: a second segment
+            await writer.append(f"entry {index}".encode())
+        before = await client.ledger_metadata(writer.ledger_id)
+        assert len(before.ensembles) == 2
+        assert lost not in before.current_ensemble
+        async with session(cluster) as (store, marks):
+            await marks.mark(writer.ledger_id, [lost])
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 1
+            assert await marks.list_marks() == []
+            after = await client.ledger_metadata(writer.ledger_id)
+            replacement = after.ensembles[0][1][0]
+            assert replacement not in first
+            assert after.ensembles[0][1][1:] == first[1:]
+            assert after.ensembles[1] == before.ensembles[1]
+        for index in range(15, 20):
+            await writer.append(f"entry {index}".encode())
+        await writer.close()
+        closed = await client.ledger_metadata(writer.ledger_id)
+        assert closed.ensembles[0][1] == after.ensembles[0][1], "the writer kept the repair"
+        assert closed.last_entry_id == 19
+        assert_fully_replicated(cluster, closed)
+
+
+async def test_an_open_ledgers_last_segment_is_left_to_its_writer() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        writer = await client.create_ledger(3, 2, 2, password=PASSWORD)
+        await writer.append(b"open")
+        await cluster.add_bookie()
+        lost = (await client.ledger_metadata(writer.ledger_id)).current_ensemble[0]
+        async with session(cluster) as (store, marks):
+            await marks.mark(writer.ledger_id, [lost])
+            before = await client.ledger_metadata(writer.ledger_id)
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 0
+            assert await marks.list_marks() == [writer.ledger_id]
+            assert await client.ledger_metadata(writer.ledger_id) == before
