@@ -288,6 +288,10 @@ autorecovery_audit_interval_ms_default = 300_000
 """How often the auditor marks again every ledger naming a lost bookie, even when no new
 bookie was lost (a mark removed by hand, or one its predecessor did not finish)."""
 
+autorecovery_presence_interval_ms_default = 3_600_000
+"""How often the auditor asks every bookie that is up which entries it holds of every
+ledger, to find entries lost on a bookie that did not go down."""
+
 autorecovery_retry_delay_ms_min = 1_000
 """A ledger whose re-replication failed (no spare bookie, no readable copy) is tried again by
 the same worker after this long; the pause doubles per failure in a row."""

@@ -16,18 +16,31 @@ bookie lost is one `autorecovery.bookie_lost` event; an audit is one
 `autorecovery.audited` event with the number of ledgers marked.  Marking is idempotent,
 so two processes that both believe themselves the auditor for a moment (one's session
 expiring) mark nothing twice and lose nothing.
+
+Entry presence, every `presence_interval_ms` while elected (`PresenceCheck`): for every
+ledger, every registered bookie its sealed segments name is asked which entries of it
+it holds (LIST_ENTRIES; no ledger there: none), and one found lacking some at two
+checks in a row is marked as missing from that ledger, so a replication worker moves
+that bookie's share to another bookie.  A bookie that cannot be asked is not judged.
+One `autorecovery.entries_lacking` event per bookie and ledger found lacking, one
+`autorecovery.presence_checked` per check.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Mapping
 
 import anyio
 
 from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.client.bookie_conn import BookieConnection
+from bookie.client.connections import bookie_address
 from bookie.clock import loop_clock_ms
-from bookie.core.auditor import Auditor, missing_bookies
-from bookie.errors import BookieError, NoSuchLedgerError
+from bookie.core.auditor import Auditor, PresenceCheck, lacking_entries, missing_bookies
+from bookie.core.rereplication import segment_ranges
+from bookie.errors import BookieError, NoSuchLedger, NoSuchLedgerError
 from bookie.logs import emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies, watch_bookies
@@ -75,6 +88,7 @@ class AuditorService:
     async def _audit_while_elected(self, mine: str) -> None:
         settings = self._settings
         core = Auditor(grace_ms=settings.grace_ms, audit_interval_ms=settings.audit_interval_ms)
+        presence = PresenceCheck(interval_ms=settings.presence_interval_ms, now_ms=loop_clock_ms())
         reported: frozenset[str] = frozenset()
         while True:
             candidates = await self._marks.candidates()
@@ -100,10 +114,18 @@ class AuditorService:
                     lost=sorted(lost),
                     ledgers_marked=marked,
                 )
-            wait_ms = settings.poll_interval_ms
+            if presence.due(now_ms):
+                addresses = {
+                    bookie_id: info.address
+                    for bookie_id, info in (*bookies.writable.items(), *bookies.read_only.items())
+                }
+                await self.check_presence(presence, addresses)
+                presence.finished(loop_clock_ms())
+            wait_ms = min(settings.poll_interval_ms, presence.next_due_ms() - now_ms)
             next_change_ms = core.next_change_ms(now_ms)
             if next_change_ms is not None:
-                wait_ms = max(1, min(wait_ms, next_change_ms - now_ms))
+                wait_ms = min(wait_ms, next_change_ms - now_ms)
+            wait_ms = max(1, wait_ms)
             with anyio.move_on_after(wait_ms / 1000):
                 await watch_bookies(self._store, bookies)
 
@@ -119,4 +141,77 @@ class AuditorService:
             if missing:
                 await self._marks.mark(ledger_id, missing)
                 marked += 1
+        return marked
+
+    async def check_presence(self, presence: PresenceCheck, addresses: Mapping[str, str]) -> int:
+        """Ask the registered bookies (id -> address) what they hold of every ledger; mark
+        the lacks `presence` confirms.  Return how many ledgers were marked."""
+        presence.begin()
+        timeout_ms = self._settings.timeout_ms
+        connections: dict[str, BookieConnection | None] = {}
+        checked = marked = 0
+        async with contextlib.AsyncExitStack() as stack:
+
+            async def connection(bookie_id: str) -> BookieConnection | None:
+                if bookie_id not in connections:
+                    connections[bookie_id] = None
+                    try:
+                        target = bookie_address(addresses[bookie_id])
+                        connections[bookie_id] = await stack.enter_async_context(
+                            BookieConnection.connect(
+                                target.host, target.port, connect_timeout_ms=timeout_ms
+                            )
+                        )
+                    except BookieError as error:
+                        emit(
+                            logger,
+                            logging.WARNING,
+                            "autorecovery.presence_unreachable",
+                            bookie_id=bookie_id,
+                            reason=str(error),
+                        )
+                found = connections[bookie_id]
+                return found if found is not None and found.is_usable else None
+
+            for ledger_id in await self._ledgers.list_ledgers():
+                try:
+                    metadata, _ = await self._ledgers.read(ledger_id)
+                except NoSuchLedgerError:
+                    continue
+                checked += 1
+                named = {b for _, _, ensemble in segment_ranges(metadata) for b in ensemble}
+                for bookie_id in sorted(named & addresses.keys()):
+                    asked = await connection(bookie_id)
+                    if asked is None:
+                        continue
+                    try:
+                        listing = await asked.list_entries(ledger_id, timeout_ms=timeout_ms)
+                        held = listing.ranges or []
+                    except NoSuchLedger:
+                        held = []
+                    except BookieError:
+                        continue  # not judged this time
+                    lacking = lacking_entries(metadata, bookie_id, held)
+                    if not lacking:
+                        continue
+                    confirmed = presence.lacking(ledger_id, bookie_id)
+                    emit(
+                        logger,
+                        logging.WARNING,
+                        "autorecovery.entries_lacking",
+                        ledger_id=ledger_id,
+                        bookie_id=bookie_id,
+                        entries=lacking,
+                        marked=confirmed,
+                    )
+                    if confirmed:
+                        await self._marks.mark(ledger_id, [bookie_id])
+                        marked += 1
+        emit(
+            logger,
+            logging.INFO,
+            "autorecovery.presence_checked",
+            ledgers_checked=checked,
+            ledgers_marked=marked,
+        )
         return marked

@@ -20,6 +20,7 @@ class AutoRecoverySettings:
     grace_ms: int = limits.autorecovery_grace_ms_default
     poll_interval_ms: int = limits.autorecovery_poll_interval_ms_default
     audit_interval_ms: int = limits.autorecovery_audit_interval_ms_default
+    presence_interval_ms: int = limits.autorecovery_presence_interval_ms_default
     retry_delay_ms_min: int = limits.autorecovery_retry_delay_ms_min
     retry_delay_ms_max: int = limits.autorecovery_retry_delay_ms_max
     passwords: tuple[bytes, ...] = (b"",)
@@ -36,6 +37,7 @@ class AutoRecoverySettings:
         assert self.grace_ms >= 0
         assert self.poll_interval_ms > 0
         assert self.audit_interval_ms > 0
+        assert self.presence_interval_ms > 0
         assert self.timeout_ms > 0
         assert self.rate_entries_per_s >= 0
         assert self.rate_bytes_per_s >= 0

@@ -1,4 +1,5 @@
-"""The auditor's decisions: which bookies are lost, when to audit, what to mark.
+"""The auditor's decisions: which bookies are lost, when to audit, what to mark, and which
+bookies that are up lack entries they should hold.
 
 Pure.  The auditor shell (`bookie/autorecovery/auditor.py`) feeds `Auditor.observe`
 the bookies it knows of (cookies, and every bookie it saw registered) and the ones
@@ -15,13 +16,21 @@ Rules:
   audit a previous auditor did not finish, are made again).
 * A ledger is marked with the lost bookies any of its segments names, whatever its
   state: a replication worker decides what it can repair.
+* Entry presence (`PresenceCheck`), every `interval_ms`: each registered bookie is asked
+  which entries of each ledger it holds, and `lacking_entries` counts those of the
+  ledger's sealed segments (`bookie.core.rereplication.segment_ranges`) at its
+  positions that it does not list.  A (ledger, bookie) found lacking is marked only
+  when found lacking again at the next check: an add still on its way to a slow
+  bookie when the ledger was closed is not a loss.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import bisect
+from collections.abc import Collection, Sequence
 
 from bookie.core.metadata import LedgerMetadata
+from bookie.core.rereplication import position_entries, segment_ranges
 
 
 class Auditor:
@@ -87,3 +96,57 @@ def missing_bookies(metadata: LedgerMetadata, lost: Collection[str]) -> frozense
     """The bookies of `lost` that some segment of the ledger names."""
     named = {bookie_id for _, ensemble in metadata.ensembles for bookie_id in ensemble}
     return frozenset(named.intersection(lost))
+
+
+def lacking_entries(metadata: LedgerMetadata, bookie_id: str, held: Sequence[Sequence[int]]) -> int:
+    """How many entries of the ledger's sealed segments `bookie_id` should hold and `held`
+    (its listing: inclusive [first, last] ranges, ascending) does not name."""
+    firsts = [first for first, _ in held]
+    lacking = 0
+    for first_entry_id, last_entry_id, ensemble in segment_ranges(metadata):
+        for position, member in enumerate(ensemble):
+            if member != bookie_id:
+                continue
+            for entry_id in position_entries(
+                metadata.quorum, first_entry_id, last_entry_id, position
+            ):
+                index = bisect.bisect_right(firsts, entry_id) - 1
+                if index < 0 or held[index][1] < entry_id:
+                    lacking += 1
+    return lacking
+
+
+class PresenceCheck:
+    """When entry presence is checked, and which lacks are confirmed (module docstring)."""
+
+    __slots__ = ("_current", "_interval_ms", "_last_ms", "_previous")
+
+    def __init__(self, *, interval_ms: int, now_ms: int) -> None:
+        assert interval_ms > 0
+        self._interval_ms = interval_ms
+        self._last_ms = now_ms
+        """When the last check finished (the first is due one interval after election)."""
+        self._previous: set[tuple[int, str]] = set()
+        self._current: set[tuple[int, str]] = set()
+
+    def due(self, now_ms: int) -> bool:
+        return now_ms - self._last_ms >= self._interval_ms
+
+    def next_due_ms(self) -> int:
+        return self._last_ms + self._interval_ms
+
+    def begin(self) -> None:
+        """A check starts (what a check cut short found is forgotten)."""
+        self._current = set()
+
+    def lacking(self, ledger_id: int, bookie_id: str) -> bool:
+        """Record that `bookie_id` lacks entries of the ledger in this check; return whether
+        the previous check found it lacking too (then it is marked)."""
+        key = (ledger_id, bookie_id)
+        self._current.add(key)
+        return key in self._previous
+
+    def finished(self, now_ms: int) -> None:
+        """A check went through every ledger (a check cut short changes nothing)."""
+        self._previous, self._current = self._current, set()
+        self._last_ms = now_ms

@@ -215,6 +215,12 @@ KEYS: Final[Mapping[str, Key]] = {
         "how often replication workers look for marked ledgers",
         bounds=(limits.configurable_interval_ms_min, limits.configurable_interval_ms_max),
     ),
+    "autorecovery_presence_interval_ms": Key(
+        "int",
+        limits.autorecovery_presence_interval_ms_default,
+        "how often the auditor checks that bookies that are up hold every entry they should",
+        bounds=(limits.configurable_interval_ms_min, limits.configurable_interval_ms_max),
+    ),
     "autorecovery_rate_entries_per_s": Key(
         "int",
         0,
@@ -277,6 +283,7 @@ class BookieConfig:
     autorecovery: bool
     autorecovery_grace_ms: int
     autorecovery_poll_interval_ms: int
+    autorecovery_presence_interval_ms: int
     autorecovery_rate_entries_per_s: int
     autorecovery_rate_bytes_per_s: int
     autorecovery_password: str | None

@@ -11,10 +11,10 @@ exit statuses, hosting autorecovery (bookie/autorecovery/) unless
 `autorecovery = false`.
 
 `bookie autorecovery --zk HOSTS [--zk-root ROOT] [--id ID] [--grace-ms MS]
-[--poll-interval-ms MS] [--rate-entries-per-s N] [--rate-bytes-per-s N]
-[--password P]` runs autorecovery without a bookie (a candidate for auditor and a
-replication worker) until SIGTERM or SIGINT; exit 0 then, 2 for bad flags or a
-ZooKeeper that cannot be reached.
+[--poll-interval-ms MS] [--presence-interval-ms MS] [--rate-entries-per-s N]
+[--rate-bytes-per-s N] [--password P]` runs autorecovery without a bookie (a
+candidate for auditor and a replication worker) until SIGTERM or SIGINT; exit 0
+then, 2 for bad flags or a ZooKeeper that cannot be reached.
 
 `bookie shell COMMAND` runs one of the inspection commands of bookie/tools/admin.py
 (one bookie) or bookie/tools/cluster.py (a cluster, through ZooKeeper); `--json`
@@ -168,6 +168,12 @@ def _autorecovery_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
         help="how often workers look for marked ledgers",
     )
     standalone.add_argument(
+        "--presence-interval-ms",
+        type=int,
+        default=limits.autorecovery_presence_interval_ms_default,
+        help="how often the auditor checks that bookies hold every entry they should",
+    )
+    standalone.add_argument(
         "--rate-entries-per-s", type=int, default=0, help="copy at most this many entries/s"
     )
     standalone.add_argument(
@@ -283,6 +289,7 @@ def _serve(arguments: argparse.Namespace) -> int:
             root=config.zk_root,
             grace_ms=config.autorecovery_grace_ms,
             poll_interval_ms=config.autorecovery_poll_interval_ms,
+            presence_interval_ms=config.autorecovery_presence_interval_ms,
             rate_entries_per_s=config.autorecovery_rate_entries_per_s,
             rate_bytes_per_s=config.autorecovery_rate_bytes_per_s,
             passwords=_passwords(config.autorecovery_password),
@@ -309,8 +316,8 @@ def _autorecovery(arguments: argparse.Namespace) -> int:
         problem = f"--zk-root {arguments.zk_root!r}: expected an absolute znode path below '/'"
     elif min(arguments.grace_ms, arguments.rate_entries_per_s, arguments.rate_bytes_per_s) < 0:
         problem = "--grace-ms and the rates must be at least 0"
-    elif arguments.poll_interval_ms < 1:
-        problem = "--poll-interval-ms must be at least 1"
+    elif min(arguments.poll_interval_ms, arguments.presence_interval_ms) < 1:
+        problem = "--poll-interval-ms and --presence-interval-ms must be at least 1"
     elif arguments.id is not None and not paths.is_valid_name(arguments.id):
         problem = f"--id {arguments.id!r}: no '/', not empty, '.' or '..'"
     if problem is not None:
@@ -321,6 +328,7 @@ def _autorecovery(arguments: argparse.Namespace) -> int:
         root=arguments.zk_root,
         grace_ms=arguments.grace_ms,
         poll_interval_ms=arguments.poll_interval_ms,
+        presence_interval_ms=arguments.presence_interval_ms,
         rate_entries_per_s=arguments.rate_entries_per_s,
         rate_bytes_per_s=arguments.rate_bytes_per_s,
         passwords=_passwords(arguments.password),

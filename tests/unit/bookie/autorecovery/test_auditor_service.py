@@ -1,5 +1,6 @@
 """The auditor against in-process bookies: elected among candidates, it marks the ledgers
-of a bookie gone for longer than the grace period, and a successor takes over."""
+of a bookie gone for longer than the grace period, and a successor takes over; entries
+missing on a bookie that is up are found and copied elsewhere."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 from bookie.autorecovery.auditor import AuditorService
 from bookie.autorecovery.service import run_autorecovery
 from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.core.rereplication import repaired_segment_transform
+from bookie.meta.ledgers import LedgerManager
 from bookie.meta.underreplication import UnderReplication
 from tests.unit.bookie.client.cluster import ROOT, WAIT_S, memory_cluster
 
@@ -107,3 +110,37 @@ async def _candidates(marks: UnderReplication, count: int) -> bool:
 
 async def _marked(marks: UnderReplication, ledger_ids: list[int]) -> bool:
     return set(ledger_ids) <= set(await marks.list_marks())
+
+
+async def test_entries_lost_on_a_bookie_that_is_up_are_found_and_copied_elsewhere() -> None:
+    async with memory_cluster(4) as cluster, cluster.client() as client:
+        ledger = await client.create_ledger(3, 2, 2, password=b"pw")
+        for index in range(12):
+            await ledger.append(f"{index}".encode())
+        await ledger.close()
+        metadata = await client.ledger_metadata(ledger.ledger_id)
+        ensemble = metadata.ensembles[0][1]
+        (empty,) = set(cluster.bookie_ids) - set(ensemble)
+        # The metadata names a bookie that holds nothing of the ledger: silent loss.
+        async with cluster.store_factory() as store:
+            await LedgerManager(store, ROOT).update(
+                ledger.ledger_id,
+                lambda current: repaired_segment_transform(current, 0, ensemble, {2: empty}),
+            )
+        async with cluster.store_factory() as store, anyio.create_task_group() as group:
+            marks = UnderReplication(store, ROOT)
+            group.start_soon(
+                run_autorecovery, store, settings("a1", grace_ms=60_000, presence_interval_ms=50)
+            )
+
+            async def repaired() -> bool:
+                current = await client.ledger_metadata(ledger.ledger_id)
+                return empty not in current.ensembles[0][1] and not await marks.list_marks()
+
+            await eventually(repaired)
+            group.cancel_scope.cancel()
+        after = await client.ledger_metadata(ledger.ledger_id)
+        assert after.ensembles[0][1] == ensemble, "the only bookie outside it holds the copies"
+        for entry_id in range(12):
+            holders = set(cluster.holders(ledger.ledger_id, entry_id))
+            assert {ensemble[i] for i in after.quorum.write_set(entry_id)} <= holders

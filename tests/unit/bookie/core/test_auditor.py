@@ -1,10 +1,12 @@
 """The auditor's decisions: lost bookies after a grace period, when an audit is due, what a
-ledger is marked with."""
+ledger is marked with, which entries a bookie that is up lacks."""
 
 from __future__ import annotations
 
-from bookie.core.auditor import Auditor, missing_bookies
-from bookie.core.metadata import new_ledger, replace_bookies
+from dataclasses import replace
+
+from bookie.core.auditor import Auditor, PresenceCheck, lacking_entries, missing_bookies
+from bookie.core.metadata import LedgerState, close, new_ledger, replace_bookies
 from bookie.wire.packet import DigestType
 
 KNOWN = ("b1", "b2", "b3")
@@ -63,3 +65,55 @@ def test_a_ledger_is_marked_with_the_lost_bookies_any_segment_names() -> None:
     assert missing_bookies(changed, {"b2", "b5"}) == {"b2"}
     assert missing_bookies(changed, {"b4", "b1"}) == {"b1", "b4"}
     assert missing_bookies(changed, {"b5"}) == set()
+
+
+def test_lacking_entries_counts_what_a_bookie_should_hold_and_does_not_list() -> None:
+    metadata = close(
+        replace_bookies(
+            new_ledger(
+                1,
+                ("b1", "b2", "b3"),
+                write_quorum=2,
+                ack_quorum=2,
+                digest_type=DigestType.CRC32C,
+                password_hash=bytes(32),
+                ctime_ms=0,
+            ),
+            6,
+            {0: "b4"},
+        ),
+        9,
+        100,
+    )
+    # b1 is position 0 of entries 0-5: it holds 0, 2, 3, 5.
+    assert lacking_entries(metadata, "b1", [[0, 5]]) == 0
+    assert lacking_entries(metadata, "b1", [[0, 0], [3, 3]]) == 2
+    assert lacking_entries(metadata, "b1", []) == 4
+    # b2 is position 1 of both segments: entries 0, 1, 3, 4, 6, 7, 9.
+    assert lacking_entries(metadata, "b2", [[0, 9]]) == 0
+    assert lacking_entries(metadata, "b2", [[0, 4]]) == 3
+    assert lacking_entries(metadata, "b9", []) == 0
+    unclosed = replace(metadata, state=LedgerState.OPEN, last_entry_id=-1, length=0)
+    assert lacking_entries(unclosed, "b2", [[0, 4]]) == 0, "the last segment is the writer's"
+
+
+def test_a_lack_is_confirmed_by_the_next_check() -> None:
+    check = PresenceCheck(interval_ms=100, now_ms=0)
+    assert not check.due(99)
+    assert check.due(100)
+    check.begin()
+    assert not check.lacking(1, "b1")
+    assert not check.lacking(2, "b1")
+    check.finished(100)
+    assert check.next_due_ms() == 200
+    check.begin()
+    assert check.lacking(1, "b1"), "lacking twice in a row"
+    check.finished(200)
+    check.begin()
+    assert not check.lacking(2, "b1"), "ledger 2 was complete in between"
+    check.begin()  # a check cut short
+    check.lacking(3, "b1")
+    check.begin()
+    check.finished(300)
+    check.begin()
+    assert not check.lacking(3, "b1")
