@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from bookie.core.auditor import Auditor, PresenceCheck, lacking_entries, missing_bookies
-from bookie.core.metadata import LedgerState, close, new_ledger, replace_bookies
+from bookie.core.metadata import LedgerMetadata, LedgerState, close, new_ledger, replace_bookies
 from bookie.wire.packet import DigestType
 
 KNOWN = ("b1", "b2", "b3")
@@ -51,7 +51,8 @@ def test_audits_are_due_for_new_losses_and_then_periodically() -> None:
     assert auditor.audit_due(8_000), "b2 came back and was lost again"
 
 
-def test_a_ledger_is_marked_with_the_lost_bookies_any_segment_names() -> None:
+def two_segments(first_entry_id: int, replacements: dict[int, str]) -> LedgerMetadata:
+    """An OPEN ledger on b1, b2, b3 (Qw 2) with `replacements` from `first_entry_id` on."""
     metadata = new_ledger(
         1,
         ("b1", "b2", "b3"),
@@ -61,30 +62,18 @@ def test_a_ledger_is_marked_with_the_lost_bookies_any_segment_names() -> None:
         password_hash=bytes(32),
         ctime_ms=0,
     )
-    changed = replace_bookies(metadata, 10, {1: "b4"})
+    return replace_bookies(metadata, first_entry_id, replacements)
+
+
+def test_a_ledger_is_marked_with_the_lost_bookies_any_segment_names() -> None:
+    changed = two_segments(10, {1: "b4"})
     assert missing_bookies(changed, {"b2", "b5"}) == {"b2"}
     assert missing_bookies(changed, {"b4", "b1"}) == {"b1", "b4"}
     assert missing_bookies(changed, {"b5"}) == set()
 
 
 def test_lacking_entries_counts_what_a_bookie_should_hold_and_does_not_list() -> None:
-    metadata = close(
-        replace_bookies(
-            new_ledger(
-                1,
-                ("b1", "b2", "b3"),
-                write_quorum=2,
-                ack_quorum=2,
-                digest_type=DigestType.CRC32C,
-                password_hash=bytes(32),
-                ctime_ms=0,
-            ),
-            6,
-            {0: "b4"},
-        ),
-        9,
-        100,
-    )
+    metadata = close(two_segments(6, {0: "b4"}), 9, 100)
     # b1 is position 0 of entries 0-5: it holds 0, 2, 3, 5.
     assert lacking_entries(metadata, "b1", [[0, 5]]) == 0
     assert lacking_entries(metadata, "b1", [[0, 0], [3, 3]]) == 2
