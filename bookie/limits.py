@@ -308,6 +308,12 @@ shell_metadata_timeout_ms = 3_000
 """How long a `bookie shell` cluster command waits for ZooKeeper (the session, then each
 operation) before it reports the cluster unreachable."""
 
+shell_decommission_poll_interval_ms = 500
+"""How often `bookie shell decommission` looks whether a ledger still names the bookie."""
+
+shell_decommission_timeout_s_default = 600
+"""How long `bookie shell decommission` waits for the bookie's ledgers to be repaired."""
+
 simpletest_payload_bytes = 100
 """Size of each entry `bookie shell simpletest` writes."""
 

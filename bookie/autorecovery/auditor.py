@@ -10,14 +10,16 @@ when a process becomes the auditor.
 
 While elected, every `poll_interval_ms` (sooner when the registrations change) it
 observes the bookies it knows of (cookies, and every bookie it saw registered) and the
-registered ones, and when an audit is due (`Auditor.audit_due`) it reads every ledger's
+registered ones, and when an audit is due (`Auditor.audit_due`, or asked for through
+`R/underreplication/triggeraudit`, which it then removes) it reads every ledger's
 metadata and marks each one that names a lost bookie (`missing_bookies`).  A
 bookie lost is one `autorecovery.bookie_lost` event; an audit is one
 `autorecovery.audited` event with the number of ledgers marked.  Marking is idempotent,
 so two processes that both believe themselves the auditor for a moment (one's session
 expiring) mark nothing twice and lose nothing.
 
-Entry presence, every `presence_interval_ms` while elected (`PresenceCheck`): for every
+Entry presence, every `presence_interval_ms` while elected and when triggered
+(`PresenceCheck`): for every
 ledger, every registered bookie its sealed segments name is asked which entries of it
 it holds (LIST_ENTRIES; no ledger there: none), and one found lacking some at two
 checks in a row is marked as missing from that ledger, so a replication worker moves
@@ -104,7 +106,8 @@ class AuditorService:
             for bookie_id in sorted(lost - reported):
                 emit(logger, logging.WARNING, "autorecovery.bookie_lost", bookie_id=bookie_id)
             reported = lost
-            if core.audit_due(now_ms):
+            trigger = await self._marks.audit_trigger()
+            if core.audit_due(now_ms, triggered=trigger is not None):
                 marked = await self.audit(lost)
                 core.audited(lost, now_ms)
                 emit(
@@ -114,13 +117,16 @@ class AuditorService:
                     lost=sorted(lost),
                     ledgers_marked=marked,
                 )
-            if presence.due(now_ms):
+            if presence.due(now_ms, triggered=trigger is not None):
                 addresses = {
                     bookie_id: info.address
                     for bookie_id, info in (*bookies.writable.items(), *bookies.read_only.items())
                 }
                 await self.check_presence(presence, addresses)
                 presence.finished(loop_clock_ms())
+            if trigger is not None:
+                emit(logger, logging.INFO, "autorecovery.audit_triggered")
+                await self._marks.clear_audit_trigger(trigger)
             wait_ms = min(settings.poll_interval_ms, presence.next_due_ms() - now_ms)
             next_change_ms = core.next_change_ms(now_ms)
             if next_change_ms is not None:

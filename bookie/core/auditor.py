@@ -13,7 +13,8 @@ Rules:
   a registration in between: a bookie that restarts within the grace is never lost.
 * An audit is due when a bookie is lost that the last audit did not cover, and
   every `audit_interval_ms` while some bookie is lost (marks removed by hand, or an
-  audit a previous auditor did not finish, are made again).
+  audit a previous auditor did not finish, are made again).  An operator's trigger
+  (`bookie shell triggeraudit`) makes both the audit and the presence check due now.
 * A ledger is marked with the lost bookies any of its segments names, whatever its
   state: a replication worker decides what it can repair.
 * Entry presence (`PresenceCheck`), every `interval_ms`: each registered bookie is asked
@@ -78,11 +79,11 @@ class Auditor:
             deadlines.append(self._last_audit_ms + self._audit_interval_ms)
         return min(deadlines) if deadlines else None
 
-    def audit_due(self, now_ms: int) -> bool:
+    def audit_due(self, now_ms: int, *, triggered: bool = False) -> bool:
         lost = self.lost(now_ms)
         if not lost:
             return False
-        if not lost <= self._audited or self._last_audit_ms is None:
+        if triggered or not lost <= self._audited or self._last_audit_ms is None:
             return True
         return now_ms - self._last_audit_ms >= self._audit_interval_ms
 
@@ -129,8 +130,8 @@ class PresenceCheck:
         self._previous: set[tuple[int, str]] = set()
         self._current: set[tuple[int, str]] = set()
 
-    def due(self, now_ms: int) -> bool:
-        return now_ms - self._last_ms >= self._interval_ms
+    def due(self, now_ms: int, *, triggered: bool = False) -> bool:
+        return triggered or now_ms - self._last_ms >= self._interval_ms
 
     def next_due_ms(self) -> int:
         return self._last_ms + self._interval_ms

@@ -15,6 +15,7 @@ operator who knows one knows the other::
     R/underreplication/locks/urL0000000001
     R/underreplication/auditorelection
     R/underreplication/disable              present: replication workers pause
+    R/underreplication/triggeraudit         present: the auditor audits now
 
 Ledger paths.  An id below 10^10 is written as 10 decimal digits split 2/4/4
 (`00/0000/L0001`), so no znode has more than 10,000 children, which keeps
@@ -281,6 +282,11 @@ class MetadataLayout:
     @property
     def auditor_election(self) -> str:
         return paths.join(self.underreplication, "auditorelection")
+
+    @property
+    def audit_trigger(self) -> str:
+        """Present: the auditor audits at once, then removes it (`triggeraudit`)."""
+        return paths.join(self.underreplication, "triggeraudit")
 
     @property
     def underreplication_disable(self) -> str:

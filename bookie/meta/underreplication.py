@@ -7,6 +7,7 @@ Works over any `MetadataStore`; paths from `layout.MetadataLayout` (docs/ledgers
     R/underreplication/ledgers/<4 hex>/<4 hex>/<4 hex>/<4 hex>/urL<id>   a mark
     R/underreplication/locks/urL<id>             ephemeral: a worker is repairing the ledger
     R/underreplication/disable                   present: workers take no mark
+    R/underreplication/triggeraudit              present: the auditor audits now
     R/underreplication/auditorelection/auditor_<10 digits>   ephemeral sequential: a candidate
 
 Value formats, each one canonical CBOR map (`records.py`):
@@ -22,7 +23,7 @@ Lock and election candidate, version 1::
     "o"  text           who holds it: the process's autorecovery id (its bookie id, or
                         the standalone process's id)
 
-`disable` holds no value (b"").
+`disable` and `triggeraudit` hold no value (b"").
 
 Invariants:
 
@@ -233,6 +234,22 @@ class UnderReplication:
         else:
             with contextlib.suppress(NodeExists):
                 await self._store.create(path, b"", make_parents=True)
+
+    # --- audit trigger ------------------------------------------------------------------------
+
+    async def trigger_audit(self) -> None:
+        """Ask the auditor to audit now (lost bookies and entry presence)."""
+        with contextlib.suppress(NodeExists):
+            await self._store.create(self._layout.audit_trigger, b"", make_parents=True)
+
+    async def audit_trigger(self) -> int | None:
+        """The trigger's version if an audit was asked for, else None."""
+        return await self._store.exists(self._layout.audit_trigger)
+
+    async def clear_audit_trigger(self, version: int) -> None:
+        """Remove the trigger an audit answered (one set again since stays)."""
+        with contextlib.suppress(NoNode, MetadataVersionConflict):
+            await self._store.delete(self._layout.audit_trigger, version)
 
     # --- auditor election ---------------------------------------------------------------------
 

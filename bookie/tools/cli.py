@@ -260,6 +260,20 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     cluster_tool("whoisauditor", "the elected autorecovery auditor")
     switch = cluster_tool("autorecovery", "let replication workers repair ledgers, or pause them")
     switch.add_argument("action", choices=["enable", "disable"])
+    cluster_tool("triggeraudit", "ask the auditor to audit now")
+    recover = cluster_tool("recover", "mark every ledger naming a bookie for repair, now")
+    recover.add_argument("bookie_id")
+    decommission = cluster_tool(
+        "decommission",
+        "copy a stopped bookie's data elsewhere, then remove it from the cluster",
+    )
+    decommission.add_argument("bookie_id")
+    decommission.add_argument(
+        "--timeout-s",
+        type=float,
+        default=limits.shell_decommission_timeout_s_default,
+        help="how long to wait for its ledgers to be repaired",
+    )
 
 
 # --- serve ------------------------------------------------------------------------------------
@@ -446,6 +460,12 @@ def _run_cluster_tool(arguments: argparse.Namespace) -> dict[str, object]:
         return cluster.who_is_auditor(where)
     if tool == "autorecovery":
         return cluster.set_autorecovery(where, arguments.action == "enable")
+    if tool == "triggeraudit":
+        return cluster.trigger_audit(where)
+    if tool == "recover":
+        return cluster.recover(where, arguments.bookie_id)
+    if tool == "decommission":
+        return cluster.decommission(where, arguments.bookie_id, arguments.timeout_s)
     assert tool == "simpletest", tool
     return cluster.simple_test(
         where,

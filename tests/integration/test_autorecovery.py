@@ -3,7 +3,8 @@ of several closed ledgers is killed with SIGKILL, the elected auditor marks its 
 and the workers inside the other bookies copy every fragment to the spare bookie; each
 entry is then read, digest checked, from every bookie of its new write set.  The shell
 commands show the marks, the auditor, and pause and resume the workers.  A standalone
-`bookie autorecovery` process stands for auditor and stops on SIGTERM."""
+`bookie autorecovery` process stands for auditor and stops on SIGTERM.  Decommissioning a
+stopped bookie moves its data and removes its cookie."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from bookie.meta.zk import ZkMetadataStore
 
 from .support.ledgers import PASSWORD, entry_payload, ledger_client, start_bookies
 from .support.processes import WAIT_S, BookieCluster
-from .support.shell import shell_json
+from .support.shell import shell, shell_json
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
 
@@ -158,3 +159,41 @@ async def test_standalone_autorecovery_stands_for_auditor_and_stops_on_sigterm(
         with anyio.fail_after(WAIT_S):
             assert await process.wait() == 0
     assert (await shell_json("whoisauditor", *where))["auditor"] is None
+
+
+async def test_decommission_moves_a_stopped_bookies_data_and_removes_its_cookie(
+    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path
+) -> None:
+    config = {**AUTORECOVERY, "autorecovery_grace_ms": 600_000}  # the auditor stays out of it
+    async with BookieCluster(zookeeper, zk_root, tmp_path) as cluster:
+        setups = [cluster.add_bookie(ledger_dirs=1, config=config) for _ in range(4)]
+        processes = await start_bookies(cluster, setups[:3])
+        where = ("--zk", cluster.zk_servers, "--zk-root", zk_root)
+        async with ledger_client(cluster, seed=11) as client:
+            ledger_ids = await write_closed_ledgers(client)
+            await start_bookies(cluster, setups[3:])
+            leaving = setups[0].bookie_id
+            assert (await shell_json("recover", "nobody", *where))["ledgers_marked"] == []
+            code, _, error = await shell("decommission", leaving, *where, check=False)
+            assert code == 2
+            assert "stop it first" in error
+            processes[0].send(signal.SIGTERM)
+            assert await processes[0].wait_exit() == 0
+            assert (await shell_json("triggeraudit", *where))["triggered"] is True
+
+            report = await shell_json("decommission", leaving, *where, "--timeout-s", "30")
+            assert report == {
+                "bookie_id": leaving,
+                "ledgers_marked": ledger_ids,
+                "cookie_removed": True,
+                "problems": [],
+            }
+            bookies = await shell_json("listbookies", *where)
+            assert leaving not in [bookie["bookie_id"] for bookie in bookies["down"]]
+            for ledger_id in ledger_ids:
+                metadata = await client.ledger_metadata(ledger_id)
+                assert leaving not in metadata.ensembles[0][1]
+                await assert_every_copy_readable(client, metadata)
+            code, _, error = await shell("decommission", leaving, *where, check=False)
+            assert code == 2
+            assert "not a member" in error

@@ -57,6 +57,9 @@ async def test_the_auditor_marks_the_ledgers_of_a_lost_bookie_only_after_the_gra
             marks = UnderReplication(store, ROOT)
             group.start_soon(AuditorService(store, settings("a1")).run)
             await eventually(lambda: _is_auditor(marks, "a1"))
+            await marks.trigger_audit()
+            await eventually(lambda: _untriggered(marks))
+            assert await marks.list_marks() == [], "nothing lost: a triggered audit marks nothing"
             await cluster.stop_bookie(lost)
             started = anyio.current_time()
             await eventually(lambda: _marked(marks, on_lost))
@@ -144,3 +147,7 @@ async def test_entries_lost_on_a_bookie_that_is_up_are_found_and_copied_elsewher
         for entry_id in range(12):
             holders = set(cluster.holders(ledger.ledger_id, entry_id))
             assert {ensemble[i] for i in after.quorum.write_set(entry_id)} <= holders
+
+
+async def _untriggered(marks: UnderReplication) -> bool:
+    return await marks.audit_trigger() is None

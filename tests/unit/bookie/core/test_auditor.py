@@ -16,6 +16,7 @@ def test_a_bookie_is_lost_only_after_the_grace_period() -> None:
     auditor = Auditor(grace_ms=1_000, audit_interval_ms=60_000)
     auditor.observe(KNOWN, KNOWN, 0)
     assert auditor.lost(0) == set()
+    assert not auditor.audit_due(0, triggered=True), "nothing lost, nothing to audit"
     auditor.observe(KNOWN, ("b1", "b3"), 100)
     assert auditor.lost(1_099) == set()
     assert auditor.next_change_ms(500) == 1_100
@@ -40,6 +41,7 @@ def test_audits_are_due_for_new_losses_and_then_periodically() -> None:
     assert auditor.audit_due(0)
     auditor.audited(auditor.lost(0), 0)
     assert not auditor.audit_due(5_000)
+    assert auditor.audit_due(5_000, triggered=True), "an operator asked"
     assert auditor.next_change_ms(5_000) == 10_000
     assert auditor.audit_due(10_000)
     auditor.observe(KNOWN, ("b3",), 6_000)
@@ -89,6 +91,7 @@ def test_lacking_entries_counts_what_a_bookie_should_hold_and_does_not_list() ->
 def test_a_lack_is_confirmed_by_the_next_check() -> None:
     check = PresenceCheck(interval_ms=100, now_ms=0)
     assert not check.due(99)
+    assert check.due(99, triggered=True)
     assert check.due(100)
     check.begin()
     assert not check.lacking(1, "b1")

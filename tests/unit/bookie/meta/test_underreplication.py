@@ -182,3 +182,16 @@ async def test_withdrawing_removes_only_the_owners_candidacies(store: MemoryMeta
     await marks.withdraw("b1")
     assert (await marks.candidates()).ordered == (other,)
     assert await marks.auditor() == "b2"
+
+
+async def test_the_audit_trigger(store: MemoryMetadataStore) -> None:
+    marks = UnderReplication(store, ROOT)
+    assert await marks.audit_trigger() is None
+    await marks.trigger_audit()
+    await marks.trigger_audit()
+    version = await marks.audit_trigger()
+    assert version is not None
+    await marks.clear_audit_trigger(version)
+    assert await marks.audit_trigger() is None
+    await marks.clear_audit_trigger(version)
+    assert MetadataLayout(ROOT).audit_trigger == "/cluster/underreplication/triggeraudit"
