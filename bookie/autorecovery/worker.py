@@ -185,7 +185,7 @@ class ReplicationWorker:
                 return password
         raise RereplicationFailed(
             f"ledger {metadata.ledger_id}: none of the {len(self._settings.passwords)} "
-            "configured passwords is its password (autorecovery_passwords)"
+            "configured passwords is its password (set autorecovery_password)"
         )
 
     async def _repair_segment(
