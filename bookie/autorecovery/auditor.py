@@ -19,12 +19,12 @@ so two processes that both believe themselves the auditor for a moment (one's se
 expiring) mark nothing twice and lose nothing.
 
 Entry presence, every `presence_interval_ms` while elected and when triggered
-(`PresenceCheck`): for every
-ledger, every registered bookie its sealed segments name is asked which entries of it
-it holds (LIST_ENTRIES; no ledger there: none), and one found lacking some at two
-checks in a row is marked as missing from that ledger, so a replication worker moves
-that bookie's share to another bookie.  A bookie that cannot be asked is not judged.
-One `autorecovery.entries_lacking` event per bookie and ledger found lacking, one
+(`PresenceCheck`): for every ledger, every registered bookie its sealed segments name is
+asked which entries of it it holds (LIST_ENTRIES, over a connection checked with
+IDENTIFY; no ledger there: none), and one found lacking some at two checks in a row is
+marked as missing from that ledger, so a replication worker moves that bookie's share
+to another bookie.  A bookie that cannot be asked is not judged.  One
+`autorecovery.entries_lacking` event per bookie and ledger found lacking, one
 `autorecovery.presence_checked` per check.
 """
 
@@ -36,9 +36,9 @@ from collections.abc import Mapping
 
 import anyio
 
+from bookie.autorecovery.connect import cluster_instance_id, connect_checked
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.bookie_conn import BookieConnection
-from bookie.client.connections import bookie_address
 from bookie.clock import loop_clock_ms
 from bookie.core.auditor import Auditor, PresenceCheck, lacking_entries, missing_bookies
 from bookie.core.rereplication import segment_ranges
@@ -154,6 +154,7 @@ class AuditorService:
         the lacks `presence` confirms.  Return how many ledgers were marked."""
         presence.begin()
         timeout_ms = self._settings.timeout_ms
+        instance_id = await cluster_instance_id(self._store, self._settings.root)
         connections: dict[str, BookieConnection | None] = {}
         checked = marked = 0
         async with contextlib.AsyncExitStack() as stack:
@@ -162,11 +163,8 @@ class AuditorService:
                 if bookie_id not in connections:
                     connections[bookie_id] = None
                     try:
-                        target = bookie_address(addresses[bookie_id])
-                        connections[bookie_id] = await stack.enter_async_context(
-                            BookieConnection.connect(
-                                target.host, target.port, connect_timeout_ms=timeout_ms
-                            )
+                        connections[bookie_id] = await connect_checked(
+                            stack, bookie_id, addresses[bookie_id], instance_id, timeout_ms
                         )
                     except BookieError as error:
                         emit(

@@ -45,9 +45,9 @@ from collections.abc import Iterator
 import anyio
 
 from bookie import limits
+from bookie.autorecovery.connect import cluster_instance_id, connect_checked
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.bookie_conn import BookieConnection
-from bookie.client.connections import bookie_address
 from bookie.client.ledger_client import password_hash
 from bookie.clock import loop_clock_ms
 from bookie.core.metadata import LedgerMetadata
@@ -215,10 +215,11 @@ class ReplicationWorker:
             ) from error
         unusable = set(mark.missing) | {repair.ensemble[index] for index in repair.positions}
         copier = _Copier(metadata, password, self._settings.timeout_ms, self._throttle)
+        instance_id = await cluster_instance_id(self._store, self._settings.root)
         async with contextlib.AsyncExitStack() as stack:
             needed = {*repair.ensemble, *replacements.values()} - unusable
             for bookie_id in sorted(needed):
-                await copier.connect(stack, bookie_id, addresses.get(bookie_id))
+                await copier.connect(stack, bookie_id, addresses.get(bookie_id), instance_id)
             work = (
                 (entry_id, replacements[position])
                 for position in repair.positions
@@ -260,17 +261,18 @@ class _Copier:
         """Bookie id -> its connection, or why there is none."""
 
     async def connect(
-        self, stack: contextlib.AsyncExitStack, bookie_id: str, address: str | None
+        self,
+        stack: contextlib.AsyncExitStack,
+        bookie_id: str,
+        address: str | None,
+        instance_id: str | None,
     ) -> None:
         if address is None:
             self._connections[bookie_id] = "not registered"
             return
         try:
-            target = bookie_address(address)
-            self._connections[bookie_id] = await stack.enter_async_context(
-                BookieConnection.connect(
-                    target.host, target.port, connect_timeout_ms=self._timeout_ms
-                )
+            self._connections[bookie_id] = await connect_checked(
+                stack, bookie_id, address, instance_id, self._timeout_ms
             )
         except BookieError as error:
             self._connections[bookie_id] = str(error)
