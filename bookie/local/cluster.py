@@ -199,7 +199,7 @@ class LocalCluster:
             self.bookies.append(bookie)
         for bookie in self.bookies:
             await self._spawn(bookie)
-        await self._wait_registered([bookie])
+        await self._wait_registered()
 
     def _take_lock(self) -> None:
         lock = (self.data_dir / ".lock").open("a+")
