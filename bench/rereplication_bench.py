@@ -120,6 +120,9 @@ async def bench_size(arguments: argparse.Namespace, directory: Path, size: int) 
         ZkMetadataStore.connect(cluster.zk_servers) as store,
         LedgerClient.open(store, root=cluster.zk_root) as client,
     ):
+        with anyio.fail_after(arguments.seconds):
+            while len(client.writable_bookies) < BOOKIES:  # the client's view catches up
+                await anyio.sleep(POLL_S)
         log(f"{size} B: writing {arguments.ledgers} ledgers of {entries} entries")
         ledger_ids = await write_ledgers(client, arguments.ledgers, entries, size)
         held = await held_entries(client, ledger_ids)
