@@ -358,3 +358,12 @@ class InvalidEntryRange(ClientError):
 class ClientClosed(ClientError):
     """The ledger client was closed: its handles can do nothing more, and what was pending
     has an unknown outcome."""
+
+
+class RereplicationFailed(ClientError):
+    """A replication worker could not bring a ledger back to full replication this time (no
+    spare bookie, no readable copy of an entry, no configured password, an open ledger); the
+    ledger stays marked under-replicated and is tried again later.  Nothing was half-changed:
+    the metadata changes only by a whole compare-and-set per segment."""
+
+    retryable = True

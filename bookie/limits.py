@@ -274,11 +274,45 @@ metadata_watch_retry_delay_ms = 500
 """A client's watch on the bookie list or a ledger's metadata that failed (metadata service
 unavailable) is re-armed after this long."""
 
+# --- autorecovery -----------------------------------------------------------------------------
+
+autorecovery_grace_ms_default = 30_000
+"""How long a bookie must stay unregistered before the auditor counts it lost and marks its
+ledgers under-replicated (a restart within this time is not a loss)."""
+
+autorecovery_poll_interval_ms_default = 1_000
+"""How often a replication worker looks for under-replicated ledgers, and the auditor for
+changes it has no watch on."""
+
+autorecovery_audit_interval_ms_default = 300_000
+"""How often the auditor marks again every ledger naming a lost bookie, even when no new
+bookie was lost (a mark removed by hand, or one its predecessor did not finish)."""
+
+autorecovery_presence_interval_ms_default = 3_600_000
+"""How often the auditor asks every bookie that is up which entries it holds of every
+ledger, to find entries lost on a bookie that did not go down."""
+
+autorecovery_retry_delay_ms_min = 1_000
+"""A ledger whose re-replication failed (no spare bookie, no readable copy) is tried again by
+the same worker after this long; the pause doubles per failure in a row."""
+
+autorecovery_retry_delay_ms_max = 60_000
+"""Longest pause before a worker tries a failing ledger again."""
+
+rereplication_entries_in_flight_max = 64
+"""Entries a replication worker reads and writes at once while copying one segment."""
+
 # --- bookie shell -----------------------------------------------------------------------------
 
 shell_metadata_timeout_ms = 3_000
 """How long a `bookie shell` cluster command waits for ZooKeeper (the session, then each
 operation) before it reports the cluster unreachable."""
+
+shell_decommission_poll_interval_ms = 500
+"""How often `bookie shell decommission` looks whether a ledger still names the bookie."""
+
+shell_decommission_timeout_s_default = 600
+"""How long `bookie shell decommission` waits for the bookie's ledgers to be repaired."""
 
 simpletest_payload_bytes = 100
 """Size of each entry `bookie shell simpletest` writes."""
@@ -321,3 +355,5 @@ assert 0.0 < compaction_live_fraction_threshold_default < 1.0
 assert compaction_rate_bytes_per_s_default >= compaction_read_bytes
 assert zk_session_timeout_ms_min <= zk_session_timeout_ms_default <= zk_session_timeout_ms_max
 assert 0 < bookie_reconnect_delay_ms_min <= bookie_reconnect_delay_ms_max
+assert 0 < autorecovery_retry_delay_ms_min <= autorecovery_retry_delay_ms_max
+assert autorecovery_poll_interval_ms_default <= autorecovery_grace_ms_default

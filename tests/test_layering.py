@@ -68,6 +68,7 @@ LAYERS: dict[str, list[list[str]]] = {
         ["bookie.core"],
         ["bookie.storage", "bookie.meta", "bookie.net", "bookie.runtime_tuning"],
         ["bookie.client", "bookie.server"],
+        ["bookie.autorecovery"],
         ["bookie.local"],
         ["bookie.tools", "bookie.testing"],
     ],

@@ -37,7 +37,7 @@ import signal
 import socket
 import sys
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -142,11 +142,13 @@ class LocalCluster:
         zk_servers: str | None = None,
         zk_root: str | None = None,
         bookie_base_port: int = limits.port_default,
+        bookie_config: Mapping[str, object] | None = None,
     ) -> None:
         """`zk_root` applies when the cluster is created (default /ledgers); a resumed
         cluster keeps its own, and naming another one is an error.  A new bookie N listens
         on `bookie_base_port` + N - 1 when that is free (0: on any free port); a resumed one
-        keeps its port."""
+        keeps its port.  `bookie_config` adds keys to the config file of each bookie
+        created (`autorecovery_password`, say)."""
         assert bookies >= 1
         self._bookie_base_port = bookie_base_port
         self.data_dir = data_dir.absolute()
@@ -155,6 +157,7 @@ class LocalCluster:
         self._requested_root = zk_root
         self.zk_servers = zk_servers or ""
         self.zk_root = zk_root or limits.metadata_root_default
+        self._bookie_config = dict(bookie_config or {})
         self.bookies: list[LocalBookie] = []
         self._zookeeper: LocalZooKeeper | None = None
         self._lock: IO[str] | None = None
@@ -196,7 +199,7 @@ class LocalCluster:
             self.bookies.append(bookie)
         for bookie in self.bookies:
             await self._spawn(bookie)
-        await self._wait_registered([bookie])
+        await self._wait_registered()
 
     def _take_lock(self) -> None:
         lock = (self.data_dir / ".lock").open("a+")
@@ -267,6 +270,7 @@ class LocalCluster:
                     "journal_dir": "journal",
                     "ledger_dirs": ["ledgers"],
                     "zk_root": self.zk_root,
+                    **self._bookie_config,
                 }
             )
         )

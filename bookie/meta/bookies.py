@@ -16,7 +16,7 @@ Works over any `MetadataStore`; paths from `layout.MetadataLayout`.
 * Cookies (a bookie's identity: which cluster, which address, which
   directories) are read and written with compare-and-set.  They are
   persistent: `list_cookies` names every bookie that joined the cluster and
-  was not decommissioned (its cookie deleted), running or not.
+  was not decommissioned (its cookie deleted, `delete_cookie`), running or not.
 
 Value formats, each one canonical CBOR map (see `records.py`):
 
@@ -494,6 +494,17 @@ async def list_cookies(store: MetadataStore, root: str = limits.metadata_root_de
         return sorted(await store.children(MetadataLayout(root).cookies))
     except NoNode:
         return []
+
+
+async def delete_cookie(
+    store: MetadataStore,
+    bookie_id: str,
+    version: int,
+    root: str = limits.metadata_root_default,
+) -> None:
+    """Remove the bookie's cookie as read at `version` (decommissioning): it is no longer a
+    member of the cluster.  `MetadataVersionConflict` if it changed, `NoNode` if gone."""
+    await store.delete(MetadataLayout(root).cookie(bookie_id), version)
 
 
 async def write_cookie(

@@ -14,6 +14,8 @@ operator who knows one knows the other::
     R/underreplication/ledgers/0000/0000/0000/0001/urL0000000001
     R/underreplication/locks/urL0000000001
     R/underreplication/auditorelection
+    R/underreplication/disable              present: replication workers pause
+    R/underreplication/triggeraudit         present: the auditor audits now
 
 Ledger paths.  An id below 10^10 is written as 10 decimal digits split 2/4/4
 (`00/0000/L0001`), so no znode has more than 10,000 children, which keeps
@@ -28,6 +30,8 @@ Invariants:
   (an id below 10^10 in the long form): each ledger has exactly one path, so a
   listing can never count a ledger twice or miss one stored where `read` looks.
 * No ledger path collides with the other names under R (those are not digits).
+* `underreplicated_ledger_id_of_parts` inverts `underreplicated_ledger` the same
+  way: one canonical path per ledger, None for anything else.
 * Bookie ids are valid znode names and never "readonly", which would collide
   with the read-only directory under `available/`.
 """
@@ -144,6 +148,47 @@ def ledger_parts(ledger_id: int) -> tuple[str, ...]:
     return parts
 
 
+UNDERREPLICATED_LEVELS: Final = 4
+"""Directory levels above an under-replication mark: 16 hex digits of the id, 4 per level."""
+
+
+def _is_hex_level(text: str) -> bool:
+    return len(text) == 4 and all(character in "0123456789abcdef" for character in text)
+
+
+def underreplicated_parts(ledger_id: int) -> tuple[str, ...]:
+    """The names, below `R/underreplication/ledgers`, of ledger `ledger_id`'s mark."""
+    assert 0 <= ledger_id <= limits.ledger_id_max, ledger_id
+    text = f"{ledger_id:016x}"
+    levels = tuple(text[offset : offset + 4] for offset in range(0, 16, 4))
+    return (*levels, f"{UNDERREPLICATED_PREFIX}{ledger_id:010d}")
+
+
+def underreplicated_child_kind(prefix: tuple[str, ...], name: str) -> LedgerNodeKind | None:
+    """What `name`, a child of the mark directory `prefix` (names below
+    `R/underreplication/ledgers`), is: a directory, a mark, or None (anything else)."""
+    if len(prefix) > UNDERREPLICATED_LEVELS or not all(map(_is_hex_level, prefix)):
+        return None
+    if len(prefix) < UNDERREPLICATED_LEVELS:
+        return LedgerNodeKind.DIRECTORY if _is_hex_level(name) else None
+    found = underreplicated_ledger_id_of_parts((*prefix, name))
+    return LedgerNodeKind.LEDGER if found is not None else None
+
+
+def underreplicated_ledger_id_of_parts(parts: tuple[str, ...]) -> int | None:
+    """The ledger whose mark's canonical path below `R/underreplication/ledgers` is `parts`."""
+    if len(parts) != UNDERREPLICATED_LEVELS + 1:
+        return None
+    leaf = parts[-1]
+    digits = leaf[len(UNDERREPLICATED_PREFIX) :]
+    if not (leaf.startswith(UNDERREPLICATED_PREFIX) and digits.isascii() and digits.isdigit()):
+        return None
+    ledger_id = int(digits)
+    if ledger_id > limits.ledger_id_max or underreplicated_parts(ledger_id) != parts:
+        return None
+    return ledger_id
+
+
 def check_bookie_id(bookie_id: str) -> None:
     """Assert `bookie_id` can name a registration and a cookie (ids come from configuration,
     which the server validates; reaching here with a bad one is a programmer error)."""
@@ -216,13 +261,14 @@ class MetadataLayout:
         return paths.join(self.underreplication, "ledgers")
 
     def underreplicated_ledger(self, ledger_id: int) -> str:
-        """Path of the task that asks for ledger `ledger_id` to be re-replicated: 16 hex digits
+        """Path of the mark that asks for ledger `ledger_id` to be re-replicated: 16 hex digits
         of the id split 4/4/4/4, then `urL` and the id in at least 10 decimal digits."""
-        assert 0 <= ledger_id <= limits.ledger_id_max, ledger_id
-        text = f"{ledger_id:016x}"
-        levels = [text[offset : offset + 4] for offset in range(0, 16, 4)]
-        name = self._underreplicated_name(ledger_id)
-        return paths.join(self.underreplicated_ledgers, *levels, name)
+        return paths.join(self.underreplicated_ledgers, *underreplicated_parts(ledger_id))
+
+    def underreplicated_directory(self, prefix: tuple[str, ...]) -> str:
+        """Path of a directory of the marks' hierarchy (`prefix` as in
+        `underreplicated_child_kind`)."""
+        return paths.join(self.underreplicated_ledgers, *prefix)
 
     @property
     def underreplication_locks(self) -> str:
@@ -236,6 +282,16 @@ class MetadataLayout:
     @property
     def auditor_election(self) -> str:
         return paths.join(self.underreplication, "auditorelection")
+
+    @property
+    def audit_trigger(self) -> str:
+        """Present: the auditor audits at once, then removes it (`triggeraudit`)."""
+        return paths.join(self.underreplication, "triggeraudit")
+
+    @property
+    def underreplication_disable(self) -> str:
+        """Present: replication workers stop taking marks (`autorecovery disable`)."""
+        return paths.join(self.underreplication, "disable")
 
     @staticmethod
     def _underreplicated_name(ledger_id: int) -> str:

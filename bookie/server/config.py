@@ -198,6 +198,46 @@ KEYS: Final[Mapping[str, Key]] = {
         "on SIGTERM, how long pending adds may take to be synced and answered",
         bounds=(0, limits.shutdown_drain_ms_max),
     ),
+    "autorecovery": Key(
+        "bool",
+        True,
+        "run autorecovery in this process: stand for auditor, repair under-replicated ledgers",
+    ),
+    "autorecovery_grace_ms": Key(
+        "int",
+        limits.autorecovery_grace_ms_default,
+        "a bookie unregistered for this long is lost: its ledgers are marked for repair",
+        bounds=(0, limits.configurable_interval_ms_max),
+    ),
+    "autorecovery_poll_interval_ms": Key(
+        "int",
+        limits.autorecovery_poll_interval_ms_default,
+        "how often replication workers look for marked ledgers",
+        bounds=(limits.configurable_interval_ms_min, limits.configurable_interval_ms_max),
+    ),
+    "autorecovery_presence_interval_ms": Key(
+        "int",
+        limits.autorecovery_presence_interval_ms_default,
+        "how often the auditor checks that bookies that are up hold every entry they should",
+        bounds=(limits.configurable_interval_ms_min, limits.configurable_interval_ms_max),
+    ),
+    "autorecovery_rate_entries_per_s": Key(
+        "int",
+        0,
+        "autorecovery copies at most this many entries per second (0: no bound)",
+        bounds=(0, limits.configurable_file_size_bytes_max),
+    ),
+    "autorecovery_rate_bytes_per_s": Key(
+        "int",
+        0,
+        "autorecovery copies at most this many bytes per second (0: no bound)",
+        bounds=(0, limits.configurable_file_size_bytes_max),
+    ),
+    "autorecovery_password": Key(
+        "optional_text",
+        None,
+        "a ledger password autorecovery may use, besides the empty one",
+    ),
     "log_level": Key("choice", "info", "log level", choices=LEVELS, reloadable=True),
     "log_format": Key("choice", "json", "json lines, or text for a terminal", choices=FORMATS),
     "event_loop": Key(
@@ -240,6 +280,13 @@ class BookieConfig:
     disk_check_interval_ms: int
     read_only: bool
     shutdown_drain_ms: int
+    autorecovery: bool
+    autorecovery_grace_ms: int
+    autorecovery_poll_interval_ms: int
+    autorecovery_presence_interval_ms: int
+    autorecovery_rate_entries_per_s: int
+    autorecovery_rate_bytes_per_s: int
+    autorecovery_password: str | None
     log_level: str
     log_format: str
     event_loop: str

@@ -10,9 +10,11 @@ only after the previous one succeeded):
 5. register under `available/` (or `available/readonly/`), waiting out the
    registration of a previous process of this bookie whose session has not
    expired yet (event `bookie.ready`);
-6. run the disk monitor until told to stop.
+6. run the disk monitor, and the hosted service if any (autorecovery, given by
+   the command that starts the node), until told to stop.
 
-Shutdown on SIGTERM or SIGINT (graceful): leave the registry first, so clients
+Shutdown on SIGTERM or SIGINT (graceful): stop the hosted service and leave the
+registry first, so clients
 stop choosing this bookie; then the server drains (every pending add is
 answered after its fsync, or EIO when the drain bound passes: never left
 half-done); then storage syncs, checkpoints and closes; then the ZooKeeper
@@ -33,8 +35,8 @@ import errno
 import logging
 import signal
 import socket
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Coroutine
+from typing import Any, Final
 
 import anyio
 import anyio.abc
@@ -50,6 +52,7 @@ from bookie.errors import (
     StorageError,
 )
 from bookie.logs import configure, emit
+from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import BookieInfo, Cookie, init_cluster, register
 from bookie.meta.zk import ZkMetadataStore
 from bookie.server.config import BookieConfig, restart_needed
@@ -70,6 +73,10 @@ EXIT_REFUSED: Final = 3
 
 Reload = Callable[[], BookieConfig]
 """Re-reads the configuration (file and the same flags); raises `InvalidConfig`."""
+
+HostedService = Callable[[MetadataStore], Coroutine[Any, Any, None]]
+"""Work a bookie process hosts over its ZooKeeper session while it is registered
+(autorecovery); cancelled at shutdown, and it must not raise for operating errors."""
 
 _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 _LISTEN_ERRNOS: Final = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
@@ -94,9 +101,15 @@ def _check_can_listen(address: Address) -> None:
 class BookieNode:
     """One bookie process's lifetime; see the module docstring."""
 
-    def __init__(self, config: BookieConfig, reload: Reload | None = None) -> None:
+    def __init__(
+        self,
+        config: BookieConfig,
+        reload: Reload | None = None,
+        hosted: HostedService | None = None,
+    ) -> None:
         self._config = config
         self._reload = reload
+        self._hosted = hosted
         self._stop_scope: anyio.CancelScope | None = None
         """What a stop signal cancels: everything until serving, then only the serving part."""
         self._stopping = False
@@ -327,4 +340,8 @@ class BookieNode:
                     server.read_only = value
                     await registration.set_read_only(value)
 
-                await monitor.run(apply)
+                async with anyio.create_task_group() as hosted:
+                    if self._hosted is not None:
+                        hosted.start_soon(self._hosted, store)
+                    await monitor.run(apply)
+                    hosted.cancel_scope.cancel()

@@ -1,4 +1,5 @@
-"""The `bookie` command: `bookie serve` runs a bookie, `bookie shell ...` inspects one.
+"""The `bookie` command: `bookie serve` runs a bookie, `bookie shell ...` inspects one,
+`bookie autorecovery` runs autorecovery alone.
 
 `bookie serve [--config FILE] [--KEY VALUE ...]` takes every configuration key
 of bookie/server/config.py as a flag (`group_wait_ms` is `--group-wait-ms`,
@@ -6,7 +7,14 @@ bool keys have `--key` / `--no-key`, `ledger_dirs` takes one or more paths and
 may be repeated); flags override the file.  An invalid configuration exits 2
 with one `bookie.invalid_config` log event naming the key.  The process then
 runs `BookieNode` (bookie/server/node.py), which documents signals, logs and
-exit statuses.
+exit statuses, hosting autorecovery (bookie/autorecovery/) unless
+`autorecovery = false`.
+
+`bookie autorecovery --zk HOSTS [--zk-root ROOT] [--id ID] [--grace-ms MS]
+[--poll-interval-ms MS] [--presence-interval-ms MS] [--rate-entries-per-s N]
+[--rate-bytes-per-s N] [--password P]` runs autorecovery without a bookie (a
+candidate for auditor and a replication worker) until SIGTERM or SIGINT; exit 0
+then, 2 for bad flags or a ZooKeeper that cannot be reached.
 
 `bookie shell COMMAND` runs one of the inspection commands of bookie/tools/admin.py
 (one bookie) or bookie/tools/cluster.py (a cluster, through ZooKeeper); `--json`
@@ -25,9 +33,13 @@ Also runnable as `python -m bookie.tools.cli`, which is how launchers start book
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import logging
+import os
 import shlex
+import signal
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,8 +48,12 @@ import anyio
 
 from bookie import limits
 from bookie.address import Address
-from bookie.errors import InvalidConfig
-from bookie.logs import configure, emit
+from bookie.autorecovery.service import run_autorecovery
+from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.errors import InvalidConfig, MetadataUnavailable
+from bookie.logs import FORMATS, configure, emit
+from bookie.meta import paths
+from bookie.meta.zk import ZkMetadataStore
 from bookie.runtime_tuning import tune_for_throughput
 from bookie.server.config import (
     KEYS,
@@ -73,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(arguments)
     if arguments.command == "shell":
         return _shell(arguments, words)
+    if arguments.command == "autorecovery":
+        return _autorecovery(arguments)
     parser.print_help(sys.stderr)
     return EXIT_USAGE
 
@@ -122,7 +140,47 @@ def _parser() -> argparse.ArgumentParser:
             )
             serve.add_argument(*flags, dest=name, metavar=metavar, help=help_text)
     _shell_parser(commands)
+    _autorecovery_parser(commands)
     return parser
+
+
+def _autorecovery_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    standalone = commands.add_parser(
+        "autorecovery",
+        help="run autorecovery without a bookie",
+        description="Stand for auditor and repair under-replicated ledgers until stopped.",
+    )
+    standalone.add_argument("--zk", default="127.0.0.1:2181", help="ZooKeeper hosts")
+    standalone.add_argument(
+        "--zk-root", default=limits.metadata_root_default, help="the cluster's root znode"
+    )
+    standalone.add_argument("--id", help="this process's autorecovery id (default: host-pid)")
+    standalone.add_argument(
+        "--grace-ms",
+        type=int,
+        default=limits.autorecovery_grace_ms_default,
+        help="a bookie unregistered for this long is lost",
+    )
+    standalone.add_argument(
+        "--poll-interval-ms",
+        type=int,
+        default=limits.autorecovery_poll_interval_ms_default,
+        help="how often workers look for marked ledgers",
+    )
+    standalone.add_argument(
+        "--presence-interval-ms",
+        type=int,
+        default=limits.autorecovery_presence_interval_ms_default,
+        help="how often the auditor checks that bookies hold every entry they should",
+    )
+    standalone.add_argument(
+        "--rate-entries-per-s", type=int, default=0, help="copy at most this many entries/s"
+    )
+    standalone.add_argument(
+        "--rate-bytes-per-s", type=int, default=0, help="copy at most this many bytes/s"
+    )
+    standalone.add_argument("--password", help="a ledger password it may use, besides ''")
+    standalone.add_argument("--log-format", choices=FORMATS, default="json")
 
 
 def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -196,6 +254,26 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     simple.add_argument("--write-quorum", type=int, default=2, help="write quorum Qw")
     simple.add_argument("--ack-quorum", type=int, default=2, help="ack quorum Qa")
     simple.add_argument("--entries", type=int, default=100, help="entries to write")
+    cluster_tool(
+        "listunderreplicated", "ledgers marked under-replicated, what they miss, who repairs them"
+    )
+    cluster_tool("whoisauditor", "the elected autorecovery auditor")
+    switch = cluster_tool("autorecovery", "let replication workers repair ledgers, or pause them")
+    switch.add_argument("action", choices=["enable", "disable"])
+    cluster_tool("triggeraudit", "ask the auditor to audit now")
+    recover = cluster_tool("recover", "mark every ledger naming a bookie for repair, now")
+    recover.add_argument("bookie_id")
+    decommission = cluster_tool(
+        "decommission",
+        "copy a stopped bookie's data elsewhere, then remove it from the cluster",
+    )
+    decommission.add_argument("bookie_id")
+    decommission.add_argument(
+        "--timeout-s",
+        type=float,
+        default=limits.shell_decommission_timeout_s_default,
+        help="how long to wait for its ledgers to be repaired",
+    )
 
 
 # --- serve ------------------------------------------------------------------------------------
@@ -218,11 +296,81 @@ def _serve(arguments: argparse.Namespace) -> int:
     def reload() -> BookieConfig:
         return load_config(config_file, flags)
 
-    node = BookieNode(config, reload if config_file is not None else None)
+    hosted = None
+    if config.autorecovery:
+        settings = AutoRecoverySettings(
+            owner=config.bookie_id,
+            root=config.zk_root,
+            grace_ms=config.autorecovery_grace_ms,
+            poll_interval_ms=config.autorecovery_poll_interval_ms,
+            presence_interval_ms=config.autorecovery_presence_interval_ms,
+            rate_entries_per_s=config.autorecovery_rate_entries_per_s,
+            rate_bytes_per_s=config.autorecovery_rate_bytes_per_s,
+            passwords=_passwords(config.autorecovery_password),
+        )
+        hosted = functools.partial(run_autorecovery, settings=settings)
+    node = BookieNode(config, reload if config_file is not None else None, hosted)
     tune_for_throughput()
     use_uvloop = config.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is not None
     code: int = anyio.run(node.run, backend="asyncio", backend_options={"use_uvloop": use_uvloop})
     return code
+
+
+def _passwords(extra: str | None) -> tuple[bytes, ...]:
+    return (b"",) if not extra else (b"", extra.encode())
+
+
+# --- autorecovery -----------------------------------------------------------------------------
+
+
+def _autorecovery(arguments: argparse.Namespace) -> int:
+    configure("info", arguments.log_format)
+    problem = None
+    if not paths.is_valid(arguments.zk_root) or arguments.zk_root == paths.ROOT:
+        problem = f"--zk-root {arguments.zk_root!r}: expected an absolute znode path below '/'"
+    elif min(arguments.grace_ms, arguments.rate_entries_per_s, arguments.rate_bytes_per_s) < 0:
+        problem = "--grace-ms and the rates must be at least 0"
+    elif min(arguments.poll_interval_ms, arguments.presence_interval_ms) < 1:
+        problem = "--poll-interval-ms and --presence-interval-ms must be at least 1"
+    elif arguments.id is not None and not paths.is_valid_name(arguments.id):
+        problem = f"--id {arguments.id!r}: no '/', not empty, '.' or '..'"
+    if problem is not None:
+        emit(logger, logging.ERROR, "autorecovery.invalid_arguments", reason=problem)
+        return EXIT_USAGE
+    settings = AutoRecoverySettings(
+        owner=arguments.id or f"autorecovery-{socket.gethostname()}-{os.getpid()}",
+        root=arguments.zk_root,
+        grace_ms=arguments.grace_ms,
+        poll_interval_ms=arguments.poll_interval_ms,
+        presence_interval_ms=arguments.presence_interval_ms,
+        rate_entries_per_s=arguments.rate_entries_per_s,
+        rate_bytes_per_s=arguments.rate_bytes_per_s,
+        passwords=_passwords(arguments.password),
+    )
+    try:
+        anyio.run(_run_autorecovery, arguments.zk, settings)
+    except MetadataUnavailable as error:
+        emit(
+            logger,
+            logging.ERROR,
+            "autorecovery.failed",
+            reason=f"cannot reach ZooKeeper at {arguments.zk}: {error}",
+        )
+        return EXIT_USAGE
+    return 0
+
+
+async def _run_autorecovery(zk_servers: str, settings: AutoRecoverySettings) -> None:
+    async with (
+        ZkMetadataStore.connect(zk_servers) as store,
+        anyio.create_task_group() as task_group,
+    ):
+        task_group.start_soon(run_autorecovery, store, settings)
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+            async for signum in received:
+                emit(logger, logging.INFO, "autorecovery.stopping", signal=signum.name)
+                break
+        task_group.cancel_scope.cancel()
 
 
 # --- shell ------------------------------------------------------------------------------------
@@ -306,6 +454,18 @@ def _run_cluster_tool(arguments: argparse.Namespace) -> dict[str, object]:
             password=arguments.password.encode(),
             preview_bytes=arguments.preview_bytes,
         )
+    if tool == "listunderreplicated":
+        return cluster.under_replicated(where)
+    if tool == "whoisauditor":
+        return cluster.who_is_auditor(where)
+    if tool == "autorecovery":
+        return cluster.set_autorecovery(where, arguments.action == "enable")
+    if tool == "triggeraudit":
+        return cluster.trigger_audit(where)
+    if tool == "recover":
+        return cluster.recover(where, arguments.bookie_id)
+    if tool == "decommission":
+        return cluster.decommission(where, arguments.bookie_id, arguments.timeout_s)
     assert tool == "simpletest", tool
     return cluster.simple_test(
         where,

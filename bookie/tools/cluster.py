@@ -2,7 +2,8 @@
 
 Each opens its own ZooKeeper session (`Cluster`: connect string and root) and
 gives up after `limits.shell_metadata_timeout_ms` when ZooKeeper does not
-answer.  Only `simpletest` writes anything.
+answer.  Only `simpletest`, `autorecovery`, `triggeraudit`, `recover` and
+`decommission` write anything.
 
 * `listbookies`: every bookie by state: writable and read-only (its
   registration under `available/` or `available/readonly/`), and down (a
@@ -17,7 +18,18 @@ answer.  Only `simpletest` writes anything.
   (`bookie.client.copies`) and every bookie whose copy is not the agreed one
   is a problem (`bookie.core.copies`);
 * `simpletest`: create a ledger, write entries, close it, read them back,
-  delete it.  Every step that fails is a problem.
+  delete it.  Every step that fails is a problem;
+* `listunderreplicated`: every ledger marked under-replicated, the bookies it
+  is missing and the worker repairing it, and whether workers are paused;
+* `whoisauditor`: the elected auditor and how many processes stand;
+* `autorecovery enable|disable`: let replication workers take marks, or pause
+  them;
+* `triggeraudit`: ask the auditor to audit now (lost bookies, entry presence);
+* `recover BOOKIE`: mark every ledger that names the bookie as missing it, now,
+  whatever the grace period (the workers then copy its share elsewhere);
+* `decommission BOOKIE`: for a bookie that is stopped: `recover`, wait until no
+  ledger names it (or `--timeout-s` passes: the ledgers still naming it are
+  problems), then delete its cookie, so it is no longer a member.
 
 A result with a non-empty `problems` list means a problem was found (the
 command line exits 1).  `ShellError.exit_code` tells bad input or an
@@ -37,6 +49,7 @@ from bookie import limits
 from bookie.client.copies import CopyReader
 from bookie.client.ledger_client import LedgerClient
 from bookie.client.read_handle import ReadHandle
+from bookie.core.auditor import missing_bookies
 from bookie.core.copies import CopyState, odd_copies
 from bookie.core.metadata import LedgerMetadata
 from bookie.errors import (
@@ -50,11 +63,14 @@ from bookie.meta import paths
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import (
     BookieInfo,
+    delete_cookie,
     list_bookies,
     list_cookies,
     read_cookie,
     read_instance_id,
 )
+from bookie.meta.ledgers import LedgerManager
+from bookie.meta.underreplication import UnderReplication
 from bookie.meta.zk import ZkMetadataStore
 from bookie.server.node import EXIT_USAGE
 from bookie.tools.admin import EXIT_PROBLEM, Result, ShellError, pairs
@@ -442,6 +458,128 @@ def _test_payload(number: int) -> bytes:
     return (seed * (size // len(seed) + 1))[:size]
 
 
+# --- autorecovery -----------------------------------------------------------------------------
+
+
+def under_replicated(cluster: Cluster) -> Result:
+    async def ask() -> Result:
+        async with _metadata(cluster) as store:
+            marks = UnderReplication(store, cluster.zk_root)
+            ledgers: list[Result] = []
+            for ledger_id in await marks.list_marks():
+                mark = await marks.read_mark(ledger_id)
+                if mark is None:
+                    continue  # repaired since the listing
+                ledgers.append(
+                    {
+                        "ledger_id": ledger_id,
+                        "missing": sorted(mark.missing),
+                        "locked_by": await marks.lock_owner(ledger_id),
+                    }
+                )
+            return {"enabled": await marks.is_enabled(), "ledgers": ledgers}
+
+    return _run(ask)
+
+
+def who_is_auditor(cluster: Cluster) -> Result:
+    async def ask() -> Result:
+        async with _metadata(cluster) as store:
+            marks = UnderReplication(store, cluster.zk_root)
+            candidates = await marks.candidates()
+            return {"auditor": await marks.auditor(), "candidates": len(candidates.ordered)}
+
+    return _run(ask)
+
+
+def set_autorecovery(cluster: Cluster, enabled: bool) -> Result:
+    async def ask() -> Result:
+        async with _metadata(cluster) as store:
+            marks = UnderReplication(store, cluster.zk_root)
+            await marks.set_enabled(enabled)
+            return {"enabled": await marks.is_enabled()}
+
+    return _run(ask)
+
+
+def trigger_audit(cluster: Cluster) -> Result:
+    async def ask() -> Result:
+        async with _metadata(cluster) as store:
+            marks = UnderReplication(store, cluster.zk_root)
+            await marks.trigger_audit()
+            return {"triggered": True, "auditor": await marks.auditor()}
+
+    return _run(ask)
+
+
+async def _ledgers_naming(store: MetadataStore, root: str, bookie_id: str) -> list[int]:
+    ledgers = LedgerManager(store, root)
+    naming: list[int] = []
+    for ledger_id in await ledgers.list_ledgers():
+        try:
+            metadata, _ = await ledgers.read(ledger_id)
+        except NoSuchLedgerError:
+            continue
+        if missing_bookies(metadata, {bookie_id}):
+            naming.append(ledger_id)
+    return naming
+
+
+async def _mark_all(store: MetadataStore, root: str, bookie_id: str) -> list[int]:
+    marks = UnderReplication(store, root)
+    naming = await _ledgers_naming(store, root, bookie_id)
+    for ledger_id in naming:
+        await marks.mark(ledger_id, [bookie_id])
+    return naming
+
+
+def recover(cluster: Cluster, bookie_id: str) -> Result:
+    async def ask() -> Result:
+        async with _metadata(cluster) as store:
+            marked = await _mark_all(store, cluster.zk_root, bookie_id)
+            return {"bookie_id": bookie_id, "ledgers_marked": marked}
+
+    return _run(ask)
+
+
+def decommission(cluster: Cluster, bookie_id: str, timeout_s: float) -> Result:
+    async def ask() -> Result:
+        async with _metadata(cluster) as store:
+            registered = await list_bookies(store, cluster.zk_root)
+            if bookie_id in registered.writable or bookie_id in registered.read_only:
+                raise ShellError(
+                    f"bookie {bookie_id} is running: stop it first, then decommission it",
+                    EXIT_USAGE,
+                )
+            cookie = await read_cookie(store, bookie_id, cluster.zk_root)
+            if cookie is None:
+                raise ShellError(
+                    f"bookie {bookie_id} is not a member of the cluster (no cookie; see "
+                    "listbookies)",
+                    EXIT_USAGE,
+                )
+            marked = await _mark_all(store, cluster.zk_root, bookie_id)
+            naming = marked
+            with anyio.move_on_after(timeout_s):
+                while naming:
+                    await anyio.sleep(limits.shell_decommission_poll_interval_ms / 1000)
+                    naming = await _ledgers_naming(store, cluster.zk_root, bookie_id)
+            problems: list[Result] = [
+                {"step": "recover", "problem": f"ledger {ledger_id} still names the bookie"}
+                for ledger_id in naming
+            ]
+            if not problems:
+                await delete_cookie(store, bookie_id, cookie[1], cluster.zk_root)
+            return {
+                "bookie_id": bookie_id,
+                "ledgers_marked": marked,
+                "cookie_removed": not problems,
+                "problems": problems,
+            }
+
+    return _run(ask)
+
+
 # --- output -----------------------------------------------------------------------------------
 
 
@@ -534,10 +672,51 @@ def _human_simple_test(result: Result) -> Iterator[str]:
     yield from _human_problems(result)
 
 
+def _human_under_replicated(result: Result) -> Iterator[str]:
+    rows = [
+        (str(ledger["ledger_id"]), ", ".join(ledger["missing"]), ledger["locked_by"] or "-")
+        for ledger in result["ledgers"]
+    ]
+    if rows:
+        yield from _table(("ledger", "missing", "repaired by"), rows)
+    yield f"{len(rows)} under-replicated ledgers"
+    if not result["enabled"]:
+        yield "autorecovery is disabled: workers take no ledger (bookie shell autorecovery enable)"
+
+
+def _human_auditor(result: Result) -> Iterator[str]:
+    yield f"auditor {result['auditor'] or '(none)'}, {result['candidates']} candidates"
+
+
+def _human_autorecovery(result: Result) -> Iterator[str]:
+    yield f"autorecovery {'enabled' if result['enabled'] else 'disabled'}"
+
+
+def _human_trigger(result: Result) -> Iterator[str]:
+    yield f"audit asked of auditor {result['auditor'] or '(none: nobody will audit)'}"
+
+
+def _human_recover(result: Result) -> Iterator[str]:
+    yield f"{len(result['ledgers_marked'])} ledgers naming {result['bookie_id']} marked"
+
+
+def _human_decommission(result: Result) -> Iterator[str]:
+    yield from _human_recover(result)
+    if result["cookie_removed"]:
+        yield f"bookie {result['bookie_id']} decommissioned: no ledger names it, cookie removed"
+    yield from _human_problems(result)
+
+
 HUMAN: dict[str, Callable[[Result], Iterator[str]]] = {
     "listbookies": _human_bookies,
     "listledgers": _human_ledgers,
     "ledgermetadata": _human_metadata,
     "readledger": _human_read_ledger,
     "simpletest": _human_simple_test,
+    "listunderreplicated": _human_under_replicated,
+    "whoisauditor": _human_auditor,
+    "autorecovery": _human_autorecovery,
+    "triggeraudit": _human_trigger,
+    "recover": _human_recover,
+    "decommission": _human_decommission,
 }

@@ -5,14 +5,10 @@ simpletest); human output and `--json`."""
 
 from __future__ import annotations
 
-import json
 import shlex
 import signal
-import sys
 from pathlib import Path
-from typing import Any
 
-import anyio
 import pytest
 
 from bookie.client.bookie_conn import BookieConnection
@@ -26,37 +22,12 @@ from bookie.wire.packet import DigestType
 from .support.entries import DIGEST, KEY, PASSWORD, packet, payload
 from .support.ledgers import start_bookies
 from .support.processes import HOST, BookieCluster, BookieSetup
+from .support.shell import shell, shell_json
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
 
 LEDGER = 77
 ENTRIES = 5
-
-
-async def shell(*arguments: str, check: bool = True) -> tuple[int, str, str]:
-    result = await anyio.run_process(
-        [sys.executable, "-m", "bookie.tools.cli", "shell", *arguments], check=False
-    )
-    stdout, stderr = result.stdout.decode(), result.stderr.decode()
-    if check:
-        assert result.returncode == 0, stderr
-    return result.returncode, stdout, stderr
-
-
-async def shell_json(*arguments: str, code: int = 0) -> Any:
-    """The report of `bookie shell ARGUMENTS --json`, without its `schema` and, when it
-    found problems, its `reproduce` line (both checked here)."""
-    returned, stdout, stderr = await shell(*arguments, "--json", check=False)
-    assert returned == code, stderr
-    report = json.loads(stdout)
-    assert report.pop("schema") == 1
-    if report.get("problems"):
-        assert report.pop("reproduce") == "reproduce: bookie " + shlex.join(
-            ["shell", *arguments, "--json"]
-        )
-    else:
-        assert "reproduce" not in report
-    return report
 
 
 async def written(cluster: BookieCluster) -> BookieSetup:

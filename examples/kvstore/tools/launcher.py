@@ -62,6 +62,7 @@ from bookie.meta.zk import ZkMetadataStore
 from kvstore.runtime.node import DEFAULT_APP
 from rsm import limits as rsm_limits
 from rsm.client import Client, connect
+from rsm.config import ReplicaConfig
 from rsm.errors import RsmError
 from rsm.host import split_zk
 
@@ -169,6 +170,8 @@ class LocalKvCluster:
             zk_servers=hosts,
             zk_root=chroot + LEDGER_ROOT if chroot else None,
             bookie_base_port=bookie_limits.port_default if self._requested.base_port else 0,
+            # The bookies' autorecovery copies the store's ledgers: it needs their password.
+            bookie_config={"autorecovery_password": ReplicaConfig().ledger_password.decode()},
         )
         self.replicas: list[LocalReplica] = []
         self.leader: str | None = None

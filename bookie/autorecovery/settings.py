@@ -1,0 +1,44 @@
+"""What an autorecovery process runs with.
+
+Invariants: `owner` is non-empty (it names the process in locks and in the
+election); every interval is positive; `passwords` are tried against each
+ledger's password hash, so a ledger written with none of them is never copied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bookie import limits
+
+
+@dataclass(frozen=True, slots=True)
+class AutoRecoverySettings:
+    owner: str
+    """This process's autorecovery id: its bookie id, or a standalone process's id."""
+    root: str = limits.metadata_root_default
+    grace_ms: int = limits.autorecovery_grace_ms_default
+    poll_interval_ms: int = limits.autorecovery_poll_interval_ms_default
+    audit_interval_ms: int = limits.autorecovery_audit_interval_ms_default
+    presence_interval_ms: int = limits.autorecovery_presence_interval_ms_default
+    retry_delay_ms_min: int = limits.autorecovery_retry_delay_ms_min
+    retry_delay_ms_max: int = limits.autorecovery_retry_delay_ms_max
+    passwords: tuple[bytes, ...] = (b"",)
+    """The ledger passwords the workers may use (reading HMAC digests, writing copies)."""
+    rate_entries_per_s: int = 0
+    """At most this many entries copied per second by one worker (0: no bound)."""
+    rate_bytes_per_s: int = 0
+    """At most this many bytes copied per second by one worker (0: no bound)."""
+    timeout_ms: int = limits.read_timeout_ms_default
+    """Bound on each read, write and connection attempt to a bookie."""
+
+    def __post_init__(self) -> None:
+        assert self.owner, "an autorecovery process is named"
+        assert self.grace_ms >= 0
+        assert self.poll_interval_ms > 0
+        assert self.audit_interval_ms > 0
+        assert self.presence_interval_ms > 0
+        assert self.timeout_ms > 0
+        assert self.rate_entries_per_s >= 0
+        assert self.rate_bytes_per_s >= 0
+        assert 0 < self.retry_delay_ms_min <= self.retry_delay_ms_max

@@ -1,0 +1,350 @@
+"""The replication worker: takes marked ledgers one at a time and copies them back to full
+replication.  The async shell of `bookie.core.rereplication`.
+
+One round (`run_once`; `run` repeats it every `poll_interval_ms`): unless workers are
+paused (`R/underreplication/disable`), list the marks, and for each ledger the retry
+schedule allows, in a random order, take its ephemeral lock (skip it if another
+worker holds it), repair it, release the lock.  A repair:
+
+1. reads the mark and the ledger's metadata.  A deleted ledger's mark is removed;
+2. picks, among the configured passwords, the one whose hash the metadata holds;
+3. for each sealed segment that names a missing bookie (`plan_repairs`: every segment
+   of a closed ledger, every one but the last of an open or in-recovery one): asks
+   placement for replacements among the writable bookies (never one of the segment's
+   ensemble, never a missing one), copies to each replacement exactly the entries its
+   position holds, each read from the first surviving member of its write set whose copy's
+   digest verifies and written verbatim with the recovery flag (as recovery re-adds
+   entries), `limits.rereplication_entries_in_flight_max` at a time and no faster
+   than the worker's `CopyThrottle` allows (`rate_entries_per_s`, `rate_bytes_per_s`,
+   over all its copies); then replaces the segment's bookies by compare-and-set
+   (`repaired_segment_transform`);
+4. removes the mark at the version read in step 1 (a mark widened meanwhile stays,
+   for the next round), unless the ledger is not closed and its last segment names a
+   missing bookie (`left_to_writer`): that segment is its writer's to change (an
+   ensemble change, deferred until a bookie is free) or its recovery's, so the mark
+   stays and the ledger is tried again, until it is closed or the writer replaced
+   the bookie.
+
+A failure anywhere (`RereplicationFailed`: no spare bookie, an entry with no readable
+copy, no matching password, a segment left to its writer; or a bookie or metadata
+error) leaves the mark and whatever segments were already repaired, each changed by
+one whole compare-and-set, and the ledger is tried again after a back-off
+(`RetrySchedule`).  Every outcome is one log event:
+`autorecovery.repaired`, `autorecovery.repair_failed` (with the reason and the delay),
+`autorecovery.mark_removed` (a deleted ledger).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+import random
+from collections.abc import Iterator
+
+import anyio
+
+from bookie import limits
+from bookie.autorecovery.connect import cluster_instance_id, connect_checked
+from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.client.bookie_conn import BookieConnection
+from bookie.client.ledger_client import password_hash
+from bookie.clock import loop_clock_ms
+from bookie.core.metadata import LedgerMetadata
+from bookie.core.placement import choose_replacements
+from bookie.core.rereplication import (
+    CopyThrottle,
+    RetrySchedule,
+    SegmentRepair,
+    copy_sources,
+    left_to_writer,
+    plan_repairs,
+    position_entries,
+    repaired_segment_transform,
+)
+from bookie.errors import (
+    BookieError,
+    NoSuchLedgerError,
+    NotEnoughBookies,
+    RereplicationFailed,
+)
+from bookie.logs import emit
+from bookie.meta.api import MetadataStore
+from bookie.meta.bookies import list_bookies
+from bookie.meta.ledgers import LedgerManager
+from bookie.meta.underreplication import Mark, UnderReplication
+from bookie.wire.packet import Digest, master_key
+
+logger = logging.getLogger(__name__)
+
+
+class ReplicationWorker:
+    """Repairs the marked ledgers of one cluster; see the module docstring."""
+
+    def __init__(
+        self, store: MetadataStore, settings: AutoRecoverySettings, rng: random.Random
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._rng = rng
+        self._marks = UnderReplication(store, settings.root)
+        self._ledgers = LedgerManager(store, settings.root)
+        self._schedule = RetrySchedule(
+            delay_ms_min=settings.retry_delay_ms_min, delay_ms_max=settings.retry_delay_ms_max
+        )
+        self._throttle = CopyThrottle(
+            entries_per_s=settings.rate_entries_per_s, bytes_per_s=settings.rate_bytes_per_s
+        )
+
+    async def run(self) -> None:
+        """Rounds forever, `poll_interval_ms` apart; metadata errors are logged, not raised."""
+        while True:
+            try:
+                await self.run_once()
+            except BookieError as error:
+                emit(logger, logging.WARNING, "autorecovery.worker_round_failed", reason=str(error))
+            await anyio.sleep(self._settings.poll_interval_ms / 1000)
+
+    async def run_once(self) -> int:
+        """One round; return how many ledgers it brought back to full replication."""
+        if not await self._marks.is_enabled():
+            return 0
+        marked = await self._marks.list_marks()
+        ready = self._schedule.ready(marked, loop_clock_ms())
+        self._rng.shuffle(ready)
+        repaired = 0
+        for ledger_id in ready:
+            if not await self._marks.is_enabled():
+                break
+            if not await self._marks.try_lock(ledger_id, self._settings.owner):
+                continue
+            try:
+                repaired += await self._repair_logged(ledger_id)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self._marks.unlock(ledger_id)
+        return repaired
+
+    async def _repair_logged(self, ledger_id: int) -> int:
+        try:
+            segments = await self.repair(ledger_id)
+        except BookieError as error:
+            delay_ms = self._schedule.failed(ledger_id, loop_clock_ms())
+            emit(
+                logger,
+                logging.WARNING,
+                "autorecovery.repair_failed",
+                ledger_id=ledger_id,
+                reason=f"{type(error).__name__}: {error}",
+                retry_in_ms=delay_ms,
+            )
+            return 0
+        self._schedule.succeeded(ledger_id)
+        return 1 if segments is not None else 0
+
+    async def repair(self, ledger_id: int) -> int | None:
+        """Repair one ledger (its lock held); return the segments repaired, None when the
+        mark was gone or widened meanwhile.  Raises as the module docstring says."""
+        mark = await self._marks.read_mark(ledger_id)
+        if mark is None:
+            return None
+        try:
+            metadata, _ = await self._ledgers.read(ledger_id)
+        except NoSuchLedgerError:
+            await self._marks.remove_mark(mark)
+            emit(logger, logging.INFO, "autorecovery.mark_removed", ledger_id=ledger_id)
+            return None
+        repairs = plan_repairs(metadata, mark.missing)
+        copied = 0
+        if repairs:
+            password = self._password_of(metadata)
+            for repair in repairs:
+                copied += await self._repair_segment(metadata, password, repair, mark)
+        if left_to_writer(metadata, mark.missing):
+            raise RereplicationFailed(
+                f"ledger {ledger_id} is {metadata.state.name} and its last segment names "
+                f"{sorted(set(metadata.current_ensemble) & mark.missing)}: that segment is "
+                f"left to its writer ({len(repairs)} earlier segments repaired)"
+            )
+        if not await self._marks.remove_mark(mark):
+            return None
+        emit(
+            logger,
+            logging.INFO,
+            "autorecovery.repaired",
+            ledger_id=ledger_id,
+            missing=sorted(mark.missing),
+            segments=len(repairs),
+            entries_copied=copied,
+        )
+        return len(repairs)
+
+    def _password_of(self, metadata: LedgerMetadata) -> bytes:
+        for password in self._settings.passwords:
+            if hmac.compare_digest(password_hash(password), metadata.password_hash):
+                return password
+        raise RereplicationFailed(
+            f"ledger {metadata.ledger_id}: none of the {len(self._settings.passwords)} "
+            "configured passwords is its password (set autorecovery_password)"
+        )
+
+    async def _repair_segment(
+        self, metadata: LedgerMetadata, password: bytes, repair: SegmentRepair, mark: Mark
+    ) -> int:
+        """Copy one segment's entries to replacements, then CAS them into the metadata;
+        return the entries copied."""
+        ledger_id = metadata.ledger_id
+        bookies = await list_bookies(self._store, self._settings.root)
+        addresses = {
+            bookie_id: info.address
+            for bookie_id, info in (*bookies.writable.items(), *bookies.read_only.items())
+        }
+        try:
+            replacements = choose_replacements(
+                {bookie_id: info.rack for bookie_id, info in bookies.writable.items()},
+                repair.ensemble,
+                repair.positions,
+                write_quorum=metadata.write_quorum,
+                rng=self._rng,
+                excluded=mark.missing,
+            )
+        except NotEnoughBookies as error:
+            raise RereplicationFailed(
+                f"ledger {ledger_id}, segment from entry {repair.first_entry_id}: no spare "
+                f"bookie ({error})"
+            ) from error
+        unusable = set(mark.missing) | {repair.ensemble[index] for index in repair.positions}
+        copier = _Copier(metadata, password, self._settings.timeout_ms, self._throttle)
+        instance_id = await cluster_instance_id(self._store, self._settings.root)
+        async with contextlib.AsyncExitStack() as stack:
+            needed = {*repair.ensemble, *replacements.values()} - unusable
+            for bookie_id in sorted(needed):
+                await copier.connect(stack, bookie_id, addresses.get(bookie_id), instance_id)
+            work = (
+                (entry_id, replacements[position])
+                for position in repair.positions
+                for entry_id in position_entries(
+                    metadata.quorum, repair.first_entry_id, repair.last_entry_id, position
+                )
+            )
+            copied = await copier.copy_all(work, repair.ensemble, unusable)
+        await self._ledgers.update(
+            ledger_id,
+            lambda current: repaired_segment_transform(
+                current, repair.first_entry_id, repair.ensemble, replacements
+            ),
+        )
+        emit(
+            logger,
+            logging.INFO,
+            "autorecovery.segment_repaired",
+            ledger_id=ledger_id,
+            first_entry_id=repair.first_entry_id,
+            replaced={repair.ensemble[index]: new for index, new in replacements.items()},
+            entries_copied=copied,
+        )
+        return copied
+
+
+class _Copier:
+    """Copies entries of one ledger between bookies over connections it holds."""
+
+    def __init__(
+        self, metadata: LedgerMetadata, password: bytes, timeout_ms: int, throttle: CopyThrottle
+    ) -> None:
+        self._metadata = metadata
+        self._throttle = throttle
+        self._digest = Digest(metadata.digest_type, password)
+        self._master_key = master_key(password)
+        self._timeout_ms = timeout_ms
+        self._connections: dict[str, BookieConnection | str] = {}
+        """Bookie id -> its connection, or why there is none."""
+
+    async def connect(
+        self,
+        stack: contextlib.AsyncExitStack,
+        bookie_id: str,
+        address: str | None,
+        instance_id: str | None,
+    ) -> None:
+        if address is None:
+            self._connections[bookie_id] = "not registered"
+            return
+        try:
+            self._connections[bookie_id] = await connect_checked(
+                stack, bookie_id, address, instance_id, self._timeout_ms
+            )
+        except BookieError as error:
+            self._connections[bookie_id] = str(error)
+
+    async def copy_all(
+        self, work: Iterator[tuple[int, str]], ensemble: tuple[str, ...], unusable: set[str]
+    ) -> int:
+        """Copy every (entry, target bookie) of `work`, some at once; return how many."""
+        copied = 0
+
+        async def copy_some() -> None:
+            nonlocal copied
+            for entry_id, target in work:  # shared: each item goes to one task
+                packet = await self._read_verified(entry_id, ensemble, unusable)
+                wait_ms = self._throttle.reserve(loop_clock_ms(), len(packet))
+                if wait_ms:
+                    await anyio.sleep(wait_ms / 1000)
+                await self._write(target, entry_id, packet)
+                copied += 1
+
+        try:
+            async with anyio.create_task_group() as task_group:
+                for _ in range(limits.rereplication_entries_in_flight_max):
+                    task_group.start_soon(copy_some)
+        except BaseExceptionGroup as group:
+            # The first failure cancelled the other copies: report it, not the group.
+            matched, _ = group.split(BookieError)
+            if matched is None:
+                raise
+            raise _first(matched) from None
+        return copied
+
+    async def _read_verified(
+        self, entry_id: int, ensemble: tuple[str, ...], unusable: set[str]
+    ) -> bytes:
+        ledger_id = self._metadata.ledger_id
+        failures: list[str] = []
+        for bookie_id in copy_sources(self._metadata.quorum, ensemble, entry_id, unusable):
+            connection = self._connections.get(bookie_id)
+            if not isinstance(connection, BookieConnection):
+                failures.append(f"{bookie_id}: {connection}")
+                continue
+            try:
+                response = await connection.read(ledger_id, entry_id, timeout_ms=self._timeout_ms)
+                packet = response.packet or b""
+                self._digest.verify_entry(packet, ledger_id, entry_id)
+            except BookieError as error:
+                failures.append(f"{bookie_id}: {type(error).__name__}: {error}")
+                continue
+            return packet
+        raise RereplicationFailed(
+            f"ledger {ledger_id} entry {entry_id}: no verified copy to copy from "
+            f"({'; '.join(failures) or 'no surviving member of its write set'})"
+        )
+
+    async def _write(self, bookie_id: str, entry_id: int, packet: bytes) -> None:
+        connection = self._connections.get(bookie_id)
+        ledger_id = self._metadata.ledger_id
+        if not isinstance(connection, BookieConnection):
+            raise RereplicationFailed(f"replacement {bookie_id}: {connection}")
+        await connection.add(
+            ledger_id,
+            entry_id,
+            self._master_key,
+            packet,
+            recovery=True,
+            timeout_ms=self._timeout_ms,
+        )
+
+
+def _first(group: BaseExceptionGroup[BookieError]) -> BookieError:
+    error: BookieError | BaseExceptionGroup[BookieError] = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error

@@ -1,0 +1,266 @@
+"""The replication worker against in-process bookies: a lost bookie's segments copied to a
+spare and swapped in by compare-and-set, the sealed ones of an open ledger too; no spare,
+an open ledger's last segment, deleted ledgers, the pause switch and passwords leave the
+metadata untouched; a worker that died holding a lock
+loses it with its session."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.autorecovery.worker import ReplicationWorker
+from bookie.client.bookie_conn import BookieConnection
+from bookie.client.ledger_client import LedgerClient
+from bookie.core.metadata import LedgerMetadata
+from bookie.core.rereplication import position_entries, segment_ranges
+from bookie.meta.api import MetadataStore
+from bookie.meta.underreplication import UnderReplication
+from bookie.wire.packet import master_key
+from tests.unit.bookie.client.cluster import ROOT, LocalCluster, memory_cluster
+
+pytestmark = pytest.mark.anyio
+
+PASSWORD = b"pw"
+ENTRIES = 20
+
+
+def settings(**overrides: object) -> AutoRecoverySettings:
+    values: dict[str, object] = {
+        "owner": "worker-1",
+        "root": ROOT,
+        "passwords": (b"other", PASSWORD),
+        "timeout_ms": 2_000,
+        "retry_delay_ms_min": 1,
+        "retry_delay_ms_max": 1,
+    }
+    values.update(overrides)
+    return AutoRecoverySettings(**values)  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def session(cluster: LocalCluster) -> AsyncIterator[tuple[MetadataStore, UnderReplication]]:
+    async with cluster.store_factory() as store:
+        yield store, UnderReplication(store, ROOT)
+
+
+async def closed_ledger(client: LedgerClient, entries: int = ENTRIES) -> LedgerMetadata:
+    async with await client.create_ledger(3, 2, 2, password=PASSWORD) as ledger:
+        for index in range(entries):
+            await ledger.append(f"entry {index}".encode())
+    return await client.ledger_metadata(ledger.ledger_id)
+
+
+def assert_fully_replicated(cluster: LocalCluster, metadata: LedgerMetadata) -> None:
+    """Every entry is on every bookie its write set names in the metadata."""
+    for first, last, ensemble in segment_ranges(metadata):
+        for entry_id in range(first, last + 1):
+            expected = sorted(ensemble[index] for index in metadata.quorum.write_set(entry_id))
+            holders = set(cluster.holders(metadata.ledger_id, entry_id))
+            assert set(expected) <= holders, (entry_id, expected, holders)
+
+
+async def test_a_lost_bookies_segments_move_to_a_spare() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        ledgers = [await closed_ledger(client) for _ in range(3)]
+        spare = await cluster.add_bookie()
+        lost = cluster.bookie_ids[0]
+        await cluster.stop_bookie(lost)
+        async with session(cluster) as (store, marks):
+            for metadata in ledgers:
+                await marks.mark(metadata.ledger_id, [lost])
+            repaired = await ReplicationWorker(store, settings(), random.Random(1)).run_once()
+            assert repaired == 3
+            assert await marks.list_marks() == []
+            for before in ledgers:
+                after = await client.ledger_metadata(before.ledger_id)
+                assert after.ensembles == tuple(
+                    (first, tuple(spare if b == lost else b for b in ensemble))
+                    for first, ensemble in before.ensembles
+                )
+                assert (after.last_entry_id, after.length) == (before.last_entry_id, before.length)
+                assert_fully_replicated(cluster, after)
+                assert not cluster.storage(spare).read_entry(before.ledger_id, ENTRIES), (
+                    "nothing past the ledger's end"
+                )
+                reader = await client.open_ledger(before.ledger_id, PASSWORD, recovery=False)
+                payloads = await reader.read(0, ENTRIES - 1)
+                assert payloads == [f"entry {index}".encode() for index in range(ENTRIES)]
+
+
+async def test_without_a_spare_bookie_the_mark_stays_and_nothing_changes() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        metadata = await closed_ledger(client)
+        lost = cluster.bookie_ids[0]
+        await cluster.stop_bookie(lost)
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, [lost])
+            worker = ReplicationWorker(store, settings(), random.Random(1))
+            assert await worker.run_once() == 0
+            assert await marks.list_marks() == [metadata.ledger_id]
+            assert await marks.lock_owner(metadata.ledger_id) is None, "the lock was released"
+            assert await client.ledger_metadata(metadata.ledger_id) == metadata
+            spare = await cluster.add_bookie()
+            assert await worker.run_once() == 1, "retried once a spare registered"
+            after = await client.ledger_metadata(metadata.ledger_id)
+            assert spare in after.ensembles[0][1]
+            assert_fully_replicated(cluster, after)
+
+
+async def test_a_ledger_with_an_unknown_password_is_left_alone() -> None:
+    async with memory_cluster(4) as cluster, cluster.client() as client:
+        other = await client.create_ledger(3, 2, 2, password=b"unknown")
+        await other.close()
+        async with session(cluster) as (store, marks):
+            before = await client.ledger_metadata(other.ledger_id)
+            await marks.mark(other.ledger_id, [before.ensembles[0][1][0]])
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 0
+            assert await marks.list_marks() == [other.ledger_id]
+            assert await client.ledger_metadata(other.ledger_id) == before
+
+
+async def test_a_deleted_ledgers_mark_is_removed_and_a_paused_worker_does_nothing() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        metadata = await closed_ledger(client, entries=2)
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, ["gone"])
+            worker = ReplicationWorker(store, settings(), random.Random(1))
+            await marks.set_enabled(False)
+            await client.delete_ledger(metadata.ledger_id)
+            assert await worker.run_once() == 0
+            assert await marks.list_marks() == [metadata.ledger_id], "paused"
+            await marks.set_enabled(True)
+            await worker.run_once()
+            assert await marks.list_marks() == []
+
+
+async def test_a_ledger_locked_by_another_worker_is_skipped() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        metadata = await closed_ledger(client, entries=2)
+        await cluster.add_bookie()
+        lost = metadata.ensembles[0][1][0]
+        await cluster.stop_bookie(lost)
+        async with session(cluster) as (store, marks), session(cluster) as (_, other):
+            await marks.mark(metadata.ledger_id, [lost])
+            assert await other.try_lock(metadata.ledger_id, "worker-2")
+            worker = ReplicationWorker(store, settings(), random.Random(1))
+            assert await worker.run_once() == 0
+            assert await marks.lock_owner(metadata.ledger_id) == "worker-2"
+            await other.unlock(metadata.ledger_id)
+            assert await worker.run_once() == 1
+
+
+async def test_a_worker_that_died_mid_copy_loses_its_lock_and_another_finishes() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        metadata = await closed_ledger(client)
+        ledger_id = metadata.ledger_id
+        spare = await cluster.add_bookie()
+        lost = metadata.ensembles[0][1][0]
+        survivor = metadata.ensembles[0][1][1]
+        await cluster.stop_bookie(lost)
+        async with session(cluster) as (store, marks):
+            await marks.mark(ledger_id, [lost])
+            worker = ReplicationWorker(store, settings(), random.Random(1))
+            async with cluster.store_factory() as dead_store:
+                assert await UnderReplication(dead_store, ROOT).try_lock(ledger_id, "dead")
+                # What the dead worker had copied: the survivor's first entries, verbatim.
+                host, port = cluster.bookie(spare).address.split(":")
+                async with BookieConnection.connect(host, int(port)) as connection:
+                    for entry_id in range(3):
+                        packet = cluster.storage(survivor).read_entry(ledger_id, entry_id)
+                        if packet is not None:
+                            await connection.add(
+                                ledger_id, entry_id, master_key(PASSWORD), packet, recovery=True
+                            )
+                assert await worker.run_once() == 0, "locked by the dead worker's session"
+                dead_store.expire_session()
+                assert await marks.lock_owner(ledger_id) is None
+            assert await worker.run_once() == 1
+            after = await client.ledger_metadata(ledger_id)
+            assert spare in after.ensembles[0][1]
+            assert_fully_replicated(cluster, after)
+            assert await marks.list_marks() == []
+
+
+async def test_two_lost_bookies_of_one_ensemble_are_replaced_together() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        async with await client.create_ledger(3, 3, 2, password=PASSWORD) as ledger:
+            for index in range(ENTRIES):
+                await ledger.append(f"entry {index}".encode())
+        metadata = await client.ledger_metadata(ledger.ledger_id)
+        spares = {await cluster.add_bookie(), await cluster.add_bookie()}
+        lost = set(metadata.ensembles[0][1][:2])
+        for bookie_id in lost:
+            await cluster.stop_bookie(bookie_id)
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, lost)
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 1
+            after = await client.ledger_metadata(metadata.ledger_id)
+            ensemble = after.ensembles[0][1]
+            assert set(ensemble) == spares | {metadata.ensembles[0][1][2]}
+            assert_fully_replicated(cluster, after)
+
+
+async def test_copies_are_throttled() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        metadata = await closed_ledger(client)
+        await cluster.add_bookie()
+        lost = metadata.ensembles[0][1][0]
+        await cluster.stop_bookie(lost)
+        held = len(list(position_entries(metadata.quorum, 0, ENTRIES - 1, 0)))
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, [lost])
+            worker = ReplicationWorker(store, settings(rate_entries_per_s=200), random.Random(1))
+            started = anyio.current_time()
+            assert await worker.run_once() == 1
+            assert anyio.current_time() - started >= (held - 1) / 200
+
+
+async def test_an_open_ledgers_sealed_segments_are_repaired_and_its_writer_goes_on() -> None:
+    async with memory_cluster(4) as cluster, cluster.client() as client:
+        writer = await client.create_ledger(3, 2, 2, password=PASSWORD)
+        for index in range(10):
+            await writer.append(f"entry {index}".encode())
+        first = (await client.ledger_metadata(writer.ledger_id)).ensembles[0][1]
+        lost = first[0]
+        await cluster.stop_bookie(lost)
+        for index in range(10, 15):  # the writer replaces the lost bookie: a second segment
+            await writer.append(f"entry {index}".encode())
+        before = await client.ledger_metadata(writer.ledger_id)
+        assert len(before.ensembles) == 2
+        assert lost not in before.current_ensemble
+        async with session(cluster) as (store, marks):
+            await marks.mark(writer.ledger_id, [lost])
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 1
+            assert await marks.list_marks() == []
+            after = await client.ledger_metadata(writer.ledger_id)
+            replacement = after.ensembles[0][1][0]
+            assert replacement not in first
+            assert after.ensembles[0][1][1:] == first[1:]
+            assert after.ensembles[1] == before.ensembles[1]
+        for index in range(15, 20):
+            await writer.append(f"entry {index}".encode())
+        await writer.close()
+        closed = await client.ledger_metadata(writer.ledger_id)
+        assert closed.ensembles[0][1] == after.ensembles[0][1], "the writer kept the repair"
+        assert closed.last_entry_id == 19
+        assert_fully_replicated(cluster, closed)
+
+
+async def test_an_open_ledgers_last_segment_is_left_to_its_writer() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        writer = await client.create_ledger(3, 2, 2, password=PASSWORD)
+        await writer.append(b"open")
+        await cluster.add_bookie()
+        lost = (await client.ledger_metadata(writer.ledger_id)).current_ensemble[0]
+        async with session(cluster) as (store, marks):
+            await marks.mark(writer.ledger_id, [lost])
+            before = await client.ledger_metadata(writer.ledger_id)
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 0
+            assert await marks.list_marks() == [writer.ledger_id]
+            assert await client.ledger_metadata(writer.ledger_id) == before
