@@ -44,6 +44,8 @@ from bookie.wire.messages import (
     ENTRY_ID_LAST,
     READ_FLAG_FENCE,
     AddRequest,
+    IdentifyRequest,
+    IdentifyResponse,
     ReadRequest,
     Request,
     Response,
@@ -244,6 +246,10 @@ class WireTap:
     def _decide(self, address: str, stream: _TappedStream, body: bytes) -> bytes | None:
         """The frame to send now, or None (held or dropped)."""
         request = decode_request(body)
+        if type(request) is IdentifyRequest:
+            # A connection's IDENTIFY is part of connecting, which the tap neither holds nor
+            # records: its rules and records are for the requests under test.
+            return frame(body)
         verdict = self._rules.get(address, send_all)(request)
         self.sent.append(Sent(address, request, verdict))
         self._notify()
@@ -257,8 +263,10 @@ class WireTap:
         return None
 
     def _record(self, address: str, body: bytes) -> None:
-        self.answered.append(Answered(address, decode_response(body)))
-        self._notify()
+        response = decode_response(body)
+        if type(response) is not IdentifyResponse:
+            self.answered.append(Answered(address, response))
+            self._notify()
 
     def _notify(self) -> None:
         self._changed.set()
