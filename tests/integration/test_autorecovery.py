@@ -24,6 +24,7 @@ from bookie.core.metadata import LedgerMetadata
 from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.bookies import init_cluster
 from bookie.meta.zk import ZkMetadataStore
+from tests.unit.bookie.server.support import eventually as wait_eventually
 
 from .support.ledgers import PASSWORD, entry_payload, ledger_client, start_bookies
 from .support.processes import WAIT_S, BookieCluster
@@ -42,11 +43,8 @@ AUTORECOVERY = {
 }
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float = WAIT_S) -> None:
-    """Wait until `check()` holds, asking every `POLL_S`; fail after `timeout_s`."""
-    with anyio.fail_after(timeout_s):
-        while not await check():
-            await anyio.sleep(POLL_S)
+async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
+    await wait_eventually(check, poll_s=POLL_S, timeout_s=WAIT_S)
 
 
 async def write_closed_ledgers(client: LedgerClient) -> list[int]:

@@ -16,6 +16,7 @@ from bookie.core.rereplication import repaired_segment_transform
 from bookie.meta.ledgers import LedgerManager
 from bookie.meta.underreplication import UnderReplication
 from tests.unit.bookie.client.cluster import ROOT, WAIT_S, memory_cluster
+from tests.unit.bookie.server.support import eventually as wait_eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -36,10 +37,7 @@ def settings(owner: str, **overrides: object) -> AutoRecoverySettings:
 
 
 async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
-    """Wait until `check()` holds, asking again every `POLL_S`; fail after `WAIT_S`."""
-    with anyio.fail_after(WAIT_S):
-        while not await check():
-            await anyio.sleep(POLL_S)
+    await wait_eventually(check, poll_s=POLL_S, timeout_s=WAIT_S)
 
 
 async def test_the_auditor_marks_the_ledgers_of_a_lost_bookie_only_after_the_grace() -> None:

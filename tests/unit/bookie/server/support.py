@@ -1,9 +1,10 @@
 """Helpers shared by the server and client tests: a server on a free loopback
-port, entry packets, condition waits and raw frame I/O."""
+port, entry packets, condition waits (local state, or queries that ask again) and raw
+frame I/O."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -45,6 +46,16 @@ async def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> Non
     with anyio.fail_after(timeout_s):
         while not condition():
             await anyio.lowlevel.checkpoint()
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, poll_s: float, timeout_s: float
+) -> None:
+    """Ask `check()` (a query of a store or a cluster) every `poll_s` until it holds; fail
+    after `timeout_s`."""
+    with anyio.fail_after(timeout_s):
+        while not await check():
+            await anyio.sleep(poll_s)
 
 
 async def read_bodies(
