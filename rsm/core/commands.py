@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final
 
 import cbor2
@@ -70,6 +71,7 @@ _SCALARS: Final = frozenset({type(None), bool, int, float, str, bytes})
 """Result types that are immutable and always CBOR-encodable: kept without a round trip."""
 
 _MARKER_OUTCOME: Final = Outcome(RsmStatus.OK, None)
+_NO_KEYWORDS: Final[Mapping[str, Any]] = MappingProxyType({})
 
 _OK: Final = RsmStatus.OK
 _new_tuple: Final = tuple.__new__
@@ -211,15 +213,31 @@ def answer_query(
     Raises `UnknownCommand` / `BadArguments` for a query that does not exist or
     does not take these arguments (the caller's mistake, not the query's).
     """
-    operation = resolve_query(type(machine), name)
-    keywords = kwargs or {}
-    operation.check_arguments(args, keywords)
     if applied is None:
+        operation = resolve_query(type(machine), name)
+        keywords = kwargs or {}
+        operation.check_arguments(args, keywords)
         return _call(machine, operation, args, keywords, recorded=False)
     query_time_ms = applied.time_ms
     if time_ms is not None and time_ms > query_time_ms:
         query_time_ms = time_ms
-    machine._rsm_context = Context.for_query(applied.index, query_time_ms, applied.epoch)
+    context = Context.for_query(applied.index, query_time_ms, applied.epoch)
+    return run_query(machine, name, args, kwargs, context)
+
+
+def run_query(
+    machine: StateMachine,
+    name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any] | None,
+    context: Context,
+) -> Outcome:
+    """`answer_query` with the query's context made by the caller (`Context.for_query`), who
+    may give the same one to every query answered at the same position and time."""
+    operation = resolve_query(type(machine), name)
+    keywords = kwargs or _NO_KEYWORDS
+    operation.check_arguments(args, keywords)
+    machine._rsm_context = context
     try:
         return _call(machine, operation, args, keywords, recorded=False)
     finally:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from rsm import limits
 from rsm.errors import Overloaded
@@ -132,6 +132,11 @@ def successor_wait_ms(read_lease_ms: int) -> int:
     return math.ceil(read_lease_ms * (1 + error) / (1 - error))
 
 
+LEASE_NOT_HELD: Final = 0
+LEASE_HELD: Final = 1
+LEASE_HELD_RENEW: Final = 2
+
+
 class ReadLease:
     """Until when a leader may answer linearizable reads without a round (clock in seconds)."""
 
@@ -147,9 +152,13 @@ class ReadLease:
         """Whether a read arriving at `now_s` may be answered at once."""
         return now_s < self._until_s
 
-    def wants_renewal(self, now_s: float) -> bool:
-        """Whether to start a round now, ahead of the lease's end (it is half used)."""
-        return now_s >= self._renew_from_s
+    def check(self, now_s: float) -> int:
+        """For a read arriving at `now_s`: `LEASE_NOT_HELD` (it waits for a round),
+        `LEASE_HELD`, or `LEASE_HELD_RENEW` (held, and half used: start a round now, ahead
+        of the lease's end)."""
+        if now_s >= self._until_s:
+            return LEASE_NOT_HELD
+        return LEASE_HELD_RENEW if now_s >= self._renew_from_s else LEASE_HELD
 
     def confirmed(self, round_started_s: float) -> None:
         """A round that started at `round_started_s` confirmed the writer."""

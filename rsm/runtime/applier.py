@@ -38,14 +38,14 @@ from typing import Any, NamedTuple, Protocol
 from bookie.logs import emit
 from rsm import limits
 from rsm.config import ReplicaConfig
-from rsm.core.commands import INITIAL_POSITION, AppliedPosition, answer_query, apply_batch
+from rsm.core.commands import INITIAL_POSITION, AppliedPosition, apply_batch, run_query
 from rsm.core.log_format import Batch
 from rsm.core.log_state import Cursor
 from rsm.core.protocol import Op
 from rsm.core.reads import IndexWaiters
 from rsm.core.sessions import Outcome, SessionTable
 from rsm.core.state_hashes import StateHashes
-from rsm.core.state_machine import StateMachine
+from rsm.core.state_machine import Context, StateMachine
 from rsm.errors import MalformedValue, StatusError
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,17 @@ class Read(NamedTuple):
 class Applier:
     """State, position and the apply step of one replica (see the module docstring)."""
 
-    __slots__ = ("machine", "sessions", "position", "cursor", "hashes", "log_bytes", "_waiters")
+    __slots__ = (
+        "machine",
+        "sessions",
+        "position",
+        "cursor",
+        "hashes",
+        "log_bytes",
+        "_waiters",
+        "_query_context",
+        "_query_context_at",
+    )
 
     def __init__(self, machine: StateMachine, config: ReplicaConfig) -> None:
         self.machine = machine
@@ -89,6 +99,10 @@ class Applier:
         """Bytes of log entries read and applied by this replica (for the snapshot policy);
         whoever reads an entry adds its size."""
         self._waiters: IndexWaiters[Read] = IndexWaiters(0)
+        self._query_context: Context | None = None
+        self._query_context_at: tuple[AppliedPosition, int] | None = None
+        """The position and time `_query_context` was made for: reads at the same position and
+        time (most of a busy leader's, between two batches) share it."""
 
     @property
     def applied_index(self) -> int:
@@ -181,7 +195,12 @@ class Applier:
     # --- queries ------------------------------------------------------------------------------
 
     def query(
-        self, name: str, args: list[Any], kwargs: dict[str, Any], *, time_ms: int | None = None
+        self,
+        name: str,
+        args: list[Any],
+        kwargs: dict[str, Any] | None,
+        *,
+        time_ms: int | None = None,
     ) -> Outcome:
         """Answer a query from the state as it is now; errors become outcomes.
 
@@ -189,10 +208,19 @@ class Applier:
         leader answering a linearizable read passes its own clock, so a key
         whose expiry time has passed is gone even if nothing was logged since.
         """
-        try:
-            return answer_query(
-                self.machine, name, args, kwargs, applied=self.position, time_ms=time_ms
+        position = self.position
+        query_time_ms = position.time_ms
+        if time_ms is not None and time_ms > query_time_ms:
+            query_time_ms = time_ms
+        context = self._query_context
+        at = self._query_context_at
+        if context is None or at is None or at[0] is not position or at[1] != query_time_ms:
+            context = self._query_context = Context.for_query(
+                position.index, query_time_ms, position.epoch
             )
+            self._query_context_at = (position, query_time_ms)
+        try:
+            return run_query(self.machine, name, args, kwargs, context)
         except StatusError as error:
             return Outcome.failure(error)
 

@@ -109,7 +109,7 @@ from rsm.core.commands import prepare_command_item
 from rsm.core.log_format import Batch, LeaderStart, encode_leader_start, encode_log
 from rsm.core.log_state import Log, Segment
 from rsm.core.protocol import CallRequest, Op
-from rsm.core.reads import LinearizableReads, ReadLease
+from rsm.core.reads import LEASE_HELD_RENEW, LEASE_NOT_HELD, LinearizableReads, ReadLease
 from rsm.core.sessions import Outcome
 from rsm.errors import NotLeader, OutcomeUnknown, StatusError
 from rsm.runtime.applier import Answerer, Applier, Read
@@ -390,19 +390,16 @@ class LeaderTerm:
         except StatusError as error:
             answerer.answer(Op.CALL, request_id, Outcome.failure(error), 0)
 
-    def read_now(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Outcome | None:
+    def read_now(self, name: str, args: list[Any], kwargs: dict[str, Any] | None) -> Outcome | None:
         """A linearizable read's outcome at once, under the lease; None when it needs a round."""
-        assert self.accepting
-        now_s = self._lease_clock_s()
-        lease = self._lease
-        if not lease.holds(now_s):
+        lease = self._lease.check(self._lease_clock_s())
+        if lease == LEASE_NOT_HELD:
             return None
-        time_ms = self._batcher.advance_time(self._wall_clock_ms())
-        outcome = self._applier.query(name, args, kwargs, time_ms=time_ms)
-        if lease.wants_renewal(now_s) and not self._renew_lease:
+        if lease == LEASE_HELD_RENEW and not self._renew_lease:
             self._renew_lease = True
             self._wake_reads()
-        return outcome
+        time_ms = self._batcher.advance_time(self._wall_clock_ms())
+        return self._applier.query(name, args, kwargs, time_ms=time_ms)
 
     def submit_read(self, read: Read) -> None:
         """Answer a linearizable read now under the lease, or queue it for the next round."""

@@ -456,7 +456,7 @@ class Replica:
         term = self._term
         if term is None or not term.accepting:
             return None
-        return term.read_now(name, args, kwargs or {})
+        return term.read_now(name, args, kwargs)
 
     def cancel_read(self, ticket: int) -> None:
         self._applier.cancel_read(ticket)

@@ -276,6 +276,13 @@ class Router:
             )
         )
 
+    def read_now(self, lane: Lane, name: str, args: list[Any]) -> Outcome | None:
+        """A linearizable read's outcome at once, when the local leader answers it under its
+        read lease and no earlier command of the lane waits; else None (use `read`)."""
+        if lane.parked:
+            return None
+        return self._replica.read_now(name, args)
+
     def flush(self) -> None:
         """A run of commands was handed over: let the local leader cut its batch once this
         turn of the event loop is over (if any of them was a call it took: reads and

@@ -47,6 +47,9 @@ class StoreRouter:
         self.requests: list[tuple[str, list[Any]]] = []
         self.flushes = 0
         self.lanes: list[Lane] = []
+        self.reads_at_once = False
+        self.reads_now = 0
+        """Reads answered through `read_now`, the connection's shortest path."""
 
     def lane(self) -> Lane:
         lane = Lane(Session(b"s" * 16))
@@ -70,6 +73,15 @@ class StoreRouter:
         self.requests.append((name, args))
         self._answer(receiver, ticket, self.replica.query(name, *args))
 
+    def read_now(self, lane: Lane, name: str, args: list[Any]) -> Outcome | None:
+        """Like a leader under its read lease: at once, unless answers are held (and reads
+        are not let through, `hold(reads_at_once=True)`)."""
+        if self.held is not None and not self.reads_at_once:
+            return None
+        self.requests.append((name, args))
+        self.reads_now += 1
+        return self.replica.query(name, *args)
+
     def flush(self) -> None:
         self.flushes += 1
 
@@ -82,8 +94,9 @@ class StoreRouter:
         else:
             self.held.append((receiver, ticket, outcome))
 
-    def hold(self) -> None:
+    def hold(self, *, reads_at_once: bool = False) -> None:
         self.held = []
+        self.reads_at_once = reads_at_once
 
     def release(self, *, reverse: bool = False) -> None:
         held, self.held = self.held or [], None
@@ -329,6 +342,38 @@ async def test_a_pipelines_answers_leave_in_one_write(reverse: bool) -> None:
         router.release(reverse=reverse)
         await wait_all_tasks_blocked()
         assert transport.writes == [b"+OK\r\n+OK\r\n$1\r\n1\r\n"]
+
+
+async def test_replies_known_at_once_leave_in_one_write_without_the_routers_delivery() -> None:
+    async with hand_driven_connection() as (router, connection, transport):
+        router.replica.command("set", b"a", b"1")
+        connection.data_received(b"GET a\r\nPING\r\nGET b\r\n")
+        assert transport.writes == [b"$1\r\n1\r\n+PONG\r\n$-1\r\n"]
+        assert router.reads_now == 2
+        assert router.held is None
+
+
+async def test_from_the_first_command_that_waits_the_rest_keeps_its_order() -> None:
+    async with hand_driven_connection() as (router, connection, transport):
+        router.hold(reads_at_once=True)
+        connection.data_received(b"GET a\r\nSET a 1\r\nGET a\r\nPING\r\n")
+        assert transport.writes == [b"$-1\r\n"], "what is ready leaves, what follows waits"
+        assert router.reads_now == 1, "the GET after the SET waits behind it"
+        router.release()
+        await wait_all_tasks_blocked()
+        assert b"".join(transport.writes) == b"$-1\r\n+OK\r\n$1\r\n1\r\n+PONG\r\n"
+
+
+async def test_a_backlog_of_replies_known_at_once_goes_out_in_bounded_writes() -> None:
+    value = b"v" * (64 * 1024)
+    requests = limits.send_bytes_max // len(value) * 3
+    async with hand_driven_connection() as (router, connection, transport):
+        router.replica.command("set", b"big", value)
+        connection.data_received(b"GET big\r\n" * requests)
+        reply = b"$%d\r\n%s\r\n" % (len(value), value)
+        assert b"".join(transport.writes) == reply * requests
+        assert len(transport.writes) > 1
+        assert max(map(len, transport.writes)) < limits.send_bytes_max + len(reply)
 
 
 async def test_quit_answers_what_is_owed_then_closes() -> None:

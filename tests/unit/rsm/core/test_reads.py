@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rsm import limits
-from rsm.core.reads import IndexWaiters, LinearizableReads, ReadLease, successor_wait_ms
+from rsm.core.reads import (
+    LEASE_HELD,
+    LEASE_HELD_RENEW,
+    LEASE_NOT_HELD,
+    IndexWaiters,
+    LinearizableReads,
+    ReadLease,
+    successor_wait_ms,
+)
 from rsm.errors import Overloaded
 
 
@@ -105,8 +113,9 @@ def test_a_lease_holds_from_a_confirmed_round_for_its_length_after_the_round_sta
     assert lease.holds(10.5)
     assert lease.holds(10.999)
     assert not lease.holds(11.0), "measured from the round's start, not its answer"
-    assert not lease.wants_renewal(10.4)
-    assert lease.wants_renewal(10.5), "renewed ahead of time once half used"
+    assert lease.check(10.4) == LEASE_HELD
+    assert lease.check(10.5) == LEASE_HELD_RENEW, "renewed ahead of time once half used"
+    assert lease.check(11.0) == LEASE_NOT_HELD
 
 
 def test_a_lease_never_moves_back_and_a_revoked_one_holds_no_more() -> None:
