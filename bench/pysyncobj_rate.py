@@ -34,6 +34,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,32 @@ def probe(rate: int, *, nodes: int, probe_s: int, command_bytes: int) -> float:
     return sum(shares) / len(shares)
 
 
+def highest_passing_rate(
+    *, rate_min: int, rate_max: int, resolution: int
+) -> Generator[int, float, int]:
+    """The search, for any prober: yields the next rate to probe, is sent the share of
+    commands that succeeded at it, and returns the highest rate that passed (0 if none)."""
+    low, high = 0, rate_max
+    rate = rate_min
+    while high - low > resolution:
+        share = yield rate
+        if share >= PASS_SHARE:
+            low = rate
+        else:
+            high = rate
+        rate = (low + high) // 2
+    return low
+
+
+def method_text(subject: str, *, probe_s: int, resolution: int) -> str:
+    """How a row found by `highest_passing_rate` was measured, for its JSON."""
+    return (
+        f"{subject} submitting a fixed number of commands at the start of every second "
+        f"without waiting, {probe_s} s per probe; the highest total rate at which at least "
+        f"{PASS_SHARE:.0%} succeeded (binary search to {resolution}/s)"
+    )
+
+
 def max_rate(
     *,
     name: str,
@@ -132,27 +159,23 @@ def max_rate(
     resolution: int = 500,
 ) -> dict[str, Any]:
     """The benchmark row: the highest rate that passed, with the search's steps."""
-    low, high = 0, rate_max
     steps: list[dict[str, Any]] = []
-    rate = rate_min
-    while high - low > resolution:
-        share = probe(rate, nodes=nodes, probe_s=probe_s, command_bytes=command_bytes)
-        steps.append({"rate": rate, "share_ok": round(share, 4)})
-        print(f"pysyncobj own method: {rate}/s -> {share:.1%} succeeded", file=sys.stderr)
-        if share >= PASS_SHARE:
-            low = rate
-        else:
-            high = rate
-        rate = (low + high) // 2
+    search = highest_passing_rate(rate_min=rate_min, rate_max=rate_max, resolution=resolution)
+    rate = next(search)
+    try:
+        while True:
+            share = probe(rate, nodes=nodes, probe_s=probe_s, command_bytes=command_bytes)
+            steps.append({"rate": rate, "share_ok": round(share, 4)})
+            print(f"pysyncobj own method: {rate}/s -> {share:.1%} succeeded", file=sys.stderr)
+            rate = search.send(share)
+    except StopIteration as done:
+        highest: int = done.value
+    subject = f"PySyncObj's own: {nodes} nodes each"
     return {
         "name": name,
-        "ops_per_s": low,
-        "method": (
-            f"PySyncObj's own: {nodes} nodes each submitting rate/{nodes} commands per second "
-            f"without waiting, {probe_s} s per probe; the highest rate at which at least "
-            f"{PASS_SHARE:.0%} succeeded (binary search to {resolution}/s); log in memory, "
-            "nothing fsynced"
-        ),
+        "ops_per_s": highest,
+        "method": method_text(subject, probe_s=probe_s, resolution=resolution)
+        + "; log in memory, nothing fsynced",
         "command_bytes": command_bytes,
         "search": steps,
     }

@@ -21,6 +21,13 @@ command is in a ledger entry fsynced on at least two bookies.  Measured:
   from the kill to the first acknowledged write sent after it.  Bounded below
   by the ZooKeeper session timeout (`--session-timeout-ms`): the dead
   leader's candidacy lives until ZooKeeper expires its session.
+* `framework-own-method-in-process-100B`: the framework measured the way
+  PySyncObj's benchmark measures PySyncObj (bench/rsm_inprocess.py): load
+  made inside the leader's process, a fixed number of commands at the start
+  of every second without waiting, the highest rate at which 90% are
+  acknowledged.  Like for like with the first baseline below, whose callers
+  live in its node processes too; the `add-100B` row pays a network hop and
+  a session per command on top.
 
 Baselines, same run, same machine: PySyncObj (`pysyncobj`, the `bench`
 extra), 3 nodes as processes on loopback, log in memory, nothing fsynced:
@@ -36,7 +43,9 @@ extra), 3 nodes as processes on loopback, log in memory, nothing fsynced:
   PySyncObj sends entries every `appendEntriesPeriod` (100 ms by default), so
   waiting callers see a fraction of what it can do.
 
-Targets: failover under 2x the session timeout, handoff under 100 ms.
+Targets: failover under 2x the session timeout, handoff under 100 ms, the
+in-process row at least 1.2 times PySyncObj's own method
+(`vs_pysyncobj_own_method`, `meets_target`).
 
 The last line of output is ONE JSON object (its shape: docs/operations.md,
 "Benchmark"); progress goes to stderr.  `--worker` and `--pysyncobj-node` are this script's own
@@ -87,6 +96,9 @@ WARMUP_S = 1.0
 START_TIMEOUT_S = 60.0
 RESULT_TIMEOUT_S = 120.0
 CANDIDATE_POLL_S = 0.01
+TARGET_VS_PYSYNCOBJ = 1.2
+"""The framework, load made in process as PySyncObj's benchmark makes it, against PySyncObj's
+best: it fsyncs on two bookies where PySyncObj keeps its log in memory."""
 PROBE = ClientConfig(attempt_timeout_ms=300, backoff_ms_initial=5, backoff_ms_max=50)
 """The failover prober retries often, so it sees the new leader as soon as it serves."""
 
@@ -291,7 +303,7 @@ class Replicas:
 
     def __init__(self, arguments: argparse.Namespace, cluster: LocalCluster, data_dir: Path):
         self._arguments = arguments
-        self._cluster = cluster
+        self.cluster = cluster
         self._data_dir = data_dir
         self.processes: dict[str, anyio.abc.Process] = {}
 
@@ -307,9 +319,9 @@ class Replicas:
                 "--app",
                 APP,
                 "--zk",
-                self._cluster.zk_servers,
+                self.cluster.zk_servers,
                 "--ledger-root",
-                self._cluster.zk_root,
+                self.cluster.zk_root,
                 "--listen",
                 address,
                 "--session-timeout-ms",
@@ -448,6 +460,58 @@ async def failover(arguments: argparse.Namespace, replicas: Replicas) -> dict[st
     }
 
 
+async def in_process(
+    arguments: argparse.Namespace, cluster: LocalCluster, data_dir: Path
+) -> dict[str, Any]:
+    """PySyncObj's own method applied to the framework (bench/rsm_inprocess.py): three more
+    replicas, of their own application on the same bookies; the leader searches."""
+    result_file = data_dir / "in-process-result.json"
+    processes: list[anyio.abc.Process] = []
+    try:
+        for number in range(1, 4):
+            command = [
+                sys.executable,
+                str(REPOSITORY / "bench" / "rsm_inprocess.py"),
+                "--zk",
+                cluster.zk_servers,
+                "--ledger-root",
+                cluster.zk_root,
+                "--app",
+                f"{APP}-in-process",
+                "--listen",
+                f"{HOST}:{free_port(HOST)}",
+                "--result",
+                str(result_file),
+                "--session-timeout-ms",
+                str(arguments.session_timeout_ms),
+                "--pad-chars",
+                str(len(pad_for(COMMAND_BYTES))),
+                "--probe-seconds",
+                str(arguments.pysyncobj_probe_seconds),
+                "--rate-max",
+                str(arguments.in_process_rate_max),
+                "--resolution",
+                str(arguments.pysyncobj_resolution),
+            ]
+            log_file = (data_dir / f"in-process-{number}.log").open("ab")
+            processes.append(
+                await anyio.open_process(command, stdout=subprocess.DEVNULL, stderr=log_file)
+            )
+        while not result_file.exists():
+            if any(process.returncode is not None for process in processes):
+                raise RuntimeError(f"an in-process replica ended; see {data_dir}/in-process-*.log")
+            await anyio.sleep(0.1)
+    finally:
+        with anyio.CancelScope(shield=True):
+            for process in processes:
+                with contextlib.suppress(ProcessLookupError):  # one that ended already
+                    process.kill()
+                await process.wait()
+                await process.aclose()
+    row: dict[str, Any] = json.loads(result_file.read_text())
+    return {**row, "command_bytes": COMMAND_BYTES}
+
+
 async def bench_framework(arguments: argparse.Namespace, data_dir: Path) -> list[dict[str, Any]]:
     async with framework(arguments, data_dir) as replicas:
         log(f"framework: {arguments.clients} callers for {arguments.seconds} s ...")
@@ -457,7 +521,31 @@ async def bench_framework(arguments: argparse.Namespace, data_dir: Path) -> list
         log(f"  {results[-1]}")
         results.append(await failover(arguments, replicas))
         log(f"  {results[-1]}")
+        if not arguments.no_in_process:
+            log("framework by PySyncObj's own method, load in the leader's process ...")
+            results.append(await in_process(arguments, replicas.cluster, data_dir))
+            log(f"  {results[-1]}")
     return results
+
+
+def ratios(results: list[dict[str, Any]], baselines: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each framework row against PySyncObj at its best (its own method), like for like where
+    a row makes its load the way PySyncObj's benchmark does, and the target."""
+    rows = {row["name"]: row["ops_per_s"] for row in results + baselines if "ops_per_s" in row}
+    best = rows.get("pysyncobj-own-method-100B")
+    if not best:
+        return {}
+    found = {
+        "add-100B_vs_pysyncobj": round(rows["add-100B"] / best, 3),
+    }
+    in_process = rows.get("framework-own-method-in-process-100B")
+    if in_process is not None:
+        found["in_process_vs_pysyncobj"] = round(in_process / best, 3)
+    return {
+        "vs_pysyncobj_own_method": found,
+        "target": {"in_process_vs_pysyncobj": TARGET_VS_PYSYNCOBJ},
+        "meets_target": found.get("in_process_vs_pysyncobj", 0.0) >= TARGET_VS_PYSYNCOBJ,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -472,6 +560,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zk", help="an existing ZooKeeper (default: start one)")
     parser.add_argument("--data-dir", type=Path, help="where the data goes (default: a temp dir)")
     parser.add_argument("--no-baseline", action="store_true", help="skip PySyncObj")
+    parser.add_argument(
+        "--no-in-process", action="store_true", help="skip the framework's in-process row"
+    )
+    parser.add_argument(
+        "--in-process-rate-max",
+        type=int,
+        default=160_000,
+        help="the highest rate the in-process row's search tries (160000)",
+    )
     add_rate_search_options(parser)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--pysyncobj-node", help=argparse.SUPPRESS)
@@ -518,7 +615,13 @@ def main(argv: list[str] | None = None) -> int:
             log(f"  {baselines[-1]}")
     print(
         json.dumps(
-            {"benchmark": "rsm", "config": config, "results": results, "baselines": baselines}
+            {
+                "benchmark": "rsm",
+                "config": config,
+                "results": results,
+                "baselines": baselines,
+                **ratios(results, baselines),
+            }
         )
     )
     return 0

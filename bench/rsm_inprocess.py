@@ -1,0 +1,159 @@
+"""The framework measured by PySyncObj's own method: load made inside the leader's process.
+
+    python bench/rsm_inprocess.py --zk HOSTS --ledger-root ROOT --app APP --listen HOST:PORT \
+        --result FILE [--probe-seconds 5] [--rate-max 40000] [--resolution 500]
+
+One replica of `rsm.testing.workload:AuditCounter`, wired as `rsm run` wires
+it (its ZooKeeper session, its ledger client, E=3 Qw=3 Qa=2, fsync on the
+bookies).  bench/rsm_bench.py starts three; the one that leads runs the
+search of bench/pysyncobj_rate.py inside its own process, the way PySyncObj's
+benchmark drives its nodes: at the start of every second of a probe it
+submits the probe's rate of 100-byte `add` commands to its replica without
+waiting for them (`Replica.handle_call`, the in-process API: no network hop,
+no session), and the share of them acknowledged within the drain time
+decides the probe.  It writes the row to `--result` and keeps serving until
+it is killed.  PySyncObj's nodes forward what followers submit to their
+leader; ours do not take calls in process, so the leader submits all of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pysyncobj_rate import highest_passing_rate, method_text
+
+from bookie.client.ledger_client import LedgerClient
+from bookie.meta.zk import ZkMetadataStore
+from rsm import Replica
+from rsm.config import ReplicaConfig
+from rsm.host import CallRequest, Outcome, run_replica_main, split_zk
+from rsm.testing.workload import AuditCounter
+
+WARMUP_S = 1.0
+DRAIN_S = 4.0
+LEAD_POLL_S = 0.01
+
+
+class Tally:
+    """The answerer of every command of one probe: counts outcomes as they come."""
+
+    __slots__ = ("ok", "failed")
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.failed = 0
+
+    def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
+        if outcome.ok:
+            self.ok += 1
+        else:
+            self.failed += 1
+
+
+async def probe(replica: Replica, rate: int, *, probe_s: int, pad: str) -> float:
+    """The share of `rate` commands per second for `probe_s` s acknowledged within the drain."""
+    tally = Tally()
+    sent = 0
+    started = time.monotonic()
+    for second in range(probe_s):
+        for _ in range(rate):
+            sent += 1
+            replica.handle_call(CallRequest(0, "add", ["inprocess", sent, pad], {}), tally)
+        replica.flush()
+        await anyio.sleep(max(0.0, started + second + 1 - time.monotonic()))
+    with anyio.move_on_after(DRAIN_S):
+        while tally.ok + tally.failed < sent:
+            await anyio.sleep(0.05)
+    return tally.ok / sent
+
+
+async def search(replica: Replica, arguments: argparse.Namespace) -> dict[str, Any]:
+    pad = "x" * arguments.pad_chars
+    steps: list[dict[str, Any]] = []
+    rates = highest_passing_rate(
+        rate_min=arguments.rate_min, rate_max=arguments.rate_max, resolution=arguments.resolution
+    )
+    rate = next(rates)
+    try:
+        while True:
+            share = await probe(replica, rate, probe_s=arguments.probe_seconds, pad=pad)
+            steps.append({"rate": rate, "share_ok": round(share, 4)})
+            print(f"framework in process: {rate}/s -> {share:.1%} acknowledged", file=sys.stderr)
+            rate = rates.send(share)
+    except StopIteration as done:
+        highest: int = done.value
+    method = method_text(
+        "the leader's own process",
+        probe_s=arguments.probe_seconds,
+        resolution=arguments.resolution,
+    )
+    return {
+        "name": "framework-own-method-in-process-100B",
+        "ops_per_s": highest,
+        "search_rate_max": arguments.rate_max,
+        "method": method + "; fsynced on 2 of 3 bookies before acknowledged",
+        "search": steps,
+    }
+
+
+async def node(arguments: argparse.Namespace) -> int:
+    hosts, chroot = split_zk(arguments.zk)
+    async with (
+        ZkMetadataStore.connect(
+            hosts, root=chroot, session_timeout_ms=arguments.session_timeout_ms
+        ) as store,
+        LedgerClient.open(store, root=arguments.ledger_root) as ledgers,
+        Replica(
+            AuditCounter,
+            app=arguments.app,
+            store=store,
+            ledgers=ledgers,
+            listen=arguments.listen,
+            config=ReplicaConfig(),
+        ) as replica,
+    ):
+        while not (replica.is_leader and replica.term is not None and replica.term.accepting):
+            await anyio.sleep(LEAD_POLL_S)
+        await anyio.sleep(WARMUP_S)
+        row = await search(replica, arguments)
+        partial = arguments.result.with_suffix(".partial")
+        partial.write_text(json.dumps(row))
+        partial.rename(arguments.result)
+        await anyio.sleep_forever()
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--zk", required=True)
+    parser.add_argument("--ledger-root", required=True)
+    parser.add_argument("--app", required=True)
+    parser.add_argument("--listen", required=True)
+    parser.add_argument("--result", type=Path, required=True)
+    parser.add_argument("--session-timeout-ms", type=int, required=True)
+    parser.add_argument("--pad-chars", type=int, required=True)
+    parser.add_argument("--probe-seconds", type=int, default=5)
+    parser.add_argument("--rate-min", type=int, default=500)
+    parser.add_argument("--rate-max", type=int, default=40_000)
+    parser.add_argument("--resolution", type=int, default=500)
+    arguments = parser.parse_args()
+    sys.exit(
+        run_replica_main(
+            node, arguments, logger=logging.getLogger("rsm_inprocess"), failed_event="bench.failed"
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
