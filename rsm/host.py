@@ -29,12 +29,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import AbstractAsyncContextManager, contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from typing import Any, Final
 
 import anyio
 
+from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError, NoNode
 from bookie.logs import emit
 from bookie.meta.api import MetadataStore
@@ -65,6 +66,7 @@ __all__ = [
     "check_replica_id",
     "command_zk_store",
     "quiet_kazoo",
+    "replica_metadata",
     "replication_lines",
     "split_zk",
     "status_heading",
@@ -86,6 +88,20 @@ def command_zk_store(connect_string: str) -> AbstractAsyncContextManager[ZkMetad
     return ZkMetadataStore.connect(
         hosts, root=chroot, connect_timeout_ms=limits.cli_zk_connect_timeout_ms
     )
+
+
+@asynccontextmanager
+async def replica_metadata(
+    connect_string: str, *, ledger_root: str, session_timeout_ms: int
+) -> AsyncIterator[tuple[ZkMetadataStore, LedgerClient]]:
+    """A replica process's ZooKeeper session on `connect_string` (`HOST:PORT[,...][/chroot]`)
+    and its ledger client on the bookies registered under `ledger_root`."""
+    hosts, chroot = split_zk(connect_string)
+    async with (
+        ZkMetadataStore.connect(hosts, root=chroot, session_timeout_ms=session_timeout_ms) as store,
+        LedgerClient.open(store, root=ledger_root) as ledgers,
+    ):
+        yield store, ledgers
 
 
 @contextmanager

@@ -88,7 +88,6 @@ from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
-from bookie.meta.zk import ZkMetadataStore
 from rsm import limits
 from rsm.client import Client, ClientConfig, connect
 from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
@@ -103,9 +102,9 @@ from rsm.host import (
     application_status,
     command_zk_store,
     quiet_kazoo,
+    replica_metadata,
     replication_lines,
     run_replica_main,
-    split_zk,
     status_heading,
 )
 from rsm.machines import add_app_dir, load_machine
@@ -314,12 +313,12 @@ async def _serve(
     config: ReplicaConfig,
     priority: FollowerPriority,
 ) -> int:
-    hosts, chroot = split_zk(arguments.zk)
     async with (
-        ZkMetadataStore.connect(
-            hosts, root=chroot, session_timeout_ms=arguments.session_timeout_ms
-        ) as store,
-        LedgerClient.open(store, root=arguments.ledger_root) as ledgers,
+        replica_metadata(
+            arguments.zk,
+            ledger_root=arguments.ledger_root,
+            session_timeout_ms=arguments.session_timeout_ms,
+        ) as (store, ledgers),
         priority.running(),
         Replica(
             machine,

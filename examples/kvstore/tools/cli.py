@@ -71,13 +71,11 @@ from typing import Any, Final
 
 import anyio
 
-from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError, NoNode
 from bookie.local.cluster import ClusterError, LocalBookie
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies
-from bookie.meta.zk import ZkMetadataStore
 from kvstore import limits
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
 from kvstore.protocol.redis_cli import reply_text
@@ -95,9 +93,9 @@ from rsm.host import (
     application_status,
     command_zk_store,
     quiet_kazoo,
+    replica_metadata,
     replication_lines,
     run_replica_main,
-    split_zk,
     status_heading,
 )
 from rsm.tools import (
@@ -271,12 +269,12 @@ async def _serve_node(
     config: ReplicaConfig,
     priority: FollowerPriority,
 ) -> int:
-    hosts, chroot = split_zk(arguments.zk)
     async with (
-        ZkMetadataStore.connect(
-            hosts, root=chroot, session_timeout_ms=arguments.session_timeout_ms
-        ) as store,
-        LedgerClient.open(store, root=arguments.ledger_root) as ledgers,
+        replica_metadata(
+            arguments.zk,
+            ledger_root=arguments.ledger_root,
+            session_timeout_ms=arguments.session_timeout_ms,
+        ) as (store, ledgers),
         priority.running(),
         KvNode(
             store=store,
