@@ -28,12 +28,12 @@ from tests.unit.rsm.core.counter import Counter
 def test_zookeeper_connect_strings_split_into_hosts_and_chroot(
     connect_string: str, expected: tuple[str, str | None]
 ) -> None:
-    assert cli.split_zk(connect_string) == expected
+    assert host.split_zk(connect_string) == expected
 
 
 def test_a_connect_string_without_hosts_is_refused() -> None:
     with pytest.raises(InvalidConfig):
-        cli.split_zk("/root")
+        host.split_zk("/root")
 
 
 def test_arguments_are_json_where_they_parse_and_keywords_by_name() -> None:
