@@ -286,6 +286,17 @@ def test_pipelines_with_and_without_multi(store: Store) -> None:
         assert client.get("tx:b") == b"x"
 
 
+def test_a_pipelines_reads_see_its_earlier_writes_on_every_replica(store: Store) -> None:
+    # As Redis answers a pipeline: each command after the ones before it.
+    for name in store.running():
+        with store.client(name) as client:
+            pipe = client.pipeline(transaction=False)
+            key = f"ordered:{name}"
+            pipe.set(key, "v").get(key).incr(f"{key}:n").get(f"{key}:n")
+            pipe.delete(key).exists(key).set(key, "w").get(key)
+            assert pipe.execute() == [True, b"v", 1, b"1", 1, 0, True, b"w"], name
+
+
 def test_watch_sees_writes_made_through_another_replica(store: Store) -> None:
     leader = store.leader()
     with store.client(follower(store)) as alice, store.client(leader) as bob:

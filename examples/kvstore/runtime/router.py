@@ -41,13 +41,19 @@ so a retry could apply it twice, and that write gets TIMEOUT instead.
 
 Order.  A connection's commands reach the leader in the order it sent them:
 once one of them waits for a retry, the connection's later ones wait behind
-it (`Lane.parked`), and they go again together, in order.
+it (`Lane.parked`), and they go again together, in order.  And a read sees
+every write its connection sent before it, as Redis answers a pipeline: a
+read (linearizable or stale) that comes while writes of its connection are
+unanswered waits, with the commands after it, until they are answered (a
+write is answered once applied); otherwise the leader could answer it, under
+its lease, from a state without them.
 
 Invariants: every command handed to the router gets exactly one
 `Receiver.deliver`, unless its connection closed first; a write keeps its
 seq across all its attempts, except that one of which nothing may have been
 logged moves to its lane's new session after `SessionExpired`; the router
-never sends a command of a lane while an earlier one of that lane is parked.
+never sends a command of a lane while an earlier one of that lane is parked,
+nor a read while an earlier write of its lane is unanswered.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ import dataclasses
 import heapq
 import itertools
 import random
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -123,6 +130,29 @@ class Lane:
     closed: bool = False
     """The connection is gone: parked commands are dropped instead of retried."""
     next_order: int = 0
+    unanswered_calls: deque[int] = field(default_factory=deque)
+    """The `order` of each write handed over, oldest first, until it and every one before it
+    is answered (`answered_calls` keeps those answered out of turn).  A read waits while
+    one of them is older than it."""
+    answered_calls: set[int] = field(default_factory=set)
+
+    def oldest_unanswered_call(self) -> int | None:
+        return self.unanswered_calls[0] if self.unanswered_calls else None
+
+    def call_answered(self, order: int) -> None:
+        unanswered = self.unanswered_calls
+        if unanswered[0] != order:
+            self.answered_calls.add(order)
+            return
+        unanswered.popleft()
+        answered = self.answered_calls
+        while unanswered and unanswered[0] in answered:
+            answered.discard(unanswered.popleft())
+
+    def waits_for_writes(self, attempt: _Attempt) -> bool:
+        """Whether `attempt` is a read that must wait for older writes of the lane."""
+        oldest = self.oldest_unanswered_call()
+        return not attempt.call and oldest is not None and oldest < attempt.order
 
 
 class _Attempt(Command):
@@ -227,20 +257,20 @@ class Router:
 
     def call(self, lane: Lane, name: str, args: list[Any], receiver: Receiver, ticket: int) -> None:
         """Log command `name` (exactly once, with the lane's session); deliver its outcome."""
-        self._submit(
-            _Attempt(
-                self,
-                lane,
-                name,
-                args,
-                call=True,
-                stale=False,
-                receiver=receiver,
-                ticket=ticket,
-                policy=self._policy,
-                now_ms=self._clock_s() * 1000,
-            )
+        attempt = _Attempt(
+            self,
+            lane,
+            name,
+            args,
+            call=True,
+            stale=False,
+            receiver=receiver,
+            ticket=ticket,
+            policy=self._policy,
+            now_ms=self._clock_s() * 1000,
         )
+        lane.unanswered_calls.append(attempt.order)
+        self._submit(attempt)
 
     def read(
         self,
@@ -253,7 +283,7 @@ class Router:
         stale: bool,
     ) -> None:
         """Answer query `name`, linearizably (on the leader) or `stale` (locally, at once)."""
-        if not stale and not lane.parked:
+        if not stale and not lane.parked and not lane.unanswered_calls:
             # The local leader answers under its read lease without a round: no
             # attempt to track, nothing to retry.
             replica = self._replica
@@ -279,7 +309,7 @@ class Router:
     def read_now(self, lane: Lane, name: str, args: list[Any]) -> Outcome | None:
         """A linearizable read's outcome at once, when the local leader answers it under its
         read lease and no earlier command of the lane waits; else None (use `read`)."""
-        if lane.parked:
+        if lane.parked or lane.unanswered_calls:
             return None
         return self._replica.read_now(name, args)
 
@@ -338,9 +368,7 @@ class Router:
             while schedule and schedule[0][0] <= now_s:
                 _, _, lane = heapq.heappop(schedule)
                 lane.scheduled = False
-                parked, lane.parked = lane.parked, []
-                for attempt in parked:
-                    self._send(attempt)
+                self._release(lane)
             self.flush()
 
     def leader_changed(self, leader: str | None) -> None:
@@ -369,10 +397,21 @@ class Router:
 
     def _submit(self, attempt: _Attempt) -> None:
         lane = attempt.lane
-        if lane.parked:
+        if lane.parked or lane.waits_for_writes(attempt):
             bisect.insort(lane.parked, attempt, key=_order)
             return
         self._send(attempt)
+
+    def _release(self, lane: Lane) -> None:
+        """Send the lane's parked commands, in order, up to a read that must still wait for
+        the writes before it (or up to one that was parked again on the way)."""
+        waiting, lane.parked = lane.parked, []
+        for position, attempt in enumerate(waiting):
+            if lane.parked or lane.waits_for_writes(attempt):
+                for rest in waiting[position:]:
+                    bisect.insort(lane.parked, rest, key=_order)
+                return
+            self._send(attempt)
 
     def _send(self, attempt: _Attempt) -> None:
         replica = self._replica
@@ -502,3 +541,7 @@ class Router:
         if outcome.ok:
             lane.backoff.reset()
         attempt.receiver.deliver(attempt.ticket, outcome, index)
+        if attempt.call:
+            lane.call_answered(attempt.order)
+            if lane.parked and not lane.scheduled and not lane.closed:
+                self._release(lane)  # reads that waited for the lane's writes

@@ -278,6 +278,52 @@ async def test_commands_after_a_parked_one_wait_behind_it() -> None:
     assert [ticket for ticket, _ in inbox.delivered] == [9, 0, 1, 2]
 
 
+class HoldingLeader(FakeReplica):
+    """A leader under its read lease that answers calls only when the test says so."""
+
+    def __init__(self) -> None:
+        super().__init__(leader=True)
+        self.lease = True
+        self.held: list[tuple[CallRequest, Answerer]] = []
+
+    def handle_call(self, request: CallRequest, answerer: Answerer) -> None:
+        self.calls.append(request)
+        self.held.append((request, answerer))
+
+    def answer_call(self, position: int = 0) -> None:
+        request, answerer = self.held.pop(position)
+        outcome = Outcome(RsmStatus.OK, [request.name, request.seq])
+        answerer.answer(Op.CALL, request.request_id, outcome, 7)
+
+
+async def test_a_read_waits_for_the_writes_its_connection_sent_before_it() -> None:
+    local = HoldingLeader()
+    inbox, other_inbox = Inbox(), Inbox()
+    async with running(router_of(local)) as router:
+        lane, other = router.lane(), router.lane()
+        router.call(lane, "set", [b"k", b"v"], inbox, 0)
+        router.call(lane, "incr", [b"n"], inbox, 1)
+        router.read(lane, "get", [b"k"], inbox, 2, stale=False)
+        router.read(lane, "get", [b"k"], inbox, 3, stale=True)
+        router.call(lane, "del", [b"k"], inbox, 4)
+        router.read(other, "get", [b"k"], other_inbox, 0, stale=False)
+        assert router.read_now(lane, "get", [b"k"]) is None, "not past the lane's writes"
+        assert router.read_now(other, "get", [b"k"]) is not None, "other lanes do not wait"
+        await other_inbox.wait(1)
+        assert [call.name for call in local.calls] == ["set", "incr"], "del waits behind reads"
+        local.answer_call(1)  # incr, answered out of turn
+        await next_turn()
+        assert inbox.delivered == [(1, Outcome(RsmStatus.OK, ["incr", 2]))]
+        assert local.queries == [], "the set before the reads is still unanswered"
+        local.answer_call(0)  # set
+        delivered = await inbox.wait(4)
+        assert [ticket for ticket, _ in delivered] == [1, 0, 2, 3]
+        assert [query.name for query in local.queries] == ["get", "get"]
+        assert [call.name for call in local.calls] == ["set", "incr", "del"]
+        local.answer_call()
+        assert [ticket for ticket, _ in await inbox.wait(5)] == [1, 0, 2, 3, 4]
+
+
 async def test_a_leader_under_its_read_lease_answers_reads_at_once() -> None:
     inbox = Inbox()
     local = FakeReplica(leader=True)
