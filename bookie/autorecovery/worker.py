@@ -48,9 +48,16 @@ from bookie import limits
 from bookie.autorecovery.connect import cluster_instance_id, connect_checked
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.bookie_conn import BookieConnection
-from bookie.client.ledger_client import password_hash
+from bookie.client.ledger_client import LedgerClient, password_hash
 from bookie.clock import loop_clock_ms
 from bookie.core.metadata import LedgerMetadata
+from bookie.core.open_ledgers import (
+    Progress,
+    StalledLedgers,
+    Writer,
+    declared_writer,
+    writer_state,
+)
 from bookie.core.placement import choose_replacements
 from bookie.core.rereplication import (
     CopyThrottle,
@@ -64,13 +71,15 @@ from bookie.core.rereplication import (
 )
 from bookie.errors import (
     BookieError,
+    NoSuchLedger,
     NoSuchLedgerError,
     NotEnoughBookies,
     RereplicationFailed,
 )
 from bookie.logs import emit
+from bookie.meta import paths
 from bookie.meta.api import MetadataStore
-from bookie.meta.bookies import list_bookies
+from bookie.meta.bookies import Bookies, list_bookies
 from bookie.meta.ledgers import LedgerManager
 from bookie.meta.underreplication import Mark, UnderReplication
 from bookie.wire.packet import Digest, master_key
@@ -92,6 +101,7 @@ class ReplicationWorker:
         self._schedule = RetrySchedule(
             delay_ms_min=settings.retry_delay_ms_min, delay_ms_max=settings.retry_delay_ms_max
         )
+        self._stalled = StalledLedgers(grace_ms=settings.open_ledger_grace_ms)
         self._throttle = CopyThrottle(
             entries_per_s=settings.rate_entries_per_s, bytes_per_s=settings.rate_bytes_per_s
         )
@@ -110,6 +120,7 @@ class ReplicationWorker:
         if not await self._marks.is_enabled():
             return 0
         marked = await self._marks.list_marks()
+        self._stalled.retain(marked)
         ready = self._schedule.ready(marked, loop_clock_ms())
         self._rng.shuffle(ready)
         repaired = 0
@@ -154,18 +165,13 @@ class ReplicationWorker:
             await self._marks.remove_mark(mark)
             emit(logger, logging.INFO, "autorecovery.mark_removed", ledger_id=ledger_id)
             return None
-        repairs = plan_repairs(metadata, mark.missing)
-        copied = 0
-        if repairs:
-            password = self._password_of(metadata)
-            for repair in repairs:
-                copied += await self._repair_segment(metadata, password, repair, mark)
+        segments, copied = await self._repair_sealed(metadata, mark)
         if left_to_writer(metadata, mark.missing):
-            raise RereplicationFailed(
-                f"ledger {ledger_id} is {metadata.state.name} and its last segment names "
-                f"{sorted(set(metadata.current_ensemble) & mark.missing)}: that segment is "
-                f"left to its writer ({len(repairs)} earlier segments repaired)"
-            )
+            metadata = await self._recover_if_writer_gone(ledger_id, mark, segments)
+            more, more_copied = await self._repair_sealed(metadata, mark)
+            segments += more
+            copied += more_copied
+        self._stalled.forget(ledger_id)
         if not await self._marks.remove_mark(mark):
             return None
         emit(
@@ -174,10 +180,134 @@ class ReplicationWorker:
             "autorecovery.repaired",
             ledger_id=ledger_id,
             missing=sorted(mark.missing),
-            segments=len(repairs),
+            segments=segments,
             entries_copied=copied,
         )
-        return len(repairs)
+        return segments
+
+    async def _repair_sealed(self, metadata: LedgerMetadata, mark: Mark) -> tuple[int, int]:
+        """Repair every sealed segment naming a missing bookie; return how many segments
+        and entries copied."""
+        repairs = plan_repairs(metadata, mark.missing)
+        copied = 0
+        if repairs:
+            password = self._password_of(metadata)
+            for repair in repairs:
+                copied += await self._repair_segment(metadata, password, repair, mark)
+        return len(repairs), copied
+
+    async def _recover_if_writer_gone(
+        self, ledger_id: int, mark: Mark, repaired: int
+    ) -> LedgerMetadata:
+        """The ledger's metadata once its last segment is no longer left to its writer:
+        as read again when it changed meanwhile, else after fencing and recovering it
+        when `bookie.core.open_ledgers` says its writer is gone.  Raises
+        `RereplicationFailed` while the segment is still its writer's."""
+        metadata, version = await self._ledgers.read(ledger_id)
+        if not left_to_writer(metadata, mark.missing):
+            return metadata
+        writer = await self._writer_of(metadata)
+        last_entry_held = await self._last_entry_held(metadata, mark.missing)
+        progress = Progress(version, last_entry_held)
+        wait_ms = self._stalled.observe(ledger_id, writer, progress, loop_clock_ms())
+        lost = sorted(set(metadata.current_ensemble) & mark.missing)
+        if wait_ms != 0:
+            until = "while it lives" if wait_ms is None else f"for {wait_ms} ms more"
+            raise RereplicationFailed(
+                f"ledger {ledger_id} is {metadata.state.name} and its last segment names "
+                f"{lost}: that segment is left to its writer ({writer.value}) {until} "
+                f"({repaired} earlier segments repaired)"
+            )
+        password = self._password_of(metadata)
+        await self._check_spares(metadata, mark)
+        emit(
+            logger,
+            logging.WARNING,
+            "autorecovery.ledger_fenced",
+            ledger_id=ledger_id,
+            state=metadata.state.name,
+            writer=writer.value,
+            missing=lost,
+            last_entry_held=last_entry_held,
+        )
+        async with LedgerClient.open(self._store, root=self._settings.root) as client:
+            await client.open_ledger(ledger_id, password, recovery=True)
+        recovered, _ = await self._ledgers.read(ledger_id)
+        return recovered
+
+    async def _writer_of(self, metadata: LedgerMetadata) -> Writer:
+        path = declared_writer(metadata)
+        if path is None or not paths.is_valid(path) or path == paths.ROOT:
+            return writer_state(metadata, znode_exists=None, parent_exists=None)
+        exists = await self._store.exists(path) is not None
+        parent_exists = exists or await self._store.exists(paths.parent_of(path)) is not None
+        return writer_state(metadata, znode_exists=exists, parent_exists=parent_exists)
+
+    async def _last_entry_held(self, metadata: LedgerMetadata, missing: frozenset[str]) -> int:
+        """The last entry of the ledger that a surviving bookie of its last segment says it
+        holds (-1: none, or none could be asked)."""
+        addresses = _addresses(await list_bookies(self._store, self._settings.root))
+        timeout_ms = self._settings.timeout_ms
+        instance_id = await cluster_instance_id(self._store, self._settings.root)
+        last = -1
+        async with contextlib.AsyncExitStack() as stack:
+            for bookie_id in sorted(set(metadata.current_ensemble) - missing):
+                address = addresses.get(bookie_id)
+                if address is None:
+                    continue
+                try:
+                    connection = await connect_checked(
+                        stack, bookie_id, address, instance_id, timeout_ms
+                    )
+                    listing = await connection.list_entries(
+                        metadata.ledger_id, timeout_ms=timeout_ms
+                    )
+                except NoSuchLedger:
+                    continue
+                except BookieError:
+                    continue  # this bookie says nothing this time
+                for _, held_last in listing.ranges or []:
+                    last = max(last, held_last)
+        return last
+
+    async def _check_spares(self, metadata: LedgerMetadata, mark: Mark) -> None:
+        """Raise `RereplicationFailed` unless placement finds replacements for the missing
+        bookies of the last segment: fencing a ledger that cannot be repaired then only
+        stops its writer."""
+        bookies = await list_bookies(self._store, self._settings.root)
+        ensemble = metadata.current_ensemble
+        positions = tuple(i for i, bookie_id in enumerate(ensemble) if bookie_id in mark.missing)
+        first_entry_id = metadata.ensembles[-1][0]
+        self._replacements(
+            bookies, metadata, ensemble, positions, mark, first_entry_id=first_entry_id
+        )
+
+    def _replacements(
+        self,
+        bookies: Bookies,
+        metadata: LedgerMetadata,
+        ensemble: tuple[str, ...],
+        positions: tuple[int, ...],
+        mark: Mark,
+        *,
+        first_entry_id: int,
+    ) -> dict[int, str]:
+        """Placement's replacements for `positions` of the segment from `first_entry_id`;
+        `RereplicationFailed` when there is no spare bookie."""
+        try:
+            return choose_replacements(
+                {bookie_id: info.rack for bookie_id, info in bookies.writable.items()},
+                ensemble,
+                positions,
+                write_quorum=metadata.write_quorum,
+                rng=self._rng,
+                excluded=mark.missing,
+            )
+        except NotEnoughBookies as error:
+            raise RereplicationFailed(
+                f"ledger {metadata.ledger_id}, segment from entry {first_entry_id}: no spare "
+                f"bookie ({error})"
+            ) from error
 
     def _password_of(self, metadata: LedgerMetadata) -> bytes:
         for password in self._settings.passwords:
@@ -195,24 +325,15 @@ class ReplicationWorker:
         return the entries copied."""
         ledger_id = metadata.ledger_id
         bookies = await list_bookies(self._store, self._settings.root)
-        addresses = {
-            bookie_id: info.address
-            for bookie_id, info in (*bookies.writable.items(), *bookies.read_only.items())
-        }
-        try:
-            replacements = choose_replacements(
-                {bookie_id: info.rack for bookie_id, info in bookies.writable.items()},
-                repair.ensemble,
-                repair.positions,
-                write_quorum=metadata.write_quorum,
-                rng=self._rng,
-                excluded=mark.missing,
-            )
-        except NotEnoughBookies as error:
-            raise RereplicationFailed(
-                f"ledger {ledger_id}, segment from entry {repair.first_entry_id}: no spare "
-                f"bookie ({error})"
-            ) from error
+        addresses = _addresses(bookies)
+        replacements = self._replacements(
+            bookies,
+            metadata,
+            repair.ensemble,
+            repair.positions,
+            mark,
+            first_entry_id=repair.first_entry_id,
+        )
         unusable = set(mark.missing) | {repair.ensemble[index] for index in repair.positions}
         copier = _Copier(metadata, password, self._settings.timeout_ms, self._throttle)
         instance_id = await cluster_instance_id(self._store, self._settings.root)
@@ -341,6 +462,14 @@ class _Copier:
             recovery=True,
             timeout_ms=self._timeout_ms,
         )
+
+
+def _addresses(bookies: Bookies) -> dict[str, str]:
+    """Registered bookie id -> its address, writable and read-only ones alike."""
+    return {
+        bookie_id: info.address
+        for bookie_id, info in (*bookies.writable.items(), *bookies.read_only.items())
+    }
 
 
 def _first(group: BaseExceptionGroup[BookieError]) -> BookieError:

@@ -701,8 +701,13 @@ class LeaderTerm:
     async def _roll_over(self) -> None:
         config = self._config
         try:
+            layout = self._log_store.layout
             successor = await create_segment_ledger(
-                self._ledgers, config, app=self._log_store.layout.app, epoch=self.epoch
+                self._ledgers,
+                config,
+                app=layout.app,
+                epoch=self.epoch,
+                writer=layout.replica(self._replica_id),
             )
         except Exception as error:
             if not is_transient(error):

@@ -96,7 +96,13 @@ async def take_over(
         recovered_last_index = applier.applied_index
     if not still_elected():
         return None
-    successor = await create_segment_ledger(ledgers, config, app=app, epoch=log.epoch + 1)
+    successor = await create_segment_ledger(
+        ledgers,
+        config,
+        app=app,
+        epoch=log.epoch + 1,
+        writer=log_store.layout.replica(replica_id),
+    )
     taken = log_state.takeover(
         log, new_ledger_id=successor.ledger_id, recovered_last_index=recovered_last_index
     )
