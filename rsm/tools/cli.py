@@ -8,7 +8,7 @@
             [--retention-commands N] [--retention-seconds N] [--no-truncation]
             [--state-hash-every N] [--follower-nice 19]
             [--app-dir .] [--log-level info] [--log-format json]
-    rsm status --app NAME --zk HOSTS [--json]
+    rsm status --app NAME --zk HOSTS [--ledger-root /ledgers] [--json]
     rsm call --app NAME --zk HOSTS COMMAND [ARG ...] [--json]
     rsm query --app NAME --zk HOSTS QUERY [ARG ...] [--consistency linearizable] [--json]
     rsm transfer-leadership --app NAME --zk HOSTS [--to REPLICA_ID] [--json]
@@ -106,6 +106,7 @@ from rsm.host import (
     replication_lines,
     run_replica_main,
     status_heading,
+    under_replication_lines,
 )
 from rsm.machines import add_app_dir, load_machine
 from rsm.runtime.log import LogStore
@@ -196,8 +197,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=FORMATS, default="json")
 
-    status = commands.add_parser("status", help="the log, the leader and every replica")
+    status = commands.add_parser(
+        "status", help="the log, the leader, every replica, and under-replicated ledgers"
+    )
     _common(status)
+    status.add_argument("--ledger-root", default=bookie_limits.metadata_root_default)
 
     call = commands.add_parser("call", help="run a command through the log")
     _common(call)
@@ -402,7 +406,7 @@ async def _status(arguments: argparse.Namespace) -> int:
         command_zk_store(arguments.zk) as store,
         connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
     ):
-        report = await application_status(store, client)
+        report = await application_status(store, client, ledger_root=arguments.ledger_root)
     if arguments.json:
         print(_dumps(report))
     else:
@@ -430,7 +434,9 @@ def render_status(report: dict[str, Any]) -> str:
                 "yes" if entry["candidate"] else "no",
             )
         )
-    return "\n".join(lines + aligned(rows) + replication_lines(report))
+    return "\n".join(
+        lines + aligned(rows) + replication_lines(report) + under_replication_lines(report)
+    )
 
 
 # --- snapshots --------------------------------------------------------------------------------
