@@ -50,6 +50,7 @@ from rsm import limits
 from rsm.client import Client
 from rsm.core.layout import RSM_ROOT, AppLayout, check_name, check_replica_id
 from rsm.core.log_format import decode_leader
+from rsm.core.orphans import APP_KEY
 from rsm.core.protocol import CallRequest, QueryRequest
 from rsm.core.sessions import Outcome
 from rsm.errors import InvalidConfig, MalformedValue, NoSuchApplication, RsmError
@@ -215,7 +216,7 @@ async def under_replication_status(
                 metadata, _version = await ledgers.read(status.ledger_id)
             except NoSuchLedgerError:
                 continue
-            if metadata.custom.get("rsm.app") == app.encode():
+            if metadata.custom.get(APP_KEY) == app.encode():
                 app_ledgers.append(status.ledger_id)
     except BookieError as error:
         return {"error": f"{type(error).__name__}: {error}"}

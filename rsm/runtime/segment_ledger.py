@@ -39,6 +39,7 @@ from bookie.core.metadata import LedgerMetadata
 from bookie.core.open_ledgers import WRITER_KEY
 from bookie.logs import emit
 from rsm.config import ReplicaConfig
+from rsm.core.orphans import APP_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ async def create_segment_ledger(
         config.ack_quorum,
         password=config.ledger_password,
         custom_metadata={
-            "rsm.app": app.encode(),
+            APP_KEY: app.encode(),
             "rsm.epoch": str(epoch).encode(),
             WRITER_KEY: writer.encode(),
         },
