@@ -6,6 +6,7 @@
             [--snapshot-every-commands N] [--snapshot-every-bytes N]
             [--snapshot-every-seconds N] [--snapshots-kept 3] [--snapshot-capture auto]
             [--retention-commands N] [--retention-seconds N] [--no-truncation]
+            [--orphan-safe-age-seconds 3600] [--orphan-check-interval-seconds 600]
             [--state-hash-every N] [--follower-nice 19]
             [--app-dir .] [--log-level info] [--log-format json]
     rsm status --app NAME --zk HOSTS [--ledger-root /ledgers] [--json]
@@ -263,6 +264,18 @@ def _snapshot_knobs(run: argparse.ArgumentParser) -> None:
         "--no-truncation", action="store_true", help="never truncate the log below snapshots"
     )
     run.add_argument(
+        "--orphan-safe-age-seconds",
+        type=int,
+        default=limits.orphan_safe_age_ms_default // 1000,
+        help="the leader deletes the application's ledgers nothing names once this old",
+    )
+    run.add_argument(
+        "--orphan-check-interval-seconds",
+        type=int,
+        default=limits.orphan_check_interval_ms_default // 1000,
+        help="how often the leader looks for such orphan ledgers",
+    )
+    run.add_argument(
         "--state-hash-every",
         type=int,
         default=limits.state_hash_every_commands_default,
@@ -304,6 +317,8 @@ def _run(arguments: argparse.Namespace) -> int:
         retention_commands=arguments.retention_commands,
         retention_ms=arguments.retention_seconds * 1000,
         truncation=not arguments.no_truncation,
+        orphan_safe_age_ms=arguments.orphan_safe_age_seconds * 1000,
+        orphan_check_interval_ms=arguments.orphan_check_interval_seconds * 1000,
         state_hash_every_commands=arguments.state_hash_every,
     )
     return run_replica_main(
