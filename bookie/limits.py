@@ -292,6 +292,10 @@ autorecovery_presence_interval_ms_default = 3_600_000
 """How often the auditor asks every bookie that is up which entries it holds of every
 ledger, to find entries lost on a bookie that did not go down."""
 
+autorecovery_presence_sample_entries_default = 10_000
+"""The auditor's presence check compares at most about this many entries of one ledger
+with one bookie's listing, drawn at random (bookie/core/auditor.py, "Sampling"); 0: all."""
+
 autorecovery_open_ledger_grace_ms_default = 120_000
 """How long an open ledger whose last segment names a lost bookie, and whose writer is not
 known to be alive, must make no progress before a replication worker fences and recovers

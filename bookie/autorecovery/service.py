@@ -35,5 +35,6 @@ async def run_autorecovery(
         poll_interval_ms=settings.poll_interval_ms,
     )
     async with anyio.create_task_group() as task_group:
-        task_group.start_soon(AuditorService(store, settings).run)
-        task_group.start_soon(ReplicationWorker(store, settings, rng or random.Random()).run)
+        rng = rng or random.Random()
+        task_group.start_soon(AuditorService(store, settings, rng).run)
+        task_group.start_soon(ReplicationWorker(store, settings, rng).run)
