@@ -41,6 +41,7 @@ import anyio
 from bookie.autorecovery.connect import cluster_instance_id, connect_checked
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.bookie_conn import BookieConnection
+from bookie.client.connections import Connector
 from bookie.clock import loop_clock_ms
 from bookie.core.auditor import Auditor, PresenceCheck, lacking_entries, missing_bookies
 from bookie.core.rereplication import segment_ranges
@@ -62,9 +63,12 @@ class AuditorService:
         store: MetadataStore,
         settings: AutoRecoverySettings,
         rng: random.Random | None = None,
+        connector: Connector | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
+        self._connector = connector
+        """Opens the streams to bookies (None: TCP)."""
         self._rng = rng or random.Random()
         """Draws the entries a sampled presence check compares."""
         self._marks = UnderReplication(store, settings.root)
@@ -173,7 +177,12 @@ class AuditorService:
                     connections[bookie_id] = None
                     try:
                         connections[bookie_id] = await connect_checked(
-                            stack, bookie_id, addresses[bookie_id], instance_id, timeout_ms
+                            stack,
+                            bookie_id,
+                            addresses[bookie_id],
+                            instance_id,
+                            timeout_ms,
+                            connector=self._connector,
                         )
                     except BookieError as error:
                         emit(

@@ -48,6 +48,7 @@ from bookie import limits
 from bookie.autorecovery.connect import cluster_instance_id, connect_checked
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.bookie_conn import BookieConnection
+from bookie.client.connections import Connector
 from bookie.client.ledger_client import LedgerClient, password_hash
 from bookie.clock import loop_clock_ms
 from bookie.core.metadata import LedgerMetadata
@@ -91,11 +92,17 @@ class ReplicationWorker:
     """Repairs the marked ledgers of one cluster; see the module docstring."""
 
     def __init__(
-        self, store: MetadataStore, settings: AutoRecoverySettings, rng: random.Random
+        self,
+        store: MetadataStore,
+        settings: AutoRecoverySettings,
+        rng: random.Random,
+        connector: Connector | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
         self._rng = rng
+        self._connector = connector
+        """Opens the streams to bookies (None: TCP)."""
         self._marks = UnderReplication(store, settings.root)
         self._ledgers = LedgerManager(store, settings.root)
         self._schedule = RetrySchedule(
@@ -230,7 +237,9 @@ class ReplicationWorker:
             missing=lost,
             last_entry_held=last_entry_held,
         )
-        async with LedgerClient.open(self._store, root=self._settings.root) as client:
+        async with LedgerClient.open(
+            self._store, root=self._settings.root, connector=self._connector, rng=self._rng
+        ) as client:
             await client.open_ledger(ledger_id, password, recovery=True)
         recovered, _ = await self._ledgers.read(ledger_id)
         return recovered
@@ -257,7 +266,12 @@ class ReplicationWorker:
                     continue
                 try:
                     connection = await connect_checked(
-                        stack, bookie_id, address, instance_id, timeout_ms
+                        stack,
+                        bookie_id,
+                        address,
+                        instance_id,
+                        timeout_ms,
+                        connector=self._connector,
                     )
                     listing = await connection.list_entries(
                         metadata.ledger_id, timeout_ms=timeout_ms
@@ -335,7 +349,13 @@ class ReplicationWorker:
             first_entry_id=repair.first_entry_id,
         )
         unusable = set(mark.missing) | {repair.ensemble[index] for index in repair.positions}
-        copier = _Copier(metadata, password, self._settings.timeout_ms, self._throttle)
+        copier = _Copier(
+            metadata,
+            password,
+            self._settings.timeout_ms,
+            self._throttle,
+            connector=self._connector,
+        )
         instance_id = await cluster_instance_id(self._store, self._settings.root)
         async with contextlib.AsyncExitStack() as stack:
             needed = {*repair.ensemble, *replacements.values()} - unusable
@@ -371,8 +391,15 @@ class _Copier:
     """Copies entries of one ledger between bookies over connections it holds."""
 
     def __init__(
-        self, metadata: LedgerMetadata, password: bytes, timeout_ms: int, throttle: CopyThrottle
+        self,
+        metadata: LedgerMetadata,
+        password: bytes,
+        timeout_ms: int,
+        throttle: CopyThrottle,
+        *,
+        connector: Connector | None,
     ) -> None:
+        self._connector = connector
         self._metadata = metadata
         self._throttle = throttle
         self._digest = Digest(metadata.digest_type, password)
@@ -393,7 +420,7 @@ class _Copier:
             return
         try:
             self._connections[bookie_id] = await connect_checked(
-                stack, bookie_id, address, instance_id, self._timeout_ms
+                stack, bookie_id, address, instance_id, self._timeout_ms, connector=self._connector
             )
         except BookieError as error:
             self._connections[bookie_id] = str(error)
