@@ -6,7 +6,10 @@ paused (`R/underreplication/disable`), list the marks, and for each ledger the r
 schedule allows, in a random order, take its ephemeral lock (skip it if another
 worker holds it), repair it, release the lock.  A repair:
 
-1. reads the mark and the ledger's metadata.  A deleted ledger's mark is removed;
+1. reads the mark and the ledger's metadata.  A deleted ledger's mark is removed.  A
+   marked bookie that is registered and lists every entry of the sealed segments it
+   should hold (a lost bookie back with its disk) is missing no longer: only the others
+   are replaced below;
 2. picks, among the configured passwords, the one whose hash the metadata holds;
 3. for each sealed segment that names a missing bookie (`plan_repairs`: every segment
    of a closed ledger, every one but the last of an open or in-recovery one): asks
@@ -18,12 +21,16 @@ worker holds it), repair it, release the lock.  A repair:
    than the worker's `CopyThrottle` allows (`rate_entries_per_s`, `rate_bytes_per_s`,
    over all its copies); then replaces the segment's bookies by compare-and-set
    (`repaired_segment_transform`);
-4. removes the mark at the version read in step 1 (a mark widened meanwhile stays,
-   for the next round), unless the ledger is not closed and its last segment names a
-   missing bookie (`left_to_writer`): that segment is its writer's to change (an
-   ensemble change, deferred until a bookie is free) or its recovery's, so the mark
-   stays and the ledger is tried again, until it is closed or the writer replaced
-   the bookie.
+4. when the ledger is not closed and its last segment names a missing bookie
+   (`left_to_writer`), that segment is its writer's to change (an ensemble change,
+   deferred until a bookie is free) or its recovery's: the mark stays and the ledger
+   is tried again, until it is closed or the writer replaced the bookie, unless
+   `bookie.core.open_ledgers` finds its writer gone (its `bookie.writer` znode, no
+   progress for `open_ledger_grace_ms`) and placement a spare bookie: then the worker
+   fences and recovers the ledger (`autorecovery.ledger_fenced`), which closes it at
+   its last acknowledged entry, and repairs its now sealed segments as in step 3;
+5. removes the mark at the version read in step 1 (a mark widened meanwhile stays,
+   for the next round).
 
 A failure anywhere (`RereplicationFailed`: no spare bookie, an entry with no readable
 copy, no matching password, a segment left to its writer; or a bookie or metadata
@@ -40,7 +47,7 @@ import contextlib
 import hmac
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import anyio
 
@@ -51,6 +58,7 @@ from bookie.client.bookie_conn import BookieConnection
 from bookie.client.connections import Connector
 from bookie.client.ledger_client import LedgerClient, password_hash
 from bookie.clock import loop_clock_ms
+from bookie.core.auditor import lacking_entries
 from bookie.core.metadata import LedgerMetadata
 from bookie.core.open_ledgers import (
     Progress,
@@ -82,7 +90,7 @@ from bookie.meta import paths
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import Bookies, list_bookies
 from bookie.meta.ledgers import LedgerManager
-from bookie.meta.underreplication import Mark, UnderReplication
+from bookie.meta.underreplication import UnderReplication
 from bookie.wire.packet import Digest, master_key
 
 logger = logging.getLogger(__name__)
@@ -172,10 +180,11 @@ class ReplicationWorker:
             await self._marks.remove_mark(mark)
             emit(logger, logging.INFO, "autorecovery.mark_removed", ledger_id=ledger_id)
             return None
-        segments, copied = await self._repair_sealed(metadata, mark)
-        if left_to_writer(metadata, mark.missing):
-            metadata = await self._recover_if_writer_gone(ledger_id, mark, segments)
-            more, more_copied = await self._repair_sealed(metadata, mark)
+        missing = await self._still_missing(metadata, mark.missing)
+        segments, copied = await self._repair_sealed(metadata, missing)
+        if left_to_writer(metadata, missing):
+            metadata = await self._recover_if_writer_gone(ledger_id, missing, segments)
+            more, more_copied = await self._repair_sealed(metadata, missing)
             segments += more
             copied += more_copied
         self._stalled.forget(ledger_id)
@@ -187,37 +196,40 @@ class ReplicationWorker:
             "autorecovery.repaired",
             ledger_id=ledger_id,
             missing=sorted(mark.missing),
+            back=sorted(mark.missing - missing),
             segments=segments,
             entries_copied=copied,
         )
         return segments
 
-    async def _repair_sealed(self, metadata: LedgerMetadata, mark: Mark) -> tuple[int, int]:
+    async def _repair_sealed(
+        self, metadata: LedgerMetadata, missing: frozenset[str]
+    ) -> tuple[int, int]:
         """Repair every sealed segment naming a missing bookie; return how many segments
         and entries copied."""
-        repairs = plan_repairs(metadata, mark.missing)
+        repairs = plan_repairs(metadata, missing)
         copied = 0
         if repairs:
             password = self._password_of(metadata)
             for repair in repairs:
-                copied += await self._repair_segment(metadata, password, repair, mark)
+                copied += await self._repair_segment(metadata, password, repair, missing)
         return len(repairs), copied
 
     async def _recover_if_writer_gone(
-        self, ledger_id: int, mark: Mark, repaired: int
+        self, ledger_id: int, missing: frozenset[str], repaired: int
     ) -> LedgerMetadata:
         """The ledger's metadata once its last segment is no longer left to its writer:
         as read again when it changed meanwhile, else after fencing and recovering it
         when `bookie.core.open_ledgers` says its writer is gone.  Raises
         `RereplicationFailed` while the segment is still its writer's."""
         metadata, version = await self._ledgers.read(ledger_id)
-        if not left_to_writer(metadata, mark.missing):
+        if not left_to_writer(metadata, missing):
             return metadata
         writer = await self._writer_of(metadata)
-        last_entry_held = await self._last_entry_held(metadata, mark.missing)
+        last_entry_held = await self._last_entry_held(metadata, missing)
         progress = Progress(version, last_entry_held)
         wait_ms = self._stalled.observe(ledger_id, writer, progress, loop_clock_ms())
-        lost = sorted(set(metadata.current_ensemble) & mark.missing)
+        lost = sorted(set(metadata.current_ensemble) & missing)
         if wait_ms != 0:
             until = "while it lives" if wait_ms is None else f"for {wait_ms} ms more"
             raise RereplicationFailed(
@@ -226,7 +238,7 @@ class ReplicationWorker:
                 f"({repaired} earlier segments repaired)"
             )
         password = self._password_of(metadata)
-        await self._check_spares(metadata, mark)
+        await self._check_spares(metadata, missing)
         emit(
             logger,
             logging.WARNING,
@@ -252,48 +264,65 @@ class ReplicationWorker:
         parent_exists = exists or await self._store.exists(paths.parent_of(path)) is not None
         return writer_state(metadata, znode_exists=exists, parent_exists=parent_exists)
 
+    async def _still_missing(
+        self, metadata: LedgerMetadata, marked: frozenset[str]
+    ) -> frozenset[str]:
+        """The bookies of `marked` that are missing still: all but those registered now that
+        list every entry of the ledger's sealed segments they should hold (a lost bookie
+        that came back with its disk), so that none is replaced needlessly."""
+        listings = await self._listings(metadata.ledger_id, marked)
+        return marked - {
+            bookie_id
+            for bookie_id, held in listings.items()
+            if not lacking_entries(metadata, bookie_id, held)
+        }
+
     async def _last_entry_held(self, metadata: LedgerMetadata, missing: frozenset[str]) -> int:
         """The last entry of the ledger that a surviving bookie of its last segment says it
         holds (-1: none, or none could be asked)."""
+        listings = await self._listings(
+            metadata.ledger_id, frozenset(metadata.current_ensemble) - missing
+        )
+        return max((last for held in listings.values() for _, last in held), default=-1)
+
+    async def _listings(
+        self, ledger_id: int, bookie_ids: frozenset[str]
+    ) -> dict[str, Sequence[Sequence[int]]]:
+        """What each of `bookie_ids` that is registered and answers holds of the ledger
+        (LIST_ENTRIES: inclusive ranges, ascending; none when it has no such ledger)."""
         addresses = _addresses(await list_bookies(self._store, self._settings.root))
         timeout_ms = self._settings.timeout_ms
         instance_id = await cluster_instance_id(self._store, self._settings.root)
-        last = -1
+        listings: dict[str, Sequence[Sequence[int]]] = {}
         async with contextlib.AsyncExitStack() as stack:
-            for bookie_id in sorted(set(metadata.current_ensemble) - missing):
-                address = addresses.get(bookie_id)
-                if address is None:
-                    continue
+            for bookie_id in sorted(bookie_ids & addresses.keys()):
                 try:
                     connection = await connect_checked(
                         stack,
                         bookie_id,
-                        address,
+                        addresses[bookie_id],
                         instance_id,
                         timeout_ms,
                         connector=self._connector,
                     )
-                    listing = await connection.list_entries(
-                        metadata.ledger_id, timeout_ms=timeout_ms
-                    )
+                    listing = await connection.list_entries(ledger_id, timeout_ms=timeout_ms)
+                    listings[bookie_id] = listing.ranges or []
                 except NoSuchLedger:
-                    continue
+                    listings[bookie_id] = []
                 except BookieError:
                     continue  # this bookie says nothing this time
-                for _, held_last in listing.ranges or []:
-                    last = max(last, held_last)
-        return last
+        return listings
 
-    async def _check_spares(self, metadata: LedgerMetadata, mark: Mark) -> None:
+    async def _check_spares(self, metadata: LedgerMetadata, missing: frozenset[str]) -> None:
         """Raise `RereplicationFailed` unless placement finds replacements for the missing
         bookies of the last segment: fencing a ledger that cannot be repaired then only
         stops its writer."""
         bookies = await list_bookies(self._store, self._settings.root)
         ensemble = metadata.current_ensemble
-        positions = tuple(i for i, bookie_id in enumerate(ensemble) if bookie_id in mark.missing)
+        positions = tuple(i for i, bookie_id in enumerate(ensemble) if bookie_id in missing)
         first_entry_id = metadata.ensembles[-1][0]
         self._replacements(
-            bookies, metadata, ensemble, positions, mark, first_entry_id=first_entry_id
+            bookies, metadata, ensemble, positions, missing, first_entry_id=first_entry_id
         )
 
     def _replacements(
@@ -302,7 +331,7 @@ class ReplicationWorker:
         metadata: LedgerMetadata,
         ensemble: tuple[str, ...],
         positions: tuple[int, ...],
-        mark: Mark,
+        missing: frozenset[str],
         *,
         first_entry_id: int,
     ) -> dict[int, str]:
@@ -315,7 +344,7 @@ class ReplicationWorker:
                 positions,
                 write_quorum=metadata.write_quorum,
                 rng=self._rng,
-                excluded=mark.missing,
+                excluded=missing,
             )
         except NotEnoughBookies as error:
             raise RereplicationFailed(
@@ -333,7 +362,11 @@ class ReplicationWorker:
         )
 
     async def _repair_segment(
-        self, metadata: LedgerMetadata, password: bytes, repair: SegmentRepair, mark: Mark
+        self,
+        metadata: LedgerMetadata,
+        password: bytes,
+        repair: SegmentRepair,
+        missing: frozenset[str],
     ) -> int:
         """Copy one segment's entries to replacements, then CAS them into the metadata;
         return the entries copied."""
@@ -345,10 +378,10 @@ class ReplicationWorker:
             metadata,
             repair.ensemble,
             repair.positions,
-            mark,
+            missing,
             first_entry_id=repair.first_entry_id,
         )
-        unusable = set(mark.missing) | {repair.ensemble[index] for index in repair.positions}
+        unusable = set(missing) | {repair.ensemble[index] for index in repair.positions}
         copier = _Copier(
             metadata,
             password,

@@ -120,9 +120,11 @@ async def test_without_a_spare_bookie_the_mark_stays_and_nothing_changes() -> No
 async def test_a_ledger_with_an_unknown_password_is_left_alone() -> None:
     async with memory_cluster(4) as cluster, cluster.client() as client:
         other = await client.create_ledger(3, 2, 2, password=b"unknown")
+        await other.append(b"entry")
         await other.close()
         async with session(cluster) as (store, marks):
             before = await client.ledger_metadata(other.ledger_id)
+            await cluster.stop_bookie(before.ensembles[0][1][0])
             await marks.mark(other.ledger_id, [before.ensembles[0][1][0]])
             assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 0
             assert await marks.list_marks() == [other.ledger_id]
@@ -263,6 +265,7 @@ async def test_an_open_ledgers_last_segment_is_left_to_its_writer() -> None:
         await writer.append(b"open")
         await cluster.add_bookie()
         lost = (await client.ledger_metadata(writer.ledger_id)).current_ensemble[0]
+        await cluster.stop_bookie(lost)
         async with session(cluster) as (store, marks):
             await marks.mark(writer.ledger_id, [lost])
             before = await client.ledger_metadata(writer.ledger_id)
@@ -360,3 +363,16 @@ async def test_a_gone_writers_ledger_is_not_fenced_without_a_spare_bookie() -> N
             metadata = await client.ledger_metadata(writer.ledger_id)
             assert metadata.state is LedgerState.OPEN, "not fenced"
             assert await marks.list_marks() == [writer.ledger_id]
+
+
+async def test_a_marked_bookie_that_is_back_with_its_share_is_not_replaced() -> None:
+    async with memory_cluster(4) as cluster, cluster.client() as client:
+        metadata = await closed_ledger(client)
+        back = metadata.ensembles[0][1][0]
+        await cluster.stop_bookie(back)
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, [back])
+            await cluster.restart_bookie(back)  # back with its disk, before any repair
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 1
+            assert await marks.list_marks() == []
+            assert await client.ledger_metadata(metadata.ledger_id) == metadata, "no copy made"
