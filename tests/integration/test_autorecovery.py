@@ -217,7 +217,7 @@ async def test_an_open_ledger_whose_writer_died_is_fenced_recovered_and_repaired
                 for number in range(ENTRIES):
                     await writer.append(entry_payload(number))
             # The writer's session is over (its znode gone); its ledger stays open.
-            await start_bookies(cluster, setups[3:])
+            processes += await start_bookies(cluster, setups[3:])
             lost = processes[0].setup.bookie_id
             assert lost in (await client.ledger_metadata(writer.ledger_id)).current_ensemble
             processes[0].kill()
