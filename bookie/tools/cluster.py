@@ -26,7 +26,8 @@ answer.  Only `simpletest`, `autorecovery`, `triggeraudit`, `recover` and
   them;
 * `triggeraudit`: ask the auditor to audit now (lost bookies, entry presence);
 * `recover BOOKIE`: mark every ledger that names the bookie as missing it, now,
-  whatever the grace period (the workers then copy its share elsewhere);
+  whatever the grace period (the workers then copy its share elsewhere; of a
+  bookie that is registered and holds its whole share they copy nothing);
 * `decommission BOOKIE`: for a bookie that is stopped: `recover`, wait until no
   ledger names it (or `--timeout-s` passes: the ledgers still naming it are
   problems), then delete its cookie, so it is no longer a member.
