@@ -53,6 +53,8 @@ soak: bootstrap
 	@$(PY) -m rsm.testing.rsm_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
 	@$(PY) -m rsm.testing.rsm_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS) \
 		--faults machine-crash,replica-crash,bookie-crash
+	@$(PY) -m rsm.testing.rsm_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS) \
+		--faults bookie-loss,replica-crash,bookie-crash
 	@$(PY) -m kvstore.testing.kv_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
 
 clean:

@@ -292,6 +292,15 @@ autorecovery_presence_interval_ms_default = 3_600_000
 """How often the auditor asks every bookie that is up which entries it holds of every
 ledger, to find entries lost on a bookie that did not go down."""
 
+autorecovery_presence_sample_entries_default = 10_000
+"""The auditor's presence check compares at most about this many entries of one ledger
+with one bookie's listing, drawn at random (bookie/core/auditor.py, "Sampling"); 0: all."""
+
+autorecovery_open_ledger_grace_ms_default = 120_000
+"""How long an open ledger whose last segment names a lost bookie, and whose writer is not
+known to be alive, must make no progress before a replication worker fences and recovers
+it (bookie/core/open_ledgers.py)."""
+
 autorecovery_retry_delay_ms_min = 1_000
 """A ledger whose re-replication failed (no spare bookie, no readable copy) is tried again by
 the same worker after this long; the pause doubles per failure in a row."""

@@ -69,6 +69,9 @@ class ReplicaConfig:
     snapshot_chunk_bytes: int = limits.snapshot_chunk_bytes_default
     snapshot_check_interval_ms: int = limits.snapshot_check_interval_ms_default
     snapshot_orphan_grace_ms: int = limits.snapshot_orphan_grace_ms_default
+    orphan_safe_age_ms: int = limits.orphan_safe_age_ms_default
+    """The leader deletes the application's ledgers that nothing names once this old."""
+    orphan_check_interval_ms: int = limits.orphan_check_interval_ms_default
     retention_commands: int = limits.retention_commands_default
     retention_ms: int = limits.retention_ms_default
     truncation: bool = True
@@ -137,7 +140,12 @@ class ReplicaConfig:
             raise InvalidConfig(
                 f"snapshot_chunk_bytes must be 1..{limits.snapshot_chunk_bytes_max}"
             )
-        for name in ("snapshot_check_interval_ms", "snapshot_orphan_grace_ms"):
+        for name in (
+            "snapshot_check_interval_ms",
+            "snapshot_orphan_grace_ms",
+            "orphan_safe_age_ms",
+            "orphan_check_interval_ms",
+        ):
             if getattr(self, name) <= 0:
                 raise InvalidConfig(f"{name} must be positive, not {getattr(self, name)}")
         for name in (

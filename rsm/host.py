@@ -16,8 +16,10 @@ takes from here, and from nowhere else inside the framework:
 * `--follower-nice` and the priority it sets (`add_follower_nice`,
   `FollowerPriority`: a follower lowers its CPU priority, docs/operations.md);
 * an application's status report (`application_status`: the log, the leader
-  znode and every registered replica's STATUS) and the pieces of its
-  human-readable form (`status_heading`, `aligned`);
+  znode, every registered replica's STATUS, and autorecovery's progress in the
+  bookie cluster, `under_replication_status`) and the pieces of its
+  human-readable form (`status_heading`, `aligned`, `replication_lines`,
+  `under_replication_lines`);
 * what a front end of its own (the store's Redis server) hands a `Replica`
   in process and gets back: `CallRequest` and `QueryRequest` for
   `Replica.handle_call` / `handle_query`, the `Answerer` that receives each
@@ -35,16 +37,20 @@ from typing import Any, Final
 
 import anyio
 
+from bookie import limits as bookie_limits
 from bookie.client.ledger_client import LedgerClient
-from bookie.errors import BookieError, NoNode
+from bookie.errors import BookieError, NoNode, NoSuchLedgerError
 from bookie.logs import emit
 from bookie.meta.api import MetadataStore
+from bookie.meta.ledgers import LedgerManager
+from bookie.meta.underreplication import UnderReplication
 from bookie.meta.zk import ZkMetadataStore
 from bookie.runtime_tuning import tune_for_throughput
 from rsm import limits
 from rsm.client import Client
 from rsm.core.layout import RSM_ROOT, AppLayout, check_name, check_replica_id
 from rsm.core.log_format import decode_leader
+from rsm.core.orphans import APP_KEY
 from rsm.core.protocol import CallRequest, QueryRequest
 from rsm.core.sessions import Outcome
 from rsm.errors import InvalidConfig, MalformedValue, NoSuchApplication, RsmError
@@ -70,6 +76,8 @@ __all__ = [
     "replication_lines",
     "split_zk",
     "status_heading",
+    "under_replication_lines",
+    "under_replication_status",
 ]
 
 
@@ -127,8 +135,11 @@ def add_follower_nice(run: argparse.ArgumentParser) -> None:
     )
 
 
-async def application_status(store: MetadataStore, client: Client) -> dict[str, Any]:
-    """The log, the leader znode and every registered replica's STATUS, as one report.
+async def application_status(
+    store: MetadataStore, client: Client, *, ledger_root: str = bookie_limits.metadata_root_default
+) -> dict[str, Any]:
+    """The log, the leader znode, every registered replica's STATUS and the bookie
+    cluster's under-replication (at `ledger_root`), as one report.
 
     A replica that does not answer within `limits.status_answer_timeout_ms`, or
     answers an error, has an `error` instead of its STATUS fields; the others
@@ -183,7 +194,62 @@ async def application_status(store: MetadataStore, client: Client) -> dict[str, 
             None,
         ),
         "replicas": replicas,
+        "under_replication": await under_replication_status(store, client.app, ledger_root),
     }
+
+
+async def under_replication_status(
+    store: MetadataStore, app: str, ledger_root: str
+) -> dict[str, Any]:
+    """Autorecovery's progress, read only: `ledgers` marked under-replicated in the bookie
+    cluster, of which `app_ledgers` (ids) belong to `app` (custom metadata "rsm.app"),
+    `being_repaired` (a worker holds its lock), the `missing_bookies` they name, and
+    whether workers are `enabled`; `{"error": ...}` when the marks cannot be read."""
+    marks = UnderReplication(store, ledger_root)
+    ledgers = LedgerManager(store, ledger_root)
+    try:
+        statuses = await marks.mark_statuses()
+        enabled = await marks.is_enabled()
+        app_ledgers = []
+        for status in statuses:
+            try:
+                metadata, _version = await ledgers.read(status.ledger_id)
+            except NoSuchLedgerError:
+                continue
+            if metadata.custom.get(APP_KEY) == app.encode():
+                app_ledgers.append(status.ledger_id)
+    except BookieError as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+    return {
+        "enabled": enabled,
+        "ledgers": len(statuses),
+        "app_ledgers": app_ledgers,
+        "being_repaired": sum(status.locked_by is not None for status in statuses),
+        "missing_bookies": sorted({b for status in statuses for b in status.missing}),
+    }
+
+
+def under_replication_lines(report: dict[str, Any]) -> list[str]:
+    """The line of an `application_status` on autorecovery (none when it has no
+    `under_replication`)."""
+    status = report.get("under_replication")
+    if status is None:
+        return []
+    if "error" in status:
+        return [f"under-replicated ledgers: unknown ({status['error']})"]
+    paused = (
+        []
+        if status["enabled"]
+        else ["autorecovery is paused: nothing is repaired (bookie shell autorecovery enable)"]
+    )
+    if not status["ledgers"]:
+        return ["under-replicated ledgers: none", *paused]
+    return [
+        f"under-replicated ledgers: {status['ledgers']} ({len(status['app_ledgers'])} of "
+        f"{report['app']}'s), {status['being_repaired']} being repaired; missing bookies: "
+        + ", ".join(status["missing_bookies"]),
+        *paused,
+    ]
 
 
 def status_heading(report: dict[str, Any]) -> tuple[str, str]:

@@ -293,6 +293,13 @@ snapshot_garbage_max = 1_024
 snapshot_orphan_grace_ms_default = 3_600_000
 """A pending snapshot older than this is taken for abandoned and its ledger deleted."""
 
+orphan_safe_age_ms_default = 3_600_000
+"""A ledger of the application that neither the log nor the snapshots name is deleted once
+it is this old (rsm/core/orphans.py): far longer than any create-to-record window."""
+
+orphan_check_interval_ms_default = 600_000
+"""How often the leader looks for orphan ledgers (each look reads every ledger's metadata)."""
+
 snapshot_orphan_sweep_ledgers_max = 1_000
 """Garbage ledgers deleted per round; the rest wait for the next round."""
 

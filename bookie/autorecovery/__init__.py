@@ -4,6 +4,7 @@
 reach the bookie meant), `worker.py` (repairs marked ledgers),
 `auditor.py` (elected; marks the ledgers of lost bookies), `service.py` (both,
 in a bookie process or a standalone `bookie autorecovery`).  The decisions are
-in `bookie/core/rereplication.py` and `bookie/core/auditor.py`, the ZooKeeper
+in `bookie/core/rereplication.py`, `bookie/core/auditor.py` and
+`bookie/core/open_ledgers.py` (when an open ledger is fenced), the ZooKeeper
 state in `bookie/meta/underreplication.py`; docs/operations.md, "Autorecovery".
 """

@@ -21,9 +21,10 @@ expiring) mark nothing twice and lose nothing.
 Entry presence, every `presence_interval_ms` while elected and when triggered
 (`PresenceCheck`): for every ledger, every registered bookie its sealed segments name is
 asked which entries of it it holds (LIST_ENTRIES, over a connection checked with
-IDENTIFY; no ledger there: none), and one found lacking some at two checks in a row is
-marked as missing from that ledger, so a replication worker moves that bookie's share
-to another bookie.  A bookie that cannot be asked is not judged.  One
+IDENTIFY; no ledger there: none), compared with the entries it should hold (a sample of
+`presence_sample_entries` of them when it should hold more), and one found lacking some
+at two checks in a row is marked as missing from that ledger, so a replication worker
+moves that bookie's share to another bookie.  A bookie that cannot be asked is not judged.  One
 `autorecovery.entries_lacking` event per bookie and ledger found lacking, one
 `autorecovery.presence_checked` per check.
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 from collections.abc import Mapping
 
 import anyio
@@ -39,6 +41,7 @@ import anyio
 from bookie.autorecovery.connect import cluster_instance_id, connect_checked
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.bookie_conn import BookieConnection
+from bookie.client.connections import Connector
 from bookie.clock import loop_clock_ms
 from bookie.core.auditor import Auditor, PresenceCheck, lacking_entries, missing_bookies
 from bookie.core.rereplication import segment_ranges
@@ -55,9 +58,19 @@ logger = logging.getLogger(__name__)
 class AuditorService:
     """Stands for auditor and audits while elected; see the module docstring."""
 
-    def __init__(self, store: MetadataStore, settings: AutoRecoverySettings) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        settings: AutoRecoverySettings,
+        rng: random.Random | None = None,
+        connector: Connector | None = None,
+    ) -> None:
         self._store = store
         self._settings = settings
+        self._connector = connector
+        """Opens the streams to bookies (None: TCP)."""
+        self._rng = rng or random.Random()
+        """Draws the entries a sampled presence check compares."""
         self._marks = UnderReplication(store, settings.root)
         self._ledgers = LedgerManager(store, settings.root)
         self._seen: set[str] = set()
@@ -164,7 +177,12 @@ class AuditorService:
                     connections[bookie_id] = None
                     try:
                         connections[bookie_id] = await connect_checked(
-                            stack, bookie_id, addresses[bookie_id], instance_id, timeout_ms
+                            stack,
+                            bookie_id,
+                            addresses[bookie_id],
+                            instance_id,
+                            timeout_ms,
+                            connector=self._connector,
                         )
                     except BookieError as error:
                         emit(
@@ -195,7 +213,13 @@ class AuditorService:
                         held = []
                     except BookieError:
                         continue  # not judged this time
-                    lacking = lacking_entries(metadata, bookie_id, held)
+                    lacking = lacking_entries(
+                        metadata,
+                        bookie_id,
+                        held,
+                        sample_entries_max=self._settings.presence_sample_entries,
+                        rng=self._rng,
+                    )
                     if not lacking:
                         continue
                     confirmed = presence.lacking(ledger_id, bookie_id)

@@ -2,15 +2,18 @@
 
 Like the ledger client's connections (bookie/client/connections.py), a new connection
 first asks IDENTIFY; one that names another bookie or another cluster is refused
-(`BookieUnavailable`), since a lost bookie's address may since be another's.
+(`BookieUnavailable`), since a lost bookie's address may since be another's.  It goes
+over TCP, or over the byte streams a `Connector` opens (the simulated network).
 """
 
 from __future__ import annotations
 
 import contextlib
 
+import anyio
+
 from bookie.client.bookie_conn import BookieConnection
-from bookie.client.connections import bookie_address, identity_problem
+from bookie.client.connections import Connector, bookie_address, identity_problem
 from bookie.errors import BookieUnavailable, NoNode
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import read_instance_id
@@ -30,13 +33,24 @@ async def connect_checked(
     address: str,
     instance_id: str | None,
     timeout_ms: int,
+    *,
+    connector: Connector | None = None,
 ) -> BookieConnection:
-    """A connection to `bookie_id` at `address`, closed with `stack`; raises
-    `BookieUnavailable` when it cannot connect or another bookie answers."""
-    target = bookie_address(address)
-    connection = await stack.enter_async_context(
-        BookieConnection.connect(target.host, target.port, connect_timeout_ms=timeout_ms)
-    )
+    """A connection to `bookie_id` at `address` (over TCP, or a stream of `connector`),
+    closed with `stack`; raises `BookieUnavailable` when it cannot connect or another
+    bookie answers."""
+    if connector is None:
+        target = bookie_address(address)
+        connection = await stack.enter_async_context(
+            BookieConnection.connect(target.host, target.port, connect_timeout_ms=timeout_ms)
+        )
+    else:
+        try:
+            with anyio.fail_after(timeout_ms / 1000):
+                stream = await connector(address)
+        except (OSError, TimeoutError) as error:
+            raise BookieUnavailable(f"{address}: cannot connect: {error!r}") from error
+        connection = await stack.enter_async_context(BookieConnection.over(stream, address))
     answer = await connection.identify(timeout_ms=timeout_ms)
     problem = identity_problem(bookie_id, instance_id, answer)
     if problem is not None:

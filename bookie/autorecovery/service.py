@@ -16,6 +16,7 @@ import anyio
 from bookie.autorecovery.auditor import AuditorService
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.autorecovery.worker import ReplicationWorker
+from bookie.client.connections import Connector
 from bookie.logs import emit
 from bookie.meta.api import MetadataStore
 
@@ -23,9 +24,13 @@ logger = logging.getLogger(__name__)
 
 
 async def run_autorecovery(
-    store: MetadataStore, settings: AutoRecoverySettings, rng: random.Random | None = None
+    store: MetadataStore,
+    settings: AutoRecoverySettings,
+    rng: random.Random | None = None,
+    connector: Connector | None = None,
 ) -> None:
-    """Audit (when elected) and repair, until cancelled."""
+    """Audit (when elected) and repair, until cancelled; bookies are reached over TCP, or
+    through `connector` (the simulated network)."""
     emit(
         logger,
         logging.INFO,
@@ -35,5 +40,6 @@ async def run_autorecovery(
         poll_interval_ms=settings.poll_interval_ms,
     )
     async with anyio.create_task_group() as task_group:
-        task_group.start_soon(AuditorService(store, settings).run)
-        task_group.start_soon(ReplicationWorker(store, settings, rng or random.Random()).run)
+        rng = rng or random.Random()
+        task_group.start_soon(AuditorService(store, settings, rng, connector).run)
+        task_group.start_soon(ReplicationWorker(store, settings, rng, connector).run)

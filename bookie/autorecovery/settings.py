@@ -21,6 +21,12 @@ class AutoRecoverySettings:
     poll_interval_ms: int = limits.autorecovery_poll_interval_ms_default
     audit_interval_ms: int = limits.autorecovery_audit_interval_ms_default
     presence_interval_ms: int = limits.autorecovery_presence_interval_ms_default
+    presence_sample_entries: int = limits.autorecovery_presence_sample_entries_default
+    """At most this many entries of a ledger compared per bookie by a presence check, drawn
+    at random (0: every entry)."""
+    open_ledger_grace_ms: int = limits.autorecovery_open_ledger_grace_ms_default
+    """How long an open ledger whose writer is not known alive makes no progress before
+    a worker fences it (bookie/core/open_ledgers.py)."""
     retry_delay_ms_min: int = limits.autorecovery_retry_delay_ms_min
     retry_delay_ms_max: int = limits.autorecovery_retry_delay_ms_max
     passwords: tuple[bytes, ...] = (b"",)
@@ -35,6 +41,8 @@ class AutoRecoverySettings:
     def __post_init__(self) -> None:
         assert self.owner, "an autorecovery process is named"
         assert self.grace_ms >= 0
+        assert self.open_ledger_grace_ms >= 0
+        assert self.presence_sample_entries >= 0
         assert self.poll_interval_ms > 0
         assert self.audit_interval_ms > 0
         assert self.presence_interval_ms > 0

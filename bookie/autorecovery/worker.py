@@ -6,7 +6,10 @@ paused (`R/underreplication/disable`), list the marks, and for each ledger the r
 schedule allows, in a random order, take its ephemeral lock (skip it if another
 worker holds it), repair it, release the lock.  A repair:
 
-1. reads the mark and the ledger's metadata.  A deleted ledger's mark is removed;
+1. reads the mark and the ledger's metadata.  A deleted ledger's mark is removed.  A
+   marked bookie that is registered and lists every entry of the sealed segments it
+   should hold (a lost bookie back with its disk) is missing no longer: only the others
+   are replaced below;
 2. picks, among the configured passwords, the one whose hash the metadata holds;
 3. for each sealed segment that names a missing bookie (`plan_repairs`: every segment
    of a closed ledger, every one but the last of an open or in-recovery one): asks
@@ -18,12 +21,16 @@ worker holds it), repair it, release the lock.  A repair:
    than the worker's `CopyThrottle` allows (`rate_entries_per_s`, `rate_bytes_per_s`,
    over all its copies); then replaces the segment's bookies by compare-and-set
    (`repaired_segment_transform`);
-4. removes the mark at the version read in step 1 (a mark widened meanwhile stays,
-   for the next round), unless the ledger is not closed and its last segment names a
-   missing bookie (`left_to_writer`): that segment is its writer's to change (an
-   ensemble change, deferred until a bookie is free) or its recovery's, so the mark
-   stays and the ledger is tried again, until it is closed or the writer replaced
-   the bookie.
+4. when the ledger is not closed and its last segment names a missing bookie
+   (`left_to_writer`), that segment is its writer's to change (an ensemble change,
+   deferred until a bookie is free) or its recovery's: the mark stays and the ledger
+   is tried again, until it is closed or the writer replaced the bookie, unless
+   `bookie.core.open_ledgers` finds its writer gone (its `bookie.writer` znode, no
+   progress for `open_ledger_grace_ms`) and placement a spare bookie: then the worker
+   fences and recovers the ledger (`autorecovery.ledger_fenced`), which closes it at
+   its last acknowledged entry, and repairs its now sealed segments as in step 3;
+5. removes the mark at the version read in step 1 (a mark widened meanwhile stays,
+   for the next round).
 
 A failure anywhere (`RereplicationFailed`: no spare bookie, an entry with no readable
 copy, no matching password, a segment left to its writer; or a bookie or metadata
@@ -40,7 +47,7 @@ import contextlib
 import hmac
 import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import anyio
 
@@ -48,9 +55,18 @@ from bookie import limits
 from bookie.autorecovery.connect import cluster_instance_id, connect_checked
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.bookie_conn import BookieConnection
-from bookie.client.ledger_client import password_hash
+from bookie.client.connections import Connector
+from bookie.client.ledger_client import LedgerClient, password_hash
 from bookie.clock import loop_clock_ms
+from bookie.core.auditor import lacking_entries
 from bookie.core.metadata import LedgerMetadata
+from bookie.core.open_ledgers import (
+    Progress,
+    StalledLedgers,
+    Writer,
+    declared_writer,
+    writer_state,
+)
 from bookie.core.placement import choose_replacements
 from bookie.core.rereplication import (
     CopyThrottle,
@@ -64,15 +80,17 @@ from bookie.core.rereplication import (
 )
 from bookie.errors import (
     BookieError,
+    NoSuchLedger,
     NoSuchLedgerError,
     NotEnoughBookies,
     RereplicationFailed,
 )
 from bookie.logs import emit
+from bookie.meta import paths
 from bookie.meta.api import MetadataStore
-from bookie.meta.bookies import list_bookies
+from bookie.meta.bookies import Bookies, list_bookies
 from bookie.meta.ledgers import LedgerManager
-from bookie.meta.underreplication import Mark, UnderReplication
+from bookie.meta.underreplication import UnderReplication
 from bookie.wire.packet import Digest, master_key
 
 logger = logging.getLogger(__name__)
@@ -82,16 +100,23 @@ class ReplicationWorker:
     """Repairs the marked ledgers of one cluster; see the module docstring."""
 
     def __init__(
-        self, store: MetadataStore, settings: AutoRecoverySettings, rng: random.Random
+        self,
+        store: MetadataStore,
+        settings: AutoRecoverySettings,
+        rng: random.Random,
+        connector: Connector | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
         self._rng = rng
+        self._connector = connector
+        """Opens the streams to bookies (None: TCP)."""
         self._marks = UnderReplication(store, settings.root)
         self._ledgers = LedgerManager(store, settings.root)
         self._schedule = RetrySchedule(
             delay_ms_min=settings.retry_delay_ms_min, delay_ms_max=settings.retry_delay_ms_max
         )
+        self._stalled = StalledLedgers(grace_ms=settings.open_ledger_grace_ms)
         self._throttle = CopyThrottle(
             entries_per_s=settings.rate_entries_per_s, bytes_per_s=settings.rate_bytes_per_s
         )
@@ -110,6 +135,7 @@ class ReplicationWorker:
         if not await self._marks.is_enabled():
             return 0
         marked = await self._marks.list_marks()
+        self._stalled.retain(marked)
         ready = self._schedule.ready(marked, loop_clock_ms())
         self._rng.shuffle(ready)
         repaired = 0
@@ -154,18 +180,14 @@ class ReplicationWorker:
             await self._marks.remove_mark(mark)
             emit(logger, logging.INFO, "autorecovery.mark_removed", ledger_id=ledger_id)
             return None
-        repairs = plan_repairs(metadata, mark.missing)
-        copied = 0
-        if repairs:
-            password = self._password_of(metadata)
-            for repair in repairs:
-                copied += await self._repair_segment(metadata, password, repair, mark)
-        if left_to_writer(metadata, mark.missing):
-            raise RereplicationFailed(
-                f"ledger {ledger_id} is {metadata.state.name} and its last segment names "
-                f"{sorted(set(metadata.current_ensemble) & mark.missing)}: that segment is "
-                f"left to its writer ({len(repairs)} earlier segments repaired)"
-            )
+        missing = await self._still_missing(metadata, mark.missing)
+        segments, copied = await self._repair_sealed(metadata, missing)
+        if left_to_writer(metadata, missing):
+            metadata = await self._recover_if_writer_gone(ledger_id, missing, segments)
+            more, more_copied = await self._repair_sealed(metadata, missing)
+            segments += more
+            copied += more_copied
+        self._stalled.forget(ledger_id)
         if not await self._marks.remove_mark(mark):
             return None
         emit(
@@ -174,10 +196,161 @@ class ReplicationWorker:
             "autorecovery.repaired",
             ledger_id=ledger_id,
             missing=sorted(mark.missing),
-            segments=len(repairs),
+            back=sorted(mark.missing - missing),
+            segments=segments,
             entries_copied=copied,
         )
-        return len(repairs)
+        return segments
+
+    async def _repair_sealed(
+        self, metadata: LedgerMetadata, missing: frozenset[str]
+    ) -> tuple[int, int]:
+        """Repair every sealed segment naming a missing bookie; return how many segments
+        and entries copied."""
+        repairs = plan_repairs(metadata, missing)
+        copied = 0
+        if repairs:
+            password = self._password_of(metadata)
+            for repair in repairs:
+                copied += await self._repair_segment(metadata, password, repair, missing)
+        return len(repairs), copied
+
+    async def _recover_if_writer_gone(
+        self, ledger_id: int, missing: frozenset[str], repaired: int
+    ) -> LedgerMetadata:
+        """The ledger's metadata once its last segment is no longer left to its writer:
+        as read again when it changed meanwhile, else after fencing and recovering it
+        when `bookie.core.open_ledgers` says its writer is gone.  Raises
+        `RereplicationFailed` while the segment is still its writer's."""
+        metadata, version = await self._ledgers.read(ledger_id)
+        if not left_to_writer(metadata, missing):
+            return metadata
+        writer = await self._writer_of(metadata)
+        last_entry_held = await self._last_entry_held(metadata, missing)
+        progress = Progress(version, last_entry_held)
+        wait_ms = self._stalled.observe(ledger_id, writer, progress, loop_clock_ms())
+        lost = sorted(set(metadata.current_ensemble) & missing)
+        if wait_ms != 0:
+            until = "while it lives" if wait_ms is None else f"for {wait_ms} ms more"
+            raise RereplicationFailed(
+                f"ledger {ledger_id} is {metadata.state.name} and its last segment names "
+                f"{lost}: that segment is left to its writer ({writer.value}) {until} "
+                f"({repaired} earlier segments repaired)"
+            )
+        password = self._password_of(metadata)
+        await self._check_spares(metadata, missing)
+        emit(
+            logger,
+            logging.WARNING,
+            "autorecovery.ledger_fenced",
+            ledger_id=ledger_id,
+            state=metadata.state.name,
+            writer=writer.value,
+            missing=lost,
+            last_entry_held=last_entry_held,
+        )
+        async with LedgerClient.open(
+            self._store, root=self._settings.root, connector=self._connector, rng=self._rng
+        ) as client:
+            await client.open_ledger(ledger_id, password, recovery=True)
+        recovered, _ = await self._ledgers.read(ledger_id)
+        return recovered
+
+    async def _writer_of(self, metadata: LedgerMetadata) -> Writer:
+        path = declared_writer(metadata)
+        if path is None or not paths.is_valid(path) or path == paths.ROOT:
+            return writer_state(metadata, znode_exists=None, parent_exists=None)
+        exists = await self._store.exists(path) is not None
+        parent_exists = exists or await self._store.exists(paths.parent_of(path)) is not None
+        return writer_state(metadata, znode_exists=exists, parent_exists=parent_exists)
+
+    async def _still_missing(
+        self, metadata: LedgerMetadata, marked: frozenset[str]
+    ) -> frozenset[str]:
+        """The bookies of `marked` that are missing still: all but those registered now that
+        list every entry of the ledger's sealed segments they should hold (a lost bookie
+        that came back with its disk), so that none is replaced needlessly."""
+        listings = await self._listings(metadata.ledger_id, marked)
+        return marked - {
+            bookie_id
+            for bookie_id, held in listings.items()
+            if not lacking_entries(metadata, bookie_id, held)
+        }
+
+    async def _last_entry_held(self, metadata: LedgerMetadata, missing: frozenset[str]) -> int:
+        """The last entry of the ledger that a surviving bookie of its last segment says it
+        holds (-1: none, or none could be asked)."""
+        listings = await self._listings(
+            metadata.ledger_id, frozenset(metadata.current_ensemble) - missing
+        )
+        return max((last for held in listings.values() for _, last in held), default=-1)
+
+    async def _listings(
+        self, ledger_id: int, bookie_ids: frozenset[str]
+    ) -> dict[str, Sequence[Sequence[int]]]:
+        """What each of `bookie_ids` that is registered and answers holds of the ledger
+        (LIST_ENTRIES: inclusive ranges, ascending; none when it has no such ledger)."""
+        addresses = _addresses(await list_bookies(self._store, self._settings.root))
+        timeout_ms = self._settings.timeout_ms
+        instance_id = await cluster_instance_id(self._store, self._settings.root)
+        listings: dict[str, Sequence[Sequence[int]]] = {}
+        async with contextlib.AsyncExitStack() as stack:
+            for bookie_id in sorted(bookie_ids & addresses.keys()):
+                try:
+                    connection = await connect_checked(
+                        stack,
+                        bookie_id,
+                        addresses[bookie_id],
+                        instance_id,
+                        timeout_ms,
+                        connector=self._connector,
+                    )
+                    listing = await connection.list_entries(ledger_id, timeout_ms=timeout_ms)
+                    listings[bookie_id] = listing.ranges or []
+                except NoSuchLedger:
+                    listings[bookie_id] = []
+                except BookieError:
+                    continue  # this bookie says nothing this time
+        return listings
+
+    async def _check_spares(self, metadata: LedgerMetadata, missing: frozenset[str]) -> None:
+        """Raise `RereplicationFailed` unless placement finds replacements for the missing
+        bookies of the last segment: fencing a ledger that cannot be repaired then only
+        stops its writer."""
+        bookies = await list_bookies(self._store, self._settings.root)
+        ensemble = metadata.current_ensemble
+        positions = tuple(i for i, bookie_id in enumerate(ensemble) if bookie_id in missing)
+        first_entry_id = metadata.ensembles[-1][0]
+        self._replacements(
+            bookies, metadata, ensemble, positions, missing, first_entry_id=first_entry_id
+        )
+
+    def _replacements(
+        self,
+        bookies: Bookies,
+        metadata: LedgerMetadata,
+        ensemble: tuple[str, ...],
+        positions: tuple[int, ...],
+        missing: frozenset[str],
+        *,
+        first_entry_id: int,
+    ) -> dict[int, str]:
+        """Placement's replacements for `positions` of the segment from `first_entry_id`;
+        `RereplicationFailed` when there is no spare bookie."""
+        try:
+            return choose_replacements(
+                {bookie_id: info.rack for bookie_id, info in bookies.writable.items()},
+                ensemble,
+                positions,
+                write_quorum=metadata.write_quorum,
+                rng=self._rng,
+                excluded=missing,
+            )
+        except NotEnoughBookies as error:
+            raise RereplicationFailed(
+                f"ledger {metadata.ledger_id}, segment from entry {first_entry_id}: no spare "
+                f"bookie ({error})"
+            ) from error
 
     def _password_of(self, metadata: LedgerMetadata) -> bytes:
         for password in self._settings.passwords:
@@ -189,32 +362,33 @@ class ReplicationWorker:
         )
 
     async def _repair_segment(
-        self, metadata: LedgerMetadata, password: bytes, repair: SegmentRepair, mark: Mark
+        self,
+        metadata: LedgerMetadata,
+        password: bytes,
+        repair: SegmentRepair,
+        missing: frozenset[str],
     ) -> int:
         """Copy one segment's entries to replacements, then CAS them into the metadata;
         return the entries copied."""
         ledger_id = metadata.ledger_id
         bookies = await list_bookies(self._store, self._settings.root)
-        addresses = {
-            bookie_id: info.address
-            for bookie_id, info in (*bookies.writable.items(), *bookies.read_only.items())
-        }
-        try:
-            replacements = choose_replacements(
-                {bookie_id: info.rack for bookie_id, info in bookies.writable.items()},
-                repair.ensemble,
-                repair.positions,
-                write_quorum=metadata.write_quorum,
-                rng=self._rng,
-                excluded=mark.missing,
-            )
-        except NotEnoughBookies as error:
-            raise RereplicationFailed(
-                f"ledger {ledger_id}, segment from entry {repair.first_entry_id}: no spare "
-                f"bookie ({error})"
-            ) from error
-        unusable = set(mark.missing) | {repair.ensemble[index] for index in repair.positions}
-        copier = _Copier(metadata, password, self._settings.timeout_ms, self._throttle)
+        addresses = _addresses(bookies)
+        replacements = self._replacements(
+            bookies,
+            metadata,
+            repair.ensemble,
+            repair.positions,
+            missing,
+            first_entry_id=repair.first_entry_id,
+        )
+        unusable = set(missing) | {repair.ensemble[index] for index in repair.positions}
+        copier = _Copier(
+            metadata,
+            password,
+            self._settings.timeout_ms,
+            self._throttle,
+            connector=self._connector,
+        )
         instance_id = await cluster_instance_id(self._store, self._settings.root)
         async with contextlib.AsyncExitStack() as stack:
             needed = {*repair.ensemble, *replacements.values()} - unusable
@@ -250,8 +424,15 @@ class _Copier:
     """Copies entries of one ledger between bookies over connections it holds."""
 
     def __init__(
-        self, metadata: LedgerMetadata, password: bytes, timeout_ms: int, throttle: CopyThrottle
+        self,
+        metadata: LedgerMetadata,
+        password: bytes,
+        timeout_ms: int,
+        throttle: CopyThrottle,
+        *,
+        connector: Connector | None,
     ) -> None:
+        self._connector = connector
         self._metadata = metadata
         self._throttle = throttle
         self._digest = Digest(metadata.digest_type, password)
@@ -272,7 +453,7 @@ class _Copier:
             return
         try:
             self._connections[bookie_id] = await connect_checked(
-                stack, bookie_id, address, instance_id, self._timeout_ms
+                stack, bookie_id, address, instance_id, self._timeout_ms, connector=self._connector
             )
         except BookieError as error:
             self._connections[bookie_id] = str(error)
@@ -341,6 +522,14 @@ class _Copier:
             recovery=True,
             timeout_ms=self._timeout_ms,
         )
+
+
+def _addresses(bookies: Bookies) -> dict[str, str]:
+    """Registered bookie id -> its address, writable and read-only ones alike."""
+    return {
+        bookie_id: info.address
+        for bookie_id, info in (*bookies.writable.items(), *bookies.read_only.items())
+    }
 
 
 def _first(group: BaseExceptionGroup[BookieError]) -> BookieError:

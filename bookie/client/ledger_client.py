@@ -244,6 +244,11 @@ class LedgerClient:
         self._check_open()
         return await self._context.ledgers.list_ledgers()
 
+    def metadata_path(self, ledger_id: int) -> str:
+        """The znode of the ledger's metadata in the client's store, for a caller's own
+        transactions (a check that the ledger still exists, a conditional delete)."""
+        return self._context.ledgers.layout.ledger(ledger_id)
+
     async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         """The ledger's current metadata; `NoSuchLedgerError` if it does not exist."""
         self._check_open()

@@ -23,15 +23,26 @@ Rules:
   positions that it does not list.  A (ledger, bookie) found lacking is marked only
   when found lacking again at the next check: an add still on its way to a slow
   bookie when the ledger was closed is not a loss.
+* Sampling: when a bookie should hold more than `sample_entries_max` entries of a
+  ledger (0: no bound), only a sample is compared with its listing: the first and last
+  entry of each of its (segment, position) shares, and `sample_entries_max` drawn
+  uniformly without replacement among all it should hold, with the caller's `rng`.
+  So the work per ledger and bookie is bounded however large the ledger; a lost
+  disk, a lost range or a lost tail is still found at once, while a loss of a few
+  scattered entries of a large ledger is found only when sampled (at two checks in
+  a row).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
+import random
 from collections.abc import Collection, Sequence
 
 from bookie.core.metadata import LedgerMetadata
-from bookie.core.rereplication import position_entries, segment_ranges
+from bookie.core.quorum import Quorum
+from bookie.core.rereplication import segment_ranges
 
 
 class Auditor:
@@ -99,21 +110,72 @@ def missing_bookies(metadata: LedgerMetadata, lost: Collection[str]) -> frozense
     return frozenset(named.intersection(lost))
 
 
-def lacking_entries(metadata: LedgerMetadata, bookie_id: str, held: Sequence[Sequence[int]]) -> int:
+class _Share:
+    """The entries of one segment that one ensemble position holds: those whose write set
+    contains it, ascending (entry e is on positions (e + i) mod E, i < Qw)."""
+
+    __slots__ = ("count", "_first", "_offsets", "_period")
+
+    def __init__(self, quorum: Quorum, first_entry_id: int, last_entry_id: int, position: int):
+        period = quorum.ensemble_size
+        self._first = first_entry_id
+        self._period = period
+        self._offsets = [
+            offset
+            for offset in range(period)
+            if (position - first_entry_id - offset) % period < quorum.write_quorum
+        ]
+        span = max(0, last_entry_id - first_entry_id + 1)
+        self.count = span // period * len(self._offsets) + sum(
+            offset < span % period for offset in self._offsets
+        )
+
+    def entry(self, index: int) -> int:
+        """The share's `index`-th entry, 0 <= index < count."""
+        cycle, within = divmod(index, len(self._offsets))
+        return self._first + cycle * self._period + self._offsets[within]
+
+
+def lacking_entries(
+    metadata: LedgerMetadata,
+    bookie_id: str,
+    held: Sequence[Sequence[int]],
+    *,
+    sample_entries_max: int = 0,
+    rng: random.Random | None = None,
+) -> int:
     """How many entries of the ledger's sealed segments `bookie_id` should hold and `held`
-    (its listing: inclusive [first, last] ranges, ascending) does not name."""
+    (its listing: inclusive [first, last] ranges, ascending) does not name; of a sample
+    only when it should hold more than `sample_entries_max` (module docstring: then
+    `rng` is required)."""
+    shares = [
+        _Share(metadata.quorum, first_entry_id, last_entry_id, position)
+        for first_entry_id, last_entry_id, ensemble in segment_ranges(metadata)
+        for position, member in enumerate(ensemble)
+        if member == bookie_id
+    ]
+    shares = [share for share in shares if share.count]
+    ends = list(itertools.accumulate(share.count for share in shares))
+    total = ends[-1] if ends else 0
+    if not sample_entries_max or total <= sample_entries_max:
+        indexes: Collection[int] = range(total)
+    else:
+        assert rng is not None, "sampling draws from the caller's rng"
+        starts = [end - share.count for end, share in zip(ends, shares, strict=True)]
+        indexes = {
+            *starts,
+            *(end - 1 for end in ends),
+            *rng.sample(range(total), sample_entries_max),
+        }
     firsts = [first for first, _ in held]
     lacking = 0
-    for first_entry_id, last_entry_id, ensemble in segment_ranges(metadata):
-        for position, member in enumerate(ensemble):
-            if member != bookie_id:
-                continue
-            for entry_id in position_entries(
-                metadata.quorum, first_entry_id, last_entry_id, position
-            ):
-                index = bisect.bisect_right(firsts, entry_id) - 1
-                if index < 0 or held[index][1] < entry_id:
-                    lacking += 1
+    for index in indexes:
+        which = bisect.bisect_right(ends, index)
+        share = shares[which]
+        entry_id = share.entry(index - (ends[which] - share.count))
+        found = bisect.bisect_right(firsts, entry_id) - 1
+        if found < 0 or held[found][1] < entry_id:
+            lacking += 1
     return lacking
 
 

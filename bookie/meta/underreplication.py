@@ -108,6 +108,16 @@ def candidate_sequence(name: str) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
+class MarkStatus:
+    """One under-replicated ledger as an operator sees it: what it misses, who repairs it."""
+
+    ledger_id: int
+    missing: frozenset[str]
+    locked_by: str | None
+    """The worker repairing it now, None when none is."""
+
+
+@dataclass(frozen=True, slots=True)
 class Candidates:
     """The auditor election as read: candidates in order, and every child as listed."""
 
@@ -171,6 +181,17 @@ class UnderReplication:
         found: list[int] = []
         await self._walk((), found)
         found.sort()
+        return found
+
+    async def mark_statuses(self) -> list[MarkStatus]:
+        """Every marked ledger with its missing bookies and its lock's holder, ascending
+        (a mark removed during the listing is left out).  Reads only."""
+        found: list[MarkStatus] = []
+        for ledger_id in await self.list_marks():
+            mark = await self.read_mark(ledger_id)
+            if mark is None:
+                continue  # repaired since the listing
+            found.append(MarkStatus(ledger_id, mark.missing, await self.lock_owner(ledger_id)))
         return found
 
     async def _walk(self, prefix: tuple[str, ...], found: list[int]) -> None:

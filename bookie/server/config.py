@@ -221,6 +221,20 @@ KEYS: Final[Mapping[str, Key]] = {
         "how often the auditor checks that bookies that are up hold every entry they should",
         bounds=(limits.configurable_interval_ms_min, limits.configurable_interval_ms_max),
     ),
+    "autorecovery_presence_sample_entries": Key(
+        "int",
+        limits.autorecovery_presence_sample_entries_default,
+        "a presence check compares at most this many entries of a ledger per bookie, drawn "
+        "at random (0: every entry)",
+        bounds=(0, limits.configurable_file_size_bytes_max),
+    ),
+    "autorecovery_open_ledger_grace_ms": Key(
+        "int",
+        limits.autorecovery_open_ledger_grace_ms_default,
+        "an open ledger missing a lost bookie, whose writer is not known alive, is fenced "
+        "and recovered after making no progress for this long",
+        bounds=(0, limits.configurable_interval_ms_max),
+    ),
     "autorecovery_rate_entries_per_s": Key(
         "int",
         0,
@@ -284,6 +298,8 @@ class BookieConfig:
     autorecovery_grace_ms: int
     autorecovery_poll_interval_ms: int
     autorecovery_presence_interval_ms: int
+    autorecovery_presence_sample_entries: int
+    autorecovery_open_ledger_grace_ms: int
     autorecovery_rate_entries_per_s: int
     autorecovery_rate_bytes_per_s: int
     autorecovery_password: str | None

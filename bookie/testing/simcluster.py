@@ -24,6 +24,9 @@ What is in the world:
   seeded `Random`, and a wall clock derived from virtual time.  A client is a
   target for faults (`clients`) once it is open; `client_hooks` hear of it
   before it connects anywhere.
+* Autorecovery (`run_autorecovery`): a standalone autorecovery process on a
+  host of its own, with its own metadata session, the host's connector and a
+  seeded `Random`; it is no target for faults.
 
 Crash and restart.  `crash(bookie_id)` is a power cut: the host goes down on
 the network (its connections reset), the bookie's tasks are cancelled, and
@@ -65,6 +68,8 @@ import anyio
 import anyio.abc
 
 from bookie import limits
+from bookie.autorecovery.service import run_autorecovery
+from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.config import ClientConfig
 from bookie.client.ledger_client import LedgerClient
 from bookie.core.bookie_handler import BookieIdentity
@@ -485,6 +490,13 @@ class SimCluster:
                 await store.aclose()
 
     # --- clients ------------------------------------------------------------------------------
+
+    async def run_autorecovery(self, name: str, settings: AutoRecoverySettings) -> None:
+        """Run autorecovery (auditor candidate and worker) on host `name` until cancelled."""
+        async with self.metadata.client() as store:
+            await run_autorecovery(
+                store, settings, self.derive_rng(), connector=self.network.connector(name)
+            )
 
     @contextlib.asynccontextmanager
     async def client(self, name: str, config: ClientConfig) -> AsyncIterator[LedgerClient]:

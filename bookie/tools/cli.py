@@ -11,7 +11,9 @@ exit statuses, hosting autorecovery (bookie/autorecovery/) unless
 `autorecovery = false`.
 
 `bookie autorecovery --zk HOSTS [--zk-root ROOT] [--id ID] [--grace-ms MS]
-[--poll-interval-ms MS] [--presence-interval-ms MS] [--rate-entries-per-s N]
+[--poll-interval-ms MS] [--presence-interval-ms MS] [--presence-sample-entries N]
+[--open-ledger-grace-ms MS]
+[--rate-entries-per-s N]
 [--rate-bytes-per-s N] [--password P]` runs autorecovery without a bookie (a
 candidate for auditor and a replication worker) until SIGTERM or SIGINT; exit 0
 then, 2 for bad flags or a ZooKeeper that cannot be reached.
@@ -174,6 +176,19 @@ def _autorecovery_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
         help="how often the auditor checks that bookies hold every entry they should",
     )
     standalone.add_argument(
+        "--presence-sample-entries",
+        type=int,
+        default=limits.autorecovery_presence_sample_entries_default,
+        help="a presence check compares at most this many entries of a ledger per bookie (0: all)",
+    )
+    standalone.add_argument(
+        "--open-ledger-grace-ms",
+        type=int,
+        default=limits.autorecovery_open_ledger_grace_ms_default,
+        help="an open ledger whose writer is not known alive is fenced after this long "
+        "without progress",
+    )
+    standalone.add_argument(
         "--rate-entries-per-s", type=int, default=0, help="copy at most this many entries/s"
     )
     standalone.add_argument(
@@ -304,6 +319,8 @@ def _serve(arguments: argparse.Namespace) -> int:
             grace_ms=config.autorecovery_grace_ms,
             poll_interval_ms=config.autorecovery_poll_interval_ms,
             presence_interval_ms=config.autorecovery_presence_interval_ms,
+            open_ledger_grace_ms=config.autorecovery_open_ledger_grace_ms,
+            presence_sample_entries=config.autorecovery_presence_sample_entries,
             rate_entries_per_s=config.autorecovery_rate_entries_per_s,
             rate_bytes_per_s=config.autorecovery_rate_bytes_per_s,
             passwords=_passwords(config.autorecovery_password),
@@ -328,8 +345,20 @@ def _autorecovery(arguments: argparse.Namespace) -> int:
     problem = None
     if not paths.is_valid(arguments.zk_root) or arguments.zk_root == paths.ROOT:
         problem = f"--zk-root {arguments.zk_root!r}: expected an absolute znode path below '/'"
-    elif min(arguments.grace_ms, arguments.rate_entries_per_s, arguments.rate_bytes_per_s) < 0:
-        problem = "--grace-ms and the rates must be at least 0"
+    elif (
+        min(
+            arguments.grace_ms,
+            arguments.open_ledger_grace_ms,
+            arguments.presence_sample_entries,
+            arguments.rate_entries_per_s,
+            arguments.rate_bytes_per_s,
+        )
+        < 0
+    ):
+        problem = (
+            "--grace-ms, --open-ledger-grace-ms, --presence-sample-entries and the rates "
+            "must be at least 0"
+        )
     elif min(arguments.poll_interval_ms, arguments.presence_interval_ms) < 1:
         problem = "--poll-interval-ms and --presence-interval-ms must be at least 1"
     elif arguments.id is not None and not paths.is_valid_name(arguments.id):
@@ -343,6 +372,8 @@ def _autorecovery(arguments: argparse.Namespace) -> int:
         grace_ms=arguments.grace_ms,
         poll_interval_ms=arguments.poll_interval_ms,
         presence_interval_ms=arguments.presence_interval_ms,
+        open_ledger_grace_ms=arguments.open_ledger_grace_ms,
+        presence_sample_entries=arguments.presence_sample_entries,
         rate_entries_per_s=arguments.rate_entries_per_s,
         rate_bytes_per_s=arguments.rate_bytes_per_s,
         passwords=_passwords(arguments.password),

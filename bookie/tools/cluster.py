@@ -26,7 +26,8 @@ answer.  Only `simpletest`, `autorecovery`, `triggeraudit`, `recover` and
   them;
 * `triggeraudit`: ask the auditor to audit now (lost bookies, entry presence);
 * `recover BOOKIE`: mark every ledger that names the bookie as missing it, now,
-  whatever the grace period (the workers then copy its share elsewhere);
+  whatever the grace period (the workers then copy its share elsewhere; of a
+  bookie that is registered and holds its whole share they copy nothing);
 * `decommission BOOKIE`: for a bookie that is stopped: `recover`, wait until no
   ledger names it (or `--timeout-s` passes: the ledgers still naming it are
   problems), then delete its cookie, so it is no longer a member.
@@ -465,18 +466,14 @@ def under_replicated(cluster: Cluster) -> Result:
     async def ask() -> Result:
         async with _metadata(cluster) as store:
             marks = UnderReplication(store, cluster.zk_root)
-            ledgers: list[Result] = []
-            for ledger_id in await marks.list_marks():
-                mark = await marks.read_mark(ledger_id)
-                if mark is None:
-                    continue  # repaired since the listing
-                ledgers.append(
-                    {
-                        "ledger_id": ledger_id,
-                        "missing": sorted(mark.missing),
-                        "locked_by": await marks.lock_owner(ledger_id),
-                    }
-                )
+            ledgers: list[Result] = [
+                {
+                    "ledger_id": status.ledger_id,
+                    "missing": sorted(status.missing),
+                    "locked_by": status.locked_by,
+                }
+                for status in await marks.mark_statuses()
+            ]
             return {"enabled": await marks.is_enabled(), "ledgers": ledgers}
 
     return _run(ask)

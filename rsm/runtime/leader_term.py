@@ -99,8 +99,8 @@ from bookie.client.ledger_client import LedgerClient
 from bookie.client.write_handle import WriteHandle
 from bookie.errors import BookieError, LedgerFenced
 from bookie.logs import emit
+from bookie.meta.api import ANY_VERSION, Check, SetData
 from bookie.meta.api import Op as MetadataOp
-from bookie.meta.api import SetData
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core import log_state
@@ -701,8 +701,13 @@ class LeaderTerm:
     async def _roll_over(self) -> None:
         config = self._config
         try:
+            layout = self._log_store.layout
             successor = await create_segment_ledger(
-                self._ledgers, config, app=self._log_store.layout.app, epoch=self.epoch
+                self._ledgers,
+                config,
+                app=layout.app,
+                epoch=self.epoch,
+                writer=layout.replica(self._replica_id),
             )
         except Exception as error:
             if not is_transient(error):
@@ -732,7 +737,11 @@ class LeaderTerm:
             last_index=last_index,
             new_ledger_id=successor.ledger_id,
         )
-        ops = [SetData(self._log_store.layout.log, encode_log(log), self._log_version)]
+        ops: list[MetadataOp] = [
+            SetData(self._log_store.layout.log, encode_log(log), self._log_version),
+            # An orphan sweep (rsm/runtime/orphans.py) may have deleted a ledger this late.
+            Check(self._ledgers.metadata_path(successor.ledger_id), ANY_VERSION),
+        ]
         try:
             done = await self._log_store.cas(ops, lambda seen: seen.segments == log.segments)
         except BookieError as error:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 from collections.abc import AsyncIterator, Callable
@@ -110,6 +111,7 @@ from rsm.runtime.applier import Answerer, Applier, Read
 from rsm.runtime.election import ElectionView, Leadership
 from rsm.runtime.leader_term import LeaderTerm
 from rsm.runtime.log import LogFollower, LogStore, SegmentReader
+from rsm.runtime.orphans import orphan_loop
 from rsm.runtime.server import ReplicaServer
 from rsm.runtime.snapshot_service import SnapshotService
 from rsm.runtime.takeover import Takeover, take_over
@@ -644,6 +646,17 @@ class Replica:
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(self._serve, term, taken)
             task_group.start_soon(self.snapshots.truncation_loop, term)
+            task_group.start_soon(
+                functools.partial(
+                    orphan_loop,
+                    lambda: term.ended is not None,
+                    store=self._store,
+                    ledgers=self._ledgers,
+                    layout=self._layout,
+                    config=self.config,
+                    wall_clock_ms=self._wall_clock_ms,
+                )
+            )
             await term.run()
             task_group.cancel_scope.cancel()
         self._term = None

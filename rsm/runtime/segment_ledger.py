@@ -21,8 +21,11 @@ while idle), logging `rsm.replication_restored`.  The entries written while
 under-replicated keep their Qa copies until something re-replicates them.
 
 Custom metadata of every segment ledger: "rsm.app" (the application's name,
-UTF-8) and "rsm.epoch" (the segment's epoch, ASCII decimal); a degraded one
-also carries the ledger client's "bookie.requested" ("E/Qw/Qa" asked for).
+UTF-8), "rsm.epoch" (the segment's epoch, ASCII decimal) and "bookie.writer"
+(the path of its writer's ephemeral `replicas/<id>` znode, UTF-8, which exists
+while the writer's session lives: autorecovery never fences a ledger whose
+writer znode exists); a degraded one also carries the ledger client's
+"bookie.requested" ("E/Qw/Qa" asked for).
 """
 
 from __future__ import annotations
@@ -33,16 +36,19 @@ from typing import Any
 from bookie.client.ledger_client import LedgerClient
 from bookie.client.write_handle import WriteHandle
 from bookie.core.metadata import LedgerMetadata
+from bookie.core.open_ledgers import WRITER_KEY
 from bookie.logs import emit
 from rsm.config import ReplicaConfig
+from rsm.core.orphans import APP_KEY
 
 logger = logging.getLogger(__name__)
 
 
 async def create_segment_ledger(
-    ledgers: LedgerClient, config: ReplicaConfig, *, app: str, epoch: int
+    ledgers: LedgerClient, config: ReplicaConfig, *, app: str, epoch: int, writer: str
 ) -> WriteHandle:
-    """The write handle of a new ledger for a segment of `epoch` (see the module docstring).
+    """The write handle of a new ledger for a segment of `epoch`, written by the replica
+    whose membership znode is `writer` (see the module docstring).
 
     Raises `NotEnoughBookies` with fewer than Qa writable bookies, and what
     creating a ledger raises.
@@ -52,7 +58,11 @@ async def create_segment_ledger(
         config.write_quorum,
         config.ack_quorum,
         password=config.ledger_password,
-        custom_metadata={"rsm.app": app.encode(), "rsm.epoch": str(epoch).encode()},
+        custom_metadata={
+            APP_KEY: app.encode(),
+            "rsm.epoch": str(epoch).encode(),
+            WRITER_KEY: writer.encode(),
+        },
         degraded=True,
     )
     metadata = handle.metadata

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from bookie.client.ledger_client import LedgerClient
 from bookie.client.write_handle import WriteHandle
 from bookie.logs import emit
-from bookie.meta.api import ANY_VERSION, SetData
+from bookie.meta.api import ANY_VERSION, Check, Op, SetData
 from rsm.config import ReplicaConfig
 from rsm.core import log_state
 from rsm.core.log_format import Handoff, encode_handoff, encode_log
@@ -96,7 +96,13 @@ async def take_over(
         recovered_last_index = applier.applied_index
     if not still_elected():
         return None
-    successor = await create_segment_ledger(ledgers, config, app=app, epoch=log.epoch + 1)
+    successor = await create_segment_ledger(
+        ledgers,
+        config,
+        app=app,
+        epoch=log.epoch + 1,
+        writer=log_store.layout.replica(replica_id),
+    )
     taken = log_state.takeover(
         log, new_ledger_id=successor.ledger_id, recovered_last_index=recovered_last_index
     )
@@ -104,9 +110,11 @@ async def take_over(
         await discard_ledger(ledgers, successor.ledger_id)
         return None
     layout = log_store.layout
-    ops = [
+    ops: list[Op] = [
         SetData(layout.log, encode_log(taken), version),
         SetData(layout.handoff, encode_handoff(Handoff(replica_id, taken.epoch)), ANY_VERSION),
+        # An orphan sweep (rsm/runtime/orphans.py) may have deleted a ledger this late.
+        Check(ledgers.metadata_path(successor.ledger_id), ANY_VERSION),
     ]
 
     def took_effect(seen: Log) -> bool:

@@ -55,6 +55,7 @@ from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core import snapshot_manifest
 from rsm.core.layout import AppLayout
+from rsm.core.orphans import APP_KEY
 from rsm.core.snapshot_format import SnapshotHeader
 from rsm.core.snapshot_manifest import (
     Manifest,
@@ -148,7 +149,7 @@ class SnapshotStore:
             config.ack_quorum,
             password=config.ledger_password,
             custom_metadata={
-                "rsm.app": self.layout.app.encode(),
+                APP_KEY: self.layout.app.encode(),
                 "rsm.kind": KIND_SNAPSHOT,
             },
         )

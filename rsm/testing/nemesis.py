@@ -15,6 +15,11 @@ injects a new one of the kinds it was given:
   and repaired (restarted) one at a time like them.  Not in `ALL_FAULTS`
   (the default set): runs ask for it by name, so that every seed recorded
   before it existed still replays as it did.
+* BOOKIE_LOSS: a bookie is lost for good (a power cut after which it never
+  comes back, its disk gone), at most once per run; it counts against
+  `bookies_down_max` to the end and `quiesce` leaves it down.  Not in
+  `ALL_FAULTS` either: the runs that ask for it also run autorecovery, which
+  must copy its share elsewhere (`rsm.testing.rsm_sim`, invariant 8).
 * PARTITION, one of four shapes: a replica cut from the metadata service
   only (`zk`); a replica cut from every bookie only (`bookies`); the leader
   isolated from everything, network and metadata (`leader`); or a random
@@ -57,6 +62,7 @@ class RsmFault(enum.Enum):
     REPLICA_CRASH = "replica-crash"
     BOOKIE_CRASH = "bookie-crash"
     MACHINE_CRASH = "machine-crash"
+    BOOKIE_LOSS = "bookie-loss"
     PARTITION = "partition"
     RESET = "reset"
     SESSION_EXPIRY = "session-expiry"
@@ -65,8 +71,11 @@ class RsmFault(enum.Enum):
     SLOW_DISK = "slow-disk"
 
 
-ALL_FAULTS = tuple(kind for kind in RsmFault if kind is not RsmFault.MACHINE_CRASH)
-"""The default set of fault kinds (see MACHINE_CRASH in the module docstring)."""
+ALL_FAULTS = tuple(
+    kind for kind in RsmFault if kind not in (RsmFault.MACHINE_CRASH, RsmFault.BOOKIE_LOSS)
+)
+"""The default set of fault kinds (see MACHINE_CRASH and BOOKIE_LOSS in the module
+docstring)."""
 
 PARTITION_SHAPES = ("zk", "bookies", "leader", "split")
 
@@ -113,6 +122,7 @@ class RsmNemesis:
         self._pause_ms_max = pause_ms_max
         self._replicas_down: list[str] = []
         self._bookies_down: list[str] = []
+        self._bookies_lost: list[str] = []
         self._slow: list[str] = []
         self._partitioned = False
         self._latency_ms_max = self._world.network.latency_ms_max
@@ -183,14 +193,21 @@ class RsmNemesis:
                 if replicas_up and len(self._replicas_down) < self._replicas_down_max:
                     injections.append(self._crash_replica)
             elif kind is RsmFault.BOOKIE_CRASH:
-                if bookies_up and len(self._bookies_down) < self._bookies_down_max:
+                if bookies_up and self._bookies_out < self._bookies_down_max:
                     injections.append(lambda: self._crash_bookie(rng.choice(bookies_up)))
+            elif kind is RsmFault.BOOKIE_LOSS:
+                if (
+                    not self._bookies_lost
+                    and bookies_up
+                    and (self._bookies_out < self._bookies_down_max)
+                ):
+                    injections.append(lambda: self._lose_bookie(rng.choice(bookies_up)))
             elif kind is RsmFault.MACHINE_CRASH:
                 machines = [name for name in replicas_up if machine_bookie(name) in bookies_up]
                 if (
                     machines
                     and len(self._replicas_down) < self._replicas_down_max
-                    and len(self._bookies_down) < self._bookies_down_max
+                    and self._bookies_out < self._bookies_down_max
                 ):
                     injections.append(functools.partial(self._crash_machine, machines))
             elif kind is RsmFault.PARTITION:
@@ -218,6 +235,15 @@ class RsmNemesis:
     @property
     def bookies_down(self) -> list[str]:
         return list(self._bookies_down)
+
+    @property
+    def bookies_lost(self) -> list[str]:
+        """The bookies lost for good (BOOKIE_LOSS)."""
+        return list(self._bookies_lost)
+
+    @property
+    def _bookies_out(self) -> int:
+        return len(self._bookies_down) + len(self._bookies_lost)
 
     def end_transient_faults(self) -> None:
         """End every fault but crashes: heal partitions, normal latency and disks."""
@@ -288,6 +314,12 @@ class RsmNemesis:
         self._record(RsmFault.BOOKIE_CRASH.value, f"crash {bookie_id}")
         if report.lost:
             self._world.stats["bookie-crash-lost-unsynced"] += 1
+
+    def _lose_bookie(self, bookie_id: str) -> None:
+        self._crash_bookie(bookie_id)
+        self._bookies_down.remove(bookie_id)
+        self._bookies_lost.append(bookie_id)
+        self._record(RsmFault.BOOKIE_LOSS.value, f"{bookie_id} is lost for good")
 
     def _restart_bookie(self, bookie_id: str) -> None:
         self._bookies_down.remove(bookie_id)

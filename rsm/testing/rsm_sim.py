@@ -52,6 +52,14 @@ The invariants, by the name a failure reports:
    `SERVE_WHILE_DOWN_MS` of virtual time, before anything that crashed is
    restarted (degraded segments: rsm/runtime/segment_ledger.py).
 
+8. `re-replicated`, in runs whose faults include losing a bookie for good
+   (`RsmFault.BOOKIE_LOSS`; such runs have a bookie more than the ledgers'
+   ensemble size and run a standalone autorecovery on a host of its own):
+   after the liveness check, within `RE_REPLICATED_MS` of virtual time, no
+   sealed segment of any ledger names the lost bookie, every entry of every
+   sealed segment is on at least Qa bookies of its write set that are up, and
+   no closed ledger is still marked under-replicated.
+
 What is replicated and who calls it is the run's `Application`: by default
 (`FRAMEWORK`) the `SimStore` called by the framework's own clients
 (`KvWorkload`); another application brings its state machine, what runs beside
@@ -82,7 +90,12 @@ from typing import Protocol
 
 import anyio
 
+from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.config import ClientConfig as LedgerConfig
+from bookie.core.rereplication import segment_ranges
+from bookie.errors import NoSuchLedgerError
+from bookie.meta.ledgers import LedgerManager
+from bookie.meta.underreplication import UnderReplication
 from bookie.testing.ledger_checker import TRACE_TAIL_LINES, InvariantViolation
 from bookie.testing.seeds import (
     parse_seed_arguments,
@@ -141,6 +154,13 @@ must acknowledge a write (invariant 7)."""
 PROBE_ATTEMPT_MS = 5_000
 """How long invariant 7's write waits on one leader before it asks again."""
 
+RE_REPLICATED_MS = 120_000
+"""Virtual time, after the liveness check, within which autorecovery must have copied a lost
+bookie's share elsewhere (invariant 8)."""
+
+RE_REPLICATED_POLL_S = 0.5
+"""How often (virtual time) invariant 8 looks at the ledgers again."""
+
 RUN_MS_MAX = 3_600_000
 """Virtual time after which a run is stuck (a bug)."""
 
@@ -150,6 +170,9 @@ POLL_S = 0.01
 LINEARIZABILITY_NODES_MAX = 2_000_000
 
 REPLICAS = 3
+
+AUTORECOVERY_HOST = "autorecovery"
+"""The host of the standalone autorecovery of runs that lose a bookie (invariant 8)."""
 
 
 class Workload(Protocol):
@@ -312,6 +335,9 @@ def draw_scenario(rng: random.Random, options: SimOptions) -> Scenario:
         think_ms_mean=rng.uniform(0.3, 1.0) * nemesis_ms * clients * slots / ops_max,
         read_fraction=rng.choice([0.1, 0.3]),
     )
+    if RsmFault.BOOKIE_LOSS in options.faults:
+        # A bookie to spare once one is lost, so that every segment can be repaired.
+        world = dataclasses.replace(world, bookie_count=max(bookie_count, ensemble_size + 1))
     # Drawn last, so that the draws above stay what they were before leases.
     replica_config = dataclasses.replace(replica_config, read_lease_ms=rng.choice([0, 200, 2_000]))
     error = limits.lease_clock_rate_error
@@ -381,6 +407,8 @@ class _Outcome:
     """Why liveness failed, or None."""
     serving: str | None = None
     """Why the store did not serve while machines were down (invariant 7), or None."""
+    re_replicated: str | None = None
+    """What a lost bookie left under-replicated (invariant 8), or None."""
 
 
 def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
@@ -426,6 +454,8 @@ def run_seed(seed: int, options: SimOptions | None = None) -> RunReport:
         raise violation("serves-while-down", outcome.serving)
     if outcome.liveness is not None:
         raise violation("liveness", outcome.liveness)
+    if outcome.re_replicated is not None:
+        raise violation("re-replicated", outcome.re_replicated)
     result = check_per_key(outcome.history, KvModel(), kv_key, nodes_max=LINEARIZABILITY_NODES_MAX)
     if result.verdict is Verdict.NOT_LINEARIZABLE:
         raise violation("linearizable", result.explain())
@@ -480,7 +510,11 @@ async def _run(
         bookies_down_max=scenario.bookies_down_max,
         pause_ms_max=scenario.nemesis_pause_ms_max,
     )
-    async with cluster.running():
+    async with cluster.running(), anyio.create_task_group() as autorecovery:
+        if RsmFault.BOOKIE_LOSS in options.faults:
+            autorecovery.start_soon(
+                world.run_autorecovery, AUTORECOVERY_HOST, _autorecovery_settings(scenario)
+            )
         try:
             with anyio.fail_after(START_MS / 1000):
                 await _wait_for(lambda: cluster.leader() is not None)
@@ -508,8 +542,72 @@ async def _run(
                     f"the clients and replicas were not done {LIVENESS_MS} ms after the faults "
                     f"stopped (applied: {_applied_indexes(cluster)})"
                 )
+            if nemesis.bookies_lost and outcome.liveness is None:
+                outcome.re_replicated = await _re_replicated(world, nemesis.bookies_lost)
         outcome.history = workload.recorder.history()
+        autorecovery.cancel_scope.cancel()
     return cluster, workload
+
+
+def _autorecovery_settings(scenario: Scenario) -> AutoRecoverySettings:
+    """What the run's standalone autorecovery runs with: short grace periods and retries, so
+    that it copies within invariant 8's bound."""
+    return AutoRecoverySettings(
+        owner=AUTORECOVERY_HOST,
+        root=scenario.world.root,
+        grace_ms=1_000,
+        poll_interval_ms=200,
+        audit_interval_ms=5_000,
+        open_ledger_grace_ms=10_000,
+        retry_delay_ms_max=5_000,
+        passwords=(b"", scenario.replica_config.ledger_password),
+        timeout_ms=scenario.ledger_config.read_timeout_ms,
+    )
+
+
+async def _re_replicated(world: SimCluster, lost: Sequence[str]) -> str | None:
+    """Invariant 8: what is still under-replicated `RE_REPLICATED_MS` after it started to
+    look, or None once nothing is."""
+    problem: str | None = "not looked at"
+    with anyio.move_on_after(RE_REPLICATED_MS / 1000):
+        while problem is not None:
+            problem = await _under_replicated(world, lost)
+            if problem is not None:
+                await anyio.sleep(RE_REPLICATED_POLL_S)
+    if problem is None:
+        world.trace.record("world", "re-replicated")
+        world.stats["re-replicated"] += 1
+        return None
+    return f"{problem} {RE_REPLICATED_MS} ms after the liveness check"
+
+
+async def _under_replicated(world: SimCluster, lost: Sequence[str]) -> str | None:
+    """The first thing found under-replicated (invariant 8), or None."""
+    root = world.config.root
+    async with world.metadata.client() as store:
+        ledgers = LedgerManager(store, root)
+        marks = UnderReplication(store, root)
+        for ledger_id in await ledgers.list_ledgers():
+            try:
+                metadata, _version = await ledgers.read(ledger_id)
+            except NoSuchLedgerError:
+                continue
+            for first, last, ensemble in segment_ranges(metadata):
+                named = [bookie_id for bookie_id in ensemble if bookie_id in lost]
+                if named:
+                    return f"ledger {ledger_id}: its segment from entry {first} names {named}"
+                for entry_id in range(first, last + 1):
+                    write_set = [ensemble[i] for i in metadata.quorum.write_set(entry_id)]
+                    holders = [
+                        bookie_id
+                        for bookie_id in world.holders(ledger_id, entry_id)
+                        if bookie_id in write_set and world.bookies[bookie_id].up
+                    ]
+                    if len(holders) < metadata.ack_quorum:
+                        return f"ledger {ledger_id}: entry {entry_id} is on {holders} only"
+            if metadata.is_closed and await marks.read_mark(ledger_id) is not None:
+                return f"ledger {ledger_id} is closed and still marked"
+    return None
 
 
 async def _serves_while_down(

@@ -6,9 +6,10 @@
             [--snapshot-every-commands N] [--snapshot-every-bytes N]
             [--snapshot-every-seconds N] [--snapshots-kept 3] [--snapshot-capture auto]
             [--retention-commands N] [--retention-seconds N] [--no-truncation]
+            [--orphan-safe-age-seconds 3600] [--orphan-check-interval-seconds 600]
             [--state-hash-every N] [--follower-nice 19]
             [--app-dir .] [--log-level info] [--log-format json]
-    rsm status --app NAME --zk HOSTS [--json]
+    rsm status --app NAME --zk HOSTS [--ledger-root /ledgers] [--json]
     rsm call --app NAME --zk HOSTS COMMAND [ARG ...] [--json]
     rsm query --app NAME --zk HOSTS QUERY [ARG ...] [--consistency linearizable] [--json]
     rsm transfer-leadership --app NAME --zk HOSTS [--to REPLICA_ID] [--json]
@@ -106,6 +107,7 @@ from rsm.host import (
     replication_lines,
     run_replica_main,
     status_heading,
+    under_replication_lines,
 )
 from rsm.machines import add_app_dir, load_machine
 from rsm.runtime.log import LogStore
@@ -196,8 +198,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=FORMATS, default="json")
 
-    status = commands.add_parser("status", help="the log, the leader and every replica")
+    status = commands.add_parser(
+        "status", help="the log, the leader, every replica, and under-replicated ledgers"
+    )
     _common(status)
+    status.add_argument("--ledger-root", default=bookie_limits.metadata_root_default)
 
     call = commands.add_parser("call", help="run a command through the log")
     _common(call)
@@ -259,6 +264,18 @@ def _snapshot_knobs(run: argparse.ArgumentParser) -> None:
         "--no-truncation", action="store_true", help="never truncate the log below snapshots"
     )
     run.add_argument(
+        "--orphan-safe-age-seconds",
+        type=int,
+        default=limits.orphan_safe_age_ms_default // 1000,
+        help="the leader deletes the application's ledgers nothing names once this old",
+    )
+    run.add_argument(
+        "--orphan-check-interval-seconds",
+        type=int,
+        default=limits.orphan_check_interval_ms_default // 1000,
+        help="how often the leader looks for such orphan ledgers",
+    )
+    run.add_argument(
         "--state-hash-every",
         type=int,
         default=limits.state_hash_every_commands_default,
@@ -300,6 +317,8 @@ def _run(arguments: argparse.Namespace) -> int:
         retention_commands=arguments.retention_commands,
         retention_ms=arguments.retention_seconds * 1000,
         truncation=not arguments.no_truncation,
+        orphan_safe_age_ms=arguments.orphan_safe_age_seconds * 1000,
+        orphan_check_interval_ms=arguments.orphan_check_interval_seconds * 1000,
         state_hash_every_commands=arguments.state_hash_every,
     )
     return run_replica_main(
@@ -402,7 +421,7 @@ async def _status(arguments: argparse.Namespace) -> int:
         command_zk_store(arguments.zk) as store,
         connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
     ):
-        report = await application_status(store, client)
+        report = await application_status(store, client, ledger_root=arguments.ledger_root)
     if arguments.json:
         print(_dumps(report))
     else:
@@ -430,7 +449,9 @@ def render_status(report: dict[str, Any]) -> str:
                 "yes" if entry["candidate"] else "no",
             )
         )
-    return "\n".join(lines + aligned(rows) + replication_lines(report))
+    return "\n".join(
+        lines + aligned(rows) + replication_lines(report) + under_replication_lines(report)
+    )
 
 
 # --- snapshots --------------------------------------------------------------------------------

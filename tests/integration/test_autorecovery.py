@@ -4,7 +4,8 @@ and the workers inside the other bookies copy every fragment to the spare bookie
 entry is then read, digest checked, from every bookie of its new write set.  The shell
 commands show the marks, the auditor, and pause and resume the workers.  A standalone
 `bookie autorecovery` process stands for auditor and stops on SIGTERM.  Decommissioning a
-stopped bookie moves its data and removes its cookie."""
+stopped bookie moves its data and removes its cookie.  An open ledger whose writer's
+znode is gone is fenced, recovered and repaired."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from bookie.client.copies import CopyReader
 from bookie.client.ledger_client import LedgerClient
 from bookie.core.copies import CopyState
 from bookie.core.metadata import LedgerMetadata
+from bookie.core.open_ledgers import WRITER_KEY
 from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.bookies import init_cluster
 from bookie.meta.zk import ZkMetadataStore
@@ -195,3 +197,44 @@ async def test_decommission_moves_a_stopped_bookies_data_and_removes_its_cookie(
             code, _, error = await shell("decommission", leaving, *where, check=False)
             assert code == 2
             assert "not a member" in error
+
+
+async def test_an_open_ledger_whose_writer_died_is_fenced_recovered_and_repaired(
+    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path
+) -> None:
+    config = {**AUTORECOVERY, "autorecovery_open_ledger_grace_ms": 500}
+    writer_znode = f"{zk_root}-writers/w1"
+    async with BookieCluster(zookeeper, zk_root, tmp_path) as cluster:
+        setups = [cluster.add_bookie(ledger_dirs=1, config=config) for _ in range(4)]
+        processes = await start_bookies(cluster, setups[:3])
+        where = ("--zk", cluster.zk_servers, "--zk-root", zk_root)
+        async with ledger_client(cluster, seed=5) as client:
+            async with ZkMetadataStore.connect(zookeeper.connect_string) as writer_session:
+                await writer_session.create(writer_znode, b"", ephemeral=True, make_parents=True)
+                writer = await client.create_ledger(
+                    3, 2, 2, password=PASSWORD, custom_metadata={WRITER_KEY: writer_znode.encode()}
+                )
+                for number in range(ENTRIES):
+                    await writer.append(entry_payload(number))
+            # The writer's session is over (its znode gone); its ledger stays open.
+            processes += await start_bookies(cluster, setups[3:])
+            lost = processes[0].setup.bookie_id
+            assert lost in (await client.ledger_metadata(writer.ledger_id)).current_ensemble
+            processes[0].kill()
+
+            async def closed_and_repaired() -> bool:
+                report = await shell_json("listunderreplicated", *where)
+                metadata = await client.ledger_metadata(writer.ledger_id)
+                return not report["ledgers"] and metadata.is_closed
+
+            await eventually(closed_and_repaired)
+            after = await client.ledger_metadata(writer.ledger_id)
+            assert all(lost not in ensemble for _, ensemble in after.ensembles)
+            await assert_every_copy_readable(client, after)
+            fenced = [
+                event
+                for process in processes[1:]
+                for event in process.named("autorecovery.ledger_fenced")
+            ]
+            assert fenced
+            assert {event["writer"] for event in fenced} == {"gone"}

@@ -32,6 +32,8 @@ def test_rereplication_bench_prints_one_json_object(zookeeper: LocalZooKeeper) -
             "1024",
             "--seconds",
             "60",
+            "--kv-seconds",
+            "1",
             "--zk",
             zookeeper.connect_string,
         ],
@@ -43,7 +45,11 @@ def test_rereplication_bench_prints_one_json_object(zookeeper: LocalZooKeeper) -
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["benchmark"] == "rereplication"
     assert report["config"]["sizes"] == [1024]
-    (item,) = report["results"]
+    item, kvstore = report["results"]
+    assert kvstore["name"] == "kvstore-writes-during-rereplication"
+    assert kvstore["ledgers_marked"] >= 1
+    assert kvstore["before_ops_per_s"] > 0
+    assert kvstore["during_vs_before"] is not None
     assert item["name"] == "rereplicate-1024B"
     assert item["entries_copied"] > 0
     assert 0 < item["copy_s"] <= item["kill_to_replicated_s"]

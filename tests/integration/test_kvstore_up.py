@@ -103,6 +103,7 @@ async def run_once(data_dir: Path, zk: str, work: str) -> list[str]:
             check=True,
         ).stdout
         assert "leader kv-" in status
+        assert "under-replicated ledgers: none" in status
         for name, port_text, role, _ in replicas:
             assert re.search(
                 rf"^{name}\s+127\.0\.0\.1:{port_text}\s+{role}\s+\d+\s+\d+\s+\d+\s+"
@@ -120,6 +121,8 @@ async def run_once(data_dir: Path, zk: str, work: str) -> list[str]:
             ).stdout
         )
         assert len(report["bookies"]["writable"]) == 3
+        assert report["under_replication"]["ledgers"] == 0
+        assert report["under_replication"]["enabled"] is True
         assert {entry["resp"] for entry in report["replicas"]} == {
             f"127.0.0.1:{port_text}" for _, port_text, _, _ in replicas
         }

@@ -1,6 +1,7 @@
 """The seeded whole-cluster simulation of the framework (rsm/testing/rsm_sim.py): many seeds
-hold every invariant, every kind of fault really happens among them, a seed replays exactly,
-and a replica whose terms keep failing backs off instead of spinning."""
+hold every invariant, every kind of fault really happens among them, a bookie lost for good
+is re-replicated, a seed replays exactly, and a replica whose terms keep failing backs off
+instead of spinning."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import anyio
 import pytest
 
 from bookie.client.config import ClientConfig as LedgerConfig
+from bookie.testing.ledger_checker import InvariantViolation
 from bookie.testing.simcluster import SimCluster, Trace, WorldConfig, trace_difference
 from bookie.testing.simloop import run_simulation
 from rsm.client import ClientConfig as RsmClientConfig
@@ -87,6 +89,33 @@ def test_machine_crashes_keep_every_invariant_and_the_store_serves_while_they_la
     assert stats["serve-while-down"] >= MACHINE_CRASH_SEEDS // 2, summary.lines()
     assert stats["rsm.degraded"] >= 1, "some successor had too few bookies for E"
     assert stats["rsm.replication_restored"] >= 1
+
+
+BOOKIE_LOSS_SEEDS = 20
+LOSS_FAULTS = (RsmFault.BOOKIE_LOSS, RsmFault.REPLICA_CRASH, RsmFault.BOOKIE_CRASH)
+
+
+def test_a_bookie_lost_for_good_is_re_replicated_by_autorecovery() -> None:
+    """A bookie lost for good among crashes: safety holds, and autorecovery copies its share
+    of every sealed segment to the bookie to spare within a bound (invariant 8 of
+    rsm/testing/rsm_sim.py)."""
+    summary = run_seeds(range(60_000, 60_000 + BOOKIE_LOSS_SEEDS), SimOptions(faults=LOSS_FAULTS))
+    assert not summary.failures, "\n\n".join(str(failure) for failure in summary.failures)
+    stats = summary.stats
+    assert stats["bookie-loss"] >= BOOKIE_LOSS_SEEDS // 2
+    assert stats["re-replicated"] == stats["bookie-loss"], summary.lines()
+    assert stats["autorecovery.bookie_lost"] >= stats["bookie-loss"]
+
+
+def test_the_re_replication_invariant_fails_without_autorecovery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def idle(_world: SimCluster, _name: str, _settings: object) -> None:
+        await anyio.sleep_forever()
+
+    monkeypatch.setattr(SimCluster, "run_autorecovery", idle)
+    with pytest.raises(InvariantViolation, match="re-replicated"):
+        run_seed(60_003, SimOptions(faults=LOSS_FAULTS))  # loses a bookie
 
 
 def test_a_seed_replays_exactly() -> None:

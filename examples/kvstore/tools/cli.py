@@ -34,7 +34,9 @@ framework's events (`rsm.leader`, `rsm.step_down`, ...).
 replica's role, progress and Redis address, and as down the replicas and
 bookies that ZooKeeper does not list as running although they left an
 endpoint record or a cookie there (or, with `--data-dir`, are the
-directory's).  `--zk` is a ZooKeeper connect string, optionally with a chroot
+directory's), then the bookie cluster's under-replicated ledgers (how many, the
+store's own, those being repaired, the bookies they miss: docs/operations.md,
+"Autorecovery").  `--zk` is a ZooKeeper connect string, optionally with a chroot
 (`127.0.0.1:2181/my/root`).
 
 `history` and `get` read the store's log as `rsm blame` and `rsm replay`
@@ -97,6 +99,7 @@ from rsm.host import (
     replication_lines,
     run_replica_main,
     status_heading,
+    under_replication_lines,
 )
 from rsm.tools import (
     SCHEMA_VERSION,
@@ -472,7 +475,7 @@ async def _status(arguments: argparse.Namespace) -> int:
         app = app or saved["app"]
     app = app or DEFAULT_APP
     async with command_zk_store(zk) as store, connect(app, store=store) as client:
-        report = await application_status(store, client)
+        report = await application_status(store, client, ledger_root=LEDGER_ROOT)
         report["zk"] = zk
         bookies = report["bookies"] = await _bookies(store)
         endpoints = await _endpoints(store, app)
@@ -574,7 +577,7 @@ def render_status(report: dict[str, Any]) -> str:
                 try_text,
             )
         )
-    lines += aligned(rows) + replication_lines(report)
+    lines += aligned(rows) + replication_lines(report) + under_replication_lines(report)
     return "\n".join(lines)
 
 

@@ -1,6 +1,7 @@
 """The auditor against in-process bookies: elected among candidates, it marks the ledgers
 of a bookie gone for longer than the grace period, and a successor takes over; entries
-missing on a bookie that is up are found and copied elsewhere."""
+missing on a bookie that is up are found and copied elsewhere, comparing every entry or a
+sample."""
 
 from __future__ import annotations
 
@@ -113,7 +114,10 @@ async def _marked(marks: UnderReplication, ledger_ids: list[int]) -> bool:
     return set(ledger_ids) <= set(await marks.list_marks())
 
 
-async def test_entries_lost_on_a_bookie_that_is_up_are_found_and_copied_elsewhere() -> None:
+@pytest.mark.parametrize("sample_entries", [0, 2])
+async def test_entries_lost_on_a_bookie_that_is_up_are_found_and_copied_elsewhere(
+    sample_entries: int,
+) -> None:
     async with memory_cluster(4) as cluster, cluster.client() as client:
         ledger = await client.create_ledger(3, 2, 2, password=b"pw")
         for index in range(12):
@@ -131,7 +135,14 @@ async def test_entries_lost_on_a_bookie_that_is_up_are_found_and_copied_elsewher
         async with cluster.store_factory() as store, anyio.create_task_group() as group:
             marks = UnderReplication(store, ROOT)
             group.start_soon(
-                run_autorecovery, store, settings("a1", grace_ms=60_000, presence_interval_ms=50)
+                run_autorecovery,
+                store,
+                settings(
+                    "a1",
+                    grace_ms=60_000,
+                    presence_interval_ms=50,
+                    presence_sample_entries=sample_entries,
+                ),
             )
 
             async def repaired() -> bool:

@@ -2,7 +2,9 @@
 spare and swapped in by compare-and-set, the sealed ones of an open ledger too; no spare,
 an open ledger's last segment, deleted ledgers, the pause switch and passwords leave the
 metadata untouched; a worker that died holding a lock
-loses it with its session."""
+loses it with its session.  An open ledger whose declared writer znode exists is never
+fenced; one whose writer is gone is fenced, recovered and repaired, unless no spare
+bookie could take the lost one's place."""
 
 from __future__ import annotations
 
@@ -17,8 +19,11 @@ from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.autorecovery.worker import ReplicationWorker
 from bookie.client.bookie_conn import BookieConnection
 from bookie.client.ledger_client import LedgerClient
-from bookie.core.metadata import LedgerMetadata
+from bookie.client.write_handle import WriteHandle
+from bookie.core.metadata import LedgerMetadata, LedgerState
+from bookie.core.open_ledgers import WRITER_KEY
 from bookie.core.rereplication import position_entries, segment_ranges
+from bookie.errors import LedgerFenced
 from bookie.meta.api import MetadataStore
 from bookie.meta.underreplication import UnderReplication
 from bookie.wire.packet import master_key
@@ -115,9 +120,11 @@ async def test_without_a_spare_bookie_the_mark_stays_and_nothing_changes() -> No
 async def test_a_ledger_with_an_unknown_password_is_left_alone() -> None:
     async with memory_cluster(4) as cluster, cluster.client() as client:
         other = await client.create_ledger(3, 2, 2, password=b"unknown")
+        await other.append(b"entry")
         await other.close()
         async with session(cluster) as (store, marks):
             before = await client.ledger_metadata(other.ledger_id)
+            await cluster.stop_bookie(before.ensembles[0][1][0])
             await marks.mark(other.ledger_id, [before.ensembles[0][1][0]])
             assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 0
             assert await marks.list_marks() == [other.ledger_id]
@@ -258,9 +265,114 @@ async def test_an_open_ledgers_last_segment_is_left_to_its_writer() -> None:
         await writer.append(b"open")
         await cluster.add_bookie()
         lost = (await client.ledger_metadata(writer.ledger_id)).current_ensemble[0]
+        await cluster.stop_bookie(lost)
         async with session(cluster) as (store, marks):
             await marks.mark(writer.ledger_id, [lost])
             before = await client.ledger_metadata(writer.ledger_id)
             assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 0
             assert await marks.list_marks() == [writer.ledger_id]
             assert await client.ledger_metadata(writer.ledger_id) == before
+
+
+WRITER_ZNODE = "/rsm/app/replicas/r1"
+
+
+async def open_ledger_missing_a_bookie(
+    cluster: LocalCluster, client: LedgerClient, custom: dict[str, bytes]
+) -> tuple[WriteHandle, str]:
+    """An open ledger of 5 entries whose last segment names a stopped bookie, and that
+    bookie; a spare is registered."""
+    writer = await client.create_ledger(3, 2, 2, password=PASSWORD, custom_metadata=custom)
+    for index in range(5):
+        await writer.append(f"entry {index}".encode())
+    lost = (await client.ledger_metadata(writer.ledger_id)).current_ensemble[0]
+    await cluster.add_bookie()
+    await cluster.stop_bookie(lost)
+    return writer, lost
+
+
+async def test_an_open_ledger_whose_writer_znode_exists_is_never_fenced() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        writer, lost = await open_ledger_missing_a_bookie(
+            cluster, client, {WRITER_KEY: WRITER_ZNODE.encode()}
+        )
+        async with session(cluster) as (store, marks), session(cluster) as (writers, _):
+            await writers.create(WRITER_ZNODE, b"", ephemeral=True, make_parents=True)
+            await marks.mark(writer.ledger_id, [lost])
+            before = await client.ledger_metadata(writer.ledger_id)
+            worker = ReplicationWorker(store, settings(open_ledger_grace_ms=0), random.Random(1))
+            for _ in range(2):
+                assert await worker.run_once() == 0
+                await anyio.sleep(0.002)  # past the retry delay: the ledger is tried again
+            assert await marks.list_marks() == [writer.ledger_id]
+            assert await client.ledger_metadata(writer.ledger_id) == before
+        await writer.append(b"still the writer's")
+
+
+async def test_an_open_ledger_whose_writer_is_gone_is_fenced_recovered_and_repaired() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        writer, lost = await open_ledger_missing_a_bookie(
+            cluster, client, {WRITER_KEY: WRITER_ZNODE.encode()}
+        )
+        async with session(cluster) as (store, marks):
+            async with session(cluster) as (writers, _):
+                await writers.create(WRITER_ZNODE, b"", ephemeral=True, make_parents=True)
+            # The writer's session ended: its znode is gone, its parent stays.
+            assert await store.exists(WRITER_ZNODE) is None
+            await marks.mark(writer.ledger_id, [lost])
+            worker = ReplicationWorker(store, settings(open_ledger_grace_ms=0), random.Random(1))
+            assert await worker.run_once() == 1
+            assert await marks.list_marks() == []
+        after = await client.ledger_metadata(writer.ledger_id)
+        assert after.is_closed
+        assert after.last_entry_id == 4, "closed at its last acknowledged entry"
+        assert all(lost not in ensemble for _, ensemble in after.ensembles)
+        assert_fully_replicated(cluster, after)
+        for bookie_id in cluster.bookie_ids:
+            if bookie_id != lost:
+                assert not cluster.storage(bookie_id).read_entry(after.ledger_id, 5)
+        with pytest.raises(LedgerFenced):
+            await writer.append(b"too late")
+        reader = await client.open_ledger(writer.ledger_id, PASSWORD, recovery=False)
+        assert await reader.read(0, 4) == [f"entry {index}".encode() for index in range(5)]
+
+
+async def test_a_ledger_naming_no_writer_is_fenced_only_after_the_grace() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        writer, lost = await open_ledger_missing_a_bookie(cluster, client, {})
+        async with session(cluster) as (store, marks):
+            await marks.mark(writer.ledger_id, [lost])
+            worker = ReplicationWorker(
+                store, settings(open_ledger_grace_ms=60_000), random.Random(1)
+            )
+            assert await worker.run_once() == 0
+            assert not (await client.ledger_metadata(writer.ledger_id)).is_closed
+            assert await marks.list_marks() == [writer.ledger_id]
+
+
+async def test_a_gone_writers_ledger_is_not_fenced_without_a_spare_bookie() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        writer = await client.create_ledger(3, 2, 2, password=PASSWORD)
+        await writer.append(b"entry")
+        lost = (await client.ledger_metadata(writer.ledger_id)).current_ensemble[0]
+        await cluster.stop_bookie(lost)
+        async with session(cluster) as (store, marks):
+            await marks.mark(writer.ledger_id, [lost])
+            worker = ReplicationWorker(store, settings(open_ledger_grace_ms=0), random.Random(1))
+            assert await worker.run_once() == 0
+            metadata = await client.ledger_metadata(writer.ledger_id)
+            assert metadata.state is LedgerState.OPEN, "not fenced"
+            assert await marks.list_marks() == [writer.ledger_id]
+
+
+async def test_a_marked_bookie_that_is_back_with_its_share_is_not_replaced() -> None:
+    async with memory_cluster(4) as cluster, cluster.client() as client:
+        metadata = await closed_ledger(client)
+        back = metadata.ensembles[0][1][0]
+        await cluster.stop_bookie(back)
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, [back])
+            await cluster.restart_bookie(back)  # back with its disk, before any repair
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 1
+            assert await marks.list_marks() == []
+            assert await client.ledger_metadata(metadata.ledger_id) == metadata, "no copy made"

@@ -1,13 +1,19 @@
 """The auditor's decisions: lost bookies after a grace period, when an audit is due, what a
-ledger is marked with, which entries a bookie that is up lacks."""
+ledger is marked with, which entries a bookie that is up lacks, all of them or a sample."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bookie.core.auditor import Auditor, PresenceCheck, lacking_entries, missing_bookies
 from bookie.core.metadata import LedgerMetadata, LedgerState, close, new_ledger, replace_bookies
+from bookie.core.rereplication import segment_ranges
 from bookie.wire.packet import DigestType
+from tests.unit.bookie.core.test_rereplication import POOL, ledgers
 
 KNOWN = ("b1", "b2", "b3")
 
@@ -109,3 +115,57 @@ def test_a_lack_is_confirmed_by_the_next_check() -> None:
     check.finished(300)
     check.begin()
     assert not check.lacking(3, "b1")
+
+
+def _expected(metadata: LedgerMetadata, bookie_id: str) -> list[int]:
+    """Brute force: every entry of a sealed segment whose write set names `bookie_id`."""
+    return [
+        entry_id
+        for first, last, ensemble in segment_ranges(metadata)
+        for entry_id in range(first, last + 1)
+        if bookie_id in {ensemble[i] for i in metadata.quorum.write_set(entry_id)}
+    ]
+
+
+@given(ledgers(), st.sampled_from(POOL), st.lists(st.integers(0, 70), max_size=20))
+def test_without_sampling_every_entry_is_compared(
+    metadata: LedgerMetadata, bookie_id: str, held_ids: list[int]
+) -> None:
+    held = [[entry_id, entry_id] for entry_id in sorted(set(held_ids))]
+    expected = _expected(metadata, bookie_id)
+    assert lacking_entries(metadata, bookie_id, held) == len(set(expected) - set(held_ids))
+
+
+@given(ledgers(), st.sampled_from(POOL), st.integers(1, 10), st.integers(0, 2**32))
+def test_a_sample_is_bounded_and_finds_a_lost_disk_and_a_lost_tail(
+    metadata: LedgerMetadata, bookie_id: str, sample_max: int, seed: int
+) -> None:
+    expected = _expected(metadata, bookie_id)
+    shares = sum(
+        member == bookie_id for _, _, ensemble in segment_ranges(metadata) for member in ensemble
+    )
+    rng = random.Random(seed)
+
+    def lacking(held: list[list[int]]) -> int:
+        return lacking_entries(metadata, bookie_id, held, sample_entries_max=sample_max, rng=rng)
+
+    everything = [[0, 10_000]]
+    assert lacking(everything) == 0
+    if not expected:
+        assert lacking([]) == 0
+        return
+    on_empty_disk = lacking([])
+    assert 1 <= on_empty_disk <= min(len(expected), sample_max + 2 * shares)
+    assert lacking([[0, expected[-1] - 1]]) >= 1, "the last entry is always compared"
+
+
+def test_a_large_ledger_is_sampled() -> None:
+    big = close(two_segments(500_000, {0: "b4"}), 999_999, 0)
+    rng = random.Random(1)
+    # b1 holds two thirds of the first segment: 100 drawn, and its first and last entry.
+    assert lacking_entries(big, "b1", [], sample_entries_max=100, rng=rng) == 102
+    assert lacking_entries(big, "b1", [[0, 999_999]], sample_entries_max=100, rng=rng) == 0
+    assert lacking_entries(big, "b1", [[0, 400_000]], sample_entries_max=100, rng=rng) >= 1
+    assert lacking_entries(big, "b2", [], sample_entries_max=100, rng=rng) == 104, (
+        "two shares: the ends of both"
+    )

@@ -1,24 +1,29 @@
-"""When a leader's open segment counts as under-replicated, and when a rollover to a
-full-size ledger is due (rsm/runtime/segment_ledger.py)."""
+"""When a leader's open segment counts as under-replicated, when a rollover to a
+full-size ledger is due, and what a segment ledger's custom metadata names
+(rsm/runtime/segment_ledger.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import cast
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from bookie.client.write_handle import WriteHandle
 from bookie.core.metadata import LedgerMetadata, new_ledger
+from bookie.core.open_ledgers import WRITER_KEY, declared_writer
 from bookie.wire.packet import DigestType
 from rsm.config import ReplicaConfig
 from rsm.runtime.segment_ledger import (
+    create_segment_ledger,
     fully_replicated,
     is_degraded,
     replication_status,
     restorable,
 )
+from tests.unit.bookie.client.cluster import memory_cluster
 
 CONFIG = ReplicaConfig(ensemble_size=3, write_quorum=3, ack_quorum=2)
 
@@ -84,3 +89,18 @@ def test_the_status_names_the_sizes_and_the_configured_ones() -> None:
         True,
     )
     assert replication_status(handle(3), CONFIG)["full"]
+
+
+@pytest.mark.anyio
+async def test_a_segment_ledger_names_its_application_epoch_and_writer_znode() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        handle = await create_segment_ledger(
+            client, CONFIG, app="kv", epoch=4, writer="/rsm/kv/replicas/r1"
+        )
+        metadata = await client.ledger_metadata(handle.ledger_id)
+        assert metadata.custom == {
+            "rsm.app": b"kv",
+            "rsm.epoch": b"4",
+            WRITER_KEY: b"/rsm/kv/replicas/r1",
+        }
+        assert declared_writer(metadata) == "/rsm/kv/replicas/r1"
