@@ -63,7 +63,7 @@ FORBIDDEN_CALLS = frozenset(
 
 LAYERS: dict[str, list[list[str]]] = {
     "bookie": [
-        ["bookie.errors", "bookie.limits", "bookie.logs", "bookie.clock"],
+        ["bookie.errors", "bookie.limits", "bookie.logs", "bookie.clock", "bookie.metrics"],
         ["bookie.wire", "bookie.storage.api", "bookie.address"],
         ["bookie.core"],
         ["bookie.storage", "bookie.meta", "bookie.net", "bookie.runtime_tuning"],
