@@ -36,6 +36,7 @@ from bookie import limits
 from bookie.address import Address
 from bookie.errors import HttpError
 from bookie.logs import emit
+from bookie.metrics import CONTENT_TYPE
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,27 @@ class Routes:
                 raise HttpError(405, f"{path} takes {', '.join(sorted(methods))}")
             return methods[method], params
         raise HttpError(404, f"no such path: {path}")
+
+
+def common_routes(metrics: Callable[[], bytes], ready: Handler, openapi: Any) -> Routes:
+    """Routes with what every admin server answers: `/metrics` (`metrics()`, Prometheus's
+    text format), `/health` (liveness: the process serves), `/ready`, `/openapi.json`."""
+    routes = Routes()
+
+    async def get_metrics(_: Request) -> Answer:
+        return Answer(200, metrics(), CONTENT_TYPE)
+
+    async def health(_: Request) -> Answer:
+        return json_answer({"status": "ok"})
+
+    async def document(_: Request) -> Answer:
+        return json_answer(openapi)
+
+    routes.add("GET", "/metrics", get_metrics)
+    routes.add("GET", "/health", health)
+    routes.add("GET", "/ready", ready)
+    routes.add("GET", "/openapi.json", document)
+    return routes
 
 
 def _segments(path: str) -> tuple[str, ...]:

@@ -24,8 +24,8 @@ from bookie.errors import HttpError, NoSuchLedgerError
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies
 from bookie.meta.ledgers import LedgerManager
-from bookie.metrics import CONTENT_TYPE, exposition
-from bookie.net.http_server import Answer, Request, Routes, json_answer
+from bookie.metrics import exposition
+from bookie.net.http_server import Answer, Request, Routes, common_routes, json_answer
 from bookie.net.openapi import document, get, obj, post
 from bookie.server.disk_monitor import DiskMonitor, measure
 from bookie.server.gc import GarbageCollector
@@ -68,14 +68,7 @@ def ledger_json(metadata: LedgerMetadata) -> dict[str, Any]:
 
 
 def bookie_routes(parts: BookieParts) -> Routes:
-    routes = Routes()
     ledgers = LedgerManager(parts.store, parts.root)
-
-    async def metrics(_: Request) -> Answer:
-        return Answer(200, exposition(parts.registries), CONTENT_TYPE)
-
-    async def health(_: Request) -> Answer:
-        return json_answer({"status": "ok"})
 
     async def ready(_: Request) -> Answer:
         reasons = []
@@ -153,13 +146,7 @@ def bookie_routes(parts: BookieParts) -> Routes:
         parts.collector.trigger()
         return json_answer({"triggered": True}, 202)
 
-    async def openapi(_: Request) -> Answer:
-        return json_answer(BOOKIE_OPENAPI)
-
-    routes.add("GET", "/metrics", metrics)
-    routes.add("GET", "/health", health)
-    routes.add("GET", "/ready", ready)
-    routes.add("GET", "/openapi.json", openapi)
+    routes = common_routes(lambda: exposition(parts.registries), ready, BOOKIE_OPENAPI)
     routes.add("GET", "/api/v1/bookie/info", info)
     routes.add("GET", "/api/v1/bookies", bookies)
     routes.add("GET", "/api/v1/ledgers", ledger_list)

@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -210,10 +210,12 @@ class RsmProcesses:
             for name in names:
                 task_group.start_soon(functools.partial(self.start_replica, name, zk=zk))
 
-    async def start_replica(self, name: str, *, zk: str | None = None) -> ReplicaProcess:
+    async def start_replica(
+        self, name: str, *, zk: str | None = None, flags: Sequence[str] = ()
+    ) -> ReplicaProcess:
         """Start (or restart) replica `name` on its port; return once it serves clients.
 
-        `zk` replaces the ZooKeeper address (a `ZkProxy`'s, say)."""
+        `zk` replaces the ZooKeeper address (a `ZkProxy`'s, say); `flags` go to `rsm run`."""
         assert self._task_group is not None
         port = self._ports.get(name)
         if port is None:
@@ -235,6 +237,7 @@ class RsmProcesses:
             self.zk_root,
             "--log-format",
             "json",
+            *flags,
         ]
         process = await anyio.open_process(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
