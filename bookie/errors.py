@@ -208,6 +208,10 @@ class HttpError(BookieError):
         self.status = status
 
 
+class AdminUnavailable(BookieError):
+    """The admin HTTP server cannot listen where it was told to."""
+
+
 class InvalidConfig(BookieError):
     """The bookie's configuration (file or command-line flags) is not acceptable.
 

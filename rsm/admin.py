@@ -21,7 +21,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from functools import partial
 
-from bookie.address import parse_address
+from bookie.address import Address, parse_address
 from bookie.clock import system_wall_clock_ms
 from bookie.errors import HttpError, InvalidAddress, NoNode
 from bookie.meta.api import MetadataStore
@@ -30,7 +30,7 @@ from bookie.net.http_server import Answer, Request, Routes, common_routes, json_
 from bookie.net.openapi import document, get, obj, post
 from rsm.client import connect
 from rsm.core.layout import RSM_ROOT, AppLayout
-from rsm.errors import InvalidConfig, NotLeader, StatusError
+from rsm.errors import NotLeader, StatusError
 from rsm.host import application_status
 from rsm.runtime.log import LogStore
 from rsm.runtime.metrics import rsm_metrics
@@ -38,10 +38,18 @@ from rsm.runtime.replica import Replica
 from rsm.snapshots.inspect import listing, manifest_plain
 
 
+def _admin_address(text: str) -> Address:
+    try:
+        return parse_address(text, port_zero=True)
+    except InvalidAddress as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def add_admin_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--admin",
         metavar="HOST:PORT",
+        type=_admin_address,
         help="serve the admin HTTP API (/metrics, /health, /ready, /api/...) there; keep it "
         "on loopback (docs/observability.md)",
     )
@@ -148,19 +156,15 @@ def replica_routes(replica: Replica, store: MetadataStore, rsm_root: str = RSM_R
 
 @contextlib.asynccontextmanager
 async def admin_server(
-    replica: Replica, store: MetadataStore, address: str | None, rsm_root: str = RSM_ROOT
+    replica: Replica, store: MetadataStore, address: Address | None, rsm_root: str = RSM_ROOT
 ) -> AsyncIterator[str | None]:
-    """Serve `replica`'s admin API on `address` ("host:port"; None: nothing) for the block;
-    yield the address bound.  `InvalidConfig` for an address that is not one; OSError when
-    it cannot listen."""
+    """Serve `replica`'s admin API on `address` (None: nothing) for the block; yield the
+    address bound ("host:port").  `AdminUnavailable` (a `BookieError`) when it cannot
+    listen there."""
     if address is None:
         yield None
         return
-    try:
-        where = parse_address(address, port_zero=True)
-    except InvalidAddress as error:
-        raise InvalidConfig(f"--admin {address}: {error}") from None
-    async with serve_http(where, replica_routes(replica, store, rsm_root)) as bound:
+    async with serve_http(address, replica_routes(replica, store, rsm_root)) as bound:
         yield str(bound)
 
 

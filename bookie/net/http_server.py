@@ -34,7 +34,7 @@ from anyio.abc import SocketAttribute
 
 from bookie import limits
 from bookie.address import Address
-from bookie.errors import HttpError
+from bookie.errors import AdminUnavailable, HttpError
 from bookie.logs import emit
 from bookie.metrics import CONTENT_TYPE
 
@@ -248,8 +248,14 @@ class _Server:
 @contextlib.asynccontextmanager
 async def serve_http(address: Address, routes: Routes) -> AsyncIterator[Address]:
     """Serve `routes` on `address` (port 0: any free port) while the block runs; yield the
-    address bound.  Raises OSError when it cannot listen."""
-    listener = await anyio.create_tcp_listener(local_host=address.host, local_port=address.port)
+    address bound.  `AdminUnavailable` when it cannot listen there."""
+    try:
+        listener = await anyio.create_tcp_listener(local_host=address.host, local_port=address.port)
+    except OSError as error:
+        raise AdminUnavailable(
+            f"the admin HTTP server cannot listen on {address}: {error.strerror or error}.  "
+            "Is another process using this port, and is the host an address of this machine?"
+        ) from None
     port = listener.extra(SocketAttribute.local_port)
     bound = Address(address.host, port)
     server = _Server(routes)

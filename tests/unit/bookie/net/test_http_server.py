@@ -9,7 +9,7 @@ import pytest
 
 from bookie import limits
 from bookie.address import Address
-from bookie.errors import HttpError
+from bookie.errors import AdminUnavailable, HttpError
 from bookie.net.http_server import Answer, Request, Routes, json_answer, parse_head, serve_http
 
 pytestmark = pytest.mark.anyio
@@ -87,3 +87,10 @@ async def test_one_request_per_connection_over_loopback() -> None:
         )
         assert head.startswith(b"HTTP/1.1 400")
         assert "not JSON" in json.loads(answer)["error"]
+
+
+async def test_a_port_in_use_is_a_clear_error() -> None:
+    async with serve_http(Address("127.0.0.1", 0), Routes()) as bound:
+        with pytest.raises(AdminUnavailable, match=r"cannot listen on 127\.0\.0\.1"):
+            async with serve_http(bound, Routes()):
+                pass
