@@ -205,9 +205,11 @@ class RequestProcessor:
             connection.send(encode_error_response(request[0], op, _ETOOMANYREQUESTS, message))
             return
         self._timing = True
-        effects = self._handler.handle(request, now, connection.connection_id)
-        self.carry_out(effects, len(body))
-        self._timing = False
+        try:
+            effects = self._handler.handle(request, now, connection.connection_id)
+            self.carry_out(effects, len(body))
+        finally:
+            self._timing = False
 
     def carry_out(self, effects: list[Effect], request_bytes: int) -> None:
         """Carry out effects in order (`request_bytes` is charged to a deferred answer)."""

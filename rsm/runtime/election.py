@@ -93,10 +93,10 @@ class Leadership:
         self.candidacy: str | None = None
         """The name of this replica's candidacy znode, while it has one."""
         self.leader: LeaderInfo | None = None
+        """The `leader` znode as last seen."""
         self.leader_changes = 0
         """How often the `leader` znode named a leader other than the last one it named."""
         self._last_leader: tuple[str, int] | None = None
-        """The `leader` znode as last seen."""
         self._candidates: dict[str, CandidateInfo] = {}
         """The candidacies the last evaluation read.  A candidacy's value never changes and
         its sequential name is never used again, so a name seen before needs no read: an
