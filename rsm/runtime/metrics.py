@@ -134,6 +134,20 @@ def replica_metrics(replica: Replica, wall_clock_ms: Callable[[], int]) -> Itera
         one(bool(term and term["ensemble_change_deferred"])),
         _LABELS,
     )
+    replication = term["replication"] if term is not None else None
+    yield gauge(
+        "rsm_segment_under_replicated",
+        "1 while the leader writes entries that get fewer than Qw copies (degraded, or a "
+        "failed bookie not replaced); never fewer than Qa.",
+        one(replication is not None and not replication["full"]),
+        _LABELS,
+    )
+    yield gauge(
+        "rsm_segment_degraded",
+        "1 while the leader's segment was created on fewer bookies than the ensemble size.",
+        one(replication is not None and replication["degraded"]),
+        _LABELS,
+    )
     hashes = status["state_hashes"]
     yield counter(
         "rsm_state_hash_checks",

@@ -26,7 +26,8 @@ def admin_of(replica: ReplicaProcess) -> AdminClient:
 
 async def test_replica_admin_api(zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path) -> None:
     async with RsmProcesses(zookeeper, zk_root, tmp_path) as cluster:
-        await cluster.start_bookies()
+        setups = [cluster.bookies.add_bookie(ledger_dirs=1) for _ in range(3)]
+        bookies = [await cluster.bookies.start(setup, wait_for="bookie.ready") for setup in setups]
         for name in NAMES:
             await cluster.start_replica(name, flags=ADMIN)
         leader, epoch = await cluster.wait_leader()
@@ -50,6 +51,7 @@ async def test_replica_admin_api(zookeeper: LocalZooKeeper, zk_root: str, tmp_pa
         assert sample(after, "rsm_applied_index", **labels) >= load.total_acknowledged
         assert sample(after, "ledger_add_latency_seconds_count") >= commits
         assert sample(after, "rsm_failover_seconds_count", **labels) == 1
+        assert sample(after, "rsm_segment_under_replicated", **labels) == 0
 
         async def follower_ready() -> bool:
             return (await on_follower.request("GET", "/ready")).status == 200
@@ -104,3 +106,15 @@ async def test_replica_admin_api(zookeeper: LocalZooKeeper, zk_root: str, tmp_pa
         taken_over = await on_follower.metrics()
         assert sample(taken_over, "rsm_failover_seconds_count", **follower_labels) == 1
         assert sample(taken_over, "rsm_leader", **follower_labels) == 1
+
+        # A bookie of three lost: the new leader's entries get fewer copies than Qw.
+        bookies[0].kill()
+        degraded_load = CounterLoad(cluster, 2)
+        async with degraded_load.running():
+            await degraded_load.wait_acknowledged(10)
+
+        async def under_replicated() -> bool:
+            families = await on_follower.metrics()
+            return sample(families, "rsm_segment_under_replicated", **follower_labels) == 1
+
+        await wait_for(under_replicated)
