@@ -19,6 +19,15 @@ ratios:
   acknowledges each group after one fdatasync, driven the same way: the
   ceiling for this design in Python on this machine.
 
+Metrics on and off, in the same run (`--metrics-rounds`, default 1): a second
+bookie process with its admin HTTP API on, scraped at `/metrics` every
+`--scrape-interval-s` while it is driven, and the first one, without an admin
+API, are driven in turn, off then on, per size and round; `metrics` in the
+JSON holds every run and the ratios of the medians, on over off, of the
+rates and of the bookie's CPU per add.  The
+hot path's accumulators (bookie/metrics.py) cannot be switched off, so both
+pay for them: what differs is the admin server and the scrapes.
+
 The last line of output is ONE JSON object (its shape: docs/operations.md,
 "Benchmark"); progress goes to stderr.  The defaults keep the whole run under a minute.
 """
@@ -31,6 +40,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import statistics
 import struct
 import subprocess
 import sys
@@ -378,12 +388,32 @@ async def drive_bookie(
     return result
 
 
-async def bench_bookie(arguments: argparse.Namespace, directory: Path) -> list[dict[str, Any]]:
+async def scrape_metrics(port: int, interval_s: float, scrapes: list[float]) -> None:
+    """GET /metrics from the bookie's admin API every `interval_s`; each scrape's seconds."""
+    request = f"GET /metrics HTTP/1.1\r\nHost: {HOST}\r\n\r\n".encode()
+    while True:
+        started = time.perf_counter()
+        async with await anyio.connect_tcp(HOST, port) as stream:
+            await stream.send(request)
+            answer = b""
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    answer += await stream.receive()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+        scrapes.append(time.perf_counter() - started)
+        await anyio.sleep(interval_s)
+
+
+async def bench_bookie(
+    arguments: argparse.Namespace, directory: Path
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     options: dict[str, object] = {
         "group_wait_ms": arguments.group_wait_ms,
         "event_loop": arguments.event_loop,
     }
     results = []
+    runs: list[dict[str, Any]] = []
+    scrapes: list[float] = []
     async with contextlib.AsyncExitStack() as stack:
         zk_servers = arguments.zk
         if zk_servers is None:
@@ -394,21 +424,73 @@ async def bench_bookie(arguments: argparse.Namespace, directory: Path) -> list[d
         port, pid = await stack.enter_async_context(
             bookie_process(directory / "bookie", zk_servers, options)
         )
-        for number, size_bytes in enumerate(arguments.sizes):
-            log(f"bookie: {size_bytes}-byte adds for {arguments.seconds} s ...")
-            results.append(
-                await drive_bookie(
-                    port,
-                    pid,
-                    seconds=arguments.seconds,
-                    window=arguments.window,
-                    connections=arguments.connections,
-                    size_bytes=size_bytes,
-                    ledger_base=1 + number * 1000,
+        metered: tuple[int, int] | None = None
+        admin_port = free_port(HOST)
+        if arguments.metrics_rounds:
+            metered = await stack.enter_async_context(
+                bookie_process(
+                    directory / "bookie-metrics",
+                    zk_servers,
+                    {**options, "admin_address": f"{HOST}:{admin_port}"},
                 )
             )
-            log(f"  {results[-1]}")
-    return results
+        modes = [("off", (port, pid))] + ([] if metered is None else [("on", metered)])
+        for number, size_bytes in enumerate(arguments.sizes):
+            for round_number in range(max(arguments.metrics_rounds, 1)):
+                for metrics, (run_port, run_pid) in modes:
+                    log(f"bookie (metrics {metrics}): {size_bytes}-byte adds ...")
+                    async with anyio.create_task_group() as scraping:
+                        if metrics == "on":
+                            scraping.start_soon(
+                                scrape_metrics, admin_port, arguments.scrape_interval_s, scrapes
+                            )
+                        run = await drive_bookie(
+                            run_port,
+                            run_pid,
+                            seconds=arguments.seconds,
+                            window=arguments.window,
+                            connections=arguments.connections,
+                            size_bytes=size_bytes,
+                            # Each run its own ledgers: a bookie never sees an entry twice.
+                            ledger_base=1 + (number * 100 + round_number) * 1000,
+                        )
+                        scraping.cancel_scope.cancel()
+                    log(f"  {run}")
+                    runs.append({**run, "metrics": metrics, "round": round_number})
+                    if metrics == "off" and round_number == 0:
+                        results.append(run)
+    return results, metrics_report(runs, scrapes, arguments)
+
+
+def metrics_report(
+    runs: list[dict[str, Any]], scrapes: list[float], arguments: argparse.Namespace
+) -> dict[str, Any]:
+    """Every run, on and off, and per size the ratios of the medians, on over off: of the
+    rates, and of the bookie's CPU per add (which other load on the machine moves less)."""
+
+    def ratios(key: str) -> dict[str, float]:
+        found = {}
+        for name in dict.fromkeys(run["name"] for run in runs):
+            medians = {
+                mode: statistics.median(
+                    run[key] for run in runs if run["name"] == name and run["metrics"] == mode
+                )
+                for mode in ("off", "on")
+                if any(run["name"] == name and run["metrics"] == mode for run in runs)
+            }
+            if len(medians) == 2 and medians["off"]:
+                found[name] = round(medians["on"] / medians["off"], 3)
+        return found
+
+    return {
+        "rounds": arguments.metrics_rounds,
+        "scrape_interval_s": arguments.scrape_interval_s,
+        "scrapes": len(scrapes),
+        "scrape_ms_max": round(max(scrapes, default=0.0) * 1000, 3),
+        "on_over_off_ops": ratios("ops_per_s"),
+        "on_over_off_bookie_cpu_per_op": ratios("bookie_cpu_us_per_op"),
+        "runs": runs,
+    }
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -425,6 +507,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--zk", help="use this ZooKeeper instead of starting one")
     parser.add_argument("--data-dir", type=Path, help="where to put files (default: a temp dir)")
     parser.add_argument("--no-baselines", action="store_true", help="skip the baselines")
+    parser.add_argument(
+        "--metrics-rounds",
+        type=int,
+        default=1,
+        help="rounds of metrics off then on per size (0: no metrics comparison)",
+    )
+    parser.add_argument(
+        "--scrape-interval-s",
+        type=float,
+        default=1.0,
+        help="how often /metrics is scraped while metrics are on",
+    )
     return parser.parse_args(argv)
 
 
@@ -456,7 +550,7 @@ def main(argv: list[str]) -> None:
                 )
             )
             log(f"  {baselines[-1]}")
-        results = anyio.run(
+        results, metrics = anyio.run(
             bench_bookie, arguments, directory, backend_options={"use_uvloop": UVLOOP}
         )
     config = {key: value for key, value in vars(arguments).items() if key not in ("data_dir", "zk")}
@@ -466,7 +560,13 @@ def main(argv: list[str]) -> None:
     config["runtime_tuned"] = True
     print(
         json.dumps(
-            {"benchmark": "bookie", "config": config, "results": results, "baselines": baselines}
+            {
+                "benchmark": "bookie",
+                "config": config,
+                "results": results,
+                "baselines": baselines,
+                "metrics": metrics,
+            }
         )
     )
 

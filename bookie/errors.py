@@ -200,6 +200,18 @@ class InvalidAddress(BookieError, ValueError):
     """Text that is not a network address (`bookie.address`); callers say what it was for."""
 
 
+class HttpError(BookieError):
+    """An admin HTTP request is answered `status` with this message (bookie/net/http_server.py)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class AdminUnavailable(BookieError):
+    """The admin HTTP server cannot listen where it was told to."""
+
+
 class InvalidConfig(BookieError):
     """The bookie's configuration (file or command-line flags) is not acceptable.
 

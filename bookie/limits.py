@@ -326,6 +326,20 @@ shell_decommission_timeout_s_default = 600
 simpletest_payload_bytes = 100
 """Size of each entry `bookie shell simpletest` writes."""
 
+# --- admin HTTP server ------------------------------------------------------------------------
+
+admin_head_bytes_max = 16 * KiB
+"""Largest request line and headers the admin HTTP server reads; larger is answered 431."""
+
+admin_body_bytes_max = 64 * KiB
+"""Largest request body the admin HTTP server reads; larger is answered 413."""
+
+admin_request_timeout_ms = 10_000
+"""A client of the admin HTTP server has this long to send its request."""
+
+admin_connections_max = 64
+"""Admin HTTP connections served at once; later ones are closed at once."""
+
 # --- process tuning ---------------------------------------------------------------------------
 
 gc_young_collection_allocations = 50_000

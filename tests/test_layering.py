@@ -63,7 +63,7 @@ FORBIDDEN_CALLS = frozenset(
 
 LAYERS: dict[str, list[list[str]]] = {
     "bookie": [
-        ["bookie.errors", "bookie.limits", "bookie.logs", "bookie.clock"],
+        ["bookie.errors", "bookie.limits", "bookie.logs", "bookie.clock", "bookie.metrics"],
         ["bookie.wire", "bookie.storage.api", "bookie.address"],
         ["bookie.core"],
         ["bookie.storage", "bookie.meta", "bookie.net", "bookie.runtime_tuning"],
@@ -80,6 +80,7 @@ LAYERS: dict[str, list[list[str]]] = {
         ["rsm.snapshots"],
         ["rsm.runtime"],
         ["rsm.host", "rsm.machines"],
+        ["rsm.admin"],
         ["rsm.spark"],
         ["rsm.tools"],
         ["rsm.testing"],
@@ -112,6 +113,8 @@ RSM_PUBLIC = frozenset(
         "rsm.host",
         "rsm.limits",
         "rsm.link",
+        # The admin HTTP API a program hosting replicas serves (--admin).
+        "rsm.admin",
         # The investigation tools an application's own command offers (kvstore history/get).
         "rsm.tools",
         # What an application's Spark reducer is given and gives back (the bulk snapshot).

@@ -16,6 +16,7 @@ import anyio.abc
 from bookie.client.config import ClientConfig
 from bookie.client.connections import ConnectionPool
 from bookie.client.registry import BookieRegistry
+from bookie.client.stats import ClientStats
 from bookie.meta.ledgers import LedgerManager
 
 
@@ -28,3 +29,5 @@ class ClientContext:
     rng: random.Random
     """The only source of randomness (placement): seeded under simulation."""
     task_group: anyio.abc.TaskGroup
+    stats: ClientStats
+    """What the client counts for its metrics (bookie/client/stats.py)."""

@@ -37,6 +37,7 @@ from bookie.client.context import ClientContext
 from bookie.client.read_handle import ReadHandle
 from bookie.client.recovery import recover
 from bookie.client.registry import BookieRegistry
+from bookie.client.stats import ClientStats
 from bookie.client.write_handle import WriteHandle
 from bookie.clock import system_wall_clock_ms
 from bookie.core.metadata import LedgerMetadata, new_ledger
@@ -112,6 +113,7 @@ class LedgerClient:
                     config=config,
                     rng=rng,
                     task_group=task_group,
+                    stats=ClientStats(),
                 )
                 client = cls(context, wall_clock_ms)
                 try:
@@ -127,6 +129,11 @@ class LedgerClient:
             raise
 
     # --- bookies ------------------------------------------------------------------------------
+
+    @property
+    def stats(self) -> ClientStats:
+        """What the client counts for its metrics (`bookie.client.stats.client_metrics`)."""
+        return self._context.stats
 
     @property
     def writable_bookies(self) -> Mapping[str, str | None]:

@@ -170,9 +170,11 @@ class ReadHandle:
         failures: list[BookieError] = []
         wakeup = context.pool.wakeup()
 
-        def carry_out() -> None:
+        def carry_out(*, speculative: bool = False) -> None:
+            """`speculative`: the reads sent now are the timer's (one replica was slow)."""
             for effect in core.take_effects():
                 if type(effect) is SendRead:
+                    context.stats.speculative_reads += speculative
                     send_read(
                         context.pool,
                         effect,
@@ -197,7 +199,7 @@ class ReadHandle:
 
         def tick(at_ms: int) -> None:
             core.tick(at_ms)
-            carry_out()
+            carry_out(speculative=True)
 
         core.start(loop_clock_ms())
         carry_out()

@@ -55,6 +55,7 @@ async def recover(
     marked, version = await context.ledgers.update(ledger_id, mark_in_recovery_transform)
     if marked.is_closed:
         return marked, version
+    context.stats.recoveries += 1
     return await _RecoveryRun(context, marked, version, password).run()
 
 

@@ -57,6 +57,8 @@ import functools
 import heapq
 import itertools
 import logging
+import time
+from collections import deque
 from collections.abc import Callable
 from types import TracebackType
 
@@ -159,6 +161,9 @@ class WriteHandle:
         self._tick_wakeup: anyio.Event | None = None
         """Set to wake the timer task when the core gets a due time it did not have."""
         self._deferral_logged = False
+        self._appended_s: deque[tuple[int, float]] = deque()
+        """(entry id, when appended on the monotonic clock) of entries not yet confirmed."""
+        context.stats.handles.add(self)
         context.task_group.start_soon(self._tick)
 
     # --- state --------------------------------------------------------------------------------
@@ -244,6 +249,7 @@ class WriteHandle:
                 "adds pending"
             )
         entry_id = writer.append(payload)
+        self._appended_s.append((entry_id, time.monotonic()))
         self._process()
         return entry_id
 
@@ -483,6 +489,12 @@ class WriteHandle:
         self._process()
 
     def _on_confirmed(self, last_add_confirmed: int) -> None:
+        appended = self._appended_s
+        if appended:
+            now_s = time.monotonic()
+            add_seconds = self._context.stats.add_seconds
+            while appended and appended[0][0] <= last_add_confirmed:
+                add_seconds.observe(now_s - appended.popleft()[1])
         waiters = self._waiters
         while waiters and waiters[0][0] <= last_add_confirmed:
             heapq.heappop(waiters)[2].set()
@@ -523,6 +535,8 @@ class WriteHandle:
         except BookieError as error:
             self._writer.on_ensemble_change_failed(error)
             if self._writer.change_deferred:
+                if not self._deferral_logged:
+                    context.stats.ensemble_changes_deferred += 1
                 # Once per deferral, not per retry: a warning a second says nothing new.
                 level = logging.DEBUG if self._deferral_logged else logging.WARNING
                 self._deferral_logged = True
@@ -540,6 +554,7 @@ class WriteHandle:
                     wakeup.set()
         else:
             self._metadata = metadata
+            context.stats.ensemble_changes += 1
             self._writer.on_ensemble_changed(metadata)
             self._deferral_logged = False
         self._process()

@@ -21,6 +21,10 @@ directory while nothing runs starts the next one from nothing::
     DIR/bookie-N/bookie.log    its log (JSON lines), appended to by every run
     DIR/.lock                  held while a launcher runs on DIR (one at a time)
 
+Each bookie serves its admin HTTP API (docs/observability.md) on loopback:
+bookie N on port 8080 + N - 1 when free, else on a free port, chosen at each
+start; the banner prints where.
+
 `LocalCluster` is the same thing as an `async with` block, for other
 launchers (the key-value store's) and tools.  Bookie processes are the real
 `bookie serve` (`python -m bookie.tools.cli serve`), with the launcher's interpreter.
@@ -58,6 +62,8 @@ ZK_PORT_PREFERRED: Final = 2181
 CLUSTER_FILE: Final = "cluster.toml"
 BOOKIE_CONFIG_FILE: Final = "bookie.toml"
 BOOKIE_LOG_FILE: Final = "bookie.log"
+ADMIN_PORT_PREFERRED: Final = 8080
+"""Bookie N serves its admin HTTP API on this port + N - 1 when free (else on any free one)."""
 _FAILURE_EVENTS: Final = ("bookie.refused", "bookie.failed", "bookie.invalid_config")
 
 
@@ -110,12 +116,18 @@ class LocalBookie:
     name: str
     directory: Path
     port: int
+    admin_port: int = 0
+    """Where its admin HTTP API listens (chosen at each start of the cluster)."""
     process: anyio.abc.Process | None = None
     log: IO[bytes] | None = None
 
     @property
     def address(self) -> str:
         return f"{HOST}:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{HOST}:{self.admin_port}"
 
     @property
     def bookie_id(self) -> str:
@@ -197,6 +209,9 @@ class LocalCluster:
             bookie = self._prepare_bookie(number, taken)
             taken.add(bookie.port)
             self.bookies.append(bookie)
+        for number, bookie in enumerate(self.bookies, start=1):
+            preferred = ADMIN_PORT_PREFERRED + number - 1 if self._bookie_base_port else 0
+            bookie.admin_port = pick_port(preferred, taken)
         for bookie in self.bookies:
             await self._spawn(bookie)
         await self._wait_registered()
@@ -279,7 +294,13 @@ class LocalCluster:
     async def _spawn(self, bookie: LocalBookie) -> None:
         bookie.log = bookie.log_file.open("ab")
         bookie.process = await anyio.open_process(
-            bookie_command(bookie.config_file, "--zk-servers", self.zk_servers),
+            bookie_command(
+                bookie.config_file,
+                "--zk-servers",
+                self.zk_servers,
+                "--admin",
+                f"{HOST}:{bookie.admin_port}",
+            ),
             stdin=None,
             stdout=bookie.log,
             stderr=bookie.log,
@@ -407,6 +428,8 @@ def _banner(cluster: LocalCluster) -> str:
     ]
     for bookie in cluster.bookies:
         lines.append(f"  {bookie.name:<9}  {bookie.address:<21} log {_shown(bookie.log_file)}")
+    lines.append(admin_heading())
+    lines += admin_lines(cluster.bookies)
     first = cluster.bookies[0].address
     lines += [
         f"Inspect:  {Path(sys.executable).parent / 'bookie'} shell bookieinfo {first}",
@@ -414,6 +437,15 @@ def _banner(cluster: LocalCluster) -> str:
         "Ctrl-C stops the bookies, then ZooKeeper; the data stays for the next run.",
     ]
     return "\n".join(lines)
+
+
+def admin_heading() -> str:
+    return "Admin HTTP APIs (/metrics, /ready, /api/v1/...; docs/observability.md):"
+
+
+def admin_lines(bookies: Sequence[LocalBookie]) -> list[str]:
+    """One banner line per bookie: where its admin HTTP API is."""
+    return [f"  {bookie.name:<9}  {bookie.admin_url}" for bookie in bookies]
 
 
 def _shown(path: Path) -> str:

@@ -94,6 +94,13 @@ KEYS: Final[Mapping[str, Key]] = {
         "required when listening on a wildcard address)",
     ),
     "rack": Key("optional_text", None, "rack name, for rack-aware placement"),
+    "admin_address": Key(
+        "optional_address",
+        None,
+        "host:port of the admin HTTP server (/metrics, /health, /api/...; docs/observability.md)"
+        "; off unless set, and keep it on loopback: its POSTs change the bookie",
+        flag="--admin",
+    ),
     "journal_dir": Key("path", REQUIRED, "directory of the journal (write-ahead log)"),
     "ledger_dirs": Key("paths", REQUIRED, "directories of entry logs and indexes (one or more)"),
     "zk_servers": Key(
@@ -273,6 +280,7 @@ class BookieConfig:
     listen_address: Address
     advertised_address: Address
     rack: str | None
+    admin_address: Address | None
     journal_dir: Path
     ledger_dirs: tuple[Path, ...]
     zk_servers: str

@@ -190,6 +190,12 @@ class DiskMonitor:
         )
         self._wakeup.set()
 
+    def force(self, forced: bool) -> None:
+        """Switch forced read-only mode on or off (the admin API); checks at once."""
+        self.reconfigure(
+            threshold=self._threshold, low_water_mark=self._low_water_mark, forced=forced
+        )
+
     async def run(self, apply: Apply) -> None:
         """Check every interval (or when woken) and apply each change; never returns."""
         while True:

@@ -7,6 +7,8 @@ only after the previous one succeeded):
 2. check the cookies (bookie/server/identity.py): refuse to start on a mismatch;
 3. open storage (journal replay);
 4. listen (event `bookie.listening`): clients that know the address may use it;
+   with `admin_address` set, serve the admin HTTP API there too (event
+   `admin.listening`; bookie/server/admin.py);
 5. register under `available/` (or `available/readonly/`), waiting out the
    registration of a previous process of this bookie whose session has not
    expired yet (event `bookie.ready`);
@@ -31,11 +33,13 @@ one `bookie.refused` / `bookie.failed` event with a `reason` saying what to do.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import signal
 import socket
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -55,10 +59,14 @@ from bookie.logs import configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import BookieInfo, Cookie, init_cluster, register
 from bookie.meta.zk import ZkMetadataStore
+from bookie.metrics import registry
+from bookie.net.http_server import serve_http
+from bookie.server.admin import BookieParts, bookie_routes
 from bookie.server.config import BookieConfig, restart_needed
 from bookie.server.disk_monitor import DiskMonitor, measure
 from bookie.server.gc import GarbageCollector
 from bookie.server.identity import establish_identity
+from bookie.server.metrics import bookie_metrics
 from bookie.server.server import BookieServer
 from bookie.storage.file import FileLedgerStorage
 
@@ -114,6 +122,7 @@ class BookieNode:
         """What a stop signal cancels: everything until serving, then only the serving part."""
         self._stopping = False
         self._monitor: DiskMonitor | None = None
+        self._is_registered = False
 
     async def run(self) -> int:
         """Run until a stop signal; return the exit status."""
@@ -282,7 +291,19 @@ class BookieNode:
                     interval_ms=config.gc_interval_ms,
                     compactor=storage,
                 )
-                async with server, collector:
+                parts = BookieParts(
+                    bookie_id=config.bookie_id,
+                    address=str(config.advertised_address),
+                    root=config.zk_root,
+                    store=store,
+                    server=server,
+                    storage=storage,
+                    collector=collector,
+                    monitor=monitor,
+                    registries=[],
+                    registered=lambda: self._is_registered,
+                )
+                async with server, collector, self._admin(parts):
                     emit(
                         logger,
                         logging.INFO,
@@ -301,6 +322,19 @@ class BookieNode:
                         connections=server.connection_count,
                     )
                 emit(logger, logging.INFO, "bookie.drained")
+
+    @contextlib.asynccontextmanager
+    async def _admin(self, parts: BookieParts) -> AsyncIterator[None]:
+        """The admin HTTP server while the block runs, if `admin_address` is set."""
+        address = self._config.admin_address
+        if address is None:
+            yield
+            return
+        parts.registries.append(
+            registry(partial(bookie_metrics, parts.server, parts.storage, parts.collector))
+        )
+        async with serve_http(address, bookie_routes(parts)):
+            yield
 
     async def _registered(
         self,
@@ -324,6 +358,7 @@ class BookieNode:
                 root=config.zk_root,
                 stale_wait_ms=2 * config.zk_session_timeout_ms,
             ) as registration:
+                self._is_registered = True
                 emit(
                     logger,
                     logging.INFO,
@@ -343,5 +378,8 @@ class BookieNode:
                 async with anyio.create_task_group() as hosted:
                     if self._hosted is not None:
                         hosted.start_soon(self._hosted, store)
-                    await monitor.run(apply)
+                    try:
+                        await monitor.run(apply)
+                    finally:
+                        self._is_registered = False
                     hosted.cancel_scope.cancel()

@@ -41,10 +41,17 @@ Invariants:
 * A `ReplyWhenSynced` is never sent before `synced_ticket` reaches the ticket of
   every mutation applied before it.
 * The pending counters equal the sums over the connections' sync queues.
+
+Metrics (exported by bookie/server/metrics.py): the latency of every add
+answered after its sync, from its request's decoding to its release, by result
+(`add_seconds`); of every read answered at once, by result (`read_seconds`;
+long polls wait by design and are left out); and the requests refused by
+back-pressure (`rejected_requests`).
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Final, Protocol
@@ -69,6 +76,7 @@ from bookie.core.bookie_handler import (
     StoreExplicitLac,
 )
 from bookie.errors import Status, StorageBusy, StorageError
+from bookie.metrics import Histogram
 from bookie.storage.api import LedgerStorage
 from bookie.wire.codec import (
     UndecodableRequest,
@@ -76,15 +84,17 @@ from bookie.wire.codec import (
     encode_error_response,
     encode_response,
 )
-from bookie.wire.messages import ENTRY_ID_LAST, OP_OF_REQUEST, Response
+from bookie.wire.messages import ENTRY_ID_LAST, OP_OF_REQUEST, AddResponse, Response
 
 _ETOOMANYREQUESTS: Final = Status.ETOOMANYREQUESTS
+_EOK: Final = Status.EOK
 
 DiskSpace = Callable[[], tuple[int, int]]
 """Returns (free_bytes, total_bytes) of the bookie's data disks; may raise OSError."""
 
-PendingItem = tuple[int, Deferred, int]
-"""(ticket to wait for, the answer, bytes of the request) queued on a connection."""
+PendingItem = tuple[int, Deferred, int, float]
+"""(ticket to wait for, the answer, bytes of the request, its arrival on the monotonic clock
+in seconds) queued on a connection."""
 
 
 class Connection(Protocol):
@@ -133,6 +143,14 @@ class RequestProcessor:
         self._last_ticket = storage.synced_ticket
         self._failed = False
         self._unsubscribe: Callable[[], None] | None = None
+        self._arrival_s = 0.0
+        """When the request being handled was decoded (monotonic clock, seconds)."""
+        self._timing = False
+        """Whether reads answered now are timed: only while a request is handled (not
+        long polls answered at their deadline or woken by a write)."""
+        self.add_seconds = {"ok": Histogram(), "error": Histogram()}
+        self.read_seconds = {"ok": Histogram(), "error": Histogram()}
+        self.rejected_requests = 0
 
     def start(self) -> None:
         """Start listening to storage syncs (the server starts serving)."""
@@ -165,6 +183,7 @@ class RequestProcessor:
 
     def process(self, connection: Connection, body: bytes, now: int) -> None:
         """Handle one frame body.  Raises `RemoteProtocolError` for junk: close the connection."""
+        self._arrival_s = time.monotonic()
         try:
             request = decode_request(body)
         except UndecodableRequest as error:
@@ -181,11 +200,16 @@ class RequestProcessor:
                 f"{len(connection.pending)} requests pending on this connection, "
                 f"{self.pending_total} ({self.pending_bytes} bytes) on this bookie"
             )
+            self.rejected_requests += 1
             op = OP_OF_REQUEST[type(request)]
             connection.send(encode_error_response(request[0], op, _ETOOMANYREQUESTS, message))
             return
-        effects = self._handler.handle(request, now, connection.connection_id)
-        self.carry_out(effects, len(body))
+        self._timing = True
+        try:
+            effects = self._handler.handle(request, now, connection.connection_id)
+            self.carry_out(effects, len(body))
+        finally:
+            self._timing = False
 
     def carry_out(self, effects: list[Effect], request_bytes: int) -> None:
         """Carry out effects in order (`request_bytes` is charged to a deferred answer)."""
@@ -260,7 +284,7 @@ class RequestProcessor:
             error = self._handler.error_reply(answer, Status.EIO, "storage failed")
             connection.send(encode_response(error))
             return
-        connection.pending.append((ticket, answer, request_bytes))
+        connection.pending.append((ticket, answer, request_bytes, self._arrival_s))
         self._waiting[answer.connection_id] = connection
         self.pending_total += 1
         self.pending_bytes += request_bytes
@@ -278,7 +302,14 @@ class RequestProcessor:
 
     def _answer(self, query: Deferred) -> None:
         connection = self._connections.get(query.connection_id)
-        if connection is not None:
+        if connection is None:
+            return
+        if type(query) is ReadEntry and self._timing:
+            response = self._query(query)
+            result = "ok" if response.status == _EOK else "error"
+            self.read_seconds[result].observe(time.monotonic() - self._arrival_s)
+            connection.send(encode_response(response))
+        else:
             self._release(connection, query)
 
     def _query(self, query: Deferred) -> Response:
@@ -320,10 +351,14 @@ class RequestProcessor:
             return
         for connection_id, connection in list(self._waiting.items()):
             queue = connection.pending
+            now_s = time.monotonic()
             while queue and queue[0][0] <= synced_ticket:
-                _, answer, request_bytes = queue.popleft()
+                _, answer, request_bytes, arrival_s = queue.popleft()
                 self.pending_total -= 1
                 self.pending_bytes -= request_bytes
+                if type(answer) is ReplyWhenSynced and type(answer.response) is AddResponse:
+                    result = "ok" if answer.response.status == _EOK else "error"
+                    self.add_seconds[result].observe(now_s - arrival_s)
                 self._release(connection, answer)
             if not queue:
                 del self._waiting[connection_id]
@@ -341,8 +376,12 @@ class RequestProcessor:
 
     def fail_pending(self, status: Status, message: str) -> None:
         """Answer every answer still waiting for a sync with an error (failure, shutdown)."""
+        now_s = time.monotonic()
+        errors = self.add_seconds["error"]
         for connection in self._waiting.values():
-            for _, answer, _ in connection.pending:
+            for _, answer, _, arrival_s in connection.pending:
+                if type(answer) is ReplyWhenSynced and type(answer.response) is AddResponse:
+                    errors.observe(now_s - arrival_s)
                 connection.send(encode_response(self._handler.error_reply(answer, status, message)))
             self._forget_pending(connection.pending)
         self._waiting.clear()
@@ -350,7 +389,7 @@ class RequestProcessor:
 
     def _forget_pending(self, queue: deque[PendingItem]) -> None:
         self.pending_total -= len(queue)
-        self.pending_bytes -= sum(request_bytes for _, _, request_bytes in queue)
+        self.pending_bytes -= sum(item[2] for item in queue)
         queue.clear()
         assert self.pending_total >= 0
         assert self.pending_bytes >= 0
@@ -370,6 +409,7 @@ class RequestProcessor:
 
     def expire(self, now: int) -> None:
         """Answer the long polls whose deadline has passed."""
+        self._arrival_s = time.monotonic()
         self.carry_out(self._handler.expire(now), 0)
 
     def delete_ledger(self, ledger_id: int) -> None:

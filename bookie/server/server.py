@@ -233,6 +233,11 @@ class BookieServer:
     def parked_reads(self) -> int:
         return self._handler.parked_reads
 
+    @property
+    def processor(self) -> RequestProcessor:
+        """The request path (its latency histograms and counters are exported as metrics)."""
+        return self._processor
+
     def delete_ledger(self, ledger_id: int) -> None:
         """Garbage collection: drop a ledger from storage and from the request logic together.
 

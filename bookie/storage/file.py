@@ -67,7 +67,13 @@ from bookie.storage.compaction import (
 from bookie.storage.entry_log import Chunk, EntryLogs, entry_log_ids
 from bookie.storage.failures import storage_error
 from bookie.storage.format import JournalKind
-from bookie.storage.index import CheckpointBatch, LedgerIndex, LedgerRow, read_checkpoint_mark
+from bookie.storage.index import (
+    INDEX_FILE_NAME,
+    CheckpointBatch,
+    LedgerIndex,
+    LedgerRow,
+    read_checkpoint_mark,
+)
 from bookie.storage.journal import (
     Journal,
     JournalMark,
@@ -572,16 +578,32 @@ class FileLedgerStorage:
         assert self._journal is not None
         return self._journal.ticket
 
+    @property
+    def journal(self) -> Journal:
+        """The journal (its per-group histograms are exported as metrics)."""
+        assert self._journal is not None
+        return self._journal
+
     def data_bytes(self) -> int:
         """Bytes of the storage's own files (journal files, entry logs, indexes)."""
-        total = 0
-        for directory in (self.config.journal_dir, *self.config.ledger_dirs):
+        return sum(self.file_bytes().values())
+
+    def file_bytes(self) -> dict[str, int]:
+        """Bytes of the storage's own files by kind: `journal` (the journal directory's
+        files), `index` (the sqlite index and its journal files), `entry_log` (the rest
+        of the ledger directories' files)."""
+        kinds = {"journal": 0, "entry_log": 0, "index": 0}
+        directories = [("journal", self.config.journal_dir)]
+        directories += [("entry_log", path) for path in self.config.ledger_dirs]
+        for kind, directory in directories:
             with os.scandir(directory) as entries:
                 for entry in entries:
                     with contextlib.suppress(FileNotFoundError):
                         if entry.is_file(follow_symlinks=False):
-                            total += entry.stat(follow_symlinks=False).st_size
-        return total
+                            size = entry.stat(follow_symlinks=False).st_size
+                            index = kind != "journal" and entry.name.startswith(INDEX_FILE_NAME)
+                            kinds["index" if index else kind] += size
+        return kinds
 
     def disk_usage(self) -> dict[Path, tuple[int, int]]:
         """(used_bytes, total_bytes) of the file system of each data directory."""

@@ -43,6 +43,10 @@ Invariants:
   any record is written to it.  Hence every file except the newest ends on a
   record boundary, and only the newest may have a torn tail.
 
+Each group's write-and-sync time, records and bytes are observed in the
+journal's histograms (`sync_seconds`, `group_records`, `group_bytes`), on the
+loop, once per group.
+
 Replay (`scan_journal`, `truncate_junk_tails`, `replay_journal`) reads the files
 after the checkpoint mark.  A record that is not valid ends the file's valid
 part; if a valid record can still be found after it in the same file, the
@@ -67,6 +71,7 @@ import anyio
 
 from bookie import limits
 from bookie.errors import JournalCorrupt, StorageBusy, StorageError
+from bookie.metrics import COUNT_BUCKETS, LATENCY_BUCKETS_S, SIZE_BUCKETS_BYTES, Histogram
 from bookie.storage.failures import storage_error
 from bookie.storage.format import (
     FILE_HEADER_BYTES,
@@ -406,6 +411,12 @@ class Journal:
         self._closing = False
         self._running = False
         self._stopped = anyio.Event()
+        self._write_s = 0.0
+        """How long the last group's write and sync took (set by `_timed_write`)."""
+        self.sync_seconds = Histogram(LATENCY_BUCKETS_S)
+        """Per group: its write and fsync (metrics, bookie/server/metrics.py)."""
+        self.group_records = Histogram(COUNT_BUCKETS)
+        self.group_bytes = Histogram(SIZE_BUCKETS_BYTES)
 
     # --- loop side ----------------------------------------------------------------------------
 
@@ -441,6 +452,11 @@ class Journal:
     @property
     def synced_ticket(self) -> int:
         return self._synced_ticket
+
+    @property
+    def unsynced_bytes(self) -> int:
+        """Bytes appended and not yet durable: the buffer and the group being written."""
+        return len(self._buffer) + self._inflight_bytes
 
     @property
     def failure(self) -> StorageError | None:
@@ -545,6 +561,9 @@ class Journal:
         self._position = position
         self._inflight_bytes = 0
         assert last_ticket > self._synced_ticket
+        self.sync_seconds.observe(self._write_s)
+        self.group_records.observe(last_ticket - self._synced_ticket)
+        self.group_bytes.observe(len(group))
         self._synced_ticket = last_ticket
         self._notify()
 
@@ -552,8 +571,9 @@ class Journal:
         """Write and sync `group`; a plain group's time sets where the next one goes."""
         started_s = time.monotonic()
         position = self._writer.write_group(group)
+        self._write_s = time.monotonic() - started_s
         if plain:
-            self._plain_sync_s = time.monotonic() - started_s
+            self._plain_sync_s = self._write_s
         return position
 
     async def close(self) -> None:

@@ -94,6 +94,9 @@ class Leadership:
         """The name of this replica's candidacy znode, while it has one."""
         self.leader: LeaderInfo | None = None
         """The `leader` znode as last seen."""
+        self.leader_changes = 0
+        """How often the `leader` znode named a leader other than the last one it named."""
+        self._last_leader: tuple[str, int] | None = None
         self._candidates: dict[str, CandidateInfo] = {}
         """The candidacies the last evaluation read.  A candidacy's value never changes and
         its sequential name is never used again, so a name seen before needs no read: an
@@ -275,7 +278,10 @@ class Leadership:
                 try:
                     current = await store.get(path)
                     version = current.version
-                    self.leader = decode_leader(current.value)
+                    leader = self.leader = decode_leader(current.value)
+                    if (leader.replica_id, leader.epoch) != self._last_leader:
+                        self._last_leader = (leader.replica_id, leader.epoch)
+                        self.leader_changes += 1
                 except (NoNode, MalformedValue):
                     version = NO_NODE_VERSION
                     self.leader = None

@@ -36,6 +36,10 @@ command or per batch:
   once the lease is half used, a read wakes the loop to renew it ahead of
   time.
 
+Metrics: the term observes each batch's commands, bytes and commit latency,
+and counts the retries it answers from the session table, in the replica's
+`ReplicaStats` (rsm/runtime/stats.py), once per batch.
+
 The first batch of a term is the leader-start marker; a term serves nothing
 before it is applied (`wait_started`).
 
@@ -121,6 +125,7 @@ from rsm.runtime.segment_ledger import (
     replication_status,
     restorable,
 )
+from rsm.runtime.stats import ReplicaStats
 from rsm.runtime.transient import is_transient
 
 logger = logging.getLogger(__name__)
@@ -137,6 +142,8 @@ class _Appended:
     entry_id: int
     decoded: Batch | None = None
     """The batch `sent.payload` holds: the batcher's (`sent.batch`), or decoded by `_use_wait`."""
+    queued_s: float = 0.0
+    """When its oldest command arrived, by the loop's clock (commit latency)."""
 
 
 class LeaderTerm:
@@ -156,6 +163,7 @@ class LeaderTerm:
         rng: random.Random,
         wall_clock_ms: Callable[[], int],
         lease_clock_s: Callable[[], float],
+        stats: ReplicaStats,
     ) -> None:
         segment = log.open_segment
         assert segment is not None
@@ -195,6 +203,9 @@ class LeaderTerm:
         """A read found the lease half used: the read loop starts a round without waiting reads."""
         self._in_flight: deque[_Appended] = deque()
         """Batches appended and not yet applied, in append order."""
+        self._stats = stats
+        self._oldest_queued_s: float | None = None
+        """When the oldest command not yet in a batch arrived (None: none waits)."""
         self._call_soon = asyncio.get_running_loop().call_soon
         self.accepting = False
         """Set by `serve` once the term serves (after the marker and the leader znode)."""
@@ -375,6 +386,7 @@ class LeaderTerm:
                 # A retry of a command already applied: its recorded answer, with
                 # an index at which it is certainly applied.
                 answerer.answer(Op.CALL, request_id, recorded, applier.applied_index)
+                self._stats.dedup_hits += 1
                 return
         try:
             item, decoded = prepare_command_item(
@@ -387,6 +399,8 @@ class LeaderTerm:
                 ack_seq=request.ack_seq,
             )
             self._batcher.submit(item, (answerer, request_id), decoded)
+            if self._oldest_queued_s is None:
+                self._oldest_queued_s = self._loop_time_s()
         except StatusError as error:
             answerer.answer(Op.CALL, request_id, Outcome.failure(error), 0)
 
@@ -425,6 +439,7 @@ class LeaderTerm:
         wall_clock_ms = self._wall_clock_ms
         rng = self._rng
         hashes = self._applier.hashes
+        stats = self._stats
         lingering = batcher.linger_until_ms is not None
         linger_clock_ms = self._linger_clock_ms()
         appended = False
@@ -446,7 +461,14 @@ class LeaderTerm:
                 self.step_down(f"the ledger refused an entry: {error!r}")
                 return
             assert sent.batch is None or sent.batch.epoch == self._segment.epoch
-            in_flight.append(_Appended(sent, entry_id, sent.batch))
+            now_s = self._loop_time_s()
+            queued_s = self._oldest_queued_s
+            self._oldest_queued_s = now_s if batcher.pending_count else None
+            in_flight.append(
+                _Appended(sent, entry_id, sent.batch, now_s if queued_s is None else queued_s)
+            )
+            stats.batch_commands.observe(len(sent.tickets))
+            stats.batch_bytes.observe(len(sent.payload))
             self._segment_entries += 1
             self._segment_bytes += len(sent.payload)
             appended = True
@@ -565,6 +587,7 @@ class LeaderTerm:
         segment = self._segment
         ledger_id = segment.ledger_id
         batcher = self._batcher
+        commit_seconds = self._stats.commit_seconds
         while in_flight and in_flight[0].entry_id <= last_add_confirmed:
             appended = in_flight.popleft()
             sent = appended.sent
@@ -581,6 +604,7 @@ class LeaderTerm:
                 if ticket is not None:
                     ticket[0].answer(Op.CALL, ticket[1], outcome, index)
                 index += 1
+            commit_seconds.observe(self._loop_time_s() - appended.queued_s)
             if not self._started:
                 self._started = True
                 self._wake_reads()

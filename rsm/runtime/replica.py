@@ -114,6 +114,7 @@ from rsm.runtime.log import LogFollower, LogStore, SegmentReader
 from rsm.runtime.orphans import orphan_loop
 from rsm.runtime.server import ReplicaServer
 from rsm.runtime.snapshot_service import SnapshotService
+from rsm.runtime.stats import ReplicaStats
 from rsm.runtime.takeover import Takeover, take_over
 from rsm.runtime.transient import is_transient
 from rsm.snapshots.inspect import manifest_plain
@@ -214,6 +215,9 @@ class Replica:
         self._snapshots: SnapshotService | None = None
         self.last_transfer_window_ms: int | None = None
         self.takeovers = 0
+        self.stats = ReplicaStats()
+        """What the replica counts for its metrics (rsm/runtime/metrics.py)."""
+        self._takeover_started_s = 0.0
 
     # --- lifetime -----------------------------------------------------------------------------
 
@@ -370,6 +374,16 @@ class Replica:
     def session_table(self) -> SessionTable:
         """The replicated session table (read it, never change it)."""
         return self._applier.sessions
+
+    @property
+    def ledgers(self) -> LedgerClient:
+        """The ledger client the replica reads and writes its log with."""
+        return self._ledgers
+
+    @property
+    def leader_changes(self) -> int:
+        """How often this replica saw the `leader` znode name a new leader (or a new epoch)."""
+        return self._election.leader_changes
 
     @property
     def term(self) -> LeaderTerm | None:
@@ -588,6 +602,7 @@ class Replica:
     async def _try_take_over(self) -> Takeover | None:
         roles = self._roles
         taken: Takeover | None = None
+        self._takeover_started_s = anyio.current_time()
         with anyio.CancelScope() as scope:
             self._takeover_scope = scope
             for _attempt in range(limits.takeover_attempts_max):
@@ -635,6 +650,7 @@ class Replica:
             rng=self._rng,
             wall_clock_ms=self._wall_clock_ms,
             lease_clock_s=self._lease_clock,
+            stats=self.stats,
         )
         self._term = term
         effects = self._roles.takeover_won()
@@ -659,6 +675,7 @@ class Replica:
             )
             await term.run()
             task_group.cancel_scope.cancel()
+        self.stats.read_rounds_ended_terms += term.read_rounds
         self._term = None
         self._step_ended(Step.TERM_ENDED)
         if term.stepped_down:
@@ -682,6 +699,7 @@ class Replica:
             term.step_down(f"could not publish the leader znode: {error!r}")
             return
         term.serve()
+        self.stats.failover_seconds.observe(anyio.current_time() - self._takeover_started_s)
         emit(
             logger,
             logging.INFO,
@@ -879,6 +897,9 @@ class Replica:
             epoch = leader.epoch
             window_ms = round((anyio.current_time() - started_s) * 1000)
         self.last_transfer_window_ms = window_ms
+        self.stats.handoffs += 1
+        if window_ms is not None:
+            self.stats.handoff_window_seconds.observe(window_ms / 1000)
         return {"target": target.replica_id, "epoch": epoch, "window_ms": window_ms}
 
     async def _hand_over(self, term: LeaderTerm, target: Candidate | None) -> None:

@@ -90,6 +90,7 @@ from bookie.errors import BookieError
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from rsm import limits
+from rsm.admin import add_admin_argument, admin_server
 from rsm.client import Client, ClientConfig, connect
 from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
 from rsm.core.layout import AppLayout
@@ -177,6 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--listen", required=True, help="HOST:PORT to serve clients on")
     run.add_argument("--advertise", help="HOST:PORT to tell others (default: --listen)")
     run.add_argument("--replica-id", help="this replica's id (default: the advertised address)")
+    add_admin_argument(run)
     run.add_argument("--ledger-root", default=bookie_limits.metadata_root_default)
     run.add_argument("--ensemble", type=int, default=3, help="ensemble size E")
     run.add_argument("--write-quorum", type=int, default=3, help="write quorum Qw")
@@ -350,6 +352,7 @@ async def _serve(
             config=config,
             on_role=priority.on_role,
         ) as replica,
+        admin_server(replica, store, arguments.admin) as admin,
     ):
         emit(
             logger,
@@ -358,6 +361,7 @@ async def _serve(
             app=replica.app,
             replica_id=replica.replica_id,
             address=replica.address,
+            **({"admin": admin} if admin is not None else {}),
             pid=os.getpid(),
         )
         with anyio.open_signal_receiver(*_STOP_SIGNALS) as received:

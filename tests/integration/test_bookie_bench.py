@@ -52,4 +52,14 @@ def test_bench_prints_one_json_object(zookeeper: LocalZooKeeper, tmp_path: Path)
     baselines = {item["name"]: item for item in report["baselines"]}
     assert set(baselines) == {"fdatasync-100B", "group-commit-loop-100B"}
     assert all(item["ops_per_s"] > 0 for item in baselines.values())
+    metrics = report["metrics"]
+    assert [(run["name"], run["metrics"]) for run in metrics["runs"]] == [
+        ("add-100B", "off"),
+        ("add-100B", "on"),
+        ("add-1KiB", "off"),
+        ("add-1KiB", "on"),
+    ]
+    assert set(metrics["on_over_off_ops"]) == {"add-100B", "add-1KiB"}
+    assert set(metrics["on_over_off_bookie_cpu_per_op"]) == {"add-100B", "add-1KiB"}
+    assert metrics["scrapes"] >= 2, "each metrics-on run is scraped at least once"
     assert list(tmp_path.iterdir()) == [], "the benchmark cleans up after itself"

@@ -31,15 +31,22 @@ their state lives in `ClientState` too.
   (`ServerView.config`, read-only); CONFIG HELP.
 * CLIENT SETNAME / GETNAME / SETINFO (LIB-NAME, LIB-VER) / ID / HELP.
 * COMMAND ...: see `commands.command_reply`.
-* INFO [section ...]: sections server, clients, replication (Redis's
-  role is always "master", since every replica accepts writes and
-  forwards them to the leader; the `rsm_*` fields say what this replica
-  is in the cluster: leader or follower, the leader's address, epoch,
-  applied index, whether it has caught up with the log, and its lag: the
-  log entries it knows are confirmed and has not applied yet) and
-  keyspace; "default", "all" and "everything" give all four; unknown
-  sections give nothing.  The text is a verbatim string in RESP3, as
-  Redis's.
+* INFO [section ...]: the sections and fields Redis tooling reads, with
+  true values: server, clients, memory (the process's resident memory:
+  Python does not count its heap apart), persistence (the last save is
+  the application's newest snapshot; durability is the replicated log,
+  so no AOF), stats, replication (Redis's role is always "master", since
+  every replica accepts writes and forwards them to the leader;
+  `master_replid` changes with the epoch, as Redis's with a failover, and
+  `master_repl_offset` is the applied index; the `rsm_*` fields say what
+  this replica is in the cluster: leader or follower, the leader's
+  address, epoch, applied index, whether it has caught up with the log,
+  and its lag: the log entries it knows are confirmed and has not applied
+  yet), cpu, cluster (`cluster_enabled:0`) and keyspace; "default", "all"
+  and "everything" give them all; unknown sections give nothing.  Fields
+  this server cannot fill truly (per-command counts, key hits and misses,
+  expired keys) are left out rather than shown as 0.  The text is a
+  verbatim string in RESP3, as Redis's.
 * TIME -> [unix seconds, microseconds] from the server's clock (not
   logged time: TIME is about this server, not the data).
 
@@ -49,6 +56,7 @@ SETINFO, HELLO, RESET, READONLY, READWRITE and QUIT.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
@@ -68,7 +76,19 @@ _INT32_MAX: Final = 2**31 - 1
 _NAME_BYTE_MIN: Final = 0x21
 _NAME_BYTE_MAX: Final = 0x7E
 """Client names and library attributes are printable ASCII without spaces ('!' to '~')."""
-_INFO_SECTIONS: Final = ("server", "clients", "replication", "keyspace")
+_INFO_SECTIONS: Final = (
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "cluster",
+    "keyspace",
+)
+_HUMAN_UNITS: Final = ("K", "M", "G", "T", "P")
+_KIB: Final = 1024
 _MS_PER_SECOND: Final = 1000
 _MS_PER_DAY: Final = 86_400_000
 _US_PER_SECOND: Final = 1_000_000
@@ -127,6 +147,23 @@ class ClientState:
 
 
 @dataclass(frozen=True, slots=True)
+class ProcessStatus:
+    """The server's process, for INFO's server, memory and cpu sections."""
+
+    run_id: str = "0" * 40
+    """Random per process, 40 hex digits (Redis's run_id)."""
+    os: str = ""
+    executable: str = ""
+    rss_bytes: int = 0
+    peak_rss_bytes: int = 0
+    system_memory_bytes: int = 0
+    cpu_user_s: float = 0.0
+    cpu_sys_s: float = 0.0
+    cpu_user_children_s: float = 0.0
+    cpu_sys_children_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class ServerStatus:
     """What INFO reports, gathered by the server when INFO is asked."""
 
@@ -147,6 +184,14 @@ class ServerStatus:
     leader; rsm's `LogFollower.lag_entries`)."""
     keys: int
     keys_with_ttl: int
+    app: str = ""
+    connections_max: int = 0
+    connections_received: int = 0
+    connections_rejected: int = 0
+    snapshot_index: int | None = None
+    """The application's newest snapshot (None: none yet)."""
+    snapshot_created_ms: int | None = None
+    process: ProcessStatus = field(default_factory=ProcessStatus)
 
 
 class ServerView(Protocol):
@@ -350,23 +395,103 @@ def info_text(sections: Sequence[bytes], status: ServerStatus) -> bytes:
     return "\r\n".join(blocks).encode("latin-1")
 
 
+def human_bytes(count: int) -> str:
+    """Bytes as Redis's `*_human` fields write them: `512B`, `1.50K`, `2.00M`, ..."""
+    if count < _KIB:
+        return f"{count}B"
+    value = float(count)
+    for unit in _HUMAN_UNITS:
+        value /= _KIB
+        if value < _KIB or unit == _HUMAN_UNITS[-1]:
+            break
+    return f"{value:.2f}{unit}"
+
+
 def _info_section(section: str, status: ServerStatus) -> str:
+    process = status.process
     if section == "server":
         fields = [
             ("redis_version", REDIS_VERSION),
+            ("redis_git_sha1", "00000000"),
+            ("redis_git_dirty", "0"),
             ("redis_mode", "standalone"),
+            ("os", process.os),
             ("arch_bits", "64"),
+            ("multiplexing_api", "epoll"),
             ("process_id", str(status.process_id)),
+            ("run_id", process.run_id),
             ("tcp_port", str(status.tcp_port)),
             ("server_time_usec", str(status.clock_us)),
             ("uptime_in_seconds", str(status.uptime_ms // _MS_PER_SECOND)),
             ("uptime_in_days", str(status.uptime_ms // _MS_PER_DAY)),
+            ("executable", process.executable),
+            ("config_file", ""),
         ]
     elif section == "clients":
-        fields = [("connected_clients", str(status.connected_clients))]
+        fields = [
+            ("connected_clients", str(status.connected_clients)),
+            ("cluster_connections", "0"),
+            ("maxclients", str(status.connections_max)),
+            ("blocked_clients", "0"),
+            ("tracking_clients", "0"),
+        ]
+    elif section == "memory":
+        fields = [
+            ("used_memory", str(process.rss_bytes)),
+            ("used_memory_human", human_bytes(process.rss_bytes)),
+            ("used_memory_rss", str(process.rss_bytes)),
+            ("used_memory_rss_human", human_bytes(process.rss_bytes)),
+            ("used_memory_peak", str(process.peak_rss_bytes)),
+            ("used_memory_peak_human", human_bytes(process.peak_rss_bytes)),
+            ("total_system_memory", str(process.system_memory_bytes)),
+            ("total_system_memory_human", human_bytes(process.system_memory_bytes)),
+            ("maxmemory", "0"),
+            ("maxmemory_human", "0B"),
+            ("maxmemory_policy", "noeviction"),
+            ("mem_allocator", "libc"),
+        ]
+    elif section == "persistence":
+        saved_index = status.snapshot_index or 0
+        saved_ms = status.snapshot_created_ms
+        if saved_ms is None:
+            saved_ms = status.clock_us // 1000 - status.uptime_ms
+        fields = [
+            ("loading", "0"),
+            ("async_loading", "0"),
+            ("rdb_changes_since_last_save", str(max(0, status.applied_index - saved_index))),
+            ("rdb_bgsave_in_progress", "0"),
+            ("rdb_last_save_time", str(saved_ms // _MS_PER_SECOND)),
+            ("rdb_last_bgsave_status", "ok"),
+            ("aof_enabled", "0"),
+            ("aof_rewrite_in_progress", "0"),
+        ]
+        if status.snapshot_index is not None:
+            fields.append(("rsm_snapshot_index", str(status.snapshot_index)))
+    elif section == "stats":
+        fields = [
+            ("total_connections_received", str(status.connections_received)),
+            ("rejected_connections", str(status.connections_rejected)),
+            ("evicted_keys", "0"),
+        ]
+    elif section == "cpu":
+        fields = [
+            ("used_cpu_sys", f"{process.cpu_sys_s:.6f}"),
+            ("used_cpu_user", f"{process.cpu_user_s:.6f}"),
+            ("used_cpu_sys_children", f"{process.cpu_sys_children_s:.6f}"),
+            ("used_cpu_user_children", f"{process.cpu_user_children_s:.6f}"),
+        ]
+    elif section == "cluster":
+        fields = [("cluster_enabled", "0")]
     elif section == "replication":
+        replid = hashlib.sha1(f"{status.app}:{status.epoch}".encode()).hexdigest()
         fields = [
             ("role", "master"),
+            ("connected_slaves", "0"),
+            ("master_failover_state", "no-failover"),
+            ("master_replid", replid),
+            ("master_repl_offset", str(status.applied_index)),
+            ("second_repl_offset", "-1"),
+            ("repl_backlog_active", "0"),
             ("rsm_role", status.replica_role),
             ("rsm_leader", status.leader_address or ""),
             ("rsm_epoch", str(status.epoch)),
@@ -380,5 +505,5 @@ def _info_section(section: str, status: ServerStatus) -> str:
         if status.keys:
             keyspace = f"keys={status.keys},expires={status.keys_with_ttl},avg_ttl=0"
             fields.append(("db0", keyspace))
-    title = section.capitalize()
+    title = "CPU" if section == "cpu" else section.capitalize()
     return f"# {title}\r\n" + "".join(f"{key}:{value}\r\n" for key, value in fields)

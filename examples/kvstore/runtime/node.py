@@ -279,6 +279,7 @@ def replica_info(replica: Replica) -> ReplicaInfo:
     status = replica.status()
     machine = replica.machine
     assert isinstance(machine, KVStore)
+    newest = replica.snapshots.value.newest
     return ReplicaInfo(
         role=status["role"],
         leader_address=status["leader_address"],
@@ -288,4 +289,7 @@ def replica_info(replica: Replica) -> ReplicaInfo:
         lag_entries=status["lag_entries"],
         keys=len(machine.values),
         keys_with_ttl=len(machine.expire_at_ms),
+        app=replica.app,
+        snapshot_index=None if newest is None else newest.index,
+        snapshot_created_ms=None if newest is None else newest.created_ms,
     )

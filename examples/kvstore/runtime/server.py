@@ -103,6 +103,7 @@ from kvstore.connection.dispatch import (
 from kvstore.connection.server_commands import ClientState, ServerStatus
 from kvstore.errors import ProtocolError
 from kvstore.protocol.resp import Reply, RespParser, encode_reply
+from kvstore.runtime.process_info import process_status
 from kvstore.runtime.router import Lane, Receiver
 from rsm import limits as rsm_limits
 from rsm.host import Outcome
@@ -164,6 +165,10 @@ class ReplicaInfo:
     lag_entries: int
     keys: int
     keys_with_ttl: int
+    app: str = ""
+    snapshot_index: int | None = None
+    """The application's newest snapshot (None: none yet), and when it was created."""
+    snapshot_created_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +210,9 @@ class RespServer:
         }
         self._connections: set[RespConnection] = set()
         self._next_client_id = 1
+        self._connections_received = 0
+        self._connections_rejected = 0
+        self._run_id = os.urandom(20).hex()
         self._started_s = time.monotonic()
         self.view = _View(self)
 
@@ -249,7 +257,9 @@ class RespServer:
 
     def admit(self, connection: RespConnection) -> bool:
         """Count a new connection in, or say no: the server is at `connections_max`."""
+        self._connections_received += 1
         if len(self._connections) >= self.config.connections_max:
+            self._connections_rejected += 1
             return False
         self._connections.add(connection)
         return True
@@ -278,6 +288,13 @@ class RespServer:
             lag_entries=info.lag_entries,
             keys=info.keys,
             keys_with_ttl=info.keys_with_ttl,
+            app=info.app,
+            connections_max=self.config.connections_max,
+            connections_received=self._connections_received,
+            connections_rejected=self._connections_rejected,
+            snapshot_index=info.snapshot_index,
+            snapshot_created_ms=info.snapshot_created_ms,
+            process=process_status(self._run_id),
         )
 
     def config_settings(self) -> Mapping[str, str]:

@@ -74,7 +74,7 @@ from typing import Any, Final
 import anyio
 
 from bookie.errors import BookieError, NoNode
-from bookie.local.cluster import ClusterError, LocalBookie
+from bookie.local.cluster import ClusterError, LocalBookie, admin_heading, admin_lines
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies
@@ -85,6 +85,7 @@ from kvstore.runtime.node import DEFAULT_APP, KvNode, StoreSettings
 from kvstore.state_machine import KVStore
 from kvstore.tools.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
 from rsm import limits as rsm_limits
+from rsm.admin import add_admin_argument, admin_server
 from rsm.client import connect
 from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig, MalformedValue, RsmError
@@ -167,6 +168,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--resp", required=True, help="HOST:PORT to serve Redis clients on")
     serve.add_argument("--resp-advertise", help="HOST:PORT to tell operators (default: --resp)")
     serve.add_argument("--replica-id", help="this replica's id (default: its framework address)")
+    add_admin_argument(serve)
     serve.add_argument("--ledger-root", default=LEDGER_ROOT, help="the bookies' root znode")
     serve.add_argument("--ensemble", type=int, default=3, help="ensemble size E")
     serve.add_argument("--write-quorum", type=int, default=3, help="write quorum Qw")
@@ -292,6 +294,7 @@ async def _serve_node(
             config=config,
             on_role=priority.on_role,
         ) as node,
+        admin_server(node.replica, store, arguments.admin) as admin,
     ):
         emit(
             logger,
@@ -301,6 +304,7 @@ async def _serve_node(
             replica_id=node.replica.replica_id,
             address=node.replica.address,
             resp=node.resp_address,
+            **({"admin": admin} if admin is not None else {}),
             pid=os.getpid(),
         )
         with anyio.open_signal_receiver(*_STOP_SIGNALS) as received:
@@ -381,6 +385,9 @@ def _banner(cluster: LocalKvCluster) -> str:
             f"  {replica.name:<9}  {replica.resp_address:<21} {role:<9} "
             f"try: redis-cli -p {replica.resp_port}"
         )
+    lines.append(admin_heading())
+    lines += admin_lines(bookies.bookies)
+    lines += [f"  {replica.name:<9}  {replica.admin_url}" for replica in cluster.replicas]
     lines += [
         f"Any replica takes any command.  Status: kvstore status --data-dir "
         f"{_shown(cluster.data_dir)}",

@@ -24,7 +24,10 @@ as their root, so several clusters (or tests) can share one ZooKeeper.
 
 Replica ports: a new cluster gives replica i the Redis port `base_port + i
 - 1` and the framework port `base_port + 1000 + i - 1`, or free ports when
-those are taken (or `base_port` is 0); `kvstore.toml` keeps them.  Bookies
+those are taken (or `base_port` is 0); `kvstore.toml` keeps them.  Every
+replica serves its admin HTTP API (docs/observability.md) on loopback, at
+`base_port + 2000 + i - 1` when free, else on a free port, chosen at each
+start (so `kvstore.toml` does not keep it).  Bookies
 take the bookie default ports (3181, ...), or free ports when `base_port` is 0.
 
 Invariants: at most one launcher runs per data directory (the bookie
@@ -71,6 +74,7 @@ KV_FILE: Final = "kvstore.toml"
 REPLICA_LOG_FILE: Final = "replica.log"
 LEDGER_ROOT: Final = "/ledgers"
 FRAMEWORK_PORT_OFFSET: Final = 1000
+ADMIN_PORT_OFFSET: Final = 2000
 READY_POLL_S: Final = 0.1
 """How often a starting cluster is looked at (not a synchronisation: a progress poll)."""
 STATUS_TIMEOUT_S: Final = 2.0
@@ -100,6 +104,8 @@ def serve_command(
         ledger_root,
         "--session-timeout-ms",
         str(settings.session_timeout_ms),
+        "--admin",
+        f"{HOST}:{replica.admin_port}",
     ]
 
 
@@ -123,6 +129,7 @@ class LocalReplica:
     directory: Path
     resp_port: int
     port: int
+    admin_port: int = 0
     process: anyio.abc.Process | None = None
     log: IO[bytes] | None = None
     exits: list[int] = field(default_factory=list)
@@ -134,6 +141,10 @@ class LocalReplica:
     @property
     def address(self) -> str:
         return f"{HOST}:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{HOST}:{self.admin_port}"
 
     @property
     def log_file(self) -> Path:
@@ -269,7 +280,12 @@ class LocalKvCluster:
                     }
                 )
             )
-        for replica in self.replicas:
+        taken = {port for replica in self.replicas for port in (replica.resp_port, replica.port)}
+        taken |= {bookie.admin_port for bookie in self.bookies.bookies}
+        base = self.settings.base_port
+        for number, replica in enumerate(self.replicas, start=1):
+            preferred = base + ADMIN_PORT_OFFSET + number - 1 if base else 0
+            replica.admin_port = pick_port(preferred, taken)
             replica.directory.mkdir(parents=True, exist_ok=True)
 
     # --- replicas -----------------------------------------------------------------------------

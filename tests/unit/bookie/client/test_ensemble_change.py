@@ -38,6 +38,9 @@ async def test_writer_replaces_a_bookie_stopped_mid_stream() -> None:
         metadata = await client.ledger_metadata(writer.ledger_id)
         assert metadata.last_entry_id == count - 1
         assert len(metadata.ensembles) == 2
+        assert (client.stats.ensemble_changes, client.stats.ensemble_changes_deferred) == (1, 0)
+        assert client.stats.add_seconds.count == count
+        assert client.stats.pending_adds == 0
         first_entry_id, new_ensemble = metadata.ensembles[1]
         assert 100 < first_entry_id <= 300 + 1
         assert new_ensemble == (ensemble[0], spare, ensemble[2])
@@ -120,9 +123,11 @@ async def test_a_deferred_change_takes_a_bookie_that_joins_later() -> None:
     config = fast_config(explicit_lac_interval_ms=0)
     async with memory_cluster(3) as cluster, cluster.client(config=config) as client:
         writer, _stopped = await deferred_writer(cluster, client, 0)
+        assert client.stats.ensemble_changes_deferred == 1, "once per deferral, not per retry"
         joined = await cluster.add_bookie()
         await wait_for(lambda: writer.metadata.current_ensemble[0] == joined, WAIT_S)
         assert not writer.change_deferred
+        assert (client.stats.ensemble_changes, client.stats.ensemble_changes_deferred) == (1, 1)
         with anyio.fail_after(WAIT_S):
             await writer.append(b"third")
         await writer.close()

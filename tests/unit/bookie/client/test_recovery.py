@@ -43,6 +43,9 @@ async def test_recovery_open_fences_the_writer_and_closes_at_its_last_entry() ->
 
         assert reader.is_closed
         assert reader.last_add_confirmed == 9
+        assert reader_client.stats.recoveries == 1
+        await reader_client.open_ledger(writer.ledger_id, b"pw")
+        assert reader_client.stats.recoveries == 1, "a closed ledger needs no recovery"
         metadata = await reader_client.ledger_metadata(writer.ledger_id)
         assert metadata.state is LedgerState.CLOSED
         assert (metadata.last_entry_id, metadata.length) == (9, sum(map(len, PAYLOADS)))

@@ -12,6 +12,7 @@ from kvstore.connection.server_commands import (
     ServerStatus,
     Watch,
     answer,
+    human_bytes,
     info_text,
 )
 from kvstore.errors import RedisError
@@ -217,12 +218,20 @@ def test_info_sections() -> None:
     assert [section.split("\r\n", 1)[0] for section in sections] == [
         "# Server",
         "# Clients",
+        "# Memory",
+        "# Persistence",
+        "# Stats",
         "# Replication",
+        "# CPU",
+        "# Cluster",
         "# Keyspace",
     ]
     assert f"redis_version:{REDIS_VERSION}\r\n" in text
     assert "uptime_in_seconds:90061\r\nuptime_in_days:1\r\n" in text
-    assert "role:master\r\nrsm_role:follower\r\nrsm_leader:10.0.0.1:6380\r\n" in text
+    assert "# Cluster\r\ncluster_enabled:0\r\n" in text
+    assert "master_repl_offset:1234\r\n" in text
+    assert "rdb_changes_since_last_save:1234\r\n" in text
+    assert "rsm_role:follower\r\nrsm_leader:10.0.0.1:6380\r\n" in text
     assert "rsm_epoch:7\r\nrsm_applied_index:1234\r\nrsm_caught_up:1\r\n" in text
     assert "rsm_lag_entries:3\r\n" in text
     assert text.endswith("# Keyspace\r\ndb0:keys=10,expires=2,avg_ttl=0\r\n")
@@ -239,3 +248,30 @@ def test_info_of_an_empty_store_has_no_keyspace_line() -> None:
     text = info_text([b"keyspace", b"replication"], empty)
     assert text.endswith(b"rsm_lag_entries:3\r\n\r\n# Keyspace\r\n")
     assert b"rsm_leader:\r\n" in text
+
+
+def test_info_persistence_counts_from_the_newest_snapshot() -> None:
+    saved = replace(STATUS, snapshot_index=1000, snapshot_created_ms=1_699_999_000_000)
+    text = info_text([b"persistence"], saved).decode()
+    assert "rdb_changes_since_last_save:234\r\n" in text
+    assert "rdb_last_save_time:1699999000\r\n" in text
+    assert text.endswith("rsm_snapshot_index:1000\r\n")
+    assert "rsm_snapshot_index" not in info_text([b"persistence"], STATUS).decode()
+
+
+def test_replication_id_changes_with_the_epoch() -> None:
+    def replid(status: ServerStatus) -> str:
+        text = info_text([b"replication"], status).decode()
+        return text.split("master_replid:")[1].split("\r\n")[0]
+
+    assert len(replid(STATUS)) == 40
+    assert replid(STATUS) == replid(replace(STATUS, applied_index=99))
+    assert replid(STATUS) != replid(replace(STATUS, epoch=8))
+
+
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [(0, "0B"), (1023, "1023B"), (1024, "1.00K"), (1536, "1.50K"), (5 * 1024**3, "5.00G")],
+)
+def test_human_bytes_as_redis_writes_them(count: int, shown: str) -> None:
+    assert human_bytes(count) == shown
