@@ -14,6 +14,8 @@ import struct
 import cbor2
 import pytest
 from kvstore.endpoints import decode_endpoint
+from kvstore.errors import ProtocolError
+from kvstore.protocol.resp import RespParser
 
 from bookie.errors import BadMetadata, RemoteProtocolError, preview
 from bookie.meta import ledger_format
@@ -160,3 +162,26 @@ def test_cookie_with_a_bookie_id_that_cannot_name_a_bookie(bookie_id: bytes) -> 
     )
     with pytest.raises(BadMetadata, match="cannot name a bookie"):
         Cookie.decode(value)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"*0" + b"d" * 77 + b"\r", "invalid multibulk length"),
+        (b"*1\r\n$" + b"9" * 74 + b"\r", "invalid bulk length"),
+    ],
+)
+def test_resp_count_line_that_fills_the_parser(line: bytes, message: str) -> None:
+    # Found by atheris: a count line longer than `inline_bytes_max` whose CR is the last byte
+    # fed waited for its LF, with the parser full: no room to feed the LF, no command to take.
+    parser = RespParser(
+        request_bytes_max=40,
+        bulk_bytes_max=16,
+        multibulk_args_max=6,
+        inline_bytes_max=24,
+        buffered_bytes_max=80,
+    )
+    parser.feed(line)
+    assert parser.room_bytes == 0
+    with pytest.raises(ProtocolError, match=message):
+        parser.next_command()
