@@ -109,11 +109,29 @@ class ReplicaServer:
         async with stream:
             if self._connections >= limits.server_connections_max:
                 return
+            _stop_eager_reading(stream)
             self._connections += 1
             try:
                 await ClientConnection(stream, self._endpoint).run()
             finally:
                 self._connections -= 1
+
+
+def _stop_eager_reading(stream: anyio.abc.ByteStream) -> None:
+    """Pause the asyncio transport under a stream accepted from anyio's TCP listener.
+
+    anyio resumes a socket stream's transport only while a `receive` waits for
+    data, and pauses it after; its `connect_tcp` pauses a new transport, its TCP
+    listener does not.  So a client that starts sending at once, and never lets
+    a `receive` wait, is read into memory without bound whatever the reader
+    does: the backpressure below would never reach TCP.  The transport is not
+    public, hence the lookup; a stream without one (the simulated network's) has
+    nothing to pause.
+    """
+    transport = getattr(stream, "_transport", None)
+    pause_reading = getattr(transport, "pause_reading", None)
+    if pause_reading is not None:
+        pause_reading()
 
 
 class ClientConnection:
