@@ -65,6 +65,10 @@ takes every complete command before reading again adds one chunk to it."""
 connections_max = 10_000
 """Client connections one server serves at once (Redis's maxclients); later ones are refused."""
 
+connections_per_address_max = 5_000
+"""Client connections one server serves at once from one host, so that one client machine
+cannot take every slot (not in Redis); later ones are refused."""
+
 connection_replies_max = 1_000
 """Replies one connection may owe (commands read and not yet answered and sent, in order).
 

@@ -4,7 +4,8 @@ One store (three `bookie serve`, one `kvstore serve`) for the module; its three
 kinds of port each meet, one at a time:
 
 * slow-loris: a request sent one byte a second;
-* a flood of connections, past the server's connection bound;
+* a flood of connections from one address, past the server's bound per
+  address (a client arriving from another address afterwards is served);
 * a client that sends requests without end and never reads an answer;
 * frames past the size bounds (a length prefix of 4 GiB, a RESP bulk of 2 GB).
 
@@ -49,9 +50,9 @@ RSS_GROWTH_BYTES_MAX = 256 * 1024 * 1024
 SLOW_LORIS_BYTES = 3
 """Bytes the slow-loris client sends, one a second."""
 FLOOD_BEYOND = 50
-"""Connections the flood opens past the server's own bound ..."""
-FLOOD_MAX = 2_000
-"""... or this many, when the bound is higher."""
+"""Connections the flood opens past the server's bound per address."""
+OTHER_HOST = "127.0.0.2"
+"""Where a client that arrives after the flood connects from."""
 UNREAD_SEND_BYTES_MAX = 512 * 1024 * 1024
 """A non-reading client that could send this much found a server that never stopped reading."""
 BIG_VALUE_BYTES = 256 * 1024
@@ -100,7 +101,7 @@ class Port:
     name: str
     port: int
     pid: int
-    connections_max: int
+    connections_per_address_max: int
     probe: Callable[[anyio.abc.SocketStream], Callable[[int], Awaitable[None]]]
     request: bytes
     oversized: tuple[bytes, ...]
@@ -155,7 +156,7 @@ def ports(store: Store) -> list[Port]:
             "bookie",
             bookie.port,
             bookie.process.pid,
-            bookie_limits.connections_max,
+            bookie_limits.connections_per_address_max,
             _bookie_probe,
             codec.encode_request(GetBookieInfoRequest(1)),
             (LENGTH_4_GIB + b"junk", codec.frame(b"\x9f" + b"\x00" * (4 * 1024 * 1024))),
@@ -164,7 +165,7 @@ def ports(store: Store) -> list[Port]:
             "replica",
             replica.port,
             replica.process.pid,
-            rsm_limits.server_connections_max,
+            rsm_limits.server_connections_per_address_max,
             _replica_probe,
             protocol.encode_request(protocol.StatusRequest(1)),
             (LENGTH_4_GIB + b"junk", b"\x00\x41\x00\x01" + b"\x00" * (4 * 1024 * 1024 + 1)),
@@ -173,7 +174,7 @@ def ports(store: Store) -> list[Port]:
             "resp",
             replica.resp_port,
             replica.process.pid,
-            kv_limits.connections_max,
+            kv_limits.connections_per_address_max,
             _resp_probe,
             b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n",
             (
@@ -273,11 +274,14 @@ async def test_slow_loris(port: Port) -> None:
 
 async def test_flood_of_connections(port: Port) -> None:
     async with contextlib.AsyncExitStack() as flood, attack(port):
-        for _ in range(min(port.connections_max + FLOOD_BEYOND, FLOOD_MAX)):
+        for _ in range(port.connections_per_address_max + FLOOD_BEYOND):
             connection = await flood.enter_async_context(await anyio.connect_tcp(HOST, port.port))
             # Each sends a request's first bytes and waits there (or finds itself refused).
             with contextlib.suppress(anyio.BrokenResourceError, OSError):
                 await connection.send(port.request[:3])
+        async with await anyio.connect_tcp(HOST, port.port, local_host=OTHER_HOST) as newcomer:
+            with anyio.fail_after(LIVENESS_S):
+                await port.probe(newcomer)(1)
 
 
 async def test_client_that_never_reads(port: Port) -> None:

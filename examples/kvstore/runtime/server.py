@@ -60,7 +60,9 @@ client that closes its end closes the connection at once (replies still
 owed are dropped; commands already handed to the router complete anyway).
 Over `limits.connections_max` connections, a new one is answered "ERR max
 number of clients reached" and closed, as Redis does
-(`ServerConfig.connections_max`).  Cancelling `serve` closes the listening
+(`ServerConfig.connections_max`); over `limits.connections_per_address_max`
+from one host, "ERR max number of clients reached for this address" (not in
+Redis: one client machine cannot take every slot).  Cancelling `serve` closes the listening
 sockets and aborts every connection.
 
 Invariants: every ticket is answered exactly once while the connection
@@ -86,6 +88,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.stapled import MultiListener
 
 from bookie.logs import emit
+from bookie.net.admission import ConnectionAdmission, Refusal, peer_host
 from bookie.net.framed_protocol import FramedProtocol
 from bookie.net.stream_transport import StreamTransport
 from kvstore import limits
@@ -109,7 +112,10 @@ from rsm.host import Outcome
 
 logger = logging.getLogger(__name__)
 
-_TOO_MANY_CLIENTS: Final = b"-ERR max number of clients reached\r\n"
+_REFUSALS: Final = {
+    Refusal.SERVER_FULL: b"-ERR max number of clients reached\r\n",
+    Refusal.ADDRESS_FULL: b"-ERR max number of clients reached for this address\r\n",
+}
 
 
 class _Pending:
@@ -175,6 +181,7 @@ class ServerConfig:
     request_bytes_max: int = limits.request_bytes_max_default
     bulk_bytes_max: int = limits.bulk_bytes_max_default
     connections_max: int = limits.connections_max
+    connections_per_address_max: int = limits.connections_per_address_max
     settings: Mapping[str, str] | None = None
     """Extra CONFIG GET settings (name -> value), besides the server's own."""
 
@@ -204,6 +211,10 @@ class RespServer:
             **(self.config.settings or {}),
         }
         self._connections: set[RespConnection] = set()
+        self._admission = ConnectionAdmission(
+            total_max=self.config.connections_max,
+            per_address_max=self.config.connections_per_address_max,
+        )
         self._next_client_id = 1
         self._started_s = time.monotonic()
         self.view = _View(self)
@@ -247,15 +258,17 @@ class RespServer:
         self._next_client_id += 1
         return RespConnection(self, client_id)
 
-    def admit(self, connection: RespConnection) -> bool:
-        """Count a new connection in, or say no: the server is at `connections_max`."""
-        if len(self._connections) >= self.config.connections_max:
-            return False
-        self._connections.add(connection)
-        return True
+    def admit(self, connection: RespConnection) -> Refusal | None:
+        """Count a new connection in (None), or say why not: the server is at `connections_max`,
+        or the client's host at `connections_per_address_max`."""
+        refusal = self._admission.admit(connection.peer_host)
+        if refusal is None:
+            self._connections.add(connection)
+        return refusal
 
     def forget(self, connection: RespConnection) -> None:
         self._connections.discard(connection)
+        self._admission.release(connection.peer_host)
 
     # --- the connections' ServerView ----------------------------------------------------------
 
@@ -339,6 +352,8 @@ class RespConnection(FramedProtocol):
         self._draining = False
         """No more commands: send what is owed, then close."""
         self._closed = False
+        self.peer_host: str | None = None
+        """The client's host, once connected (None over a stream without one)."""
         self._reading_paused = False
         self._servicing = False
         self._taking = False
@@ -350,9 +365,11 @@ class RespConnection(FramedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        if not self._server.admit(self):
+        self.peer_host = peer_host(transport.get_extra_info("peername"))
+        refusal = self._server.admit(self)
+        if refusal is not None:
             self._closed = True
-            self.write(_TOO_MANY_CLIENTS)
+            self.write(_REFUSALS[refusal])
             transport.close()
             return
         self._lane = self._router.lane()

@@ -284,6 +284,9 @@ class RecordingTransport:
     def is_closing(self) -> bool:
         return False
 
+    def get_extra_info(self, _name: str, default: object = None) -> object:
+        return default
+
     def pause_reading(self) -> None:
         pass
 
@@ -387,6 +390,21 @@ async def test_connections_past_the_bound_are_refused() -> None:
         assert await first.ping()
         async with await anyio.connect_tcp("127.0.0.1", port) as second:
             assert await receive_until_closed(second) == b"-ERR max number of clients reached\r\n"
+        assert await first.ping()
+
+
+async def test_connections_past_the_bound_per_address_are_refused() -> None:
+    config = ServerConfig(connections_max=5, connections_per_address_max=1)
+    async with serving(config) as (_, port), redis_client(port) as first:
+        assert await first.ping()
+        async with await anyio.connect_tcp("127.0.0.1", port) as second:
+            assert (
+                await receive_until_closed(second)
+                == b"-ERR max number of clients reached for this address\r\n"
+            )
+        async with await anyio.connect_tcp("127.0.0.1", port, local_host="127.0.0.2") as other:
+            await other.send(b"PING\r\n")
+            assert await receive_exactly(other, 7) == b"+PONG\r\n"
         assert await first.ping()
 
 

@@ -82,3 +82,20 @@ async def test_a_follower_answers_commands_with_the_leaders_address() -> None:
             [answer] = await read_bodies(stream, 1)
         assert answer[3] == RsmStatus.NOT_LEADER
         assert answer[5] == leader.address
+
+
+async def test_connections_over_the_per_address_bound_are_closed_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits, "server_connections_per_address_max", 1)
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas)
+        host, port = leader.address.rsplit(":", 1)
+        async with await anyio.connect_tcp(host, int(port)) as first:
+            await first.send(encode_request(StatusRequest(1)))
+            assert len(await read_bodies(first, 1)) == 1
+            async with await anyio.connect_tcp(host, int(port)) as same_host:
+                assert await read_until_closed(same_host) == []
+            async with await anyio.connect_tcp(host, int(port), local_host="127.0.0.2") as other:
+                await other.send(encode_request(StatusRequest(2)))
+                assert len(await read_bodies(other, 1)) == 1
