@@ -41,11 +41,14 @@ outcome) wait for the earlier ones.  A reply is encoded in the protocol
 version (RESP2 or RESP3) the connection had when its command was read, so a
 pipelined `HELLO 3` changes only the replies after it.
 
-Bounds.  A connection owes at most `limits.connection_replies_max` replies:
-at the bound it stops taking commands and pauses reading the socket until
-replies have been written, so a client that sends without reading is slowed
-by TCP, and a connection's writes in flight stay within its session's window
-(`rsm/core/exactly_once.py`).  The parser holds at most `limits.buffered_bytes_max`
+Bounds.  A connection owes at most `limits.connection_replies_max` replies,
+and stops taking commands once its encoded replies not yet written reach
+`limits.connection_reply_bytes_max`: at either bound it pauses reading the
+socket until replies have been written, so a client that sends without
+reading is slowed by TCP instead of growing the server's memory, and a
+connection's writes in flight stay within its session's window
+(`rsm/core/exactly_once.py`).  Replies go to the transport at most
+`limits.send_bytes_max` bytes per write.  The parser holds at most `limits.buffered_bytes_max`
 bytes; bytes received beyond its room wait, with reading paused.  When the
 transport's write buffer passes its high-water mark, asyncio pauses the
 writing: replies stay owed (so the bound above holds reading too), and a
@@ -345,6 +348,8 @@ class RespConnection(FramedProtocol):
         """The ticket of `_replies[0]`."""
         self._pending_count = 0
         """The `_Pending` entries of `_replies`: answers the router still owes."""
+        self._reply_bytes = 0
+        """Bytes of the encoded replies in `_replies`."""
         self._actions: dict[int, WatchRead | Execute] = {}
         """Tickets whose reply needs their action to be built (see `dispatch.finish`)."""
         self._watch_ticket: int | None = None
@@ -433,6 +438,7 @@ class RespConnection(FramedProtocol):
         out = bytearray()
         encode_reply(reply, out, marker.resp3)
         self._replies[position] = bytes(out)
+        self._reply_bytes += len(out)
         if not self._pending_count and not self._servicing and not watch_answered:
             # Nothing else owed is coming: write now rather than next iteration.
             self._write_ready()
@@ -452,6 +458,7 @@ class RespConnection(FramedProtocol):
         out = bytearray()
         encode_reply(reply, out, self.client.resp3)
         self._replies.append(bytes(out))
+        self._reply_bytes += len(out)
 
     # --- the service: read commands, write replies, pause, close ------------------------------
 
@@ -491,7 +498,11 @@ class RespConnection(FramedProtocol):
         self._settle()
 
     def _blocked(self) -> bool:
-        return self._watch_ticket is not None or len(self._replies) >= limits.connection_replies_max
+        return (
+            self._watch_ticket is not None
+            or len(self._replies) >= limits.connection_replies_max
+            or self._reply_bytes >= limits.connection_reply_bytes_max
+        )
 
     def _take_commands(self) -> None:
         """Feed the parser and dispatch every complete command, until blocked or out of bytes."""
@@ -584,6 +595,7 @@ class RespConnection(FramedProtocol):
             return
         if out:
             self._replies.append(bytes(out))
+            self._reply_bytes += len(out)
         if action is not None:
             self._carry_out(action)
             router.flush()
@@ -619,24 +631,28 @@ class RespConnection(FramedProtocol):
             router.call(lane, "exec", [action.watched, action.calls], self, ticket)
 
     def _write_ready(self) -> None:
-        """Write every reply that is ready at the head of the queue, in one call."""
+        """Write the replies that are ready at the head of the queue, `limits.send_bytes_max`
+        bytes per call, until none is ready or the transport pauses writing."""
         replies = self._replies
-        if self.writing_paused or not replies:
-            return
-        chunks: list[bytes] = []
-        while replies:
-            reply = replies[0]
-            if type(reply) is _Pending:
-                break
-            assert isinstance(reply, bytes)
-            chunks.append(reply)
-            replies.popleft()
-        if not chunks:
-            return
-        if len(replies) + len(chunks) >= limits.connection_replies_max:
-            self._service_again = True  # commands held back by the bound may go now
-        self._first_ticket += len(chunks)
-        self.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+        while replies and not self.writing_paused:
+            held_back = self._blocked()
+            chunks: list[bytes] = []
+            size = 0
+            while replies and size < limits.send_bytes_max:
+                reply = replies[0]
+                if type(reply) is _Pending:
+                    break
+                assert isinstance(reply, bytes)
+                chunks.append(reply)
+                size += len(reply)
+                replies.popleft()
+            if not chunks:
+                return
+            if held_back:
+                self._service_again = True  # commands held back by a bound may go now
+            self._reply_bytes -= size
+            self._first_ticket += len(chunks)
+            self.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
 
     def _settle(self) -> None:
         """Close a drained connection; pause reading while blocked, resume once not."""
