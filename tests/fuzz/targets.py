@@ -12,6 +12,8 @@ stream readers) are fed the bytes in two pieces cut where the data says
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,7 +139,7 @@ def _journal_bytes(data: bytes) -> list[object]:
 
 
 class _Scratch:
-    """One scratch directory per process for the targets that read files."""
+    """One scratch directory per process for the targets that read files, removed at exit."""
 
     _directory: Path | None = None
 
@@ -145,6 +147,7 @@ class _Scratch:
     def directory(cls, name: str) -> Path:
         if cls._directory is None:
             cls._directory = Path(tempfile.mkdtemp(prefix="fuzz-"))
+            atexit.register(shutil.rmtree, cls._directory, ignore_errors=True)
         path = cls._directory / name
         path.mkdir(exist_ok=True)
         return path
