@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -30,6 +31,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 import pytest
+from anyio.abc import SocketAttribute
 from kvstore import limits as kv_limits
 
 from bookie import limits as bookie_limits
@@ -273,15 +275,35 @@ async def test_slow_loris(port: Port) -> None:
 
 
 async def test_flood_of_connections(port: Port) -> None:
+    connections: list[socket.socket] = []
     async with contextlib.AsyncExitStack() as flood, attack(port):
         for _ in range(port.connections_per_address_max + FLOOD_BEYOND):
             connection = await flood.enter_async_context(await anyio.connect_tcp(HOST, port.port))
+            # A duplicate of its descriptor, to peek at (asyncio's socket object cannot).
+            raw = connection.extra(SocketAttribute.raw_socket)
+            connections.append(
+                flood.enter_context(socket.fromfd(raw.fileno(), raw.family, raw.type))
+            )
             # Each sends a request's first bytes and waits there (or finds itself refused).
             with contextlib.suppress(anyio.BrokenResourceError, OSError):
                 await connection.send(port.request[:3])
+        await _wait_until(lambda: sum(map(_refused, connections)) >= FLOOD_BEYOND)
         async with await anyio.connect_tcp(HOST, port.port, local_host=OTHER_HOST) as newcomer:
             with anyio.fail_after(LIVENESS_S):
                 await port.probe(newcomer)(1)
+        refused = sum(map(_refused, connections))
+        print(f"\n{port.name}: {refused} of {len(connections)} flood connections were refused")
+
+
+def _refused(connection: socket.socket) -> bool:
+    """Whether the server answered or closed `connection` (it sent only part of a request)."""
+    try:
+        connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 async def test_client_that_never_reads(port: Port) -> None:
