@@ -446,16 +446,19 @@ def _resp_default(data: bytes) -> list[list[bytes]]:
     return commands + _resp(second, parser)
 
 
-def _resp_small(data: bytes) -> list[list[bytes]]:
-    """The parser with bounds small enough for fuzzed inputs to reach them."""
-    parser = RespParser(
+def small_resp_parser() -> RespParser:
+    """A parser with bounds small enough for fuzzed inputs to reach them."""
+    return RespParser(
         request_bytes_max=40,
         bulk_bytes_max=16,
         multibulk_args_max=6,
         inline_bytes_max=24,
         buffered_bytes_max=80,
     )
-    return _resp(data, parser)
+
+
+def _resp_small(data: bytes) -> list[list[bytes]]:
+    return _resp(data, small_resp_parser())
 
 
 _RESP = (

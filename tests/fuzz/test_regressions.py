@@ -15,7 +15,6 @@ import cbor2
 import pytest
 from kvstore.endpoints import decode_endpoint
 from kvstore.errors import ProtocolError
-from kvstore.protocol.resp import RespParser
 
 from bookie.errors import BadMetadata, RemoteProtocolError, preview
 from bookie.meta import ledger_format
@@ -26,6 +25,8 @@ from rsm.core.sessions import SessionTable
 from rsm.core.snapshot_manifest import decode_snapshots
 from rsm.core.snapshot_state import StateDecoder
 from rsm.errors import MalformedValue, ProtocolViolation, SnapshotCorrupt
+
+from .targets import small_resp_parser
 
 HUGE = b"\xc2\x59\x09\xc5\x01" + bytes(2_500)
 """CBOR bignum 2**20000 (tag 2, a byte string of 2,501 bytes): 6,021 decimal digits."""
@@ -174,13 +175,7 @@ def test_cookie_with_a_bookie_id_that_cannot_name_a_bookie(bookie_id: bytes) -> 
 def test_resp_count_line_that_fills_the_parser(line: bytes, message: str) -> None:
     # Found by atheris: a count line longer than `inline_bytes_max` whose CR is the last byte
     # fed waited for its LF, with the parser full: no room to feed the LF, no command to take.
-    parser = RespParser(
-        request_bytes_max=40,
-        bulk_bytes_max=16,
-        multibulk_args_max=6,
-        inline_bytes_max=24,
-        buffered_bytes_max=80,
-    )
+    parser = small_resp_parser()
     parser.feed(line)
     assert parser.room_bytes == 0
     with pytest.raises(ProtocolError, match=message):
