@@ -4,7 +4,7 @@
 PY := .venv/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: bootstrap run cluster test test-fast lint typecheck docs bench soak clean
+.PHONY: bootstrap run cluster test test-fast lint typecheck docs bench soak fuzz clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -56,6 +56,15 @@ soak: bootstrap
 	@$(PY) -m rsm.testing.rsm_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS) \
 		--faults bookie-loss,replica-crash,bookie-crash
 	@$(PY) -m kvstore.testing.kv_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
+
+# The long fuzz run of every decoder (`make test` runs a short one): Hypothesis with
+# FUZZ_EXAMPLES examples per fuzz test, then atheris, coverage-guided, for FUZZ_SECONDS per
+# decoder where it installs on this Python (docs/security.md, "Untrusted input").
+FUZZ_EXAMPLES ?= 20000
+FUZZ_SECONDS ?= 60
+fuzz: bootstrap
+	@$(PY) -m pip install -q atheris || echo "fuzz: atheris does not install here" >&2
+	@$(PY) scripts/fuzz.py --examples $(FUZZ_EXAMPLES) --seconds-per-target $(FUZZ_SECONDS)
 
 clean:
 	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache build *.egg-info

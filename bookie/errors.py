@@ -34,6 +34,16 @@ class Status(enum.IntEnum):
     ETOOMANYREQUESTS = 106
 
 
+def preview(value: object, chars_max: int = 80) -> str:
+    """`repr(value)` cut to `chars_max` characters: how an error message shows a value that a
+    peer or a file supplied.  Never raises: a value Python cannot show (an integer of more
+    digits than it turns into text, a value nested deeper than it recurses) shows as its type."""
+    try:
+        return repr(value)[:chars_max]
+    except (ValueError, RecursionError):
+        return f"<{type(value).__name__} too large to show>"
+
+
 class BookieError(Exception):
     """Root of every operating error in the bookie package."""
 

@@ -56,6 +56,10 @@ pending_bytes_total_max = 512 * MiB
 connections_max = 1_000
 """Client connections one bookie accepts at once; later ones are closed at accept."""
 
+connections_per_address_max = 500
+"""Client connections one bookie accepts at once from one host, so that one client machine
+cannot take every slot; later ones are closed at accept."""
+
 long_poll_timeout_ms_max = 60_000
 """Longest a READ may park waiting for the LAC to pass `previous_lac`."""
 
@@ -356,6 +360,7 @@ gil_switch_interval_us = 500
 assert entry_payload_bytes_max + 64 * KiB <= frame_size_bytes_max
 assert socket_send_coalesce_bytes_max >= frame_size_bytes_max // 8
 assert pending_requests_per_connection_max <= pending_requests_total_max
+assert connections_per_address_max <= connections_max
 assert journal_group_bytes_default <= journal_buffer_bytes_max
 assert frame_size_bytes_max <= journal_buffer_bytes_max
 assert frame_size_bytes_max <= entry_log_size_bytes_max_default

@@ -352,6 +352,10 @@ frame_bytes_max = 4 * MiB
 server_connections_max = 1_000
 """Client connections one replica serves at once; later ones are closed at once."""
 
+server_connections_per_address_max = 500
+"""Client connections one replica serves at once from one host, so that one client machine
+cannot take every slot; later ones are closed at once."""
+
 connection_pending_requests_max = 10_000
 """Requests of one connection being worked on; past it: Overloaded."""
 
@@ -430,6 +434,7 @@ assert request_bytes_max + 64 * KiB <= frame_bytes_max
 assert client_connect_timeout_ms_default <= client_attempt_timeout_ms_default
 assert 0 < cli_zk_connect_timeout_ms <= bookie_limits.zk_operation_timeout_ms_default
 assert 0 < socket_receive_bytes <= socket_send_coalesce_bytes_max
+assert 0 < server_connections_per_address_max <= server_connections_max
 # A snapshot chunk and its header are one ledger entry.
 assert snapshot_chunk_head_bytes + snapshot_chunk_bytes_max <= bookie_limits.entry_payload_bytes_max
 assert 0 < snapshot_chunk_bytes_default <= snapshot_chunk_bytes_max

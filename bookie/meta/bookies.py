@@ -63,6 +63,7 @@ from bookie.errors import (
     NodeExists,
     NoNode,
     SessionExpired,
+    preview,
 )
 from bookie.meta import paths
 from bookie.meta.api import (
@@ -451,9 +452,12 @@ class Cookie:
         )
         if not ledger_dirs:
             raise BadMetadata(f"{what}: no ledger directory")
+        bookie_id = expect_text(record["b"], f"{what}: bookie id")
+        if not paths.is_valid_name(bookie_id) or bookie_id == READONLY_DIRECTORY:
+            raise BadMetadata(f"{what}: bookie id {preview(bookie_id)} cannot name a bookie")
         return Cookie(
             instance_id=expect_text(record["i"], f"{what}: instance id"),
-            bookie_id=expect_text(record["b"], f"{what}: bookie id"),
+            bookie_id=bookie_id,
             advertised_address=expect_text(record["a"], f"{what}: advertised address"),
             journal_dir=expect_text(record["j"], f"{what}: journal directory"),
             ledger_dirs=ledger_dirs,

@@ -26,7 +26,7 @@ from typing import Final
 import cbor2
 
 from bookie import limits
-from bookie.errors import BadMetadata
+from bookie.errors import BadMetadata, preview
 
 VERSION_KEY: Final = "v"
 
@@ -68,7 +68,8 @@ def decode_record(data: bytes, what: str, keys: Collection[str], version: int) -
     found = record.get(VERSION_KEY)
     if isinstance(found, int) and not isinstance(found, bool) and found != version:
         raise BadMetadata(
-            f"{what}: format version {found} is not supported (this build reads {version})"
+            f"{what}: format version {preview(found, 40)} is not supported "
+            f"(this build reads {version})"
         )
     expected = {VERSION_KEY, *keys}
     missing = sorted(expected - record.keys())
@@ -84,7 +85,7 @@ def expect_int(value: object, where: str, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise BadMetadata(f"{where}: expected an integer, found {_kind(value)}")
     if not low <= value <= high:
-        raise BadMetadata(f"{where}: {value} is outside [{low}, {high}]")
+        raise BadMetadata(f"{where}: {preview(value, 40)} is outside [{low}, {high}]")
     return value
 
 
@@ -119,7 +120,7 @@ def expect_map(value: object, where: str) -> dict[str, object]:
         raise BadMetadata(f"{where}: expected a map, found {_kind(value)}")
     for key in value:
         if not isinstance(key, str):
-            raise BadMetadata(f"{where}: map key {key!r} is not text")
+            raise BadMetadata(f"{where}: map key {preview(key, 40)} is not text")
     return value
 
 

@@ -1,7 +1,8 @@
 """`BookieServer`: the bookie's TCP server, with an `async with` lifetime.
 
 It listens on a host and port, accepts up to `connections_max` client
-connections (later ones are closed at once), serves each TCP client with a
+connections, `limits.connections_per_address_max` of them from one host (later
+ones are closed at once), serves each TCP client with a
 `TransportConnection` (an asyncio protocol; no task per connection; over a
 `StreamTransport` for the clients of an injected listener, the simulated
 network), and runs one timer task
@@ -41,6 +42,7 @@ from bookie import limits
 from bookie.clock import loop_clock_ms
 from bookie.core.bookie_handler import BookieHandler, BookieIdentity
 from bookie.errors import Status
+from bookie.net.admission import ConnectionAdmission
 from bookie.net.stream_transport import StreamTransport
 from bookie.server.processor import DiskSpace, RequestProcessor
 from bookie.server.transport_connection import TransportConnection
@@ -60,6 +62,7 @@ class BookieServer:
         read_only: bool = False,
         identity: BookieIdentity | None = None,
         connections_max: int = limits.connections_max,
+        connections_per_address_max: int = limits.connections_per_address_max,
         shutdown_drain_ms: int = limits.shutdown_drain_ms_max,
         long_poll_waiters_max: int = limits.long_poll_waiters_max,
         pending_requests_per_connection_max: int = limits.pending_requests_per_connection_max,
@@ -77,7 +80,9 @@ class BookieServer:
         self._storage = storage
         self._host = host
         self._requested_port = port
-        self._connections_max = connections_max
+        self._admission = ConnectionAdmission(
+            total_max=connections_max, per_address_max=connections_per_address_max
+        )
         self._shutdown_drain_ms = shutdown_drain_ms
         self._handler = BookieHandler(
             storage.recovered_ledgers(),
@@ -261,7 +266,9 @@ class BookieServer:
         )
 
     def _transport_opened(self, connection: TransportConnection) -> bool:
-        if len(self._connections) >= self._connections_max or self._accept_scope.cancel_called:
+        if self._accept_scope.cancel_called:
+            return False
+        if self._admission.admit(connection.peer_host) is not None:
             return False
         self._connections[connection.connection_id] = connection
         self._processor.connection_opened(connection)
@@ -269,6 +276,7 @@ class BookieServer:
 
     def _transport_closed(self, connection: TransportConnection) -> None:
         del self._connections[connection.connection_id]
+        self._admission.release(connection.peer_host)
         self._processor.connection_closed(connection)
         if not self._connections and self._all_gone is not None:
             self._all_gone.set()

@@ -42,6 +42,7 @@ import anyio
 from bookie import limits
 from bookie.clock import loop_clock_ms_reader
 from bookie.errors import RemoteProtocolError
+from bookie.net.admission import peer_host
 from bookie.net.framed_protocol import FramedProtocol
 from bookie.server.processor import PendingItem, RequestProcessor
 from bookie.wire.codec import FrameDecoder
@@ -76,6 +77,8 @@ class TransportConnection(FramedProtocol):
         """Request frames received but not taken while writing is paused."""
         self._reading_stopped = False
         self._flush_waiter: anyio.Event | None = None
+        self.peer_host: str | None = None
+        """The client's host, once connected (None over a stream without one)."""
 
     # --- what the processor and the server use ------------------------------------------------
 
@@ -125,6 +128,7 @@ class TransportConnection(FramedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        self.peer_host = peer_host(transport.get_extra_info("peername"))
         if not self._on_open(self):
             transport.close()
             return

@@ -46,7 +46,7 @@ from typing import Any, Final
 import cbor2
 
 from bookie import limits
-from bookie.errors import LocalProtocolError, RemoteProtocolError, Status
+from bookie.errors import LocalProtocolError, RemoteProtocolError, Status, preview
 from bookie.wire.messages import (
     OP_OF_REQUEST,
     OP_OF_RESPONSE,
@@ -391,19 +391,21 @@ def decode_request(body: bytes) -> Request:
         raise RemoteProtocolError("frame body is not an array of at least 3 items")
     version, op, request_id = item[0], item[1], item[2]
     if not _u63(request_id):
-        raise RemoteProtocolError(f"request id {request_id!r} is not a u63")
+        raise RemoteProtocolError(f"request id {preview(request_id)} is not a u63")
     if type(op) is not int:
-        raise UndecodableRequest(request_id, 0, Status.EBADREQ, f"op {op!r} is not an integer")
+        raise UndecodableRequest(
+            request_id, 0, Status.EBADREQ, f"op {preview(op)} is not an integer"
+        )
     if version != limits.protocol_version or type(version) is not int:
         raise UndecodableRequest(
             request_id,
             op,
             Status.EBADVERSION,
-            f"protocol version {version!r} is not {limits.protocol_version}",
+            f"protocol version {preview(version)} is not {limits.protocol_version}",
         )
     cls = _REQUEST_CLASSES.get(op)
     if cls is None:
-        raise UndecodableRequest(request_id, op, Status.EBADREQ, f"unknown op {op}")
+        raise UndecodableRequest(request_id, op, Status.EBADREQ, f"unknown op {preview(op)}")
     values = item[2:]
     fast = _FAST_REQUEST_CHECKS.get(cls)
     if fast is not None and fast(values):
@@ -421,7 +423,7 @@ def decode_request(body: bytes) -> Request:
     bad = _first_invalid(fields, checks)
     if bad is not None:
         name = cls._fields[bad + 1]
-        message = f"{cls.__name__}.{name} = {fields[bad]!r:.80} is not valid"
+        message = f"{cls.__name__}.{name} = {preview(fields[bad])} is not valid"
         raise UndecodableRequest(request_id, op, Status.EBADREQ, message)
     assert fast is None, "the fast check rejected what the field table accepts"
     return cls._make(values)
@@ -453,7 +455,7 @@ def decode_response(body: bytes) -> Response:
         raise RemoteProtocolError("response is not an array of at least 5 items")
     version, op = item[0], item[1]
     if version != limits.protocol_version or type(version) is not int:
-        raise RemoteProtocolError(f"response protocol version {version!r}")
+        raise RemoteProtocolError(f"response protocol version {preview(version)}")
     cls = _RESPONSE_CLASSES.get(op) if type(op) is int else None
     values = item[2:]
     if cls is not None:
@@ -464,12 +466,14 @@ def decode_response(body: bytes) -> Response:
     if not _response_head_ok(request_id, status, message):
         raise RemoteProtocolError("response header fields are not valid")
     if cls is None:
-        raise RemoteProtocolError(f"response has unknown op {op!r}")
+        raise RemoteProtocolError(f"response has unknown op {preview(op)}")
     fields = item[5:]
     checks = _RESPONSE_FIELDS[cls]
     if len(fields) > len(checks):
         raise RemoteProtocolError(f"{cls.__name__} has {len(fields)} fields, at most {len(checks)}")
     bad = _first_invalid(fields, checks[: len(fields)])
     if bad is not None:
-        raise RemoteProtocolError(f"{cls.__name__} field {bad} = {fields[bad]!r:.80} is not valid")
+        raise RemoteProtocolError(
+            f"{cls.__name__} field {bad} = {preview(fields[bad])} is not valid"
+        )
     return cls(request_id, status, message, *fields)

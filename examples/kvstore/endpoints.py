@@ -57,7 +57,7 @@ def encode_endpoint(endpoint: Endpoint) -> bytes:
 def decode_endpoint(replica_id: str, value: bytes) -> Endpoint:
     try:
         fields = json.loads(value)
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # RecursionError: nested too deep
         raise MalformedValue(f"endpoint of {replica_id} is not JSON: {error}") from None
     if (
         not isinstance(fields, dict)

@@ -65,6 +65,10 @@ takes every complete command before reading again adds one chunk to it."""
 connections_max = 10_000
 """Client connections one server serves at once (Redis's maxclients); later ones are refused."""
 
+connections_per_address_max = 5_000
+"""Client connections one server serves at once from one host, so that one client machine
+cannot take every slot (not in Redis); later ones are refused."""
+
 connection_replies_max = 1_000
 """Replies one connection may owe (commands read and not yet answered and sent, in order).
 
@@ -75,6 +79,11 @@ retried write always finds its first outcome (exactly-once)."""
 
 send_bytes_max = 1 * MiB
 """Replies encoded into one send; a larger backlog goes in several sends."""
+
+connection_reply_bytes_max = 16 * MiB
+"""Bytes of encoded replies one connection may owe (not yet handed to the transport); at it
+the server stops taking the connection's commands until replies are written, so a client
+that does not read its replies costs the server about this much, not its replies' worth."""
 
 send_timeout_ms = 30_000
 """A client that takes no reply bytes for this long is disconnected."""
@@ -168,6 +177,7 @@ assert buffered_bytes_max > request_bytes_max_default + inline_bytes_max
 assert 1 <= scan_count_default <= scan_count_max
 assert active_expiry_keys_max >= 1
 assert connection_replies_max < rsm_limits.session_results_max_default
+assert 0 < send_bytes_max <= connection_reply_bytes_max
 assert connection_replies_max < rsm_limits.connection_pending_requests_max
 assert 0 < transaction_bytes_max < request_bytes_max_default
 assert transaction_item_overhead_bytes >= 3 * 9 + 1

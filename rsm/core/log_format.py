@@ -78,6 +78,7 @@ from typing import Any, Final, NamedTuple
 
 import cbor2
 
+from bookie.errors import preview
 from rsm import limits
 from rsm.core.log_state import Log, Segment, SegmentState, check_invariants, violation
 from rsm.errors import BadArguments, BadRequest, MalformedValue
@@ -224,11 +225,11 @@ def _session_problem(client_id: Any, seq: Any, ack_seq: Any) -> str | None:
     if client_id is None and seq is None and ack_seq is None:
         return None
     if not _client_id(client_id):
-        return f"client id {client_id!r:.80} is not 1..{limits.client_id_bytes_max} bytes"
+        return f"client id {preview(client_id)} is not 1..{limits.client_id_bytes_max} bytes"
     if not _positive(seq):
-        return f"seq {seq!r:.40} is not a positive u63"
+        return f"seq {preview(seq, 40)} is not a positive u63"
     if not (_u63(ack_seq) and ack_seq < seq):
-        return f"ack_seq {ack_seq!r:.40} is not a u63 below seq {seq}"
+        return f"ack_seq {preview(ack_seq, 40)} is not a u63 below seq {seq}"
     return None
 
 
@@ -328,7 +329,7 @@ def encode_command(
     """
     if not _text(name, limits.command_name_chars_max):
         raise BadRequest(
-            f"command name {name!r:.80} is not 1..{limits.command_name_chars_max} chars"
+            f"command name {preview(name)} is not 1..{limits.command_name_chars_max} chars"
         )
     problem = _session_problem(client_id, seq, ack_seq)
     if problem is not None:
@@ -440,15 +441,17 @@ def decode_batch(data: bytes | bytearray | memoryview) -> Batch:
         raise MalformedValue("log entry is not an array of 7")
     tag, epoch, first_index, timestamp_ms, seed, raw_items, raw_hash = value
     if type(tag) is not int or tag != BATCH_TAG:
-        raise MalformedValue(f"log entry has format tag {tag!r:.40}, not {BATCH_TAG}")
+        raise MalformedValue(f"log entry has format tag {preview(tag, 40)}, not {BATCH_TAG}")
     if not _positive(epoch):
-        raise MalformedValue(f"log entry epoch {epoch!r:.40} is not a positive u63")
+        raise MalformedValue(f"log entry epoch {preview(epoch, 40)} is not a positive u63")
     if not _positive(first_index):
-        raise MalformedValue(f"log entry first index {first_index!r:.40} is not a positive u63")
+        raise MalformedValue(
+            f"log entry first index {preview(first_index, 40)} is not a positive u63"
+        )
     if not _u63(timestamp_ms):
-        raise MalformedValue(f"log entry timestamp {timestamp_ms!r:.40} is not a u63")
+        raise MalformedValue(f"log entry timestamp {preview(timestamp_ms, 40)} is not a u63")
     if not _u64(seed):
-        raise MalformedValue(f"log entry seed {seed!r:.40} is not a u64")
+        raise MalformedValue(f"log entry seed {preview(seed, 40)} is not a u64")
     if type(raw_items) is not list:
         raise MalformedValue("log entry items are not an array")
     if first_index + len(raw_items) >= _U63_END:
@@ -464,7 +467,9 @@ def _decode_item(raw: Any, index: int) -> Item:
     if kind == ITEM_COMMAND and len(raw) == 7:
         _, name, args, kwargs, client_id, seq, ack_seq = raw
         if not (type(name) is str and 1 <= len(name) <= limits.command_name_chars_max):
-            raise MalformedValue(f"item at index {index}: command name {name!r:.80} is not valid")
+            raise MalformedValue(
+                f"item at index {index}: command name {preview(name)} is not valid"
+            )
         if type(args) is not list:
             raise MalformedValue(f"item at index {index}: args are not an array")
         if type(kwargs) is not dict or (kwargs and any(type(key) is not str for key in kwargs)):
@@ -486,9 +491,13 @@ def _decode_item(raw: Any, index: int) -> Item:
         return tuple.__new__(CommandItem, raw[1:])
     if kind == ITEM_LEADER_START and len(raw) == 2:
         if not _replica_id(raw[1]):
-            raise MalformedValue(f"item at index {index}: replica id {raw[1]!r:.80} is not valid")
+            raise MalformedValue(
+                f"item at index {index}: replica id {preview(raw[1])} is not valid"
+            )
         return LeaderStart(raw[1])
-    raise MalformedValue(f"item at index {index}: kind {kind} with {len(raw)} fields is unknown")
+    raise MalformedValue(
+        f"item at index {index}: kind {preview(kind, 40)} with {len(raw)} fields is unknown"
+    )
 
 
 def _decode_state_hash(raw: Any) -> StateHash | None:
@@ -501,7 +510,7 @@ def _decode_state_hash(raw: Any) -> StateHash | None:
         or type(raw[1]) is not bytes
         or not 1 <= len(raw[1]) <= limits.state_hash_bytes_max
     ):
-        raise MalformedValue(f"state hash {raw!r:.80} is not [index, digest]")
+        raise MalformedValue(f"state hash {preview(raw)} is not [index, digest]")
     return StateHash(raw[0], raw[1])
 
 
@@ -521,12 +530,14 @@ def _load_map(
         raise MalformedValue(f"{what} is not a map")
     version = value.pop("v", None)
     if type(version) is not int or version != FORMAT_VERSION:
-        raise MalformedValue(f"{what} has version {version!r:.40}, not {FORMAT_VERSION}")
+        raise MalformedValue(f"{what} has version {preview(version, 40)}, not {FORMAT_VERSION}")
     if value.keys() != checks.keys():
-        raise MalformedValue(f"{what} has keys {sorted(map(str, value))}, not {sorted(checks)}")
+        raise MalformedValue(
+            f"{what} has keys {preview(sorted(map(preview, value)), 200)}, not {sorted(checks)}"
+        )
     for key, check in checks.items():
         if not check(value[key]):
-            raise MalformedValue(f"{what} field {key} = {value[key]!r:.80} is not valid")
+            raise MalformedValue(f"{what} field {key} = {preview(value[key])} is not valid")
     return value
 
 
@@ -550,7 +561,7 @@ def decode_log(data: bytes) -> Log:
             or not all(type(v) is int for v in raw)
             or raw[3] not in (SegmentState.OPEN, SegmentState.CLOSED)
         ):
-            raise MalformedValue(f"log znode segment {position} = {raw!r:.80} is not valid")
+            raise MalformedValue(f"log znode segment {position} = {preview(raw)} is not valid")
         ledger_id, epoch, first_index, state, last_index = raw
         segments.append(Segment(ledger_id, epoch, first_index, SegmentState(state), last_index))
     log = Log(fields["epoch"], tuple(segments))

@@ -65,6 +65,7 @@ from typing import Any, Final, NamedTuple
 
 import cbor2
 
+from bookie.errors import preview
 from bookie.wire.codec import frame
 from rsm import limits
 from rsm.core.sessions import Outcome
@@ -234,7 +235,7 @@ def _call_problem(fields: list[Any]) -> str | None:
         return f"CALL takes 6 fields, got {len(fields)}"
     name, args, kwargs, client_id, seq, ack_seq = fields
     if not _name(name):
-        return f"command name {name!r:.80} is not 1..{limits.command_name_chars_max} chars"
+        return f"command name {preview(name)} is not 1..{limits.command_name_chars_max} chars"
     if type(args) is not list or type(kwargs) is not dict:
         return "CALL args must be an array and kwargs a map"
     if not _session(client_id, seq, ack_seq):
@@ -247,13 +248,13 @@ def _query_problem(fields: list[Any]) -> str | None:
         return f"QUERY takes 5 fields, got {len(fields)}"
     name, args, kwargs, consistency, min_index = fields
     if not _name(name):
-        return f"query name {name!r:.80} is not 1..{limits.command_name_chars_max} chars"
+        return f"query name {preview(name)} is not 1..{limits.command_name_chars_max} chars"
     if type(args) is not list or type(kwargs) is not dict:
         return "QUERY args must be an array and kwargs a map"
     if type(consistency) is not int or consistency not in _CONSISTENCIES:
-        return f"consistency {consistency!r:.40} is not 0, 1 or 2"
+        return f"consistency {preview(consistency, 40)} is not 0, 1 or 2"
     if not _u63(min_index):
-        return f"min_index {min_index!r:.40} is not a u63"
+        return f"min_index {preview(min_index, 40)} is not a u63"
     return None
 
 
@@ -304,12 +305,14 @@ def decode_request(body: bytes) -> Request:
         raise ProtocolViolation("frame body is not an array of at least 3 items")
     version, op, request_id = item[0], item[1], item[2]
     if not _u63(request_id):
-        raise ProtocolViolation(f"request id {request_id!r:.40} is not a u63")
+        raise ProtocolViolation(f"request id {preview(request_id, 40)} is not a u63")
     if type(op) is not int or op not in _OPS:
-        raise UndecodableRequest(request_id, op if _u63(op) else 0, f"unknown op {op!r:.40}")
+        raise UndecodableRequest(request_id, op if _u63(op) else 0, f"unknown op {preview(op, 40)}")
     if type(version) is not int or version != limits.protocol_version:
         raise UndecodableRequest(
-            request_id, op, f"protocol version {version!r:.40} is not {limits.protocol_version}"
+            request_id,
+            op,
+            f"protocol version {preview(version, 40)} is not {limits.protocol_version}",
         )
     fields = item[3:]
     if op == Op.CALL:
@@ -398,5 +401,5 @@ def decode_response(body: bytes) -> Response:
         or not _optional_text(detail, limits.address_chars_max)
         or not _u63(index)
     ):
-        raise ProtocolViolation(f"response header {item[:6]!r:.120} is not valid")
+        raise ProtocolViolation(f"response header {preview(item[:6], 120)} is not valid")
     return Response(op, request_id, RsmStatus(status), message, detail, value, index)

@@ -52,6 +52,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from bookie.errors import preview
 from rsm import limits
 from rsm.errors import (
     MalformedValue,
@@ -124,7 +125,7 @@ class Outcome(NamedTuple):
         ):
             return cls(RsmStatus(plain[0]), None, plain[1], plain[2])
         raise MalformedValue(
-            f"outcome {plain!r:.80} is not [0, value] or [status, message, detail]"
+            f"outcome {preview(plain)} is not [0, value] or [status, message, detail]"
         )
 
 
@@ -390,13 +391,13 @@ def _session_from_plain(raw: Any, clock_ms: int, results_max: int) -> tuple[byte
         or type(raw[3]) is not list
     ):
         raise MalformedValue(
-            f"session {raw!r:.80} is not [client_id, last_active_ms, floor, results]"
+            f"session {preview(raw)} is not [client_id, last_active_ms, floor, results]"
         )
     client_id, last_active_ms, floor_seq, raw_results = raw
     session = _Session(last_active_ms, floor_seq)
     for entry in raw_results:
         if type(entry) is not list or len(entry) != 2 or not _natural(entry[0]):
-            raise MalformedValue(f"session result {entry!r:.80} is not [seq, outcome]")
+            raise MalformedValue(f"session result {preview(entry)} is not [seq, outcome]")
         seq = entry[0]
         if seq <= floor_seq or seq in session.results:
             raise MalformedValue(f"session result seq {seq} is at or below the floor, or repeated")

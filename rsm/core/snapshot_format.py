@@ -68,6 +68,7 @@ from typing import Any, Final
 import cbor2
 import crc32c
 
+from bookie.errors import preview
 from rsm import limits
 from rsm.errors import BadSnapshotState, SnapshotCorrupt
 
@@ -417,12 +418,12 @@ def decode_header(value: Any) -> SnapshotHeader:
     if type(value) is not dict or value.keys() != _HEADER_KEYS:
         raise SnapshotCorrupt("the snapshot's first record is not its header")
     if value["v"] != HEADER_VERSION:
-        raise SnapshotCorrupt(f"snapshot header version {value['v']!r:.20} is not supported")
+        raise SnapshotCorrupt(f"snapshot header version {preview(value['v'], 20)} is not supported")
     cursor = value["cursor"]
     if cursor is not None and not (
         type(cursor) is list and len(cursor) == 2 and all(_natural(v) for v in cursor)
     ):
-        raise SnapshotCorrupt(f"snapshot header cursor {cursor!r:.80} is not [ledger, entry]")
+        raise SnapshotCorrupt(f"snapshot header cursor {preview(cursor)} is not [ledger, entry]")
     if (
         not all(
             _natural(value[key])
@@ -431,7 +432,9 @@ def decode_header(value: Any) -> SnapshotHeader:
         or not all(type(value[key]) is str for key in ("app", "machine", "replica_id"))
         or value["codec"] not in (CODEC_DEFAULT, CODEC_CUSTOM)
     ):
-        raise SnapshotCorrupt(f"snapshot header {value!r:.200} has a field of the wrong type")
+        raise SnapshotCorrupt(
+            f"snapshot header {preview(value, 200)} has a field of the wrong type"
+        )
     return SnapshotHeader(
         app=value["app"],
         index=value["index"],

@@ -55,6 +55,7 @@ from typing import Any, Final
 
 import cbor2
 
+from bookie.errors import preview
 from rsm import limits
 from rsm.core.snapshot_format import FORMAT_VERSION
 from rsm.errors import MalformedValue
@@ -302,10 +303,14 @@ _MANIFEST_CHECKS: Final = {
 
 def _decode_manifest(raw: Any) -> Manifest:
     if type(raw) is not dict or raw.keys() != _MANIFEST_CHECKS.keys():
-        raise MalformedValue(f"snapshot manifest {raw!r:.120} does not have the manifest's keys")
+        raise MalformedValue(
+            f"snapshot manifest {preview(raw, 120)} does not have the manifest's keys"
+        )
     for key, valid in _MANIFEST_CHECKS.items():
         if not valid(raw[key]):
-            raise MalformedValue(f"snapshot manifest field {key} = {raw[key]!r:.80} is not valid")
+            raise MalformedValue(
+                f"snapshot manifest field {key} = {preview(raw[key])} is not valid"
+            )
     return Manifest(**raw)
 
 
@@ -317,7 +322,7 @@ def _decode_pending(raw: Any) -> Pending:
         or not _text(raw[1])
         or not _u63(raw[2])
     ):
-        raise MalformedValue(f"pending snapshot {raw!r:.80} is not [ledger, replica, started]")
+        raise MalformedValue(f"pending snapshot {preview(raw)} is not [ledger, replica, started]")
     return Pending(raw[0], raw[1], raw[2])
 
 

@@ -68,6 +68,7 @@ from sortedcontainers import (  # type: ignore[import-untyped]
     SortedSet,
 )
 
+from bookie.errors import preview
 from rsm import limits
 from rsm.core.snapshot_format import RecordReader, encode_record, record_of
 from rsm.errors import BadSnapshotState, SnapshotCorrupt
@@ -356,13 +357,16 @@ class _OpenContainer:
         if not added or self.received + added > self.count:
             raise SnapshotCorrupt(f"the runs of {self.name!r} do not add up to {self.count}")
         self.received += added
-        if paired:
-            keys = iter(elements)
-            self.parts.update(zip(keys, keys, strict=True))
-        elif self.kind == KIND_SET:
-            self.parts.update(elements)
-        else:
-            self.parts.extend(elements)
+        try:
+            if paired:
+                keys = iter(elements)
+                self.parts.update(zip(keys, keys, strict=True))
+            elif self.kind == KIND_SET:
+                self.parts.update(elements)
+            else:
+                self.parts.extend(elements)
+        except TypeError as error:  # a key or set element that is not hashable
+            raise SnapshotCorrupt(f"a run of {self.name!r} holds {error}") from None
 
     @property
     def complete(self) -> bool:
@@ -372,18 +376,21 @@ class _OpenContainer:
         parts = self.parts
         kind = self.kind
         value: Any
-        if kind in (KIND_DICT, KIND_LIST, KIND_SET):
-            value = parts
-        elif kind == KIND_SORTED_DICT:
-            value = SortedDict(parts)
-        elif kind == KIND_FROZENSET:
-            value = frozenset(parts)
-        elif kind == KIND_TUPLE:
-            value = tuple(parts)
-        elif kind == KIND_SORTED_LIST:
-            value = SortedList(parts)
-        else:
-            value = SortedSet(parts)
+        try:
+            if kind in (KIND_DICT, KIND_LIST, KIND_SET):
+                value = parts
+            elif kind == KIND_SORTED_DICT:
+                value = SortedDict(parts)
+            elif kind == KIND_FROZENSET:
+                value = frozenset(parts)
+            elif kind == KIND_TUPLE:
+                value = tuple(parts)
+            elif kind == KIND_SORTED_LIST:
+                value = SortedList(parts)
+            else:
+                value = SortedSet(parts)
+        except TypeError as error:  # elements that are not hashable, or not comparable
+            raise SnapshotCorrupt(f"{self.name!r} cannot be built: {error}") from None
         if len(value) != self.count:
             raise SnapshotCorrupt(f"{self.name!r} repeats elements: {len(value)} of {self.count}")
         return value
@@ -391,7 +398,7 @@ class _OpenContainer:
 
 def _check_name(name: Any) -> str:
     if type(name) is not str or not name.isidentifier() or name.startswith("_"):
-        raise SnapshotCorrupt(f"attribute name {name!r:.80} is not a public identifier")
+        raise SnapshotCorrupt(f"attribute name {preview(name)} is not a public identifier")
     return name
 
 
@@ -429,11 +436,11 @@ class StateDecoder:
 
     def _record(self, value: Any) -> None:
         if type(value) is not list or not value or type(value[0]) is not int:
-            raise SnapshotCorrupt(f"state record {value!r:.80} is not a tagged array")
+            raise SnapshotCorrupt(f"state record {preview(value)} is not a tagged array")
         tag = value[0]
         if not self._started:
             if value != [RECORD_HEAD, CODEC_VERSION]:
-                raise SnapshotCorrupt(f"the state stream starts with {value!r:.80}")
+                raise SnapshotCorrupt(f"the state stream starts with {preview(value)}")
             self._started = True
             return
         if self._ended:
@@ -441,7 +448,7 @@ class StateDecoder:
         container = self._open
         if container is not None:
             if tag != RECORD_RUN or len(value) != 2 or type(value[1]) is not list:
-                raise SnapshotCorrupt(f"{container.name!r} is incomplete at {value!r:.80}")
+                raise SnapshotCorrupt(f"{container.name!r} is incomplete at {preview(value)}")
             container.add(value[1])
             if container.complete:
                 setattr(self._machine, container.name, container.build())
@@ -452,12 +459,12 @@ class StateDecoder:
         elif tag == RECORD_CONTAINER and len(value) == 4:
             _, name, kind, count = value
             if kind not in _KINDS.values() or type(count) is not int or count < 1:
-                raise SnapshotCorrupt(f"container record {value!r:.80} is not valid")
+                raise SnapshotCorrupt(f"container record {preview(value)} is not valid")
             self._open = _OpenContainer(_check_name(name), kind, count)
         elif tag == RECORD_END and len(value) == 1:
             self._ended = True
         else:
-            raise SnapshotCorrupt(f"state record {value!r:.80} is not valid here")
+            raise SnapshotCorrupt(f"state record {preview(value)} is not valid here")
 
 
 def restore_state(machine: object, chunks: Iterable[bytes | bytearray | memoryview]) -> None:

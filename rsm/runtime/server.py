@@ -23,6 +23,10 @@ Bad input never crashes anything: a request with a known id but a wrong op,
 version or field is answered BAD_REQUEST; bytes that cannot be framed or a
 body without a request id close that connection only (`ProtocolViolation`).
 
+Connections: at most `limits.server_connections_max`, and
+`limits.server_connections_per_address_max` from one host; later ones are
+closed at once.
+
 Invariants: every request read gets exactly one answer while its connection
 lives (a read_your_writes wait is cancelled when its connection closes); at
 most `connection_pending_requests_max` requests per connection are being
@@ -39,9 +43,11 @@ from typing import Any, Final, Protocol
 
 import anyio
 import anyio.abc
+from anyio.abc import SocketAttribute
 
 from bookie.errors import RemoteProtocolError
 from bookie.logs import emit
+from bookie.net.admission import ConnectionAdmission, peer_host
 from bookie.net.connection_errors import CONNECTION_ERRORS
 from bookie.net.outbox import Outbox
 from bookie.wire.codec import FrameDecoder
@@ -95,11 +101,14 @@ class ReplicaServer:
     def __init__(self, endpoint: Endpoint, listener: anyio.abc.Listener[anyio.abc.ByteStream]):
         self._endpoint = endpoint
         self._listener = listener
-        self._connections = 0
+        self._admission = ConnectionAdmission(
+            total_max=limits.server_connections_max,
+            per_address_max=limits.server_connections_per_address_max,
+        )
 
     @property
     def connection_count(self) -> int:
-        return self._connections
+        return self._admission.count
 
     async def serve(self) -> None:
         async with self._listener, anyio.create_task_group() as task_group:
@@ -107,13 +116,31 @@ class ReplicaServer:
 
     async def _serve(self, stream: anyio.abc.ByteStream) -> None:
         async with stream:
-            if self._connections >= limits.server_connections_max:
+            host = peer_host(stream.extra(SocketAttribute.remote_address, None))
+            if self._admission.admit(host) is not None:
                 return
-            self._connections += 1
+            _stop_eager_reading(stream)
             try:
                 await ClientConnection(stream, self._endpoint).run()
             finally:
-                self._connections -= 1
+                self._admission.release(host)
+
+
+def _stop_eager_reading(stream: anyio.abc.ByteStream) -> None:
+    """Pause the asyncio transport under a stream accepted from anyio's TCP listener.
+
+    anyio resumes a socket stream's transport only while a `receive` waits for
+    data, and pauses it after; its `connect_tcp` pauses a new transport, its TCP
+    listener does not.  So a client that starts sending at once, and never lets
+    a `receive` wait, is read into memory without bound whatever the reader
+    does: the backpressure below would never reach TCP.  The transport is not
+    public, hence the lookup; a stream without one (the simulated network's) has
+    nothing to pause.
+    """
+    transport = getattr(stream, "_transport", None)
+    pause_reading = getattr(transport, "pause_reading", None)
+    if pause_reading is not None:
+        pause_reading()
 
 
 class ClientConnection:

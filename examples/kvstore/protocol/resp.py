@@ -320,8 +320,8 @@ class RespParser:
                 if len(buffer) - position > self.inline_bytes_max:
                     raise self._fail("too big mbulk count string")
                 return None
-            if line_end + 1 >= len(buffer):
-                return None
+            if line_end + 1 >= len(buffer) and line_end - position <= self.inline_bytes_max:
+                return None  # (a longer line is refused now, as it would be once its LF came)
             count = _count(buffer[position + 1 : line_end])
             if count is None or count > self.multibulk_args_max:
                 raise self._fail("invalid multibulk length")
@@ -354,8 +354,8 @@ class RespParser:
             if len(buffer) - position > self.inline_bytes_max:
                 raise self._fail("too big bulk count string")
             return None
-        if line_end + 1 >= len(buffer):
-            return None
+        if line_end + 1 >= len(buffer) and line_end - position <= self.inline_bytes_max:
+            return None  # (a longer line is refused now, as it would be once its LF came)
         if buffer[position] != _DOLLAR:
             got = chr(buffer[position])
             raise self._fail(f"expected '$', got '{got}'")

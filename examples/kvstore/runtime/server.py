@@ -41,11 +41,14 @@ outcome) wait for the earlier ones.  A reply is encoded in the protocol
 version (RESP2 or RESP3) the connection had when its command was read, so a
 pipelined `HELLO 3` changes only the replies after it.
 
-Bounds.  A connection owes at most `limits.connection_replies_max` replies:
-at the bound it stops taking commands and pauses reading the socket until
-replies have been written, so a client that sends without reading is slowed
-by TCP, and a connection's writes in flight stay within its session's window
-(`rsm/core/exactly_once.py`).  The parser holds at most `limits.buffered_bytes_max`
+Bounds.  A connection owes at most `limits.connection_replies_max` replies,
+and stops taking commands once its encoded replies not yet written reach
+`limits.connection_reply_bytes_max`: at either bound it pauses reading the
+socket until replies have been written, so a client that sends without
+reading is slowed by TCP instead of growing the server's memory, and a
+connection's writes in flight stay within its session's window
+(`rsm/core/exactly_once.py`).  Replies go to the transport at most
+`limits.send_bytes_max` bytes per write.  The parser holds at most `limits.buffered_bytes_max`
 bytes; bytes received beyond its room wait, with reading paused.  When the
 transport's write buffer passes its high-water mark, asyncio pauses the
 writing: replies stay owed (so the bound above holds reading too), and a
@@ -60,7 +63,9 @@ client that closes its end closes the connection at once (replies still
 owed are dropped; commands already handed to the router complete anyway).
 Over `limits.connections_max` connections, a new one is answered "ERR max
 number of clients reached" and closed, as Redis does
-(`ServerConfig.connections_max`).  Cancelling `serve` closes the listening
+(`ServerConfig.connections_max`); over `limits.connections_per_address_max`
+from one host, "ERR max number of clients reached for this address" (not in
+Redis: one client machine cannot take every slot).  Cancelling `serve` closes the listening
 sockets and aborts every connection.
 
 Invariants: every ticket is answered exactly once while the connection
@@ -86,6 +91,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.stapled import MultiListener
 
 from bookie.logs import emit
+from bookie.net.admission import ConnectionAdmission, Refusal, peer_host
 from bookie.net.framed_protocol import FramedProtocol
 from bookie.net.stream_transport import StreamTransport
 from kvstore import limits
@@ -110,7 +116,10 @@ from rsm.host import Outcome
 
 logger = logging.getLogger(__name__)
 
-_TOO_MANY_CLIENTS: Final = b"-ERR max number of clients reached\r\n"
+_REFUSALS: Final = {
+    Refusal.SERVER_FULL: b"-ERR max number of clients reached\r\n",
+    Refusal.ADDRESS_FULL: b"-ERR max number of clients reached for this address\r\n",
+}
 
 
 class _Pending:
@@ -180,6 +189,7 @@ class ServerConfig:
     request_bytes_max: int = limits.request_bytes_max_default
     bulk_bytes_max: int = limits.bulk_bytes_max_default
     connections_max: int = limits.connections_max
+    connections_per_address_max: int = limits.connections_per_address_max
     settings: Mapping[str, str] | None = None
     """Extra CONFIG GET settings (name -> value), besides the server's own."""
 
@@ -209,6 +219,10 @@ class RespServer:
             **(self.config.settings or {}),
         }
         self._connections: set[RespConnection] = set()
+        self._admission = ConnectionAdmission(
+            total_max=self.config.connections_max,
+            per_address_max=self.config.connections_per_address_max,
+        )
         self._next_client_id = 1
         self._connections_received = 0
         self._connections_rejected = 0
@@ -255,17 +269,20 @@ class RespServer:
         self._next_client_id += 1
         return RespConnection(self, client_id)
 
-    def admit(self, connection: RespConnection) -> bool:
-        """Count a new connection in, or say no: the server is at `connections_max`."""
+    def admit(self, connection: RespConnection) -> Refusal | None:
+        """Count a new connection in (None), or say why not: the server is at `connections_max`,
+        or the client's host at `connections_per_address_max`."""
         self._connections_received += 1
-        if len(self._connections) >= self.config.connections_max:
+        refusal = self._admission.admit(connection.peer_host)
+        if refusal is None:
+            self._connections.add(connection)
+        else:
             self._connections_rejected += 1
-            return False
-        self._connections.add(connection)
-        return True
+        return refusal
 
     def forget(self, connection: RespConnection) -> None:
         self._connections.discard(connection)
+        self._admission.release(connection.peer_host)
 
     # --- the connections' ServerView ----------------------------------------------------------
 
@@ -349,6 +366,8 @@ class RespConnection(FramedProtocol):
         """The ticket of `_replies[0]`."""
         self._pending_count = 0
         """The `_Pending` entries of `_replies`: answers the router still owes."""
+        self._reply_bytes = 0
+        """Bytes of the encoded replies in `_replies`."""
         self._actions: dict[int, WatchRead | Execute] = {}
         """Tickets whose reply needs their action to be built (see `dispatch.finish`)."""
         self._watch_ticket: int | None = None
@@ -356,6 +375,8 @@ class RespConnection(FramedProtocol):
         self._draining = False
         """No more commands: send what is owed, then close."""
         self._closed = False
+        self.peer_host: str | None = None
+        """The client's host, once connected (None over a stream without one)."""
         self._reading_paused = False
         self._servicing = False
         self._taking = False
@@ -367,9 +388,11 @@ class RespConnection(FramedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        if not self._server.admit(self):
+        self.peer_host = peer_host(transport.get_extra_info("peername"))
+        refusal = self._server.admit(self)
+        if refusal is not None:
             self._closed = True
-            self.write(_TOO_MANY_CLIENTS)
+            self.write(_REFUSALS[refusal])
             transport.close()
             return
         self._lane = self._router.lane()
@@ -433,6 +456,7 @@ class RespConnection(FramedProtocol):
         out = bytearray()
         encode_reply(reply, out, marker.resp3)
         self._replies[position] = bytes(out)
+        self._reply_bytes += len(out)
         if not self._pending_count and not self._servicing and not watch_answered:
             # Nothing else owed is coming: write now rather than next iteration.
             self._write_ready()
@@ -452,6 +476,7 @@ class RespConnection(FramedProtocol):
         out = bytearray()
         encode_reply(reply, out, self.client.resp3)
         self._replies.append(bytes(out))
+        self._reply_bytes += len(out)
 
     # --- the service: read commands, write replies, pause, close ------------------------------
 
@@ -491,7 +516,11 @@ class RespConnection(FramedProtocol):
         self._settle()
 
     def _blocked(self) -> bool:
-        return self._watch_ticket is not None or len(self._replies) >= limits.connection_replies_max
+        return (
+            self._watch_ticket is not None
+            or len(self._replies) >= limits.connection_replies_max
+            or self._reply_bytes >= limits.connection_reply_bytes_max
+        )
 
     def _take_commands(self) -> None:
         """Feed the parser and dispatch every complete command, until blocked or out of bytes."""
@@ -584,6 +613,7 @@ class RespConnection(FramedProtocol):
             return
         if out:
             self._replies.append(bytes(out))
+            self._reply_bytes += len(out)
         if action is not None:
             self._carry_out(action)
             router.flush()
@@ -619,24 +649,28 @@ class RespConnection(FramedProtocol):
             router.call(lane, "exec", [action.watched, action.calls], self, ticket)
 
     def _write_ready(self) -> None:
-        """Write every reply that is ready at the head of the queue, in one call."""
+        """Write the replies that are ready at the head of the queue, `limits.send_bytes_max`
+        bytes per call, until none is ready or the transport pauses writing."""
         replies = self._replies
-        if self.writing_paused or not replies:
-            return
-        chunks: list[bytes] = []
-        while replies:
-            reply = replies[0]
-            if type(reply) is _Pending:
-                break
-            assert isinstance(reply, bytes)
-            chunks.append(reply)
-            replies.popleft()
-        if not chunks:
-            return
-        if len(replies) + len(chunks) >= limits.connection_replies_max:
-            self._service_again = True  # commands held back by the bound may go now
-        self._first_ticket += len(chunks)
-        self.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+        while replies and not self.writing_paused:
+            held_back = self._blocked()
+            chunks: list[bytes] = []
+            size = 0
+            while replies and size < limits.send_bytes_max:
+                reply = replies[0]
+                if type(reply) is _Pending:
+                    break
+                assert isinstance(reply, bytes)
+                chunks.append(reply)
+                size += len(reply)
+                replies.popleft()
+            if not chunks:
+                return
+            if held_back:
+                self._service_again = True  # commands held back by a bound may go now
+            self._reply_bytes -= size
+            self._first_ticket += len(chunks)
+            self.write(b"".join(chunks) if len(chunks) > 1 else chunks[0])
 
     def _settle(self) -> None:
         """Close a drained connection; pause reading while blocked, resume once not."""

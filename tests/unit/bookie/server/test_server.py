@@ -359,6 +359,28 @@ async def test_connections_over_the_maximum_are_closed_at_once() -> None:
         assert server.connection_count == 1
 
 
+async def test_connections_over_the_per_address_maximum_are_closed_at_once() -> None:
+    storage = MemoryLedgerStorage()
+    async with (
+        running_server(storage, connections_max=5, connections_per_address_max=1) as server,
+        BookieConnection.connect("127.0.0.1", server.port) as first,
+    ):
+        assert (await first.bookie_info()).status == Status.EOK
+        async with await anyio.connect_tcp("127.0.0.1", server.port) as same_host:
+            await same_host.send(encode_request(ReadLacRequest(1, LEDGER)))
+            assert await read_until_closed(same_host) == []
+        async with await anyio.connect_tcp(
+            "127.0.0.1", server.port, local_host="127.0.0.2"
+        ) as other_host:
+            await other_host.send(encode_request(ReadLacRequest(2, LEDGER)))
+            decoder = FrameDecoder()
+            bodies: list[bytes] = []
+            while not bodies:
+                bodies = decoder.feed(await other_host.receive())
+            assert decode_response(bodies[0]).request_id == 2
+            assert server.connection_count == 2
+
+
 # --- back-pressure ----------------------------------------------------------------------------
 
 

@@ -284,6 +284,9 @@ class RecordingTransport:
     def is_closing(self) -> bool:
         return False
 
+    def get_extra_info(self, _name: str, default: object = None) -> object:
+        return default
+
     def pause_reading(self) -> None:
         pass
 
@@ -376,6 +379,33 @@ async def test_a_backlog_of_replies_known_at_once_goes_out_in_bounded_writes() -
         assert max(map(len, transport.writes)) < limits.send_bytes_max + len(reply)
 
 
+async def test_a_connection_owes_at_most_the_bound_of_reply_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits, "connection_reply_bytes_max", 20)
+    async with hand_driven_connection() as (_, connection, transport):
+        connection.pause_writing()
+        connection.data_received(b"PING\r\n" * 10)
+        assert transport.writes == []
+        connection.resume_writing()
+        await wait_all_tasks_blocked()
+        assert b"".join(transport.writes) == b"+PONG\r\n" * 10
+        # Taking stops once 3 replies (21 bytes) are owed: no write holds more.
+        assert max(len(write) for write in transport.writes) == 21
+
+
+async def test_owed_replies_go_out_at_most_send_bytes_max_per_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits, "send_bytes_max", 10)
+    async with hand_driven_connection() as (router, connection, transport):
+        router.hold()
+        connection.data_received(b"SET a 1\r\n" * 5)
+        router.release()
+        await wait_all_tasks_blocked()
+        assert transport.writes == [b"+OK\r\n" * 2, b"+OK\r\n" * 2, b"+OK\r\n"]
+
+
 async def test_quit_answers_what_is_owed_then_closes() -> None:
     async with serving() as (_, port), await anyio.connect_tcp("127.0.0.1", port) as stream:
         await stream.send(b"SET a 1\r\nQUIT\r\nGET a\r\n")
@@ -387,6 +417,21 @@ async def test_connections_past_the_bound_are_refused() -> None:
         assert await first.ping()
         async with await anyio.connect_tcp("127.0.0.1", port) as second:
             assert await receive_until_closed(second) == b"-ERR max number of clients reached\r\n"
+        assert await first.ping()
+
+
+async def test_connections_past_the_bound_per_address_are_refused() -> None:
+    config = ServerConfig(connections_max=5, connections_per_address_max=1)
+    async with serving(config) as (_, port), redis_client(port) as first:
+        assert await first.ping()
+        async with await anyio.connect_tcp("127.0.0.1", port) as second:
+            assert (
+                await receive_until_closed(second)
+                == b"-ERR max number of clients reached for this address\r\n"
+            )
+        async with await anyio.connect_tcp("127.0.0.1", port, local_host="127.0.0.2") as other:
+            await other.send(b"PING\r\n")
+            assert await receive_exactly(other, 7) == b"+PONG\r\n"
         assert await first.ping()
 
 

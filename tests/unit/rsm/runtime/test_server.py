@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import struct
 
 import anyio
@@ -82,3 +83,51 @@ async def test_a_follower_answers_commands_with_the_leaders_address() -> None:
             [answer] = await read_bodies(stream, 1)
         assert answer[3] == RsmStatus.NOT_LEADER
         assert answer[5] == leader.address
+
+
+async def test_connections_over_the_per_address_bound_are_closed_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits, "server_connections_per_address_max", 1)
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas)
+        host, port = leader.address.rsplit(":", 1)
+        async with await anyio.connect_tcp(host, int(port)) as first:
+            await first.send(encode_request(StatusRequest(1)))
+            assert len(await read_bodies(first, 1)) == 1
+            async with await anyio.connect_tcp(host, int(port)) as same_host:
+                assert await read_until_closed(same_host) == []
+            async with await anyio.connect_tcp(host, int(port), local_host="127.0.0.2") as other:
+                await other.send(encode_request(StatusRequest(2)))
+                assert len(await read_bodies(other, 1)) == 1
+
+
+def test_a_client_that_never_reads_is_slowed_by_tcp() -> None:
+    # The server's reader stops at a backlog of answers; its transport must stop reading
+    # too, or the requests pile up in the replica's memory instead of in TCP.  The client
+    # sends before the server first reads (on uvloop, as replica processes run, a new
+    # connection's transport reads from the start).
+    burst = encode_request(StatusRequest(1)) * 8192
+
+    async def scenario() -> None:
+        async with replica_cluster() as replicas:
+            leader = await start_three(replicas)
+            host, port = leader.address.rsplit(":", 1)
+            with socket.create_connection((host, int(port))) as greedy:
+                greedy.sendall(burst)
+                greedy.setblocking(False)
+                sent = len(burst)
+                while sent < UNREAD_SEND_BYTES_MAX:
+                    with anyio.move_on_after(STALL_S) as scope:
+                        await anyio.wait_writable(greedy)
+                    if scope.cancelled_caught:
+                        break
+                    sent += greedy.send(burst)
+                assert sent < UNREAD_SEND_BYTES_MAX, "the server never stopped reading"
+            assert await leader.call("add", 1) == 1, "the replica goes on serving"
+
+    anyio.run(scenario, backend_options={"use_uvloop": True})
+
+
+UNREAD_SEND_BYTES_MAX = 256 * 1024 * 1024
+STALL_S = 1.0
