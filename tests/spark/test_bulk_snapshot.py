@@ -8,11 +8,13 @@ from typing import Any
 
 import pytest
 from anyio.from_thread import BlockingPortal
+from kvstore import limits as kvstore_limits
 from kvstore.state_machine import KVStore
 from pyspark.sql import SparkSession
 
 from rsm.config import ReplicaConfig
 from rsm.core.commands import answer_query
+from rsm.errors import NotReducible
 from rsm.spark.bulk_snapshot import REPLICA_ID, bulk_snapshot
 from rsm.tools import cli
 from rsm.tools.replay import Replay, replay_to
@@ -162,3 +164,19 @@ def test_a_truncated_log_is_refused_naming_the_missing_range_and_the_snapshot_co
         f"the snapshot at index {report.index} covers it (replicas start from it): a bulk "
         "snapshot reduces the log from index 1"
     )
+
+
+def test_more_deletions_than_watch_remembers_are_counted_exactly_and_refused(
+    spark: SparkSession,
+    known: KnownCluster,
+    portal: BlockingPortal,
+    writer: KvLogWriter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    portal.call(writer.segment, blind_commands(120, seed=14))
+    # Past the bound the driver counts the simple keys' deletions exactly (a delete op of a
+    # key holding nothing deletes nothing); the bound is the driver's, executors keep theirs.
+    monkeypatch.setattr(kvstore_limits, "watch_tombstones_max", 0)
+
+    with pytest.raises(NotReducible, match=r"^[1-9]\d* deletions, more than 0: "):
+        bulk_snapshot(spark, known.zk, writer.app, KVStore, ledger_root=known.ledger_root)
