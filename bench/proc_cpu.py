@@ -29,3 +29,29 @@ def machine_cpu_s() -> tuple[float, float]:
     fields = [int(field) for field in first_line.split()[1:9]]
     all_ticks = sum(fields)
     return (all_ticks - fields[3] - fields[4]) / TICKS_PER_S, all_ticks / TICKS_PER_S
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU time process `root` and every process under it (those running now) have used so
+    far, each with its waited-for children (/proc/PID/stat: utime + stime + cutime +
+    cstime)."""
+    parents: dict[int, int] = {}
+    used: dict[int, int] = {}
+    for directory in Path("/proc").iterdir():
+        if not directory.name.isdigit():
+            continue
+        try:
+            fields = (directory / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # ended since the listing
+        pid = int(directory.name)
+        parents[pid] = int(fields[1])
+        used[pid] = sum(int(field) for field in fields[11:15])
+    total = 0
+    for pid, ticks in used.items():
+        ancestor = pid
+        while ancestor in parents and ancestor != root:
+            ancestor = parents[ancestor]
+        if ancestor == root:
+            total += ticks
+    return total / TICKS_PER_S

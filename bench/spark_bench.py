@@ -31,7 +31,9 @@ Baselines, measured in the same run on the same log:
   (`snapshot()`), not written: what the bulk snapshot replaces.
 
 `bulk_snapshot` compares the two snapshot times and says whether both
-states hash the same.
+states hash the same; `cpu_s` beside each is the CPU time it took (the bulk
+snapshot's: this process, Spark's JVM and its Python workers; replay's: this
+process), the bookies' excluded for both.
 
 Each result is commands per second of wall-clock time (Spark's include
 planning and task start; a warm-up read runs first so the JVM and Python
@@ -59,6 +61,7 @@ from anyio.from_thread import start_blocking_portal
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 from kvstore.state_machine import KVStore
+from proc_cpu import process_cpu_s, tree_cpu_s
 
 from bookie import limits as bookie_limits
 from bookie.client.ledger_client import LedgerClient
@@ -181,14 +184,17 @@ async def python_read(
     return count, time.perf_counter() - started
 
 
-async def replay_to_snapshot(zk: str, root: str) -> tuple[int, float, str]:
-    """(commands, seconds, state hash in hex) of replaying the log and serializing the state."""
+async def replay_to_snapshot(zk: str, root: str) -> tuple[int, float, float, str]:
+    """(commands, seconds, CPU seconds of this process, state hash in hex) of replaying the
+    log and serializing the state."""
+    cpu_before = time.process_time()
     started = time.perf_counter()
     async with ClusterSource.connect(zk, APP, ledger_root=root) as source:
         replay = await replay_to(source, KVStore, ReplicaConfig(), to_index=None)
     for _chunk in replay.machine.snapshot():
         pass
-    return replay.index, time.perf_counter() - started, replay.state_hash().hex()
+    seconds = time.perf_counter() - started
+    return replay.index, seconds, time.process_time() - cpu_before, replay.state_hash().hex()
 
 
 # --- Spark --------------------------------------------------------------------------------------
@@ -231,10 +237,20 @@ def spark_runs(zk: str, root: str, master: str, directory: Path) -> list[dict[st
     report = jobs.export(spark, zk, APP, str(directory / "export"), ledger_root=root)
     rate("spark-export-parquet", time.perf_counter() - started, report.rows)
     log("spark: bulk snapshot ...")
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
+
+    def spark_cpu_s() -> float:
+        """This process's CPU time, and the JVM's with its Python workers' (not the bookies')."""
+        return process_cpu_s(os.getpid()) + tree_cpu_s(jvm_pid)
+
+    cpu_before = spark_cpu_s()
     started = time.perf_counter()
     snapshot = bulk_snapshot(spark, zk, APP, KVStore, ledger_root=root)
     rate("spark-bulk-snapshot", time.perf_counter() - started, snapshot.index)
     results[-1]["state_hash"] = snapshot.state_hash
+    results[-1]["cpu_s"] = round(spark_cpu_s() - cpu_before, 1)
     config = {
         "master": master,
         "default_parallelism": spark.sparkContext.defaultParallelism,
@@ -290,13 +306,14 @@ def main(argv: list[str]) -> None:
                 )
                 log(f"  {baselines[-1]}")
             log("baseline: python-replay-to-snapshot ...")
-            commands, seconds, state_hash = portal.call(replay_to_snapshot, zk, root)
+            commands, seconds, cpu_s, state_hash = portal.call(replay_to_snapshot, zk, root)
             baselines.append(
                 {
                     "name": "python-replay-to-snapshot",
                     "commands": commands,
                     "seconds": round(seconds, 3),
                     "commands_per_s": round(commands / seconds),
+                    "cpu_s": round(cpu_s, 1),
                     "state_hash": state_hash,
                 }
             )
@@ -327,6 +344,8 @@ def main(argv: list[str]) -> None:
         "bulk_snapshot_s": bulk["seconds"],
         "replay_to_snapshot_s": replayed["seconds"],
         "bulk_faster": bulk["seconds"] < replayed["seconds"],
+        "bulk_cpu_s": bulk["cpu_s"],
+        "replay_cpu_s": replayed["cpu_s"],
         "same_state_hash": bulk["state_hash"] == replayed["state_hash"],
     }
     print(

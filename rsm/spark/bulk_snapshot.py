@@ -3,8 +3,9 @@
 For a class that declares a Spark reducer (`StateMachine.spark_reducer`):
 
 1. The log is read once, from index 1 to its readable end, the last index
-   `last` of the last readable entry (a log truncated away is `Truncated`:
-   the reducer starts from the empty state), and cached.
+   `last` of the last readable entry, and cached.  A log truncated below
+   index 1 is `Truncated`, naming the missing range and the registered
+   snapshot that covers it (a reducer starts from the empty state).
 2. `session_pass` (rsm/spark/session_pass.py) decides, from the session
    columns in index order on the driver, which commands a replica applies
    and the session table after `last`.
@@ -85,10 +86,7 @@ def bulk_snapshot(
         log = cluster.log(app)
         end = cluster.readable_end(app)
         if log.first_index > 1:
-            raise Truncated(
-                f"indexes [1, {log.first_index}) of {app!r} were truncated away: a bulk "
-                "snapshot reduces the log from index 1"
-            )
+            raise _truncated(app, log.first_index, cluster.covering_snapshot(app, log.first_index))
         if end <= 1:
             raise InvalidConfig(f"{app!r} has logged nothing readable yet")
         frame = read_log(spark, zk, app, ledger_root=ledger_root, endingIndex=str(end)).cache()
@@ -132,6 +130,18 @@ def bulk_snapshot(
         sessions=len(session_table),
         skipped=len(passed.skipped),
         seconds=round(time.perf_counter() - started, 3),
+    )
+
+
+def _truncated(app: str, first_index: int, covering: int | None) -> Truncated:
+    where = (
+        "no registered snapshot covers it"
+        if covering is None
+        else f"the snapshot at index {covering} covers it (replicas start from it)"
+    )
+    return Truncated(
+        f"indexes [1, {first_index}) of {app!r} were truncated away; {where}: a bulk snapshot "
+        "reduces the log from index 1"
     )
 
 

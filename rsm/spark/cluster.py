@@ -134,7 +134,7 @@ class Cluster:
         log = self.log(app)
         start = bounds.index.start
         if start is not None and start < log.first_index:
-            covering = self._portal.call(self._covering_snapshot, app, log.first_index)
+            covering = self.covering_snapshot(app, log.first_index)
             if on_data_loss != "snapshot" or covering is None:
                 raise _truncated(app, start, log.first_index, covering)
         bounds = bounds.meet(Bounds(index=Interval(log.first_index, None)))
@@ -164,6 +164,11 @@ class Cluster:
             LogPartition(segments[piece.ledger_id], piece.first_entry, piece.last_entry, bounds)
             for piece in pieces
         ]
+
+    def covering_snapshot(self, app: str, first_index: int) -> int | None:
+        """The index of the oldest registered snapshot of `app` from which its log, truncated
+        below `first_index`, still goes on; None when there is none."""
+        return self._portal.call(self._covering_snapshot, app, first_index)
 
     def readable_end(self, app: str) -> int:
         """One past the last index readable now without fencing (the log's first index when

@@ -5,7 +5,8 @@
 MSET, APPEND, SETRANGE, the counters, CAS, PERSIST, DEL, UNLINK), some of
 them failing (a counter on a text, a wrong argument count), from four client
 sessions and without one, with retries logged again (duplicates that the
-session table must skip).  `KvLogWriter` appends them in batches to CLOSED
+session table must skip); `blind_commands` those that set or delete their
+keys whatever they held.  `KvLogWriter` appends them in batches to CLOSED
 segments, each segment a new leader's (epoch, leader-start marker first),
 and publishes the log znode.
 """
@@ -76,6 +77,46 @@ def kv_commands(count: int, seed: int, extra: Command | None = None) -> list[Com
     return commands
 
 
+def blind_commands(count: int, seed: int) -> list[Command]:
+    """`count` commands that set or delete their keys whatever they held (the reducer's
+    simple keys, `b0` .. `b29`, reduced in Spark SQL): SET, MSET with repeated keys and keys
+    out of order, DEL and UNLINK with repeated keys, often interleaved on one key; now and
+    then an MSET naming one of `kv_commands`' keys too (the reducer's complex keys), a key
+    that is not UTF-8, and a UTF-8 key whose text is the one the log writes for it."""
+    rng = random.Random(seed)
+    keys = [f"b{number}".encode() for number in range(30)]
+    odd = [b"\xffodd", b'{"hex":"ff6f6464"}']
+
+    def key() -> bytes:
+        return rng.choice(keys)
+
+    def value() -> bytes:
+        return b"v%d" % rng.randrange(1000)
+
+    makers = [
+        lambda: ("set", [key(), value()]),
+        lambda: ("mset", [item for _ in range(rng.randrange(1, 5)) for item in (key(), value())]),
+        lambda: ("del", [key() for _ in range(rng.randrange(1, 4))]),
+        lambda: ("unlink", [key(), key()]),
+        lambda: ("mset", [key(), value(), b"k%d" % rng.randrange(24), value()]),
+        lambda: ("set", [rng.choice(odd), value()]),
+        lambda: ("del", [rng.choice(odd)]),
+    ]
+    weights = [30, 20, 20, 10, 3, 2, 1]
+    return [rng.choices(makers, weights)[0]() for _ in range(count)]
+
+
+def interleaved(first: list[Command], second: list[Command], seed: int) -> list[Command]:
+    """Both lists' commands, each list in its order, interleaved at random."""
+    rng = random.Random(seed)
+    merged: list[Command] = []
+    left, right = list(first), list(second)
+    while left or right:
+        source = left if right == [] or (left and rng.random() < 0.5) else right
+        merged.append(source.pop(0))
+    return merged
+
+
 @dataclass
 class KvLogWriter:
     """Writes an application's log segment by segment (see the module docstring)."""
@@ -128,6 +169,17 @@ class KvLogWriter:
             versioned = await self.store.get(layout.log)
             assert decode_log(versioned.value).segments == tuple(self.segments[:-1])
             await self.store.set(layout.log, value, versioned.version)
+
+    async def truncate_first_segment(self) -> int:
+        """Drop the first segment from the log znode, as truncation behind a snapshot does;
+        the log's new first index."""
+        self.segments.pop(0)
+        layout = AppLayout.of(self.app)
+        versioned = await self.store.get(layout.log)
+        await self.store.set(
+            layout.log, encode_log(Log(self.epoch, tuple(self.segments))), versioned.version
+        )
+        return self.segments[0].first_index
 
     def _item(self, command: Command) -> bytes:
         name, args = command

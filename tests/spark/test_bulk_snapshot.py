@@ -8,18 +8,20 @@ from typing import Any
 
 import pytest
 from anyio.from_thread import BlockingPortal
+from kvstore import limits as kvstore_limits
 from kvstore.state_machine import KVStore
 from pyspark.sql import SparkSession
 
 from rsm.config import ReplicaConfig
 from rsm.core.commands import answer_query
+from rsm.errors import NotReducible
 from rsm.spark.bulk_snapshot import REPLICA_ID, bulk_snapshot
 from rsm.tools import cli
 from rsm.tools.replay import Replay, replay_to
 from rsm.tools.source import ClusterSource
 
 from .history import KnownCluster
-from .kv_log import KvLogWriter, kv_commands, kv_writer
+from .kv_log import KvLogWriter, blind_commands, interleaved, kv_commands, kv_writer
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.zookeeper]
 
@@ -47,6 +49,15 @@ def _replay(
     return portal.call(run)
 
 
+def _snapshot_command(known: KnownCluster, writer: KvLogWriter) -> list[str]:
+    """`rsm spark snapshot` of the writer's application, on `local[2]`."""
+    return [
+        *("spark", "snapshot", "--zk", known.zk, "--ledger-root", known.ledger_root),
+        *("--app", writer.app, "--machine", "kvstore.state_machine:KVStore"),
+        *("--master", "local[2]"),
+    ]
+
+
 def _state(replay: Replay) -> tuple[Any, ...]:
     """The replayed state in full, dict orders included, and the session table."""
     machine = replay.machine
@@ -64,8 +75,9 @@ def _state(replay: Replay) -> tuple[Any, ...]:
 def test_the_bulk_snapshot_is_the_state_replay_reaches_and_replicas_go_on_from_it(
     spark: SparkSession, known: KnownCluster, portal: BlockingPortal, writer: KvLogWriter
 ) -> None:
-    portal.call(writer.segment, kv_commands(1500, seed=1))
-    portal.call(writer.segment, kv_commands(500, seed=2))
+    # Complex keys (reduced in Python) and simple ones (in Spark SQL), some named together.
+    portal.call(writer.segment, interleaved(kv_commands(1500, seed=1), blind_commands(900, 5), 8))
+    portal.call(writer.segment, interleaved(kv_commands(500, seed=2), blind_commands(300, 6), 9))
     last = writer.index - 1
 
     report = bulk_snapshot(spark, known.zk, writer.app, KVStore, ledger_root=known.ledger_root)
@@ -83,6 +95,12 @@ def test_the_bulk_snapshot_is_the_state_replay_reaches_and_replicas_go_on_from_i
     assert isinstance(replayed.machine, KVStore)
     assert replayed.machine.tombstones
     assert replayed.machine.values
+    for kind in (replayed.machine.values, replayed.machine.tombstones):
+        assert {b"b", b"k"} <= {key[:1] for key in kind}
+    assert {b"\xffodd", b'{"hex":"ff6f6464"}'} <= {
+        *replayed.machine.values,
+        *replayed.machine.tombstones,
+    }
 
     # A replica starting now loads the bulk snapshot and applies only the log after it.
     portal.call(writer.segment, kv_commands(300, seed=3))
@@ -108,10 +126,8 @@ def test_a_command_the_reducer_cannot_reduce_fails_the_snapshot_naming_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     portal.call(writer.segment, kv_commands(60, seed=4, extra=("expire", [b"k1", b"10"])))
-    words = ["--zk", known.zk, "--ledger-root", known.ledger_root, "--app", writer.app]
-    machine = ["--machine", "kvstore.state_machine:KVStore", "--master", "local[2]"]
 
-    assert cli.main(["spark", "snapshot", *words, *machine]) == 2
+    assert cli.main(_snapshot_command(known, writer)) == 2
 
     error = capsys.readouterr().err.strip()
     assert error.startswith("error: NotReducible: index "), error
@@ -126,3 +142,41 @@ def test_a_class_without_a_reducer_is_bad_input(
     machine = ["--machine", "rsm.testing.workload:SimStore"]
     assert cli.main(["spark", "snapshot", *words, *machine]) == 2
     assert "declares no Spark reducer" in capsys.readouterr().err
+
+
+def test_a_truncated_log_is_refused_naming_the_missing_range_and_the_snapshot_covering_it(
+    spark: SparkSession,
+    known: KnownCluster,
+    portal: BlockingPortal,
+    writer: KvLogWriter,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    portal.call(writer.segment, kv_commands(40, seed=7))
+    report = bulk_snapshot(spark, known.zk, writer.app, KVStore, ledger_root=known.ledger_root)
+    portal.call(writer.segment, kv_commands(40, seed=8))
+    first_index = portal.call(writer.truncate_first_segment)
+    assert first_index == report.index + 1
+
+    assert cli.main(_snapshot_command(known, writer)) == 1  # not bad input: the log's state
+
+    assert capsys.readouterr().err.strip() == (
+        f"error: Truncated: indexes [1, {first_index}) of {writer.app!r} were truncated away; "
+        f"the snapshot at index {report.index} covers it (replicas start from it): a bulk "
+        "snapshot reduces the log from index 1"
+    )
+
+
+def test_more_deletions_than_watch_remembers_are_counted_exactly_and_refused(
+    spark: SparkSession,
+    known: KnownCluster,
+    portal: BlockingPortal,
+    writer: KvLogWriter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    portal.call(writer.segment, blind_commands(120, seed=14))
+    # Past the bound the driver counts the simple keys' deletions exactly (a delete op of a
+    # key holding nothing deletes nothing); the bound is the driver's, executors keep theirs.
+    monkeypatch.setattr(kvstore_limits, "watch_tombstones_max", 0)
+
+    with pytest.raises(NotReducible, match=r"^[1-9]\d* deletions, more than 0: "):
+        bulk_snapshot(spark, known.zk, writer.app, KVStore, ledger_root=known.ledger_root)
