@@ -47,6 +47,8 @@ WARMUP_S = 1.0
 DRAIN_S = 4.0
 LEADER_TIMEOUT_S = 30.0
 PASS_SHARE = 0.9
+RATE_MIN = 500
+"""The first rate a search probes."""
 HOST = "127.0.0.1"
 
 
@@ -154,7 +156,7 @@ def max_rate(
     nodes: int = 3,
     probe_s: int = 5,
     command_bytes: int = 100,
-    rate_min: int = 500,
+    rate_min: int = RATE_MIN,
     rate_max: int = 40_000,
     resolution: int = 500,
 ) -> dict[str, Any]:

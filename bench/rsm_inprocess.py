@@ -1,19 +1,21 @@
-"""The framework measured by PySyncObj's own method: load made inside the leader's process.
+"""One probe of the framework by PySyncObj's own method: load made inside the leader's process.
 
     python bench/rsm_inprocess.py --zk HOSTS --ledger-root ROOT --app APP --listen HOST:PORT \
-        --result FILE [--probe-seconds 5] [--rate-max 40000] [--resolution 500]
+        --session-timeout-ms MS --pad-chars N --rate R --seconds S --result FILE
 
 One replica of `rsm.testing.workload:AuditCounter`, wired as `rsm run` wires
 it (its ZooKeeper session, its ledger client, E=3 Qw=3 Qa=2, fsync on the
-bookies).  bench/rsm_bench.py starts three; the one that leads runs the
-search of bench/pysyncobj_rate.py inside its own process, the way PySyncObj's
-benchmark drives its nodes: at the start of every second of a probe it
-submits the probe's rate of 100-byte `add` commands to its replica without
-waiting for them (`Replica.handle_call`, the in-process API: no network hop,
-no session), and the share of them acknowledged within the drain time
-decides the probe.  It writes the row to `--result` and keeps serving until
-it is killed.  PySyncObj's nodes forward what followers submit to their
-leader; ours do not take calls in process, so the leader submits all of it.
+bookies).  bench/rsm_bench.py starts three, of a new application, for every
+probe of its search (as PySyncObj's benchmark starts its nodes afresh for
+every probe); the one that leads makes the probe's load the way that
+benchmark does: at the start of every second it submits `--rate` 100-byte
+`add` commands to its replica without waiting for them
+(`Replica.handle_call`, the in-process API: no network hop, no session),
+and the share of them acknowledged within the drain time is the probe's
+result, written to `--result` as `{"rate": R, "share_ok": x}`.  Then it
+serves until it is killed.  PySyncObj's nodes forward what followers submit
+to their leader; ours do not take calls in process, so the leader submits
+all of it.
 """
 
 from __future__ import annotations
@@ -24,15 +26,11 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.lowlevel
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pysyncobj_rate import highest_passing_rate, method_text
 
 from rsm import Replica
 from rsm.config import ReplicaConfig
@@ -41,7 +39,6 @@ from rsm.testing.workload import AuditCounter
 
 WARMUP_S = 1.0
 DRAIN_S = 4.0
-SETTLE_S = 60.0
 LEAD_POLL_S = 0.01
 SLICE_COMMANDS = 1_000
 
@@ -72,8 +69,7 @@ async def probe(replica: Replica, rate: int, *, probe_s: int, pad: str) -> float
 
     A second's commands are handed over in slices with the event loop let run in between,
     as PySyncObj's submitting thread lets its node's thread run: one slice of a whole
-    second's load would hold the loop, and the replica's ZooKeeper session with it.  Before
-    the next probe, what is still owed is waited for (uncounted), so probes do not overlap."""
+    second's load would hold the loop, and the replica's ZooKeeper session with it."""
     tally = Tally()
     sent = 0
     started = time.monotonic()
@@ -89,40 +85,7 @@ async def probe(replica: Replica, rate: int, *, probe_s: int, pad: str) -> float
     with anyio.move_on_after(DRAIN_S):
         while tally.ok + tally.failed < sent:
             await anyio.sleep(0.05)
-    share = tally.ok / sent
-    with anyio.move_on_after(SETTLE_S):
-        while tally.ok + tally.failed < sent or not leading(replica):
-            await anyio.sleep(0.05)
-    return share
-
-
-async def search(replica: Replica, arguments: argparse.Namespace) -> dict[str, Any]:
-    pad = "x" * arguments.pad_chars
-    steps: list[dict[str, Any]] = []
-    rates = highest_passing_rate(
-        rate_min=arguments.rate_min, rate_max=arguments.rate_max, resolution=arguments.resolution
-    )
-    rate = next(rates)
-    try:
-        while True:
-            share = await probe(replica, rate, probe_s=arguments.probe_seconds, pad=pad)
-            steps.append({"rate": rate, "share_ok": round(share, 4)})
-            print(f"framework in process: {rate}/s -> {share:.1%} acknowledged", file=sys.stderr)
-            rate = rates.send(share)
-    except StopIteration as done:
-        highest: int = done.value
-    method = method_text(
-        "the leader's own process",
-        probe_s=arguments.probe_seconds,
-        resolution=arguments.resolution,
-    )
-    return {
-        "name": "framework-own-method-in-process-100B",
-        "ops_per_s": highest,
-        "search_rate_max": arguments.rate_max,
-        "method": method + "; fsynced on 2 of 3 bookies before acknowledged",
-        "search": steps,
-    }
+    return tally.ok / sent
 
 
 async def node(arguments: argparse.Namespace) -> int:
@@ -144,9 +107,10 @@ async def node(arguments: argparse.Namespace) -> int:
         while not leading(replica):
             await anyio.sleep(LEAD_POLL_S)
         await anyio.sleep(WARMUP_S)
-        row = await search(replica, arguments)
+        pad = "x" * arguments.pad_chars
+        share = await probe(replica, arguments.rate, probe_s=arguments.seconds, pad=pad)
         partial = arguments.result.with_suffix(".partial")
-        partial.write_text(json.dumps(row))
+        partial.write_text(json.dumps({"rate": arguments.rate, "share_ok": share}))
         partial.rename(arguments.result)
         await anyio.sleep_forever()
     return 0
@@ -161,10 +125,8 @@ def main() -> None:
     parser.add_argument("--result", type=Path, required=True)
     parser.add_argument("--session-timeout-ms", type=int, required=True)
     parser.add_argument("--pad-chars", type=int, required=True)
-    parser.add_argument("--probe-seconds", type=int, default=5)
-    parser.add_argument("--rate-min", type=int, default=500)
-    parser.add_argument("--rate-max", type=int, default=40_000)
-    parser.add_argument("--resolution", type=int, default=500)
+    parser.add_argument("--rate", type=int, required=True, help="commands per second")
+    parser.add_argument("--seconds", type=int, required=True, help="of load")
     arguments = parser.parse_args()
     sys.exit(
         run_replica_main(
