@@ -474,6 +474,15 @@ class Replica:
             return None
         return term.read_now(name, args, kwargs)
 
+    def read_applied(self, name: str, args: list[Any], *, time_ms: int) -> Outcome:
+        """Query `name` answered at once from this replica's applied state, as of `time_ms`
+        when that is later than the last applied entry's time.
+
+        For a caller that established the read's freshness itself: a follower that learned
+        the leader's applied index and clock for a linearizable read (a query the leader
+        answered after the read arrived) and has applied at least that index."""
+        return self._applier.query(name, args, None, time_ms=time_ms)
+
     def cancel_read(self, ticket: int) -> None:
         self._applier.cancel_read(ticket)
 

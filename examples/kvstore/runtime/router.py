@@ -13,6 +13,18 @@ A linearizable read that the local leader can answer at once, under its read
 lease (`Replica.read_now`), is delivered straight away, unless an earlier
 command of its connection waits for a retry.
 
+A linearizable read at a follower is not forwarded one by one: the reads that
+arrive during a turn of the event loop wait for one *position round*, the
+store's `position` query sent to the leader once the turn is over (one round
+in flight; reads arriving meanwhile wait for the next).  The leader answers it
+linearizably with its applied index and its clock; a follower that has
+applied that index answers the round's reads from its own state at the
+leader's clock (`Replica.read_applied`).  That is linearizable: the leader
+answered after the reads arrived, from a state holding every write
+acknowledged before then, and the follower's state holds at least as much.
+A follower behind that index, or a round without an answer, forwards the
+round's reads to the leader as any other command.
+
 Who leads: the router remembers the leader's framework address from the
 last `NotLeader` answer (the local replica's, which follows the `leader`
 znode, or a remote one's).  When it knows none, it asks the local replica,
@@ -53,7 +65,9 @@ Invariants: every command handed to the router gets exactly one
 seq across all its attempts, except that one of which nothing may have been
 logged moves to its lane's new session after `SessionExpired`; the router
 never sends a command of a lane while an earlier one of that lane is parked,
-nor a read while an earlier write of its lane is unanswered.
+nor a read while an earlier write of its lane is unanswered, nor anything of a
+lane while a read of it waits for a position round; a follower answers a read
+from its own state only from a round sent after the read arrived.
 """
 
 from __future__ import annotations
@@ -103,6 +117,10 @@ class LocalReplica(Protocol):
         """A linearizable read answered at once (a leader under its read lease), or None."""
         ...
 
+    def read_applied(self, name: str, args: list[Any], *, time_ms: int) -> Outcome:
+        """A query answered at once from the applied state, as of `time_ms` if later."""
+        ...
+
     @property
     def applied_index(self) -> int: ...
 
@@ -135,6 +153,9 @@ class Lane:
     is answered (`answered_calls` keeps those answered out of turn).  A read waits while
     one of them is older than it."""
     answered_calls: set[int] = field(default_factory=set)
+    index_reads: int = 0
+    """The lane's reads waiting for a position round (see `_IndexRound`): the lane's later
+    commands wait behind them."""
 
     def oldest_unanswered_call(self) -> int | None:
         return self.unanswered_calls[0] if self.unanswered_calls else None
@@ -169,6 +190,7 @@ class _Attempt(Command):
         "receiver",
         "ticket",
         "sent_to",
+        "indexed",
     )
 
     def __init__(
@@ -198,6 +220,9 @@ class _Attempt(Command):
         self.ticket = ticket
         self.sent_to: str | None = None
         """Where the last attempt went: a leader's address, None for the local replica."""
+        self.indexed = False
+        """A read that went through a position round and could not be answered from it:
+        from now on it is forwarded to the leader."""
 
     def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
         """The local replica's answer (an `Answerer`)."""
@@ -216,6 +241,27 @@ class _Attempt(Command):
 
 def _order(attempt: _Attempt) -> int:
     return attempt.order
+
+
+class _IndexRound:
+    """One position round: the leader's `position` query, asked for the linearizable reads
+    that arrived at a follower before it was sent (a `rsm.link.Waiter`)."""
+
+    __slots__ = ("router", "reads")
+
+    def __init__(self, router: Router, reads: list[_Attempt]) -> None:
+        self.router = router
+        self.reads = reads
+
+    def answered(self, response: Response) -> None:
+        position = None
+        if response.status == RsmStatus.OK:
+            index, time_ms = response.value
+            position = (int(index), int(time_ms))
+        self.router._index_answered(self, position)
+
+    def lost(self, error: LinkLost) -> None:
+        self.router._index_answered(self, None)
 
 
 class Router:
@@ -248,6 +294,10 @@ class Router:
         self._calls_unflushed = False
         """A call went to the local replica since the last `flush`."""
         self._flush_scheduled = False
+        self._index_waiting: list[_Attempt] = []
+        """Linearizable reads at a follower waiting for the next position round."""
+        self._index_round: _IndexRound | None = None
+        self._index_scheduled = False
 
     # --- the server's side ----------------------------------------------------------------------
 
@@ -283,7 +333,7 @@ class Router:
         stale: bool,
     ) -> None:
         """Answer query `name`, linearizably (on the leader) or `stale` (locally, at once)."""
-        if not stale and not lane.parked and not lane.unanswered_calls:
+        if not stale and not lane.parked and not lane.unanswered_calls and not lane.index_reads:
             # The local leader answers under its read lease without a round: no
             # attempt to track, nothing to retry.
             replica = self._replica
@@ -309,7 +359,7 @@ class Router:
     def read_now(self, lane: Lane, name: str, args: list[Any]) -> Outcome | None:
         """A linearizable read's outcome at once, when the local leader answers it under its
         read lease and no earlier command of the lane waits; else None (use `read`)."""
-        if lane.parked or lane.unanswered_calls:
+        if lane.parked or lane.unanswered_calls or lane.index_reads:
             return None
         return self._replica.read_now(name, args)
 
@@ -397,7 +447,7 @@ class Router:
 
     def _submit(self, attempt: _Attempt) -> None:
         lane = attempt.lane
-        if lane.parked or lane.waits_for_writes(attempt):
+        if lane.parked or lane.index_reads or lane.waits_for_writes(attempt):
             bisect.insort(lane.parked, attempt, key=_order)
             return
         self._send(attempt)
@@ -407,7 +457,7 @@ class Router:
         the writes before it (or up to one that was parked again on the way)."""
         waiting, lane.parked = lane.parked, []
         for position, attempt in enumerate(waiting):
-            if lane.parked or lane.waits_for_writes(attempt):
+            if lane.parked or lane.index_reads or lane.waits_for_writes(attempt):
                 for rest in waiting[position:]:
                     bisect.insort(lane.parked, rest, key=_order)
                 return
@@ -448,6 +498,9 @@ class Router:
                 self._calls_unflushed = True
                 return
         else:
+            if not local and not attempt.indexed:
+                self._wait_for_position(attempt)
+                return
             request = QueryRequest(
                 request_id, attempt.name, attempt.args, {}, Consistency.LINEARIZABLE, 0
             )
@@ -459,6 +512,68 @@ class Router:
             self._link(leader).send(request, attempt)
         except StatusError as error:  # a value the protocol cannot carry: not sent
             self._on_answer(attempt, Outcome.failure(error), 0)
+
+    # --- linearizable reads at a follower ----------------------------------------------------
+
+    def _wait_for_position(self, attempt: _Attempt) -> None:
+        """Hold a linearizable read for the next position round (started once this turn of
+        the event loop is over, so that the turn's reads share it)."""
+        attempt.lane.index_reads += 1
+        self._index_waiting.append(attempt)
+        if self._index_round is None and not self._index_scheduled:
+            self._index_scheduled = True
+            self._call_soon(self._start_index_round)
+
+    def _start_index_round(self) -> None:
+        self._index_scheduled = False
+        if self._index_round is not None or not self._index_waiting:
+            return
+        reads, self._index_waiting = self._index_waiting, []
+        round_ = self._index_round = _IndexRound(self, reads)
+        leader = self._leader
+        replica = self._replica
+        if leader is None or replica.is_leader or leader == replica.address:
+            self._index_answered(round_, None)  # no other leader to ask: each read goes alone
+            return
+        request = QueryRequest(
+            next(self._request_ids), "position", [], {}, Consistency.LINEARIZABLE, 0
+        )
+        self._link(leader).send(request, round_)
+
+    def _index_answered(self, round_: _IndexRound, position: tuple[int, int] | None) -> None:
+        """The leader's position (`[index, time_ms]`), or None: the round failed.
+
+        A read of the round is answered from the local state when this replica has applied
+        the leader's index: that state holds every write acknowledged before the read
+        arrived (the leader answered after it arrived, from a state holding them all), and
+        it is read at the leader's clock.  Otherwise (behind, or no answer) the read is
+        forwarded to the leader as any other command.  Then the lanes' later commands go."""
+        assert round_ is self._index_round
+        self._index_round = None
+        replica = self._replica
+        applied_index = replica.applied_index
+        answer_here = position is not None and applied_index >= position[0]
+        lanes: list[Lane] = []
+        for attempt in round_.reads:
+            lane = attempt.lane
+            lane.index_reads -= 1
+            if not lane.index_reads:
+                lanes.append(lane)
+            if lane.closed:
+                continue
+            if answer_here:
+                assert position is not None
+                outcome = replica.read_applied(attempt.name, attempt.args, time_ms=position[1])
+                self._deliver(attempt, outcome, applied_index)
+            else:
+                attempt.indexed = True
+                self._send(attempt)
+        for lane in lanes:
+            if lane.parked and not lane.scheduled and not lane.closed:
+                self._release(lane)
+        if self._index_waiting and not self._index_scheduled:
+            self._index_scheduled = True
+            self._call_soon(self._start_index_round)
 
     def _link(self, address: str) -> Link:
         link = self._links.get(address)

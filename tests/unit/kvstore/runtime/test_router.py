@@ -53,6 +53,10 @@ class FakeReplica:
         self.lease = False
         """Whether `read_now` answers (a leader under its read lease)."""
         self.applied_index = 7
+        self.clock_ms = 1_000
+        """The time a leader's `position` query gives."""
+        self.applied_reads: list[tuple[str, int]] = []
+        """(query, time_ms) answered by `read_applied`."""
         self.flushes = 0
         self.stalled = False
         """Whether calls go unanswered (a leader stopped with its connections open)."""
@@ -76,7 +80,9 @@ class FakeReplica:
     def handle_query(self, request: QueryRequest, answerer: Answerer) -> int | None:
         self.queries.append(request)
         stale = request.consistency is Consistency.STALE
-        if self.leader or stale:
+        if self.leader and request.name == "position":
+            outcome = Outcome(RsmStatus.OK, [self.applied_index, self.clock_ms])
+        elif self.leader or stale:
             outcome = Outcome(RsmStatus.OK, ["read", request.name])
         else:
             outcome = Outcome.failure(NotLeader("not me", self.hint))
@@ -87,6 +93,10 @@ class FakeReplica:
         if self.leader and self.lease:
             return Outcome(RsmStatus.OK, ["now", name])
         return None
+
+    def read_applied(self, name: str, args: list[Any], *, time_ms: int) -> Outcome:
+        self.applied_reads.append((name, time_ms))
+        return Outcome(RsmStatus.OK, ["applied", name, time_ms])
 
     def cancel_read(self, ticket: int) -> None:
         raise AssertionError("no read waits here")
@@ -217,12 +227,62 @@ async def test_a_follower_forwards_to_the_leader_it_is_told_of() -> None:
     assert [call.name for call in local.calls] == ["set"], "asked once who leads, then forwarded"
     assert [(call.name, call.seq) for call in remote.calls] == [("set", 1), ("del", 2)]
     assert remote.calls[0].client_id == lane.session.client_id
-    assert [query.consistency for query in remote.queries] == [Consistency.LINEARIZABLE]
+    assert [(query.name, query.consistency) for query in remote.queries] == [
+        ("position", Consistency.LINEARIZABLE)
+    ]
     assert [outcome.value for _, outcome in inbox.delivered] == [
         ["set", 1],
-        ["read", "get"],
+        ["applied", "get", remote.clock_ms],
         ["del", 2],
     ]
+
+
+async def test_a_followers_reads_share_a_position_round_and_are_answered_from_its_state() -> None:
+    inbox = Inbox()
+    async with forwarding() as (router, local, remote):
+        local.applied_index = remote.applied_index
+        lanes = [router.lane() for _ in range(5)]
+        for ticket, lane in enumerate(lanes):
+            router.read(lane, "get", [b"k"], inbox, ticket, stale=False)
+        delivered = await inbox.wait(5)
+        assert [query.name for query in remote.queries] == ["position"], "one round for all"
+        assert local.applied_reads == [("get", remote.clock_ms)] * 5, "at the leader's clock"
+        assert {ticket for ticket, _ in delivered} == set(range(5))
+        router.read(lanes[0], "get", [b"k"], inbox, 5, stale=False)
+        await inbox.wait(6)
+        assert [query.name for query in remote.queries] == ["position"] * 2, "a read, a round"
+
+
+async def test_a_follower_behind_the_leaders_position_forwards_the_reads() -> None:
+    inbox = Inbox()
+    async with forwarding() as (router, local, remote):
+        local.applied_index = remote.applied_index - 1
+        router.read(router.lane(), "get", [b"k"], inbox, 0, stale=False)
+        [(_, outcome)] = await inbox.wait(1)
+    assert outcome.value == ["read", "get"], "answered by the leader"
+    assert [query.name for query in remote.queries] == ["position", "get"]
+    assert local.applied_reads == []
+
+
+async def test_commands_after_a_read_waiting_for_its_position_round_wait_behind_it() -> None:
+    inbox = Inbox()
+    async with forwarding() as (router, local, remote):
+        seen_calls: list[int] = []
+        read_applied = local.read_applied
+
+        def read_noting_calls(name: str, args: list[Any], *, time_ms: int) -> Outcome:
+            seen_calls.append(len(remote.calls))
+            return read_applied(name, args, time_ms=time_ms)
+
+        local.read_applied = read_noting_calls  # type: ignore[method-assign]
+        router.call(router.lane(), "set", [b"x", b"1"], inbox, 0)  # learns the leader
+        await inbox.wait(1)
+        lane = router.lane()
+        router.read(lane, "get", [b"k"], inbox, 1, stale=False)
+        router.call(lane, "set", [b"k", b"v"], inbox, 2)
+        delivered = await inbox.wait(3)
+    assert seen_calls == [1], "the lane's set was not sent before its read was answered"
+    assert [ticket for ticket, _ in delivered] == [0, 1, 2]
 
 
 async def test_a_retry_after_an_unknown_outcome_keeps_the_seq() -> None:
