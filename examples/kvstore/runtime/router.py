@@ -162,6 +162,7 @@ class Lane:
 
     def call_answered(self, order: int) -> None:
         unanswered = self.unanswered_calls
+        assert unanswered, "a write is answered once"
         if unanswered[0] != order:
             self.answered_calls.add(order)
             return
@@ -256,8 +257,11 @@ class _IndexRound:
     def answered(self, response: Response) -> None:
         position = None
         if response.status == RsmStatus.OK:
-            index, time_ms = response.value
-            position = (int(index), int(time_ms))
+            try:
+                index, time_ms = response.value
+                position = (int(index), int(time_ms))
+            except (TypeError, ValueError):
+                position = None  # not a position: the reads are forwarded instead
         self.router._index_answered(self, position)
 
     def lost(self, error: LinkLost) -> None:

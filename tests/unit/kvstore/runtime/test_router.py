@@ -264,6 +264,16 @@ async def test_a_follower_behind_the_leaders_position_forwards_the_reads() -> No
     assert local.applied_reads == []
 
 
+async def test_a_position_answer_that_is_not_one_sends_the_reads_to_the_leader() -> None:
+    inbox = Inbox()
+    async with forwarding() as (router, local, remote):
+        remote.clock_ms = "soon"  # type: ignore[assignment]
+        router.read(router.lane(), "get", [b"k"], inbox, 0, stale=False)
+        [(_, outcome)] = await inbox.wait(1)
+    assert outcome.value == ["read", "get"], "answered by the leader"
+    assert local.applied_reads == []
+
+
 async def test_commands_after_a_read_waiting_for_its_position_round_wait_behind_it() -> None:
     inbox = Inbox()
     async with forwarding() as (router, local, remote):
