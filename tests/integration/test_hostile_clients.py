@@ -231,6 +231,8 @@ async def probing(port: Port) -> AsyncIterator[list[float]]:
                         await probe(number)
                     latencies.append(time.monotonic() - started)
                     number += 1
+                    # The well-behaved client's pace: a steady trickle of requests is the
+                    # stimulus, measured under the attack, not a wait for anything.
                     await anyio.sleep(PROBE_INTERVAL_S)
 
             task_group.start_soon(loop)
@@ -271,7 +273,7 @@ async def test_slow_loris(port: Port) -> None:
     async with attack(port), await anyio.connect_tcp(HOST, port.port) as slow:
         for byte in port.request[:SLOW_LORIS_BYTES]:
             await slow.send(bytes((byte,)))
-            await anyio.sleep(1.0)
+            await anyio.sleep(1.0)  # the attack itself: one byte a second
 
 
 async def test_flood_of_connections(port: Port) -> None:
