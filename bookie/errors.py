@@ -32,6 +32,7 @@ class Status(enum.IntEnum):
     EFENCED = 104
     EREADONLY = 105
     ETOOMANYREQUESTS = 106
+    EUNAUTHENTICATED = 107
 
 
 def preview(value: object, chars_max: int = 80) -> str:
@@ -134,6 +135,13 @@ class TooManyRequests(StatusError):
     retryable = True
 
 
+class NotAuthenticated(StatusError):
+    """The bookie requires a client token and this connection has not presented one it
+    knows (EUNAUTHENTICATED): the client's token is missing or wrong."""
+
+    status = Status.EUNAUTHENTICATED
+
+
 STATUS_ERRORS: dict[Status, type[StatusError]] = {
     cls.status: cls
     for cls in (
@@ -146,6 +154,7 @@ STATUS_ERRORS: dict[Status, type[StatusError]] = {
         Fenced,
         ReadOnly,
         TooManyRequests,
+        NotAuthenticated,
     )
 }
 

@@ -36,6 +36,11 @@ Invariants:
 * After `storage_failed()` nothing is promised durable any more: every request
   that would mutate storage is answered EIO; reads that need no mutation are
   still served from what storage holds.
+* With a token table (`bookie.core.tokens`), a connection is served only once
+  an AUTH request on it presented a known token: every other request before
+  that is answered EUNAUTHENTICATED and changes nothing, and so is every
+  request after an AUTH with an unknown token.  Without one, AUTH is answered
+  EOK with no principal.
 """
 
 from __future__ import annotations
@@ -46,15 +51,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bookie import limits
+from bookie.core.tokens import TokenTable
 from bookie.errors import Status
 from bookie.storage.api import LedgerRecord
 from bookie.wire.messages import (
     ADD_FLAG_RECOVERY,
     ENTRY_ID_LAST,
     LAC_NONE,
+    OP_OF_REQUEST,
     READ_FLAG_FENCE,
+    RESPONSE_TYPES,
     AddRequest,
     AddResponse,
+    AuthRequest,
+    AuthResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
     IdentifyRequest,
@@ -85,6 +95,7 @@ _EUA = int(Status.EUA)
 _EFENCED = int(Status.EFENCED)
 _EREADONLY = int(Status.EREADONLY)
 _ETOOMANYREQUESTS = int(Status.ETOOMANYREQUESTS)
+_EUNAUTHENTICATED = int(Status.EUNAUTHENTICATED)
 
 _STORAGE_FAILED = "storage failed; nothing more can be made durable"
 
@@ -262,6 +273,10 @@ class BookieHandler:
         "_deadlines",
         "_sequence",
         "_storage_failed",
+        "_tokens",
+        "_principals",
+        "auth_failures",
+        "unauthenticated_requests",
     )
 
     def __init__(
@@ -273,6 +288,7 @@ class BookieHandler:
         identity: BookieIdentity | None = None,
         long_poll_waiters_max: int = limits.long_poll_waiters_max,
         tombstones_max: int = limits.fenced_deleted_ledgers_remembered_max,
+        tokens: TokenTable | None = None,
     ) -> None:
         assert long_poll_waiters_max >= 0
         assert tombstones_max >= 0
@@ -299,6 +315,13 @@ class BookieHandler:
         self._deadlines: list[tuple[int, int, _ParkedRead]] = []
         self._sequence = itertools.count()
         self._storage_failed = False
+        self._tokens = tokens
+        self._principals: dict[int, str] = {}
+        """The principal each authenticated connection presented the token of."""
+        self.auth_failures = 0
+        """AUTH requests with a token the table does not hold."""
+        self.unauthenticated_requests = 0
+        """Other requests refused because their connection was not authenticated."""
 
     # --- inspection (tests, admin) ------------------------------------------------------------
 
@@ -325,6 +348,8 @@ class BookieHandler:
 
     def handle(self, request: Request, now_ms: int, connection_id: int) -> list[Effect]:
         """The effects of one request, in the order the shell must carry them out."""
+        if self._tokens is not None and connection_id not in self._principals:
+            return [Reply(connection_id, self._unauthenticated(request, connection_id))]
         # Adds first: they are the hot path.
         if isinstance(request, AddRequest):
             return self._add(request, connection_id)
@@ -340,7 +365,33 @@ class BookieHandler:
             return [Reply(connection_id, self._ledger_state(request))]
         if isinstance(request, IdentifyRequest):
             return [Reply(connection_id, self._identify(request))]
+        if isinstance(request, AuthRequest):
+            return [Reply(connection_id, self._auth(request, connection_id))]
         return self._list_entries(request, connection_id)
+
+    def principal(self, connection_id: int) -> str | None:
+        """The principal connection `connection_id` authenticated as, if any."""
+        return self._principals.get(connection_id)
+
+    def _unauthenticated(self, request: Request, connection_id: int) -> Response:
+        if isinstance(request, AuthRequest):
+            return self._auth(request, connection_id)
+        self.unauthenticated_requests += 1
+        response_type = RESPONSE_TYPES[OP_OF_REQUEST[type(request)]]
+        message = "this bookie requires a client token: send AUTH first"
+        return response_type(request.request_id, _EUNAUTHENTICATED, message)
+
+    def _auth(self, request: AuthRequest, connection_id: int) -> AuthResponse:
+        if self._tokens is None:
+            return AuthResponse(request.request_id, _EOK, None, None)
+        principal = self._tokens.principal_of(request.token)
+        if principal is None:
+            self.auth_failures += 1
+            self._principals.pop(connection_id, None)
+            message = "unknown client token"
+            return AuthResponse(request.request_id, _EUNAUTHENTICATED, message, None)
+        self._principals[connection_id] = principal
+        return AuthResponse(request.request_id, _EOK, None, principal)
 
     def _add(self, request: AddRequest, connection_id: int) -> list[Effect]:
         request_id, ledger_id, entry_id, master_key, flags, packet = request
@@ -559,7 +610,8 @@ class BookieHandler:
             heapq.heapify(self._deadlines)
 
     def drop_connection(self, connection_id: int) -> None:
-        """Forget the parked READs of a closed connection; nobody is left to answer."""
+        """Forget the parked READs and the principal of a closed connection."""
+        self._principals.pop(connection_id, None)
         # The deadline heap holds every parked READ, so scanning it is bounded
         # by the waiter count rather than by the number of ledgers.
         for _, _, parked in self._deadlines:

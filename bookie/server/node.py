@@ -47,6 +47,7 @@ import anyio.abc
 
 from bookie.address import Address
 from bookie.core.bookie_handler import BookieIdentity
+from bookie.core.tokens import TokenTable
 from bookie.errors import (
     BookieError,
     CookieMismatch,
@@ -114,8 +115,11 @@ class BookieNode:
         config: BookieConfig,
         reload: Reload | None = None,
         hosted: HostedService | None = None,
+        tokens: TokenTable | None = None,
     ) -> None:
+        """`tokens`: the clients it serves, when it requires client tokens."""
         self._config = config
+        self._tokens = tokens
         self._reload = reload
         self._hosted = hosted
         self._stop_scope: anyio.CancelScope | None = None
@@ -282,6 +286,7 @@ class BookieNode:
                     read_only=initial.read_only,
                     identity=BookieIdentity(config.bookie_id, instance_id),
                     shutdown_drain_ms=config.shutdown_drain_ms,
+                    tokens=self._tokens,
                 )
                 collector = GarbageCollector(
                     server,
