@@ -35,6 +35,14 @@ class Status(enum.IntEnum):
     EUNAUTHENTICATED = 107
 
 
+def leaf_error(error: BaseException) -> BaseException:
+    """The one exception inside nested single-exception groups (task groups wrap what their
+    tasks raise), or `error` itself: what a command's main reports."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
 def preview(value: object, chars_max: int = 80) -> str:
     """`repr(value)` cut to `chars_max` characters: how an error message shows a value that a
     peer or a file supplied.  Never raises: a value Python cannot show (an integer of more

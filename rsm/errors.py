@@ -45,6 +45,7 @@ class RsmStatus(enum.IntEnum):
     SESSION_EXPIRED = 15
     TRUNCATED = 16
     DIVERGED = 17
+    UNAUTHENTICATED = 18
 
 
 class RsmError(Exception):
@@ -187,10 +188,18 @@ class Diverged(StatusError):
     status = RsmStatus.DIVERGED
 
 
+class NotAuthenticated(StatusError):
+    """The replica requires a client token and this connection has not presented one it knows
+    (docs/security.md, "Client tokens"); nothing was done."""
+
+    status = RsmStatus.UNAUTHENTICATED
+
+
 STATUS_ERRORS: dict[RsmStatus, type[StatusError]] = {
     cls.status: cls
     for cls in (
         NotLeader,
+        NotAuthenticated,
         OutcomeUnknown,
         Unavailable,
         Timeout,

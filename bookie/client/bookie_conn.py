@@ -76,7 +76,6 @@ import anyio
 import anyio.abc
 
 from bookie import limits
-from bookie.client.credentials import TOKEN_FILE_VARIABLE, environment_token
 from bookie.clock import loop_clock_ms_reader
 from bookie.errors import (
     BookieError,
@@ -88,6 +87,7 @@ from bookie.errors import (
     TooManyRequests,
     error_for_status,
 )
+from bookie.net.credentials import TOKEN_FILE_VARIABLE, environment_token
 from bookie.net.framed_protocol import FramedProtocol
 from bookie.net.stream_transport import StreamTransport
 from bookie.wire.codec import FrameDecoder, decode_response, encode_request
@@ -193,7 +193,7 @@ class BookieConnection:
         `NotAuthenticated` if it refuses the client token.
 
         `token` is presented before anything else; by default the process's token
-        (`bookie.client.credentials`), if it has one.  Leaving the block closes the
+        (`bookie.net.credentials`), if it has one.  Leaving the block closes the
         connection; requests still in flight then fail with `BookieUnavailable`.
         """
         address = f"{host}:{port}"

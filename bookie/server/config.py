@@ -38,11 +38,12 @@ from typing import Final
 
 from bookie import limits
 from bookie.address import Address, parse_address
-from bookie.core.tokens import TokenTable, parse_token_table
+from bookie.core.tokens import TokenTable
 from bookie.errors import InvalidAddress, InvalidConfig
 from bookie.logs import FORMATS, LEVELS
 from bookie.meta import paths
 from bookie.meta.layout import READONLY_DIRECTORY
+from bookie.net.credentials import read_token_table
 from bookie.storage.file import StorageConfig
 
 WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::", "*"})
@@ -357,13 +358,7 @@ def read_client_tokens(config: BookieConfig) -> TokenTable | None:
     """The token table `client_tokens_file` names, or None; `InvalidConfig` if it cannot be
     read or is not one (the message names the file and a line, never a token)."""
     path = config.client_tokens_file
-    if path is None:
-        return None
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as error:
-        raise InvalidConfig(f"client_tokens_file {path}: {error.strerror or error}") from None
-    return parse_token_table(text, f"client_tokens_file {path}")
+    return None if path is None else read_token_table(path, "client_tokens_file")
 
 
 def restart_needed(old: BookieConfig, new: BookieConfig) -> list[str]:

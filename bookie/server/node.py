@@ -55,6 +55,7 @@ from bookie.errors import (
     MetadataUnavailable,
     NodeExists,
     StorageError,
+    leaf_error,
 )
 from bookie.logs import configure, emit
 from bookie.meta.api import MetadataStore
@@ -89,13 +90,6 @@ HostedService = Callable[[MetadataStore], Coroutine[Any, Any, None]]
 
 _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 _LISTEN_ERRNOS: Final = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
-
-
-def _leaf(error: BaseException) -> BaseException:
-    """The one exception inside nested exception groups (task groups wrap errors)."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
 
 
 def _check_can_listen(address: Address) -> None:
@@ -152,7 +146,7 @@ class BookieNode:
                 signals.cancel_scope.cancel()
         except BaseException as error:
             # Every failure becomes one event with advice, and an exit status.
-            return self._failed(_leaf(error))
+            return self._failed(leaf_error(error))
         emit(logger, logging.INFO, "bookie.stopped", bookie_id=config.bookie_id)
         return EXIT_OK
 

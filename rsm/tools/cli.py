@@ -99,11 +99,13 @@ from rsm.core.state_machine import StateMachine
 from rsm.errors import CommandFailed, InvalidConfig, NoSuchApplication, RsmError, Unavailable
 from rsm.host import (
     FollowerPriority,
+    add_client_tokens_file,
     add_follower_nice,
     aligned,
     application_status,
     command_zk_store,
     quiet_kazoo,
+    read_client_tokens,
     replica_metadata,
     replication_lines,
     run_replica_main,
@@ -197,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _snapshot_knobs(run)
     add_follower_nice(run)
+    add_client_tokens_file(run)
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=FORMATS, default="json")
 
@@ -351,6 +354,7 @@ async def _serve(
             advertise=arguments.advertise,
             config=config,
             on_role=priority.on_role,
+            client_tokens=read_client_tokens(arguments.client_tokens_file),
         ) as replica,
         admin_server(replica, store, arguments.admin) as admin,
     ):

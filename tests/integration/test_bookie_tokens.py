@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from bookie.client.bookie_conn import BookieConnection
-from bookie.client.credentials import TOKEN_FILE_VARIABLE
 from bookie.errors import BookieError, NotAuthenticated
 from bookie.local.zookeeper import LocalZooKeeper, free_port
+from bookie.net.credentials import TOKEN_FILE_VARIABLE
 
 from .support.admin_http import AdminClient, sample
 from .support.ledgers import ledger_client

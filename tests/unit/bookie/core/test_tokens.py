@@ -9,9 +9,9 @@ import cbor2
 import pytest
 
 from bookie import limits
-from bookie.client.credentials import TOKEN_FILE_VARIABLE, environment_token
 from bookie.core.tokens import TokenTable, parse_client_token, parse_token_table
 from bookie.errors import InvalidConfig, Status
+from bookie.net.credentials import TOKEN_FILE_VARIABLE, environment_token
 from bookie.wire.codec import UndecodableRequest, decode_request
 from bookie.wire.messages import (
     AddRequest,
