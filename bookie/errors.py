@@ -33,6 +33,7 @@ class Status(enum.IntEnum):
     EREADONLY = 105
     ETOOMANYREQUESTS = 106
     EUNAUTHENTICATED = 107
+    EFORBIDDEN = 108
 
 
 def leaf_error(error: BaseException) -> BaseException:
@@ -150,6 +151,13 @@ class NotAuthenticated(StatusError):
     status = Status.EUNAUTHENTICATED
 
 
+class Forbidden(StatusError):
+    """The client's token does not allow this request (EFORBIDDEN): a `read` token adding,
+    writing an explicit LAC or fencing."""
+
+    status = Status.EFORBIDDEN
+
+
 STATUS_ERRORS: dict[Status, type[StatusError]] = {
     cls.status: cls
     for cls in (
@@ -163,6 +171,7 @@ STATUS_ERRORS: dict[Status, type[StatusError]] = {
         ReadOnly,
         TooManyRequests,
         NotAuthenticated,
+        Forbidden,
     )
 }
 

@@ -46,6 +46,7 @@ class RsmStatus(enum.IntEnum):
     TRUNCATED = 16
     DIVERGED = 17
     UNAUTHENTICATED = 18
+    FORBIDDEN = 19
 
 
 class RsmError(Exception):
@@ -195,11 +196,19 @@ class NotAuthenticated(StatusError):
     status = RsmStatus.UNAUTHENTICATED
 
 
+class Forbidden(StatusError):
+    """The client's token does not allow this request (docs/security.md, "Client tokens":
+    roles); nothing was done."""
+
+    status = RsmStatus.FORBIDDEN
+
+
 STATUS_ERRORS: dict[RsmStatus, type[StatusError]] = {
     cls.status: cls
     for cls in (
         NotLeader,
         NotAuthenticated,
+        Forbidden,
         OutcomeUnknown,
         Unavailable,
         Timeout,

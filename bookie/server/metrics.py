@@ -51,6 +51,11 @@ def bookie_metrics(
         "Requests refused because their connection presented no known token.",
         {(): handler.unauthenticated_requests},
     )
+    yield counter(
+        "bookie_forbidden_requests",
+        "Requests refused because their token's role does not allow them.",
+        {(): handler.forbidden_requests},
+    )
     yield histogram(
         "bookie_journal_sync_latency_seconds",
         "Time to write and fsync one journal group.",

@@ -122,6 +122,12 @@ def replica_metrics(replica: Replica, wall_clock_ms: Callable[[], int]) -> Itera
         _LABELS,
     )
     yield counter(
+        "rsm_forbidden_requests",
+        "Requests refused because their token's role does not allow them.",
+        one(auth.forbidden_requests),
+        _LABELS,
+    )
+    yield counter(
         "rsm_session_dedup_hits",
         "Retries answered from the session table, not logged again.",
         one(stats.dedup_hits),

@@ -26,8 +26,10 @@ body without a request id close that connection only (`ProtocolViolation`).
 Client tokens: a server given a `TokenTable` serves a connection only after an
 AUTH request on it presented one of its tokens (docs/security.md, "Client
 tokens"); every other request before that, or after an AUTH with an unknown
-token, is answered UNAUTHENTICATED and reaches nothing.  `ClientAuth` counts
-both kinds of refusal.  Without a table AUTH is answered OK with no principal.
+token, is answered UNAUTHENTICATED and reaches nothing, and a request beyond
+the token's role (queries and status: read; commands: write; snapshots and
+leadership transfers: admin) is answered FORBIDDEN.  `ClientAuth` counts the
+refusals.  Without a table AUTH is answered OK with no principal.
 
 Connections: at most `limits.server_connections_max`, and
 `limits.server_connections_per_address_max` from one host; later ones are
@@ -51,7 +53,7 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 
-from bookie.core.tokens import TokenTable
+from bookie.core.tokens import Grant, Role, TokenTable
 from bookie.errors import RemoteProtocolError
 from bookie.logs import emit
 from bookie.net.admission import ConnectionAdmission, peer_host
@@ -74,7 +76,14 @@ from rsm.core.protocol import (
     encode_response,
 )
 from rsm.core.sessions import Outcome
-from rsm.errors import NotAuthenticated, Overloaded, ProtocolViolation, RsmStatus, StatusError
+from rsm.errors import (
+    Forbidden,
+    NotAuthenticated,
+    Overloaded,
+    ProtocolViolation,
+    RsmStatus,
+    StatusError,
+)
 from rsm.runtime.applier import Answerer
 
 logger = logging.getLogger(__name__)
@@ -113,6 +122,8 @@ class ClientAuth:
         """AUTH requests with a token the table does not hold."""
         self.unauthenticated_requests = 0
         """Other requests refused because their connection was not authenticated."""
+        self.forbidden_requests = 0
+        """Requests refused because their connection's role does not allow them."""
 
 
 class ReplicaServer:
@@ -177,8 +188,10 @@ class ClientConnection:
         self._stream = stream
         self._endpoint = endpoint
         self._auth = auth
-        self._authenticated = auth.tokens is None
-        """Whether requests are served: always without tokens, else after a good AUTH."""
+        self._checks = auth.tokens is not None
+        """Whether requests are checked against a token (else only AUTH is looked at)."""
+        self._grant: Grant | None = None
+        """What the token this connection presented grants."""
         self._token_refused = False
         self._outbox = Outbox(
             stream,
@@ -253,8 +266,7 @@ class ClientConnection:
             return
         endpoint = self._endpoint
         request_id = request.request_id
-        if not self._authenticated or type(request) is AuthRequest:
-            self._authenticate(request)
+        if self._checks and self._refused(request):
             return
         if self._pending >= limits.connection_pending_requests_max:
             op = _OPS[type(request)]
@@ -279,32 +291,47 @@ class ClientConnection:
             assert task_group is not None
             task_group.start_soon(self._transfer, request)
 
-    def _authenticate(self, request: Request) -> None:
-        """An AUTH, or a request on a connection that is not authenticated."""
+    def _refused(self, request: Request) -> bool:
+        """With tokens: answer an AUTH, or refuse a request its connection may not make (not
+        authenticated, or beyond its token's role); False to serve the request."""
         auth = self._auth
-        if type(request) is not AuthRequest:
+        tokens = auth.tokens
+        if type(request) is AuthRequest:
+            self._authenticate(request, tokens)
+            return True
+        if tokens is None:
+            return False
+        grant = self._grant
+        error: StatusError
+        if grant is None:
             auth.unauthenticated_requests += 1
-            reason = (
+            error = NotAuthenticated(
                 "the client token this connection presented was refused"
                 if self._token_refused
                 else "this replica requires a client token: present it in AUTH first"
             )
-            self._refuse(_OPS[type(request)], request.request_id, NotAuthenticated(reason))
-            return
-        tokens = auth.tokens
-        principal = None if tokens is None else tokens.principal_of(request.token)
-        if tokens is not None and principal is None:
-            auth.auth_failures += 1
-            self._authenticated = False
+        elif grant.role < _ROLE_NEEDED[type(request)]:
+            auth.forbidden_requests += 1
+            needed = _ROLE_NEEDED[type(request)].name.lower()
+            error = Forbidden(f"{grant.principal} may not do this: it takes the {needed} role")
+        else:
+            return False
+        self._refuse(_OPS[type(request)], request.request_id, error)
+        return True
+
+    def _authenticate(self, request: AuthRequest, tokens: TokenTable | None) -> None:
+        grant = None if tokens is None else tokens.grant_of(request.token)
+        if tokens is not None and grant is None:
+            self._auth.auth_failures += 1
+            self._grant = None
             self._token_refused = True
-            error = NotAuthenticated("unknown client token")
-            self._refuse(Op.AUTH, request.request_id, error)
+            self._refuse(Op.AUTH, request.request_id, NotAuthenticated("unknown client token"))
             return
-        self._authenticated = True
+        self._grant = grant
         self._token_refused = False
-        self._send(
-            encode_response(Op.AUTH, request.request_id, Outcome(RsmStatus.OK, principal), 0)
-        )
+        principal = None if grant is None else grant.principal
+        outcome = Outcome(RsmStatus.OK, principal)
+        self._send(encode_response(Op.AUTH, request.request_id, outcome, 0))
 
     async def _transfer(self, request: TransferRequest) -> None:
         try:
@@ -339,4 +366,12 @@ _OPS: Final = {
     TransferRequest: Op.TRANSFER_LEADERSHIP,
     SnapshotRequest: Op.SNAPSHOT,
     AuthRequest: Op.AUTH,
+}
+
+_ROLE_NEEDED: Final = {
+    QueryRequest: Role.READ,
+    StatusRequest: Role.READ,
+    CallRequest: Role.WRITE,
+    TransferRequest: Role.ADMIN,
+    SnapshotRequest: Role.ADMIN,
 }

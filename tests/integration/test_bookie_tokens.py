@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bookie.client.bookie_conn import BookieConnection
-from bookie.errors import BookieError, NotAuthenticated
+from bookie.errors import BookieError, Forbidden, NotAuthenticated
 from bookie.local.zookeeper import LocalZooKeeper, free_port
 from bookie.net.credentials import TOKEN_FILE_VARIABLE
 
@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
 
 WRITER_TOKEN = "writer-token-0123456789abcdef"
 BOOKIE_TOKEN = "bookie-token-fedcba9876543210"
+READER_TOKEN = "reader-token-0123456789abcde"
 WRONG_TOKEN = "wrong-token-00000000000000000"
-SECRETS = (WRITER_TOKEN, BOOKIE_TOKEN, WRONG_TOKEN)
+SECRETS = (WRITER_TOKEN, BOOKIE_TOKEN, READER_TOKEN, WRONG_TOKEN)
 
 
 @pytest.fixture
@@ -36,6 +37,7 @@ def token_files(tmp_path: Path) -> dict[str, Path]:
     }
     files["table"].write_text(
         f"# who may use these bookies\nwriter {WRITER_TOKEN}\nbookies {BOOKIE_TOKEN}\n"
+        f"reader {READER_TOKEN} read\n"
     )
     files["writer"].write_text(WRITER_TOKEN + "\n")
     files["bookie"].write_text(BOOKIE_TOKEN)
@@ -76,6 +78,15 @@ async def test_a_bookie_serves_only_clients_with_a_known_token(
         metrics = await admin.metrics()
         assert sample(metrics, "bookie_auth_failures_total") == 0
         assert sample(metrics, "bookie_unauthenticated_requests_total") == 0
+
+        # A read token: reads, and is refused an add.
+        async with BookieConnection.connect(
+            HOST, setup.port, token=READER_TOKEN.encode()
+        ) as reader:
+            assert (await reader.read(handle.ledger_id, 0)).packet is not None
+            with pytest.raises(Forbidden, match="reader may read, not write"):
+                await reader.add(handle.ledger_id + 1, 0, b"k" * 32, b"packet")
+        assert sample(await admin.metrics(), "bookie_forbidden_requests_total") == 1
 
         # A wrong token: refused at connect, with the bookie and the remedy named.
         with pytest.raises(NotAuthenticated) as refused:

@@ -1,6 +1,7 @@
 """Client tokens on a real `rsm run` replica: started with `--client-tokens-file`, it serves
-only clients whose `RSM_TOKEN_FILE` holds one of its tokens, refuses the others with a clear
-error and counts them, and never writes a token into its log."""
+only clients whose `RSM_TOKEN_FILE` holds one of its tokens, and only what the token's role
+allows; it refuses the others with a clear error and counts them, and never writes a token
+into its log."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bookie.local.zookeeper import LocalZooKeeper
-from rsm.errors import NotAuthenticated
+from rsm.errors import Forbidden, NotAuthenticated
 from rsm.link import TOKEN_FILE_VARIABLE
 
 from .support.admin_http import AdminClient, sample
@@ -18,17 +19,22 @@ from .support.rsm_processes import RsmProcesses
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
 
 APP_TOKEN = "app-token-0123456789abcdef"
+VIEWER_TOKEN = "viewer-token-0123456789ab"
+OPS_TOKEN = "ops-token-0123456789abcdef"
 WRONG_TOKEN = "wrong-token-0000000000000"
+SECRETS = (APP_TOKEN, VIEWER_TOKEN, OPS_TOKEN, WRONG_TOKEN)
 
 
 async def test_a_replica_serves_only_clients_with_a_known_token(
     zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = tmp_path / "client-tokens"
-    table.write_text(f"app {APP_TOKEN}\n")
-    good, wrong = tmp_path / "app.token", tmp_path / "wrong.token"
-    good.write_text(APP_TOKEN)
-    wrong.write_text(WRONG_TOKEN)
+    table.write_text(f"app {APP_TOKEN}\nviewer {VIEWER_TOKEN} read\nops {OPS_TOKEN} admin\n")
+    files = {}
+    for name, token in zip(("good", "viewer", "ops", "wrong"), SECRETS, strict=True):
+        files[name] = tmp_path / f"{name}.token"
+        files[name].write_text(token)
+    good, wrong = files["good"], files["wrong"]
     async with RsmProcesses(zookeeper, zk_root, tmp_path / "cluster") as cluster:
         await cluster.start_bookies(3)
         replica = await cluster.start_replica(
@@ -42,6 +48,19 @@ async def test_a_replica_serves_only_clients_with_a_known_token(
         async with cluster.client() as client:
             assert await client.call("add", "c", 1) == 1
             assert await client.query("get") == 1
+            with pytest.raises(Forbidden, match="app may not do this: it takes the admin role"):
+                await client.snapshot()
+
+        # Roles: a read token queries but logs nothing; an admin token takes snapshots.
+        monkeypatch.setenv(TOKEN_FILE_VARIABLE, str(files["viewer"]))
+        async with cluster.client() as client:
+            assert await client.query("get") == 1
+            with pytest.raises(Forbidden, match="takes the write role"):
+                await client.call("add", "c", 2)
+        monkeypatch.setenv(TOKEN_FILE_VARIABLE, str(files["ops"]))
+        async with cluster.client() as client:
+            assert (await client.snapshot())["index"] >= 1
+        assert sample(await admin.metrics(), "rsm_forbidden_requests_total", **labels) == 2
 
         monkeypatch.setenv(TOKEN_FILE_VARIABLE, str(wrong))
         async with cluster.client() as client:
@@ -70,5 +89,4 @@ async def test_a_replica_serves_only_clients_with_a_known_token(
         assert "line 2" in failed["error"]
 
         logs = "\n".join(line for r in cluster.replicas.values() for line in r.lines)
-        assert APP_TOKEN not in logs
-        assert WRONG_TOKEN not in logs
+        assert not [secret for secret in SECRETS if secret in logs]

@@ -9,11 +9,12 @@ import cbor2
 import pytest
 
 from bookie import limits
-from bookie.core.tokens import TokenTable, parse_client_token, parse_token_table
+from bookie.core.tokens import Grant, Role, TokenTable, parse_client_token, parse_token_table
 from bookie.errors import InvalidConfig, Status
 from bookie.net.credentials import TOKEN_FILE_VARIABLE, environment_token
 from bookie.wire.codec import UndecodableRequest, decode_request
 from bookie.wire.messages import (
+    READ_FLAG_FENCE,
     AddRequest,
     AddResponse,
     AuthRequest,
@@ -21,6 +22,7 @@ from bookie.wire.messages import (
     IdentifyRequest,
     ReadRequest,
     ReadResponse,
+    WriteLacRequest,
 )
 from tests.unit.bookie.core.test_bookie_handler import Bookie
 
@@ -30,23 +32,24 @@ KEY = b"k" * 32
 
 
 def table() -> TokenTable:
-    return TokenTable({"alice": ALICE, "bob": BOB})
+    return TokenTable({"alice": (ALICE, Role.WRITE), "bob": (BOB, Role.READ)})
 
 
 def test_a_token_file_names_principals_and_ignores_comments() -> None:
-    text = f"# clients\n\nalice {ALICE.decode()}\n  bob   {BOB.decode()}  \n"
+    text = f"# clients\n\nalice {ALICE.decode()}\n  bob   {BOB.decode()}  Read\n"
     parsed = parse_token_table(text, "tokens")
-    assert parsed.principals == ["alice", "bob"]
-    assert parsed.principal_of(ALICE) == "alice"
-    assert parsed.principal_of(BOB) == "bob"
-    assert parsed.principal_of(b"alice-token-012345678") is None
-    assert parsed.principal_of(b"") is None
+    assert parsed.grants == [Grant("alice", Role.WRITE), Grant("bob", Role.READ)]
+    assert parsed.grant_of(ALICE) == Grant("alice", Role.WRITE)
+    assert parsed.grant_of(BOB) == Grant("bob", Role.READ)
+    assert parsed.grant_of(b"alice-token-012345678") is None
+    assert parsed.grant_of(b"") is None
 
 
 @pytest.mark.parametrize(
     ("text", "complaint"),
     [
-        (f"alice {ALICE.decode()} extra", "line 1: expected 'PRINCIPAL TOKEN', found 3"),
+        (f"alice {ALICE.decode()} write x", "line 1: expected 'PRINCIPAL TOKEN [ROLE]', found 4"),
+        (f"alice {ALICE.decode()} root", "line 1: a role is one of read, write, admin"),
         (f"al/ice {ALICE.decode()}", "line 1: a principal is"),
         (f"{'a' * (limits.principal_chars_max + 1)} {ALICE.decode()}", "line 1: a principal"),
         ("alice short", "line 1: a token is 16 to 256"),
@@ -99,7 +102,7 @@ def test_a_known_token_serves_its_connection_only() -> None:
     bookie = Bookie(tokens=table())
     answer = bookie.one(AuthRequest(1, BOB), connection_id=1)
     assert answer.response == AuthResponse(1, Status.EOK, None, "bob")
-    assert bookie.handler.principal(1) == "bob"
+    assert bookie.handler.grant(1) == Grant("bob", Role.READ)
     assert bookie.one(IdentifyRequest(2), connection_id=1).response.status == Status.EOK
     other = bookie.one(IdentifyRequest(3), connection_id=2).response
     assert other.status == Status.EUNAUTHENTICATED
@@ -111,7 +114,7 @@ def test_an_unknown_token_is_counted_and_ends_a_connections_authentication() -> 
     answer = bookie.one(AuthRequest(2, b"mallory-token-000000"))
     assert answer.response == AuthResponse(2, Status.EUNAUTHENTICATED, "unknown client token")
     assert bookie.handler.auth_failures == 1
-    assert bookie.handler.principal(1) is None
+    assert bookie.handler.grant(1) is None
     assert bookie.one(IdentifyRequest(3)).response.status == Status.EUNAUTHENTICATED
 
 
@@ -119,7 +122,7 @@ def test_a_closed_connection_forgets_its_principal() -> None:
     bookie = Bookie(tokens=table())
     bookie.one(AuthRequest(1, ALICE), connection_id=5)
     bookie.handler.drop_connection(5)
-    assert bookie.handler.principal(5) is None
+    assert bookie.handler.grant(5) is None
     assert bookie.one(IdentifyRequest(2), connection_id=5).response.status == (
         Status.EUNAUTHENTICATED
     )
@@ -146,3 +149,29 @@ def test_the_process_token_is_read_from_the_file_the_environment_names(
     monkeypatch.setenv(TOKEN_FILE_VARIABLE, str(tmp_path / "missing"))
     with pytest.raises(InvalidConfig, match=r"BOOKIE_TOKEN_FILE=.*missing: cannot read it"):
         environment_token()
+
+
+def test_a_read_token_reads_but_never_adds_writes_a_lac_or_fences() -> None:
+    bookie = Bookie(tokens=table())
+    bookie.one(AuthRequest(1, ALICE), connection_id=1)
+    assert bookie.one(AddRequest(2, 7, 0, KEY, 0, b"packet"), connection_id=1).response.status == (
+        Status.EOK
+    )
+    bookie.one(AuthRequest(3, BOB), connection_id=2)
+    reader = [
+        ReadRequest(4, 7, 0, 0, None, None, None),
+        IdentifyRequest(5),
+    ]
+    for request in reader:
+        assert bookie.one(request, connection_id=2).response.status == Status.EOK
+    writes = [
+        AddRequest(6, 7, 1, KEY, 0, b"packet"),
+        WriteLacRequest(7, 7, KEY, 0, b"lac"),
+        ReadRequest(8, 7, 0, READ_FLAG_FENCE, KEY, None, None),
+    ]
+    for request in writes:
+        answer = bookie.one(request, connection_id=2).response
+        assert answer.status == Status.EFORBIDDEN
+        assert answer.message == "bob may read, not write, fence or add"
+    assert bookie.handler.forbidden_requests == 3
+    assert not bookie.handler.is_fenced(7)
