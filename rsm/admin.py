@@ -22,10 +22,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.resources
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from functools import partial
 
 import anyio
+from prometheus_client.metrics_core import Metric
 
 from bookie.address import Address, parse_address
 from bookie.clock import system_wall_clock_ms
@@ -46,6 +47,9 @@ from rsm.snapshots.inspect import listing, manifest_plain
 
 _STATUS_PAGE = importlib.resources.files("rsm") / "status_page.html"
 
+MetricSource = Callable[[], Iterable[Metric]]
+"""What yields metric families at each scrape."""
+
 
 def _admin_address(text: str) -> Address:
     try:
@@ -65,12 +69,20 @@ def add_admin_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def replica_routes(
-    replica: Replica, store: MetadataStore, watch: ClusterWatch, rsm_root: str = RSM_ROOT
+    replica: Replica,
+    store: MetadataStore,
+    watch: ClusterWatch,
+    rsm_root: str = RSM_ROOT,
+    *,
+    app_metrics: MetricSource | None = None,
 ) -> Routes:
     """The routes of one replica's admin API (see the module docstring); `watch` supplies
-    the overview's bookies and events."""
+    the overview's bookies and events, `app_metrics` the application's own families."""
     layout = AppLayout.of(replica.app, rsm_root)
-    metrics = registry(partial(rsm_metrics, replica, system_wall_clock_ms))
+    sources: list[MetricSource] = [partial(rsm_metrics, replica, system_wall_clock_ms)]
+    if app_metrics is not None:
+        sources.append(app_metrics)
+    metrics = registry(*sources)
 
     async def ready(_: Request) -> Answer:
         status = replica.status()
@@ -141,16 +153,22 @@ def replica_routes(
 
 @contextlib.asynccontextmanager
 async def admin_server(
-    replica: Replica, store: MetadataStore, address: Address | None, rsm_root: str = RSM_ROOT
+    replica: Replica,
+    store: MetadataStore,
+    address: Address | None,
+    rsm_root: str = RSM_ROOT,
+    *,
+    app_metrics: MetricSource | None = None,
 ) -> AsyncIterator[str | None]:
     """Serve `replica`'s admin API on `address` (None: nothing) for the block; yield the
-    address bound ("host:port").  `AdminUnavailable` (a `BookieError`) when it cannot
-    listen there."""
+    address bound ("host:port").  `app_metrics`: what the application adds to `/metrics`,
+    called at each scrape.  `AdminUnavailable` (a `BookieError`) when it cannot listen
+    there."""
     if address is None:
         yield None
         return
     watch = ClusterWatch(replica, store, system_wall_clock_ms)
-    routes = replica_routes(replica, store, watch, rsm_root)
+    routes = replica_routes(replica, store, watch, rsm_root, app_metrics=app_metrics)
     async with serve_http(address, routes) as bound, anyio.create_task_group() as tasks:
         tasks.start_soon(watch.run)
         try:
