@@ -392,6 +392,7 @@ def _banner(cluster: LocalKvCluster) -> str:
     lines.append(admin_heading())
     lines += admin_lines(bookies.bookies)
     lines += [f"  {replica.name:<9}  {replica.admin_url}" for replica in cluster.replicas]
+    lines.append(f"Status page: {cluster.replicas[0].admin_url}/ (on any replica's admin address)")
     lines += [
         f"Any replica takes any command.  Status: kvstore status --data-dir "
         f"{_shown(cluster.data_dir)}",
