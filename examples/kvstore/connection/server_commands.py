@@ -46,7 +46,7 @@ their state lives in `ClientState` too.
   "all" and "everything" add commandstats and errorstats (per command
   name and per error code: `command_stats.py`); unknown sections give
   nothing.  Fields this server cannot fill truly (the time spent in each
-  command, key hits and misses, expired keys, ops per second) are left
+  command, key hits and misses, ops per second) are left
   out rather than shown as 0.  The text is a verbatim string in RESP3, as
   Redis's.
 * TIME -> [unix seconds, microseconds] from the server's clock (not
@@ -196,6 +196,8 @@ class ServerStatus:
     leader; rsm's `LogFollower.lag_entries`)."""
     keys: int
     keys_with_ttl: int
+    expired_keys: int = 0
+    """Keys this process deleted for having expired (`kvstore.store.state`)."""
     app: str = ""
     connections_max: int = 0
     connections_received: int = 0
@@ -491,6 +493,7 @@ def _info_section(section: str, status: ServerStatus) -> str:
             ("total_connections_received", str(status.connections_received)),
             ("rejected_connections", str(status.connections_rejected)),
             ("total_commands_processed", str(sum(status.commands.calls.values()))),
+            ("expired_keys", str(status.expired_keys)),
             ("evicted_keys", "0"),
             ("total_error_replies", str(sum(status.commands.errors.values()))),
         ]

@@ -56,3 +56,8 @@ def kvstore_metrics(node: KvNode) -> Iterator[Metric]:
     info = replica_info(node.replica)
     yield gauge("kvstore_keys", "Keys in this replica's state.", {(): info.keys})
     yield gauge("kvstore_keys_with_ttl", "Keys with a time to live.", {(): info.keys_with_ttl})
+    yield counter(
+        "kvstore_expired_keys",
+        "Keys this replica deleted for having expired, since it started.",
+        {(): info.expired_keys},
+    )

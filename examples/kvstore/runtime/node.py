@@ -292,6 +292,7 @@ def replica_info(replica: Replica) -> ReplicaInfo:
         lag_entries=status["lag_entries"],
         keys=len(machine.values),
         keys_with_ttl=len(machine.expire_at_ms),
+        expired_keys=machine.expired_keys,
         app=replica.app,
         snapshot_index=None if newest is None else newest.index,
         snapshot_created_ms=None if newest is None else newest.created_ms,

@@ -175,6 +175,7 @@ class ReplicaInfo:
     lag_entries: int
     keys: int
     keys_with_ttl: int
+    expired_keys: int = 0
     app: str = ""
     snapshot_index: int | None = None
     """The application's newest snapshot (None: none yet), and when it was created."""
@@ -320,6 +321,7 @@ class RespServer:
             lag_entries=info.lag_entries,
             keys=info.keys,
             keys_with_ttl=info.keys_with_ttl,
+            expired_keys=info.expired_keys,
             app=info.app,
             connections_max=self.config.connections_max,
             connections_received=self._connections_received,

@@ -39,6 +39,11 @@ when a snapshot is restored):
   clients' commands to their answers), in `state_hash`, and when
   `limits.hash_pending_keys_max` keys are noted.
 
+Not state at all: `_expired_keys`, the keys this process deleted for having
+expired since it started or restored a snapshot (INFO's `expired_keys`, a
+counter of the process as Redis's is; replicas apply the same deletions, so
+they count alike from the same start).
+
 Expiry is decided by logged time only, so it is the same on every replica:
 a key is expired once `expire_at_ms <= now`, where `now` is the time of the
 command being applied, or for a query the time of the last applied entry
@@ -107,6 +112,12 @@ class KVState:
         self.tombstones_forgotten_index = 0
         self.key_bytes_max = key_bytes_max
         self.value_bytes_max = value_bytes_max
+        self._expired_keys = 0
+
+    @property
+    def expired_keys(self) -> int:
+        """Keys deleted here for having expired (see the module docstring)."""
+        return self._expired_keys
 
     def _rebuild_derived(self) -> None:
         """Rebuild the private indexes and the hash from the public attributes (a restored
@@ -197,6 +208,8 @@ class KVState:
             self._unindexed.remove(key)
         else:
             self._scan_index.remove((key_hash(key), key))
+        if expired_at_ms is not None:
+            self._expired_keys += 1
         self._bury(key, expired_at_ms)
 
     def _delete_all(self) -> None:

@@ -248,3 +248,18 @@ def test_the_expiry_index_follows_every_change(kv: Replica) -> None:
     assert list(store._expiry_queue) == [(kv.time_ms + 20_000, b"k")]
     kv.run("FLUSHALL")
     assert (dict(store.values), store.expire_at_ms, list(store._expiry_queue)) == ({}, {}, [])
+
+
+def test_keys_deleted_for_expiring_are_counted_and_other_deletions_are_not(kv: Replica) -> None:
+    kv.run("MSET", "a", "1", "b", "1", "deleted", "1", "kept", "1")
+    kv.run("PEXPIRE", "a", "100")
+    kv.run("PEXPIRE", "b", "100")
+    kv.run("PEXPIRE", "kept", "100000")
+    kv.run("DEL", "deleted")
+    assert kv.store.expired_keys == 0
+    kv.advance_ms(200)
+    kv.run("SET", "other", "1")  # the next command deletes the keys due
+    assert kv.store.expired_keys == 2
+    assert kv.run("GET", "a") is None
+    assert kv.run("EXISTS", "kept") == 1
+    assert "expired_keys" not in vars(kv.store), "a counter of the process, not state"
