@@ -244,7 +244,12 @@ _OVERVIEW = obj(
             **_REPLICA_ENTRY["properties"],
             serving="boolean",
             load={
-                **obj(commits="integer", commit_seconds="number", reads="integer"),
+                **obj(
+                    commits="integer",
+                    commit_seconds="number",
+                    reads="integer",
+                    read_wait_seconds="number",
+                ),
                 "type": ["object", "null"],
             },
         ),

@@ -51,6 +51,7 @@ import contextlib
 import functools
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any
@@ -138,6 +139,22 @@ class _LocalAnswer:
         self.outcome = outcome
         self.index = index
         self.event.set()
+
+
+class _TimedAnswerer:
+    """An `Answerer` that adds the time a query waited for its answer to the replica's
+    `ReplicaStats.read_wait_seconds`, then passes the answer on."""
+
+    __slots__ = ("_answerer", "_stats", "_arrived_s")
+
+    def __init__(self, answerer: Answerer, stats: ReplicaStats) -> None:
+        self._answerer = answerer
+        self._stats = stats
+        self._arrived_s = time.perf_counter()
+
+    def answer(self, op: int, request_id: int, outcome: Outcome, index: int) -> None:
+        self._stats.read_wait_seconds += time.perf_counter() - self._arrived_s
+        self._answerer.answer(op, request_id, outcome, index)
 
 
 _LEASE_WAIT_STEP_S = 0.001
@@ -414,8 +431,9 @@ class Replica:
         `diverged_at`: the first index where this replica's state differed
         from the leader's, or None); `load`: counters since the process
         started, `commits` and `commit_seconds` (batches committed here as
-        leader, the sum of their commit latencies) and `reads` (queries this
-        replica answered or took).
+        leader, the sum of their commit latencies), `reads` (queries this
+        replica answered or took) and `read_wait_seconds` (how long they waited
+        for their answers here, summed; a read answered at once adds nothing).
         """
         leadership = self._election
         leader = leadership.leader
@@ -447,6 +465,7 @@ class Replica:
                 "commits": self.stats.commit_seconds.count,
                 "commit_seconds": self.stats.commit_seconds.sum,
                 "reads": self.stats.reads,
+                "read_wait_seconds": self.stats.read_wait_seconds,
             },
         }
 
@@ -460,7 +479,9 @@ class Replica:
         term.submit_call(request, answerer)
 
     def handle_query(self, request: QueryRequest, answerer: Answerer) -> int | None:
-        self.stats.reads += 1
+        stats = self.stats
+        stats.reads += 1
+        answerer = _TimedAnswerer(answerer, stats)
         read = Read(answerer, request.request_id, request.name, request.args, request.kwargs)
         if request.consistency is Consistency.LINEARIZABLE:
             term = self._term
@@ -491,13 +512,19 @@ class Replica:
             self.stats.reads += 1
         return outcome
 
-    def read_applied(self, name: str, args: list[Any], *, time_ms: int) -> Outcome:
+    def read_applied(
+        self, name: str, args: list[Any], *, time_ms: int, waited_s: float = 0.0
+    ) -> Outcome:
         """Query `name` answered at once from this replica's applied state, as of `time_ms`
         when that is later than the last applied entry's time.
 
         For a caller that established the read's freshness itself: a follower that learned
         the leader's applied index and clock for a linearizable read (a query the leader
-        answered after the read arrived) and has applied at least that index."""
+        answered after the read arrived) and has applied at least that index.  `waited_s`:
+        how long the read waited for that (the replica's read latency counts it)."""
+        stats = self.stats
+        stats.reads += 1
+        stats.read_wait_seconds += waited_s
         return self._applier.query(name, args, None, time_ms=time_ms)
 
     def cancel_read(self, ticket: int) -> None:

@@ -27,5 +27,9 @@ class ReplicaStats:
         """From a transfer's stop of writes to the successor's leader znode."""
         self.reads = 0
         """Queries answered or taken (`Replica.handle_query`, `read_now`, `read_applied`)."""
+        self.read_wait_seconds = 0.0
+        """How long those queries waited in this replica for their answers, summed (one clock
+        reading per query that can wait; a read answered at once adds nothing): with `reads`,
+        the mean read latency the status page charts."""
         self.read_rounds_ended_terms = 0
         """Confirmation rounds (read-lease renewals) of the terms that ended."""

@@ -70,6 +70,9 @@ def test_status_page_follows_bookie_and_leader_kills(store: Store, tmp_path: Pat
         write_and_read(store, leader)
         page.wait_for("parseFloat(document.getElementById('writes-now').textContent) > 0")
         page.wait_for("parseFloat(document.getElementById('reads-now').textContent) > 0")
+        # Reads through a follower wait for its position round: the read latency moves.
+        write_and_read(store, watcher)
+        page.wait_for("parseFloat(document.getElementById('read-latency-now').textContent) > 0")
 
         victim = store.cluster.bookies.bookies[0]
         store.cluster.bookies.kill(victim.name)

@@ -117,8 +117,11 @@ class LocalReplica(Protocol):
         """A linearizable read answered at once (a leader under its read lease), or None."""
         ...
 
-    def read_applied(self, name: str, args: list[Any], *, time_ms: int) -> Outcome:
-        """A query answered at once from the applied state, as of `time_ms` if later."""
+    def read_applied(
+        self, name: str, args: list[Any], *, time_ms: int, waited_s: float = 0.0
+    ) -> Outcome:
+        """A query answered at once from the applied state, as of `time_ms` if later (it
+        waited `waited_s` for its position round)."""
         ...
 
     @property
@@ -248,11 +251,12 @@ class _IndexRound:
     """One position round: the leader's `position` query, asked for the linearizable reads
     that arrived at a follower before it was sent (a `rsm.link.Waiter`)."""
 
-    __slots__ = ("router", "reads")
+    __slots__ = ("router", "reads", "started_s")
 
-    def __init__(self, router: Router, reads: list[_Attempt]) -> None:
+    def __init__(self, router: Router, reads: list[_Attempt], started_s: float) -> None:
         self.router = router
         self.reads = reads
+        self.started_s = started_s
 
     def answered(self, response: Response) -> None:
         position = None
@@ -533,7 +537,7 @@ class Router:
         if self._index_round is not None or not self._index_waiting:
             return
         reads, self._index_waiting = self._index_waiting, []
-        round_ = self._index_round = _IndexRound(self, reads)
+        round_ = self._index_round = _IndexRound(self, reads, self._clock_s())
         leader = self._leader
         replica = self._replica
         if leader is None or replica.is_leader or leader == replica.address:
@@ -557,6 +561,7 @@ class Router:
         replica = self._replica
         applied_index = replica.applied_index
         answer_here = position is not None and applied_index >= position[0]
+        waited_s = self._clock_s() - round_.started_s
         lanes: list[Lane] = []
         for attempt in round_.reads:
             lane = attempt.lane
@@ -567,7 +572,9 @@ class Router:
                 continue
             if answer_here:
                 assert position is not None
-                outcome = replica.read_applied(attempt.name, attempt.args, time_ms=position[1])
+                outcome = replica.read_applied(
+                    attempt.name, attempt.args, time_ms=position[1], waited_s=waited_s
+                )
                 self._deliver(attempt, outcome, applied_index)
             else:
                 attempt.indexed = True

@@ -94,7 +94,10 @@ class FakeReplica:
             return Outcome(RsmStatus.OK, ["now", name])
         return None
 
-    def read_applied(self, name: str, args: list[Any], *, time_ms: int) -> Outcome:
+    def read_applied(
+        self, name: str, args: list[Any], *, time_ms: int, waited_s: float = 0.0
+    ) -> Outcome:
+        assert waited_s >= 0
         self.applied_reads.append((name, time_ms))
         return Outcome(RsmStatus.OK, ["applied", name, time_ms])
 
@@ -280,9 +283,11 @@ async def test_commands_after_a_read_waiting_for_its_position_round_wait_behind_
         seen_calls: list[int] = []
         read_applied = local.read_applied
 
-        def read_noting_calls(name: str, args: list[Any], *, time_ms: int) -> Outcome:
+        def read_noting_calls(
+            name: str, args: list[Any], *, time_ms: int, waited_s: float = 0.0
+        ) -> Outcome:
             seen_calls.append(len(remote.calls))
-            return read_applied(name, args, time_ms=time_ms)
+            return read_applied(name, args, time_ms=time_ms, waited_s=waited_s)
 
         local.read_applied = read_noting_calls  # type: ignore[method-assign]
         router.call(router.lane(), "set", [b"x", b"1"], inbox, 0)  # learns the leader
