@@ -106,7 +106,18 @@ def serve_command(
         str(settings.session_timeout_ms),
         "--admin",
         f"{HOST}:{replica.admin_port}",
+        *access_options(settings),
     ]
+
+
+def access_options(settings: KvSettings) -> list[str]:
+    """The `kvstore serve` options naming the access files (absolute: replicas run elsewhere)."""
+    options: list[str] = []
+    if settings.acl_file is not None:
+        options += ["--acl-file", str(settings.acl_file.absolute())]
+    if settings.requirepass_file is not None:
+        options += ["--requirepass-file", str(settings.requirepass_file.absolute())]
+    return options
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +130,10 @@ class KvSettings:
     app: str = DEFAULT_APP
     session_timeout_ms: int = rsm_limits.replica_session_timeout_ms_default
     """The replicas' ZooKeeper session timeout (the bookies keep their own default)."""
+    acl_file: Path | None = None
+    """The replicas' ACL users (`kvstore serve --acl-file`), read at each start."""
+    requirepass_file: Path | None = None
+    """The replicas' default password (`kvstore serve --requirepass-file`)."""
 
 
 @dataclass(slots=True)
@@ -251,6 +266,8 @@ class LocalKvCluster:
                 base_port=self._requested.base_port,
                 app=saved["app"],
                 session_timeout_ms=self._requested.session_timeout_ms,
+                acl_file=self._requested.acl_file,
+                requirepass_file=self._requested.requirepass_file,
             )
             names, resp_ports, ports = saved["replicas"], saved["resp_ports"], saved["ports"]
             for name, resp_port, port in zip(names, resp_ports, ports, strict=True):
