@@ -32,6 +32,7 @@ from kazoo.security import ACL, make_digest_acl
 
 from bookie import limits
 from bookie.errors import InvalidConfig
+from bookie.secret_file import read_secret_file
 
 ZK_DIGEST_FILE_ENV: Final = "BOOKIE_ZK_DIGEST_FILE"
 SCHEME: Final = "digest"
@@ -71,14 +72,8 @@ def digest_from_environment(environment: Mapping[str, str] | None = None) -> ZkD
         return None
     source = f"{ZK_DIGEST_FILE_ENV}={path}"
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(limits.zk_digest_file_bytes_max + 1)
-    except OSError as error:
-        raise InvalidConfig(f"{source}: cannot be read: {error.strerror}") from None
-    if len(data) > limits.zk_digest_file_bytes_max:
-        raise InvalidConfig(f"{source}: larger than {limits.zk_digest_file_bytes_max} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidConfig(f"{source}: not UTF-8 text") from None
+        text = read_secret_file(path, limits.zk_digest_file_bytes_max).decode("utf-8")
+    except ValueError as error:  # UnicodeDecodeError is one
+        reason = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else str(error)
+        raise InvalidConfig(f"{source}: {reason}") from None
     return parse_digest(text, source)

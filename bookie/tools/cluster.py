@@ -280,9 +280,12 @@ async def _open_without_recovery(
     try:
         return await client.open_ledger(ledger_id, password, recovery=False)
     except UnauthorizedLedgerAccess as error:
-        raise ShellError(
-            f"ledger {ledger_id} has a password: pass it with --password", EXIT_USAGE
-        ) from error
+        message = (
+            f"{error}: --password is not its password"
+            if password
+            else f"ledger {ledger_id} has a password: pass it with --password"
+        )
+        raise ShellError(message, EXIT_USAGE) from error
     except BookieError as error:
         raise ShellError(f"cannot read ledger {ledger_id}: {error}", EXIT_PROBLEM) from error
 

@@ -9,7 +9,7 @@ Secrets come from files, never from the command line, where `ps` shows
 them.  Neither option: no password, as Redis without one.  Both: a
 configuration error (the ACL file's default user takes the password).  A
 file that cannot be read, is larger than `limits.access_file_bytes_max`,
-or holds a bad rule or an empty password: `InvalidConfig`
+is empty, or holds a bad rule: `InvalidConfig`
 naming the file (and the line), never quoting a password.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bookie.secret_file import read_secret_file
 from kvstore import limits
 from kvstore.connection.acl import AccessControl, parse_acl_file, with_default_password
 from rsm.errors import InvalidConfig
@@ -44,19 +45,12 @@ def access_of(arguments: argparse.Namespace) -> AccessControl | None:
     if acl_file is not None:
         return parse_acl_file(_read(acl_file).decode("latin-1"), str(acl_file))
     if password_file is not None:
-        password = _read(password_file).removesuffix(b"\n").removesuffix(b"\r")
-        if not password:
-            raise InvalidConfig(f"{password_file}: the password file is empty")
-        return with_default_password(password)
+        return with_default_password(_read(password_file))
     return None
 
 
 def _read(path: Path) -> bytes:
     try:
-        with path.open("rb") as handle:
-            data = handle.read(limits.access_file_bytes_max + 1)
-    except OSError as error:
-        raise InvalidConfig(f"{path}: cannot be read: {error.strerror}") from None
-    if len(data) > limits.access_file_bytes_max:
-        raise InvalidConfig(f"{path}: larger than {limits.access_file_bytes_max} bytes")
-    return data
+        return read_secret_file(path, limits.access_file_bytes_max)
+    except ValueError as error:
+        raise InvalidConfig(f"{path}: {error}") from None

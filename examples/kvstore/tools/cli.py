@@ -2,13 +2,14 @@
 
     kvstore up [--data-dir DIR] [--zk HOSTS] [--replicas 3] [--bookies 3] [--base-port 6379]
                [--session-timeout-ms MS] [--acl-file PATH | --requirepass-file PATH]
+               [--ledger-digest crc32c|hmac_sha256]
     kvstore serve --zk HOSTS --listen HOST:PORT --resp HOST:PORT [--app kv] [--replica-id ID]
                   [--advertise HOST:PORT] [--resp-advertise HOST:PORT] [--ledger-root /ledgers]
                   [--ensemble 3] [--write-quorum 3] [--ack-quorum 2]
                   [--key-bytes-max N] [--value-bytes-max N] [--request-bytes-max N]
                   [--command-timeout-ms MS] [--session-timeout-ms MS] [--follower-nice 19]
                   [--log-level info] [--log-format json]
-                  [--acl-file PATH | --requirepass-file PATH]
+                  [--acl-file PATH | --requirepass-file PATH] [--ledger-digest crc32c]
     kvstore status [--data-dir DIR | --zk HOSTS] [--app kv] [--json]
     kvstore history KEY [--data-dir DIR | --zk HOSTS | --log FILE] [--app kv]
                     [--ledger-root /ledgers] [--from I] [--to I] [--json]
@@ -97,9 +98,11 @@ from rsm.errors import InvalidConfig, MalformedValue, RsmError
 from rsm.host import (
     FollowerPriority,
     add_follower_nice,
+    add_ledger_digest,
     aligned,
     application_status,
     command_zk_store,
+    ledger_digest_of,
     quiet_kazoo,
     replica_metadata,
     replication_lines,
@@ -165,6 +168,7 @@ def _parser() -> argparse.ArgumentParser:
         help="ZooKeeper session timeout of the replicas: how long a dead leader holds on",
     )
     add_access_arguments(up)
+    add_ledger_digest(up)
 
     serve = commands.add_parser("serve", help="run one replica")
     serve.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,...][/chroot]")
@@ -201,6 +205,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the leader's read lease (0: a bookie round per read); equal on every replica",
     )
     add_follower_nice(serve)
+    add_ledger_digest(serve)
     serve.add_argument("--log-level", choices=LEVELS, default="info")
     serve.add_argument("--log-format", choices=FORMATS, default="json")
     add_access_arguments(serve)
@@ -264,6 +269,7 @@ def _serve(arguments: argparse.Namespace) -> int:
         # KVStore keeps its state hash up to date change by change, so checking
         # replicas against the leader often costs nothing.
         state_hash_every_commands=limits.state_hash_every_commands,
+        ledger_digest=ledger_digest_of(arguments),
     )
     return run_replica_main(
         _serve_node,
@@ -336,6 +342,7 @@ async def _up(arguments: argparse.Namespace) -> int:
         session_timeout_ms=arguments.session_timeout_ms,
         acl_file=arguments.acl_file,
         requirepass_file=arguments.requirepass_file,
+        ledger_digest=arguments.ledger_digest,
     )
     access_of(arguments)  # a bad access file stops `up` before anything starts
     if settings.replicas < 1 or settings.bookies < 3:

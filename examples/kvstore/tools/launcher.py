@@ -107,6 +107,8 @@ def serve_command(
         "--admin",
         f"{HOST}:{replica.admin_port}",
         *access_options(settings),
+        "--ledger-digest",
+        settings.ledger_digest,
     ]
 
 
@@ -134,6 +136,8 @@ class KvSettings:
     """The replicas' ACL users (`kvstore serve --acl-file`), read at each start."""
     requirepass_file: Path | None = None
     """The replicas' default password (`kvstore serve --requirepass-file`)."""
+    ledger_digest: str = "crc32c"
+    """How the ledgers the replicas create are checked (`kvstore serve --ledger-digest`)."""
 
 
 @dataclass(slots=True)
@@ -268,6 +272,7 @@ class LocalKvCluster:
                 session_timeout_ms=self._requested.session_timeout_ms,
                 acl_file=self._requested.acl_file,
                 requirepass_file=self._requested.requirepass_file,
+                ledger_digest=self._requested.ledger_digest,
             )
             names, resp_ports, ports = saved["replicas"], saved["resp_ports"], saved["ports"]
             for name, resp_port, port in zip(names, resp_ports, ports, strict=True):

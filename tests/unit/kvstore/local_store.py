@@ -134,10 +134,14 @@ def running_store(
     *,
     replicas: int = 3,
     acl_file: Path | None = None,
+    ledger_digest: str = "crc32c",
 ) -> Iterator[Store]:
     """A store of `replicas` replica processes under `data_dir`, for the block (its Redis
-    clients logging in as `acl_file`'s users, if given)."""
-    settings = KvSettings(replicas=replicas, base_port=0, acl_file=acl_file)
+    clients logging in as `acl_file`'s users, if given; its ledgers checked with
+    `ledger_digest`)."""
+    settings = KvSettings(
+        replicas=replicas, base_port=0, acl_file=acl_file, ledger_digest=ledger_digest
+    )
     cluster = LocalKvCluster(data_dir, zk=zookeeper.connect_string + zk_root, settings=settings)
     with (
         anyio.from_thread.start_blocking_portal() as portal,

@@ -46,7 +46,7 @@ def test_serve_refuses_bad_access_files(tmp_path: Path, capsys: pytest.CaptureFi
     empty = tmp_path / "empty"
     empty.write_text("\n")
     assert cli.main([*SERVE, "--requirepass-file", str(empty)]) == cli.EXIT_USAGE
-    assert f"{empty}: the password file is empty" in capsys.readouterr().err
+    assert f"{empty}: the file is empty" in capsys.readouterr().err
     both = [*SERVE, "--requirepass-file", str(empty), "--acl-file", str(empty)]
     assert cli.main(both) == cli.EXIT_USAGE
     assert "--acl-file and --requirepass-file exclude each other" in capsys.readouterr().err

@@ -1,0 +1,391 @@
+"""A store secured every way this repository offers, and what its secrets protect.
+
+One store (three bookies with their autorecovery, two replicas) runs with:
+
+* ACL users on the RESP port (`kvstore serve --acl-file`): the default user
+  has a password, a read-only and a read-write user, a user who is off;
+* ZooKeeper digest credentials (`BOOKIE_ZK_DIGEST_FILE`) for every process;
+* a ledger password of its own (`RSM_LEDGER_PASSWORD_FILE`) and HMAC-SHA256
+  digests (`--ledger-digest hmac_sha256`).
+
+The test process is given the same variables while the store runs.  Redis
+clients without the password are refused everything but logging in, a wrong
+password is refused and counted while the connection goes on, a read-only
+user cannot write; every znode the store made is ours alone, and `bookie
+shell setacls` re-secures znodes opened up; ledgers are HMAC and refused
+without their password, by the client and on a bookie; the replay tools
+need the password.  Last, no secret appears in any log, the metrics pages,
+INFO, CONFIG, ACL LIST, status output or any error message the tests saw.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.exceptions
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+from redis.utils import str_if_bytes
+
+from bookie.local.zookeeper import LocalZooKeeper
+from bookie.meta.zk_digest import ZK_DIGEST_FILE_ENV
+from rsm.config import LEDGER_PASSWORD_FILE_ENV
+from tests.unit.kvstore.local_store import WAIT_S, Store, running_store
+
+pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
+
+DEFAULT_PASSWORD = "default-Pa55word"
+READER_PASSWORD = "reader-Pa55word"
+WRITER_PASSWORD = "writer-Pa55word"
+GHOST_PASSWORD = "ghost-Pa55word"
+ZK_USER = "cluster"
+ZK_PASSWORD = "Zk-Pa55word-for-tests"
+LEDGER_PASSWORD = "Ledger-Pa55word-for-tests"
+SECRETS = (
+    DEFAULT_PASSWORD,
+    READER_PASSWORD,
+    WRITER_PASSWORD,
+    GHOST_PASSWORD,
+    ZK_PASSWORD,
+    LEDGER_PASSWORD,
+)
+ACL_FILE = f"""\
+user default on >{DEFAULT_PASSWORD} ~* +@all
+user reader on >{READER_PASSWORD} ~* -@all +@read +@connection
+user writer on >{WRITER_PASSWORD} ~app:* +@all -@dangerous
+user ghost off >{GHOST_PASSWORD} ~* +@all
+"""
+
+
+@dataclass
+class Secured:
+    store: Store
+    root: str
+    hosts: str
+    """ZooKeeper's connect string, without the store's chroot `root`."""
+    seen: list[str] = field(default_factory=list)
+    """Every output and error message the tests saw, for the last test to search."""
+
+    def client(self, name: str, **options: Any) -> redis.Redis:
+        options.setdefault("password", DEFAULT_PASSWORD)
+        return self.store.client(name, **options)
+
+    def run(self, *command: str, without: str | None = None) -> tuple[int, str]:
+        """`python -m COMMAND...` with this process's environment (less the variable
+        `without`); its exit status and output."""
+        environment = dict(os.environ)
+        if without is not None:
+            environment.pop(without)
+        result = subprocess.run(
+            [sys.executable, "-m", *command],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=WAIT_S,
+            check=False,
+        )
+        output = result.stdout + result.stderr
+        self.seen.append(output)
+        return result.returncode, output
+
+    def shell(self, *arguments: str, without: str | None = None) -> tuple[int, str]:
+        where = ("--zk", self.hosts, "--zk-root", f"{self.root}/ledgers")
+        return self.run("bookie.tools.cli", "shell", *arguments, *where, without=without)
+
+    def shell_json(self, *arguments: str) -> Any:
+        code, output = self.shell(*arguments, "--json")
+        assert code == 0, output
+        return json.loads(output)
+
+
+@pytest.fixture(scope="module")
+def secured(
+    zookeeper: LocalZooKeeper, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Secured]:
+    directory = tmp_path_factory.mktemp("secured")
+    files = {
+        "users.acl": ACL_FILE,
+        "zk-digest": f"{ZK_USER}:{ZK_PASSWORD}\n",
+        "ledger-password": LEDGER_PASSWORD + "\n",
+    }
+    for name, content in files.items():
+        (directory / name).write_text(content)
+    root = f"/secured-{os.getpid()}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ZK_DIGEST_FILE_ENV, str(directory / "zk-digest"))
+        patch.setenv(LEDGER_PASSWORD_FILE_ENV, str(directory / "ledger-password"))
+        with running_store(
+            zookeeper,
+            root,
+            directory / "store",
+            replicas=2,
+            acl_file=directory / "users.acl",
+            ledger_digest="hmac_sha256",
+        ) as store:
+            yield Secured(store, root, zookeeper.connect_string)
+
+
+# --- Redis clients -----------------------------------------------------------------------------
+
+
+def info_stats(secured: Secured, name: str) -> dict[str, int]:
+    with secured.client(name) as client:
+        stats: dict[str, int] = client.info("stats")
+        return stats
+
+
+def test_without_the_password_only_logging_in_is_served(secured: Secured) -> None:
+    for name in secured.store.names:
+        with secured.store.client(name, protocol=2) as client:
+            with pytest.raises(redis.exceptions.AuthenticationError, match=r"^Authentication req"):
+                client.get("app:k")
+            with pytest.raises(redis.exceptions.AuthenticationError, match=r"^Authentication req"):
+                client.set("app:k", "v")
+        with (
+            secured.store.client(name, protocol=3) as client,
+            pytest.raises(redis.exceptions.AuthenticationError, match=r"^HELLO must be called"),
+        ):
+            client.ping()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+def test_the_default_password_and_users_log_in(secured: Secured, protocol: int) -> None:
+    first, second = secured.store.names
+    key = f"app:{protocol}"
+    with secured.client(first, protocol=protocol) as client:
+        assert client.set(key, "by default")
+        assert str_if_bytes(client.acl_whoami()) == "default"
+    with secured.client(
+        second, username="writer", password=WRITER_PASSWORD, protocol=protocol
+    ) as client:
+        assert client.get(key) == b"by default"
+        assert client.incr(f"{key}:n") == 1
+        with pytest.raises(redis.exceptions.NoPermissionError, match="access a key"):
+            client.set("elsewhere", "v")
+        with pytest.raises(redis.exceptions.NoPermissionError, match="'flushall' command"):
+            client.flushall()
+    with secured.client(
+        first, username="reader", password=READER_PASSWORD, protocol=protocol
+    ) as client:
+        assert client.mget(key, f"{key}:n") == [b"by default", b"1"]
+        with pytest.raises(redis.exceptions.NoPermissionError, match="'set' command"):
+            client.set(key, "by reader")
+        with pytest.raises(redis.exceptions.NoPermissionError, match="'del' command") as raised:
+            client.delete(key)
+        secured.seen.append(str(raised.value))
+        assert client.get(key) == b"by default", "the refused writes changed nothing"
+
+
+def test_a_wrong_password_is_refused_counted_and_the_connection_goes_on(secured: Secured) -> None:
+    name = secured.store.names[1]
+    before = info_stats(secured, name)["acl_access_denied_auth"]
+    for username, password in (("writer", "wrong"), ("ghost", GHOST_PASSWORD), ("nobody", "x")):
+        with (
+            secured.client(name, username=username, password=password) as client,
+            pytest.raises(redis.exceptions.AuthenticationError, match=r"^invalid username-pass"),
+        ):
+            client.ping()
+    with socket.create_connection(("127.0.0.1", secured.store.port(name)), timeout=WAIT_S) as raw:
+        raw.sendall(b"AUTH wrong-password\r\n")
+        assert receive_line(raw) == (
+            b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+        )
+        raw.sendall(f"AUTH reader {READER_PASSWORD}\r\nSET app:raw v\r\n".encode())
+        assert receive_line(raw) == b"+OK\r\n"
+        assert receive_line(raw) == (
+            b"-NOPERM User reader has no permissions to run the 'set' command\r\n"
+        )
+    assert info_stats(secured, name)["acl_access_denied_auth"] == before + 4
+    assert info_stats(secured, name)["acl_access_denied_cmd"] >= 1
+
+
+def receive_line(raw: socket.socket) -> bytes:
+    line = b""
+    while not line.endswith(b"\r\n"):
+        chunk = raw.recv(1)
+        assert chunk, "the server closed the connection"
+        line += chunk
+    return line
+
+
+def test_acl_list_shows_hashes(secured: Secured) -> None:
+    with secured.client(secured.store.names[0]) as client:
+        assert sorted(client.acl_users()) == ["default", "ghost", "reader", "writer"]
+        listing = "\n".join(client.acl_list())
+        secured.seen += [listing, repr(client.info("everything")), repr(client.config_get("*"))]
+    assert "user reader on #" in listing
+    assert "~app:* +@all -@dangerous" in listing
+
+
+# --- ZooKeeper ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def owner_and_intruder(secured: Secured) -> Iterator[tuple[KazooClient, KazooClient]]:
+    """Two kazoo clients, with the store's credentials and without; afterwards the store
+    must still serve a write and a read."""
+    clients = [
+        KazooClient(hosts=secured.hosts, auth_data=auth)
+        for auth in ([("digest", f"{ZK_USER}:{ZK_PASSWORD}")], None)
+    ]
+    try:
+        for client in clients:
+            client.start(timeout=WAIT_S)
+        yield clients[0], clients[1]
+    finally:
+        for client in clients:
+            client.stop()
+            client.close()
+    with secured.client(secured.store.names[1]) as redis_client:
+        assert redis_client.set("after-zk", "v")
+        assert redis_client.get("after-zk") == b"v"
+
+
+def tree(client: KazooClient, root: str) -> list[str]:
+    found, pending = [], [root]
+    while pending:
+        path = pending.pop()
+        found.append(path)
+        pending += (f"{path}/{name}" for name in client.get_children(path))
+    return sorted(found)
+
+
+def refused(operation: Any, *arguments: Any) -> None:
+    with pytest.raises(NoAuthError):
+        operation(*arguments)
+
+
+def test_every_znode_is_ours_alone(secured: Secured) -> None:
+    with owner_and_intruder(secured) as (owner, intruder):
+        znodes = tree(owner, secured.root)
+        root = secured.root
+        for expected in (
+            f"{root}/ledgers/INSTANCEID",
+            f"{root}/ledgers/cookies",
+            f"{root}/ledgers/available",
+            f"{root}/rsm/kv/log",
+            f"{root}/rsm/kv/leader",
+        ):
+            assert expected in znodes
+        assert any("underreplication" in path for path in znodes), znodes
+        ours = [make_digest_acl(ZK_USER, ZK_PASSWORD, all=True)]
+        assert [path for path in znodes if owner.get_acls(path)[0] != ours] == []
+        for path in znodes:
+            refused(intruder.get, path)
+            refused(intruder.get_children, path)
+            refused(intruder.set, path, b"changed")
+            refused(intruder.create, f"{path}/intruder", b"")
+        refused(intruder.delete, f"{root}/rsm/kv/leader")
+        refused(intruder.delete, f"{root}/ledgers/INSTANCEID")
+        assert owner.exists(f"{root}/rsm/kv/leader") is not None
+
+
+def test_setacls_secures_an_open_tree_once(secured: Secured) -> None:
+    root = secured.root
+    with owner_and_intruder(secured) as (owner, intruder):
+        opened = [f"{root}/ledgers", f"{root}/ledgers/INSTANCEID", f"{root}/rsm/kv/log"]
+        for path in opened:
+            owner.set_acls(path, OPEN_ACL_UNSAFE)
+        assert intruder.get(f"{root}/rsm/kv/log")[0], "opened up, as a cluster without ACLs"
+
+        code, output = secured.shell("setacls", f"{root}/rsm", without=ZK_DIGEST_FILE_ENV)
+        assert code == 2
+        assert f"no ZooKeeper credentials to secure {root}/ledgers with" in output
+        assert "Traceback" not in output
+
+        trees = secured.shell_json("setacls", f"{root}/rsm")["trees"]
+        assert [tree["path"] for tree in trees] == [f"{root}/ledgers", f"{root}/rsm"]
+        assert sum(tree["changed"] for tree in trees) == len(opened)
+        for path in opened:
+            refused(intruder.get, path)
+
+        code, output = secured.shell("setacls", f"{root}/rsm")
+        assert code == 0, output
+        assert f"{root}/rsm: {trees[1]['znodes']} znodes, 0 given the ACL" in output
+
+        code, output = secured.shell("setacls", f"{root}/nothing-here")
+        assert code == 1
+        assert f"PROBLEM {root}/nothing-here: no such znode" in output
+
+
+# --- ledgers -----------------------------------------------------------------------------------
+
+
+def test_ledgers_are_hmac_and_need_the_password(secured: Secured) -> None:
+    with secured.client(secured.store.names[0]) as client:
+        assert client.set("ledger", "written")
+    ledgers = secured.shell_json("listledgers")["ledgers"]
+    assert ledgers
+    metadata = [secured.shell_json("ledgermetadata", str(ledger)) for ledger in ledgers]
+    assert {record["digest_type"] for record in metadata} == {"hmac_sha256"}
+    ledger = str(ledgers[0])
+
+    read = secured.shell_json("readledger", ledger, "--password", LEDGER_PASSWORD)
+    assert read["entries"], "the log's first segment holds entries"
+
+    code, output = secured.shell("readledger", ledger, "--password", "wrong")
+    assert code == 2, output
+    assert f"wrong password for ledger {ledger}: --password is not its password" in output
+    assert "Traceback" not in output
+
+    addresses = {
+        bookie["bookie_id"]: bookie["address"]
+        for bookie in secured.shell_json("listbookies")["writable"]
+    }
+    address = addresses[metadata[0]["ensembles"][0][1][0]]
+    entry = ("readentry", address, ledger, "0", "--digest", "hmac_sha256", "--json")
+    code, output = secured.run("bookie.tools.cli", "shell", *entry, "--password", LEDGER_PASSWORD)
+    assert code == 0, output
+    assert json.loads(output)["digest"] == "ok"
+    code, output = secured.run("bookie.tools.cli", "shell", *entry, "--password", "wrong")
+    assert code == 0, output
+    assert json.loads(output)["digest"].startswith("MISMATCH"), "another key fails the digest"
+
+
+def test_the_replay_tools_read_with_the_password(secured: Secured) -> None:
+    with secured.client(secured.store.names[0]) as client:
+        assert client.set("replayed", "v4")
+    zk = f"{secured.hosts}{secured.root}"
+    code, output = secured.run("kvstore.tools.cli", "history", "replayed", "--zk", zk)
+    assert code == 0, output
+    assert "v4" in output
+    code, output = secured.run(
+        "kvstore.tools.cli", "history", "replayed", "--zk", zk, without=LEDGER_PASSWORD_FILE_ENV
+    )
+    assert code != 0
+    assert "wrong password for ledger" in output
+    assert "Traceback" not in output
+
+
+# --- no secret anywhere ------------------------------------------------------------------------
+
+
+def test_no_secret_is_shown_anywhere(secured: Secured) -> None:
+    """Runs last: searches what every test before it saw, and every log of the store."""
+    cluster = secured.store.cluster
+    code, status = secured.run("kvstore.tools.cli", "status", "--zk", cluster.zk)
+    assert code == 0, status
+    pages = [status, *secured.seen]
+    for replica in cluster.replicas:
+        with urllib.request.urlopen(f"{replica.admin_url}/metrics", timeout=WAIT_S) as page:
+            pages.append(page.read().decode())
+    logs = {replica.log_file for replica in cluster.replicas}
+    logs |= set(Path(cluster.data_dir).rglob("*.log"))
+    pages += [path.read_text(errors="replace") for path in logs]
+    assert any("kvstore.ready" in page for page in pages), "the replicas' logs were read"
+    assert any("NOPERM" in page or "no permissions" in page for page in pages)
+    leaked = [secret for secret in SECRETS if any(secret in page for page in pages)]
+    assert leaked == []
