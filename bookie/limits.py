@@ -347,6 +347,9 @@ admin_request_timeout_ms = 10_000
 admin_connections_max = 64
 """Admin HTTP connections served at once; later ones are closed at once."""
 
+admin_token_file_bytes_max = 4 * KiB
+"""Largest admin token file (`BOOKIE_ADMIN_TOKEN_FILE`) read; larger: a configuration error."""
+
 # --- process tuning ---------------------------------------------------------------------------
 
 gc_young_collection_allocations = 50_000

@@ -1,15 +1,18 @@
 """Reading a file that holds a secret (a password, credentials) named by configuration.
 
 `read_secret_file(path, bytes_max)` returns the file's bytes, at most
-`bytes_max` of them, without one final line ending (`\\n` or `\\r\\n`), so
-a file written by `echo` holds what was typed.  It raises `ValueError` with
+`bytes_max` of them, without one final line ending (LF or CR LF), so a
+file written by `echo` holds what was typed.  It raises `ValueError` with
 the reason (cannot be read, larger than the bound, empty), which never
 quotes the file's content; callers name the file in their own
-configuration error.
+configuration error.  `secret_from_environment(variable, bytes_max)` reads
+the file an environment variable names (None when the variable is unset or
+empty), its `ValueError` naming `VARIABLE=path`.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -26,3 +29,15 @@ def read_secret_file(path: str | Path, bytes_max: int) -> bytes:
     if not secret:
         raise ValueError("the file is empty")
     return secret
+
+
+def secret_from_environment(variable: str, bytes_max: int) -> bytes | None:
+    """The secret in the file `variable` names (None: unset or empty); `ValueError` naming
+    the variable and the file."""
+    path = os.environ.get(variable, "")
+    if not path:
+        return None
+    try:
+        return read_secret_file(path, bytes_max)
+    except ValueError as error:
+        raise ValueError(f"{variable}={path}: {error}") from None

@@ -23,12 +23,11 @@ own setting.  The others may differ per replica.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Final
 
 from bookie import limits as bookie_limits
-from bookie.secret_file import read_secret_file
+from bookie.secret_file import secret_from_environment
 from bookie.wire.packet import DigestType
 from rsm import limits
 from rsm.errors import InvalidConfig
@@ -41,13 +40,13 @@ LEDGER_PASSWORD_DEFAULT: Final = b"rsm"
 def ledger_password_default() -> bytes:
     """The password of `RSM_LEDGER_PASSWORD_FILE`'s file, or `b"rsm"` when the variable is
     unset or empty; `InvalidConfig` naming the variable and file (never the password)."""
-    path = os.environ.get(LEDGER_PASSWORD_FILE_ENV, "")
-    if not path:
-        return LEDGER_PASSWORD_DEFAULT
     try:
-        return read_secret_file(path, limits.ledger_password_file_bytes_max)
+        password = secret_from_environment(
+            LEDGER_PASSWORD_FILE_ENV, limits.ledger_password_file_bytes_max
+        )
     except ValueError as error:
-        raise InvalidConfig(f"{LEDGER_PASSWORD_FILE_ENV}={path}: {error}") from None
+        raise InvalidConfig(str(error)) from None
+    return LEDGER_PASSWORD_DEFAULT if password is None else password
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,9 @@ One store (three bookies with their autorecovery, two replicas) runs with:
   has a password, a read-only and a read-write user, a user who is off;
 * ZooKeeper digest credentials (`BOOKIE_ZK_DIGEST_FILE`) for every process;
 * a ledger password of its own (`RSM_LEDGER_PASSWORD_FILE`) and HMAC-SHA256
-  digests (`--ledger-digest hmac_sha256`).
+  digests (`--ledger-digest hmac_sha256`);
+* an admin token (`BOOKIE_ADMIN_TOKEN_FILE`) on the bookies' and replicas'
+  admin HTTP APIs.
 
 The test process is given the same variables while the store runs.  Redis
 clients without the password are refused everything but logging in, a wrong
@@ -14,8 +16,9 @@ password is refused and counted while the connection goes on, a read-only
 user cannot write; every znode the store made is ours alone, and `bookie
 shell setacls` re-secures znodes opened up; ledgers are HMAC and refused
 without their password, by the client and on a bookie; the replay tools
-need the password.  Last, no secret appears in any log, the metrics pages,
-INFO, CONFIG, ACL LIST, status output or any error message the tests saw.
+need the password; the admin APIs' POSTs need the token.  Last, no secret
+appears in any log, the metrics pages, INFO, CONFIG, ACL LIST, status
+output or any error message the tests saw.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +46,7 @@ from redis.utils import str_if_bytes
 
 from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.zk_digest import ZK_DIGEST_FILE_ENV
+from bookie.net.admin_token import ADMIN_TOKEN_FILE_ENV
 from rsm.config import LEDGER_PASSWORD_FILE_ENV
 from tests.unit.kvstore.local_store import WAIT_S, Store, running_store
 
@@ -54,6 +59,7 @@ GHOST_PASSWORD = "ghost-Pa55word"
 ZK_USER = "cluster"
 ZK_PASSWORD = "Zk-Pa55word-for-tests"
 LEDGER_PASSWORD = "Ledger-Pa55word-for-tests"
+ADMIN_TOKEN = "Admin-T0ken-for-tests"
 SECRETS = (
     DEFAULT_PASSWORD,
     READER_PASSWORD,
@@ -61,6 +67,7 @@ SECRETS = (
     GHOST_PASSWORD,
     ZK_PASSWORD,
     LEDGER_PASSWORD,
+    ADMIN_TOKEN,
 )
 ACL_FILE = f"""\
 user default on >{DEFAULT_PASSWORD} ~* +@all
@@ -120,6 +127,7 @@ def secured(
         "users.acl": ACL_FILE,
         "zk-digest": f"{ZK_USER}:{ZK_PASSWORD}\n",
         "ledger-password": LEDGER_PASSWORD + "\n",
+        "admin-token": ADMIN_TOKEN + "\n",
     }
     for name, content in files.items():
         (directory / name).write_text(content)
@@ -127,6 +135,7 @@ def secured(
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(ZK_DIGEST_FILE_ENV, str(directory / "zk-digest"))
         patch.setenv(LEDGER_PASSWORD_FILE_ENV, str(directory / "ledger-password"))
+        patch.setenv(ADMIN_TOKEN_FILE_ENV, str(directory / "admin-token"))
         with running_store(
             zookeeper,
             root,
@@ -370,6 +379,48 @@ def test_the_replay_tools_read_with_the_password(secured: Secured) -> None:
     assert "Traceback" not in output
 
 
+# --- admin APIs --------------------------------------------------------------------------------
+
+
+def post(url: str, token: str | None) -> int:
+    """The status of an empty-JSON POST to `url` with `token` as its bearer token, if any."""
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=b"{}", headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=WAIT_S) as answer:
+            status: int = answer.status
+    except urllib.error.HTTPError as error:
+        error.close()
+        status = error.code
+    return status
+
+
+def refused_count(url: str, reason: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=WAIT_S) as page:
+        for line in page.read().decode().splitlines():
+            if line.startswith(f'admin_requests_refused_total{{reason="{reason}"}}'):
+                return float(line.split()[-1])
+    raise AssertionError(f"{url}/metrics has no admin_requests_refused_total")
+
+
+def test_admin_posts_need_the_token(secured: Secured) -> None:
+    cluster = secured.store.cluster
+    targets = [
+        (cluster.replicas[0].admin_url, "/api/v1/snapshots", 202),
+        (cluster.bookies.bookies[0].admin_url, "/api/v1/bookie/gc", 202),
+    ]
+    for url, path, accepted in targets:
+        assert post(url + path, None) == 401
+        assert post(url + path, "not-the-token") == 403
+        assert post(url + path, ADMIN_TOKEN) == accepted
+        assert refused_count(url, "missing") == 1
+        assert refused_count(url, "wrong") == 1
+        with urllib.request.urlopen(f"{url}/health", timeout=WAIT_S) as page:
+            assert page.status == 200, "GETs stay open"
+
+
 # --- no secret anywhere ------------------------------------------------------------------------
 
 
@@ -379,8 +430,8 @@ def test_no_secret_is_shown_anywhere(secured: Secured) -> None:
     code, status = secured.run("kvstore.tools.cli", "status", "--zk", cluster.zk)
     assert code == 0, status
     pages = [status, *secured.seen]
-    for replica in cluster.replicas:
-        with urllib.request.urlopen(f"{replica.admin_url}/metrics", timeout=WAIT_S) as page:
+    for server in (*cluster.replicas, *cluster.bookies.bookies):
+        with urllib.request.urlopen(f"{server.admin_url}/metrics", timeout=WAIT_S) as page:
             pages.append(page.read().decode())
     logs = {replica.log_file for replica in cluster.replicas}
     logs |= set(Path(cluster.data_dir).rglob("*.log"))
