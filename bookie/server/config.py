@@ -38,10 +38,12 @@ from typing import Final
 
 from bookie import limits
 from bookie.address import Address, parse_address
+from bookie.core.tokens import TokenTable
 from bookie.errors import InvalidAddress, InvalidConfig
 from bookie.logs import FORMATS, LEVELS
 from bookie.meta import paths
 from bookie.meta.layout import READONLY_DIRECTORY
+from bookie.net.credentials import read_token_table
 from bookie.storage.file import StorageConfig
 
 WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::", "*"})
@@ -61,7 +63,8 @@ class Key:
     """One configuration key: its kind, default, and what it means."""
 
     kind: str
-    """text, optional_text, address, optional_address, path, paths, int, fraction, bool, choice."""
+    """text, optional_text, address, optional_address, path, optional_path, paths, int,
+    fraction, bool, choice."""
     default: object
     help: str
     bounds: tuple[int, int] | None = None
@@ -254,6 +257,12 @@ KEYS: Final[Mapping[str, Key]] = {
         "autorecovery copies at most this many bytes per second (0: no bound)",
         bounds=(0, limits.configurable_file_size_bytes_max),
     ),
+    "client_tokens_file": Key(
+        "optional_path",
+        None,
+        "a file of 'PRINCIPAL TOKEN' lines: when set, a client is served only after it "
+        "presented one of these tokens (docs/security.md, client tokens)",
+    ),
     "autorecovery_password": Key(
         "optional_text",
         None,
@@ -310,6 +319,7 @@ class BookieConfig:
     autorecovery_open_ledger_grace_ms: int
     autorecovery_rate_entries_per_s: int
     autorecovery_rate_bytes_per_s: int
+    client_tokens_file: Path | None
     autorecovery_password: str | None = field(repr=False)
     log_level: str
     log_format: str
@@ -342,6 +352,13 @@ class BookieConfig:
             compaction_live_fraction_threshold=self.compaction_live_fraction_threshold,
             compaction_rate_bytes_per_s=self.compaction_rate_bytes_per_s,
         )
+
+
+def read_client_tokens(config: BookieConfig) -> TokenTable | None:
+    """The token table `client_tokens_file` names, or None; `InvalidConfig` if it cannot be
+    read or is not one (the message names the file and a line, never a token)."""
+    path = config.client_tokens_file
+    return None if path is None else read_token_table(path, "client_tokens_file")
 
 
 def restart_needed(old: BookieConfig, new: BookieConfig) -> list[str]:
@@ -434,13 +451,13 @@ def build_config(raw: Mapping[str, tuple[object, Path]]) -> BookieConfig:
 
 def _validate(name: str, key: Key, value: object, base: Path) -> object:
     kind = key.kind
-    if kind in ("optional_text", "optional_address") and value is None:
+    if kind in ("optional_text", "optional_address", "optional_path") and value is None:
         return None
     if kind in ("text", "optional_text"):
         return _text(name, value)
     if kind in ("address", "optional_address"):
         return address_setting(_text(name, value), name)
-    if kind == "path":
+    if kind in ("path", "optional_path"):
         return _path(name, value, base)
     if kind == "paths":
         return _paths(name, value, base)

@@ -99,6 +99,7 @@ from rsm.core.state_machine import StateMachine
 from rsm.errors import CommandFailed, InvalidConfig, NoSuchApplication, RsmError, Unavailable
 from rsm.host import (
     FollowerPriority,
+    add_client_tokens_file,
     add_follower_nice,
     add_ledger_digest,
     aligned,
@@ -106,6 +107,7 @@ from rsm.host import (
     command_zk_store,
     ledger_digest_of,
     quiet_kazoo,
+    read_client_tokens,
     replica_metadata,
     replication_lines,
     run_replica_main,
@@ -200,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     _snapshot_knobs(run)
     add_follower_nice(run)
     add_ledger_digest(run)
+    add_client_tokens_file(run)
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=FORMATS, default="json")
 
@@ -355,6 +358,7 @@ async def _serve(
             advertise=arguments.advertise,
             config=config,
             on_role=priority.on_role,
+            client_tokens=read_client_tokens(arguments.client_tokens_file),
         ) as replica,
         admin_server(replica, store, arguments.admin) as admin,
     ):

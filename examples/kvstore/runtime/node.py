@@ -43,6 +43,7 @@ from anyio.abc import SocketAttribute
 from bookie.address import Address, parse_address
 from bookie.client.ledger_client import LedgerClient
 from bookie.clock import system_wall_clock_ms
+from bookie.core.tokens import TokenTable
 from bookie.errors import InvalidAddress, MetadataError, NodeExists
 from bookie.meta.api import ANY_VERSION, MetadataStore
 from kvstore import limits
@@ -122,6 +123,7 @@ class KvNode:
         connector: Connector = tcp_connector,
         on_role: Callable[[Role], None] | None = None,
         rsm_root: str = RSM_ROOT,
+        client_tokens: TokenTable | None = None,
         access: AccessControl | None = None,
     ) -> None:
         if resp_listener is not None and resp_advertise is None:
@@ -149,6 +151,7 @@ class KvNode:
             wall_clock_ms=wall_clock_ms,
             on_role=on_role,
             rsm_root=rsm_root,
+            client_tokens=client_tokens,
         )
         self._resp_listen = resp_listen
         self._resp_advertise = resp_advertise

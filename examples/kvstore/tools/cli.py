@@ -97,6 +97,7 @@ from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig, MalformedValue, RsmError
 from rsm.host import (
     FollowerPriority,
+    add_client_tokens_file,
     add_follower_nice,
     add_ledger_digest,
     aligned,
@@ -104,6 +105,7 @@ from rsm.host import (
     command_zk_store,
     ledger_digest_of,
     quiet_kazoo,
+    read_client_tokens,
     replica_metadata,
     replication_lines,
     run_replica_main,
@@ -206,6 +208,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_follower_nice(serve)
     add_ledger_digest(serve)
+    add_client_tokens_file(serve)
     serve.add_argument("--log-level", choices=LEVELS, default="info")
     serve.add_argument("--log-format", choices=FORMATS, default="json")
     add_access_arguments(serve)
@@ -310,6 +313,7 @@ async def _serve_node(
             config=config,
             on_role=priority.on_role,
             access=access,
+            client_tokens=read_client_tokens(arguments.client_tokens_file),
         ) as node,
         admin_server(node.replica, store, arguments.admin) as admin,
     ):
