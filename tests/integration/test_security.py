@@ -1,6 +1,7 @@
 """A store secured every way this repository offers, and what its secrets protect.
 
-One store (three bookies with their autorecovery, two replicas) runs with:
+One store (four bookies with their autorecovery, for ensembles of three,
+and two replicas) runs with:
 
 * ACL users on the RESP port (`kvstore serve --acl-file`): the default user
   has a password, a read-only and a read-write user, a user who is off;
@@ -16,13 +17,15 @@ password is refused and counted while the connection goes on, a read-only
 user cannot write; every znode the store made is ours alone, and `bookie
 shell setacls` re-secures znodes opened up; ledgers are HMAC and refused
 without their password, by the client and on a bookie; the replay tools
-need the password; the admin APIs' POSTs need the token.  Last, no secret
+need the password, and so does autorecovery, which copies a lost bookie's
+HMAC ledgers; the admin APIs' POSTs need the token.  Last, no secret
 appears in any log, the metrics pages, INFO, CONFIG, ACL LIST, status
 output or any error message the tests saw.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -42,13 +45,17 @@ import redis.exceptions
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+from kvstore.tools.launcher import LEDGER_ROOT
 from redis.utils import str_if_bytes
 
 from bookie.local.zookeeper import LocalZooKeeper
+from bookie.meta.ledgers import LedgerManager
+from bookie.meta.underreplication import UnderReplication
+from bookie.meta.zk import ZkMetadataStore
 from bookie.meta.zk_digest import ZK_DIGEST_FILE_ENV
 from bookie.net.admin_token import ADMIN_TOKEN_FILE_ENV
 from rsm.config import LEDGER_PASSWORD_FILE_ENV
-from tests.unit.kvstore.local_store import WAIT_S, Store, running_store
+from tests.unit.kvstore.local_store import WAIT_S, Store, running_store, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
 
@@ -69,6 +76,8 @@ SECRETS = (
     LEDGER_PASSWORD,
     ADMIN_TOKEN,
 )
+SHORT_AUTORECOVERY_GRACE = {"autorecovery_grace_ms": 1_000, "autorecovery_poll_interval_ms": 100}
+"""A second's grace before a bookie gone from ZooKeeper counts as lost (default 30 s)."""
 ACL_FILE = f"""\
 user default on >{DEFAULT_PASSWORD} ~* +@all
 user reader on >{READER_PASSWORD} ~* -@all +@read +@connection
@@ -141,6 +150,8 @@ def secured(
             root,
             directory / "store",
             replicas=2,
+            bookies=4,
+            bookie_config=SHORT_AUTORECOVERY_GRACE,
             acl_file=directory / "users.acl",
             ledger_digest="hmac_sha256",
         ) as store:
@@ -409,7 +420,7 @@ def test_admin_posts_need_the_token(secured: Secured) -> None:
     cluster = secured.store.cluster
     targets = [
         (cluster.replicas[0].admin_url, "/api/v1/snapshots", 202),
-        (cluster.bookies.bookies[0].admin_url, "/api/v1/bookie/gc", 202),
+        (cluster.bookies.bookies[-1].admin_url, "/api/v1/bookie/gc", 202),
     ]
     for url, path, accepted in targets:
         assert post(url + path, None) == 401
@@ -421,18 +432,97 @@ def test_admin_posts_need_the_token(secured: Secured) -> None:
             assert page.status == 200, "GETs stay open"
 
 
+async def ledgers_naming(hosts: str, root: str, bookie_id: str) -> list[int] | None:
+    """The ledgers whose ensembles name `bookie_id` (None while any ledger is marked
+    under-replicated), read with this process's ZooKeeper credentials."""
+    async with ZkMetadataStore.connect(hosts, root=root) as store:
+        if await UnderReplication(store, LEDGER_ROOT).list_marks():
+            return None
+        manager = LedgerManager(store, LEDGER_ROOT)
+        named = []
+        for ledger_id in await manager.list_ledgers():
+            metadata, _version = await manager.read(ledger_id)
+            if any(bookie_id in ensemble for _, ensemble in metadata.ensembles):
+                named.append(ledger_id)
+        return named
+
+
+def test_autorecovery_copies_hmac_ledgers_with_the_password(secured: Secured) -> None:
+    snapshots = f"{secured.store.cluster.replicas[0].admin_url}/api/v1/snapshots"
+    assert post(snapshots, ADMIN_TOKEN) == 202, "a snapshot: a closed HMAC ledger to copy"
+    records = [
+        secured.shell_json("ledgermetadata", str(ledger))
+        for ledger in secured.shell_json("listledgers")["ledgers"]
+    ]
+    closed = [record for record in records if record["state"] == "closed"]
+    assert closed, "the snapshot's ledger"
+    lost = closed[0]["ensembles"][0][1][0]
+    portal, bookies = secured.store.portal, secured.store.cluster.bookies
+    held = portal.call(ledgers_naming, secured.hosts, secured.root, lost)
+    assert held is not None
+    assert closed[0]["ledger_id"] in held
+    bookies.kill(next(bookie.name for bookie in bookies.bookies if bookie.bookie_id == lost))
+    written = itertools.count()
+    with secured.client(secured.store.names[0]) as client:
+
+        def healed() -> bool:
+            # Writes make the store's writer replace the lost bookie in its open segment.
+            assert client.set(f"while-lost:{next(written)}", "v")
+            return portal.call(ledgers_naming, secured.hosts, secured.root, lost) == []
+
+        wait_for(healed)
+    for ledger in held:
+        report = secured.shell_json(
+            "readledger", str(ledger), "--all-bookies", "--password", LEDGER_PASSWORD
+        )
+        assert report["problems"] == [], "every copy, the new ones too, passes its HMAC"
+
+
 # --- no secret anywhere ------------------------------------------------------------------------
 
 
-def test_no_secret_is_shown_anywhere(secured: Secured) -> None:
-    """Runs last: searches what every test before it saw, and every log of the store."""
+def failures_seen(secured: Secured, directory: Path) -> list[str]:
+    """What clients and operators see when they get things wrong: a wrong password, a
+    command refused, a wrong admin token, a bad ACL file, a ledger's wrong password."""
+    seen = []
+    name = secured.store.names[0]
+    for username, password, call in (
+        ("reader", "wrong", lambda client: client.ping()),
+        ("reader", READER_PASSWORD, lambda client: client.set("app:x", "y")),
+    ):
+        with (
+            secured.client(name, username=username, password=password) as client,
+            pytest.raises(redis.exceptions.RedisError) as raised,
+        ):
+            call(client)
+        seen.append(str(raised.value))
+    replica = secured.store.cluster.replicas[0]
+    assert post(f"{replica.admin_url}/api/v1/snapshots", "wrong-token") == 403
+    bad = directory / "bad.acl"
+    bad.write_text(f"user admin on >{DEFAULT_PASSWORD} <{READER_PASSWORD} ~* +@all\n")
+    serve = ("serve", "--zk", "127.0.0.1:1", "--listen", "h:1", "--resp", "h:2")
+    code, output = secured.run("kvstore.tools.cli", *serve, "--acl-file", str(bad))
+    assert code == 2, output
+    code, output = secured.shell("readledger", "0", "--password", "wrong")
+    assert code == 2, output
+    return [*seen, *secured.seen]
+
+
+def test_no_secret_is_shown_anywhere(secured: Secured, tmp_path: Path) -> None:
+    """Last: searches what every test saw (this one's failures too) and every log."""
     cluster = secured.store.cluster
     code, status = secured.run("kvstore.tools.cli", "status", "--zk", cluster.zk)
     assert code == 0, status
-    pages = [status, *secured.seen]
+    pages = [status, *failures_seen(secured, tmp_path)]
+    scraped = 0
     for server in (*cluster.replicas, *cluster.bookies.bookies):
-        with urllib.request.urlopen(f"{server.admin_url}/metrics", timeout=WAIT_S) as page:
-            pages.append(page.read().decode())
+        try:
+            with urllib.request.urlopen(f"{server.admin_url}/metrics", timeout=WAIT_S) as page:
+                pages.append(page.read().decode())
+                scraped += 1
+        except urllib.error.URLError:
+            continue  # the bookie the autorecovery test killed
+    assert scraped >= len(cluster.replicas) + len(cluster.bookies.bookies) - 1
     logs = {replica.log_file for replica in cluster.replicas}
     logs |= set(Path(cluster.data_dir).rglob("*.log"))
     pages += [path.read_text(errors="replace") for path in logs]
