@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -462,33 +462,44 @@ async def bench_bookie(
     return results, metrics_report(runs, scrapes, arguments)
 
 
-def metrics_report(
-    runs: list[dict[str, Any]], scrapes: list[float], arguments: argparse.Namespace
-) -> dict[str, Any]:
-    """Every run, on and off, and per size the ratios of the medians, on over off: of the
-    rates, and of the bookie's CPU per add (which other load on the machine moves less)."""
+def on_over_off(
+    runs: list[dict[str, Any]], value: Callable[[dict[str, Any]], float]
+) -> dict[str, float]:
+    """Per run name, the median of `value` over the runs with metrics on, over that with
+    metrics off (names measured only one way are left out)."""
+    found = {}
+    for name in dict.fromkeys(run["name"] for run in runs):
+        medians = {
+            mode: statistics.median(
+                value(run) for run in runs if run["name"] == name and run["metrics"] == mode
+            )
+            for mode in ("off", "on")
+            if any(run["name"] == name and run["metrics"] == mode for run in runs)
+        }
+        if len(medians) == 2 and medians["off"]:
+            found[name] = round(medians["on"] / medians["off"], 3)
+    return found
 
-    def ratios(key: str) -> dict[str, float]:
-        found = {}
-        for name in dict.fromkeys(run["name"] for run in runs):
-            medians = {
-                mode: statistics.median(
-                    run[key] for run in runs if run["name"] == name and run["metrics"] == mode
-                )
-                for mode in ("off", "on")
-                if any(run["name"] == name and run["metrics"] == mode for run in runs)
-            }
-            if len(medians) == 2 and medians["off"]:
-                found[name] = round(medians["on"] / medians["off"], 3)
-        return found
 
+def scrape_report(scrapes: list[float], arguments: argparse.Namespace) -> dict[str, Any]:
+    """The comparison's rounds and how scraping went: how often, how many, the slowest."""
     return {
         "rounds": arguments.metrics_rounds,
         "scrape_interval_s": arguments.scrape_interval_s,
         "scrapes": len(scrapes),
         "scrape_ms_max": round(max(scrapes, default=0.0) * 1000, 3),
-        "on_over_off_ops": ratios("ops_per_s"),
-        "on_over_off_bookie_cpu_per_op": ratios("bookie_cpu_us_per_op"),
+    }
+
+
+def metrics_report(
+    runs: list[dict[str, Any]], scrapes: list[float], arguments: argparse.Namespace
+) -> dict[str, Any]:
+    """Every run, on and off, and per size the ratios of the medians, on over off: of the
+    rates, and of the bookie's CPU per add (which other load on the machine moves less)."""
+    return {
+        **scrape_report(scrapes, arguments),
+        "on_over_off_ops": on_over_off(runs, lambda run: run["ops_per_s"]),
+        "on_over_off_bookie_cpu_per_op": on_over_off(runs, lambda run: run["bookie_cpu_us_per_op"]),
         "runs": runs,
     }
 

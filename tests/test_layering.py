@@ -87,6 +87,7 @@ LAYERS: dict[str, list[list[str]]] = {
         ["rsm.snapshots"],
         ["rsm.runtime"],
         ["rsm.host", "rsm.machines"],
+        ["rsm.overview"],
         ["rsm.admin"],
         ["rsm.spark"],
         ["rsm.tools"],

@@ -40,9 +40,13 @@ A WATCH of a key already watched keeps the older position, as Redis.
 A connection with a `restriction` (not logged in, or a user not allowed
 everything: `kvstore.connection.acl`) gets its NOAUTH or NOPERM refusal
 for a command it may not run, after the command's own errors (unknown,
-wrong arity) and before anything else; inside MULTI the refusal makes EXEC
-answer EXECABORT, as Redis.  A connection allowed everything pays one
-attribute test for this.
+wrong arity) and before anything else, counted as a rejected call; inside
+MULTI the refusal makes EXEC answer EXECABORT, as Redis.  A connection
+allowed everything pays one attribute test for this.
+
+Every request is counted in `client.stats` (`command_stats.py`): its
+command's call, or its refusal, or a server command's error; the shell
+counts the failures of the others when their outcome arrives.
 
 Invariants: `plan` changes only `client` (and counts refusals in the
 server's `AccessControl`); every `Write`/`Read`/`WatchRead`/
@@ -115,15 +119,19 @@ def plan(args: list[bytes], client: ClientState, server: ServerView) -> Action:
     try:
         spec = commands.resolve(args)
     except RedisError as error:
+        client.stats.reject(_command_name(args), error.message)
         if client.in_transaction:
             client.transaction_error = EXEC_ABORT
         return Answer(error)
     if client.restriction is not None:
         denied = acl.refusal(client.restriction, spec, args, server.access_control())
         if denied is not None:
+            client.stats.reject(spec.name, denied.message)
             if client.in_transaction:
                 client.transaction_error = EXEC_ABORT
             return Answer(denied)
+    calls = client.stats.calls
+    calls[spec.name] = calls.get(spec.name, 0) + 1
     route = spec.route
     if client.in_transaction and spec.name not in _IMMEDIATE_IN_TRANSACTION:
         return _queue(spec, args, client)
@@ -136,7 +144,14 @@ def plan(args: list[bytes], client: ClientState, server: ServerView) -> Action:
             server_commands.answer(spec, args, client, server)
         )
     except RedisError as error:
+        client.stats.fail(spec.name, error.message)
         return Answer(error)
+
+
+def _command_name(args: list[bytes]) -> str | None:
+    """The name of the command a refused request names, None when there is no such command."""
+    spec = commands.COMMANDS.get(args[0].lower().decode("latin-1"))
+    return None if spec is None else spec.name
 
 
 def _queue(spec: CommandSpec, args: list[bytes], client: ClientState) -> Answer:
@@ -146,7 +161,9 @@ def _queue(spec: CommandSpec, args: list[bytes], client: ClientState) -> Answer:
         or client.queued_bytes + client.watched_bytes + size_bytes > limits.transaction_bytes_max
     ):
         client.transaction_error = EXEC_ABORT
-        return Answer(RedisError("ERR the transaction is too large to queue this command"))
+        error = RedisError("ERR the transaction is too large to queue this command")
+        client.stats.reject(spec.name, error.message)
+        return Answer(error)
     client.queued.append((spec, args))
     client.queued_bytes += size_bytes
     return Answer("QUEUED")

@@ -72,6 +72,7 @@ import shlex
 import signal
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -86,6 +87,7 @@ from kvstore import limits
 from kvstore.connection.acl import AccessControl
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
 from kvstore.protocol.redis_cli import reply_text
+from kvstore.runtime.metrics import kvstore_metrics
 from kvstore.runtime.node import DEFAULT_APP, KvNode, StoreSettings
 from kvstore.state_machine import KVStore
 from kvstore.tools.access_options import access_of, add_access_arguments
@@ -315,7 +317,9 @@ async def _serve_node(
             access=access,
             client_tokens=read_client_tokens(arguments.client_tokens_file),
         ) as node,
-        admin_server(node.replica, store, arguments.admin) as admin,
+        admin_server(
+            node.replica, store, arguments.admin, app_metrics=partial(kvstore_metrics, node)
+        ) as admin,
     ):
         emit(
             logger,
@@ -413,6 +417,7 @@ def _banner(cluster: LocalKvCluster) -> str:
     lines.append(admin_heading())
     lines += admin_lines(bookies.bookies)
     lines += [f"  {replica.name:<9}  {replica.admin_url}" for replica in cluster.replicas]
+    lines.append(f"Status page: {cluster.replicas[0].admin_url}/ (on any replica's admin address)")
     lines += [
         f"Any replica takes any command.  Status: kvstore status --data-dir "
         f"{_shown(cluster.data_dir)}",

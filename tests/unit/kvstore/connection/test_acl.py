@@ -299,3 +299,6 @@ def test_info_counts_refusals() -> None:
     info = talk.send(["INFO", "stats"])
     assert b"acl_access_denied_auth:0" in info, "the conversation's fixed status shows zeros"
     assert (access.auth_failures, access.commands_denied, access.keys_denied) == (1, 1, 1)
+    stats = talk.client.stats
+    assert (stats.rejected["set"], stats.rejected["get"], stats.failed["auth"]) == (1, 1, 1)
+    assert (stats.errors["NOPERM"], stats.errors["WRONGPASS"]) == (2, 1)
