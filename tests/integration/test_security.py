@@ -230,6 +230,11 @@ def test_a_wrong_password_is_refused_counted_and_the_connection_goes_on(secured:
         )
     assert info_stats(secured, name)["acl_access_denied_auth"] == before + 4
     assert info_stats(secured, name)["acl_access_denied_cmd"] >= 1
+    admin = secured.store.cluster.replica(name).admin_url
+    with urllib.request.urlopen(f"{admin}/metrics", timeout=WAIT_S) as page:
+        metrics = page.read().decode()
+    assert f'kvstore_acl_denied_total{{reason="auth"}} {before + 4}.0' in metrics
+    assert 'kvstore_error_replies_total{code="WRONGPASS"}' in metrics
 
 
 def receive_line(raw: socket.socket) -> bytes:
