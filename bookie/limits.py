@@ -221,6 +221,9 @@ zk_reconnect_delay_ms_min = 50
 zk_reconnect_delay_ms_max = 1_000
 """Longest pause between reconnect attempts, so a ZooKeeper outage ends without a long wait."""
 
+zk_digest_file_bytes_max = 4 * KiB
+"""Largest ZooKeeper credentials file (`user:password`) a process reads; larger: a config error."""
+
 bookie_registration_stale_wait_ms_default = 2 * zk_session_timeout_ms_default
 """How long a starting bookie waits for the registration znode of its previous, dead
 session to expire before giving up."""
@@ -348,6 +351,9 @@ admin_request_timeout_ms = 10_000
 
 admin_connections_max = 64
 """Admin HTTP connections served at once; later ones are closed at once."""
+
+admin_token_file_bytes_max = 4 * KiB
+"""Largest admin token file (`BOOKIE_ADMIN_TOKEN_FILE`) read; larger: a configuration error."""
 
 # --- process tuning ---------------------------------------------------------------------------
 

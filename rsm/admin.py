@@ -5,7 +5,8 @@ routes below on `address` (bookie/net/http_server.py; `None`: no server).
 Programs that host replicas (`rsm run`, `kvstore serve`) offer it behind
 `--admin HOST:PORT` (`add_admin_argument`); it listens on loopback unless
 told otherwise, since its two POSTs change the cluster (a snapshot, a
-leadership transfer) and nothing authenticates them yet.
+leadership transfer) and only the admin token guards them
+(`bookie.net.admin_token`: 401/403 without it, when one is configured).
 
 `/ready` is 200 while the replica leads and serves, or follows caught up;
 else 503.  Answers about the application (leader, epoch, replicas with their

@@ -4,6 +4,16 @@ Every default comes from `rsm.limits` (or `bookie.limits` for the ledgers), so
 the runtime, the documentation and the tests agree on one number each; a test
 or the simulation overrides a field with `ReplicaConfig(segment_entries_max=...)`.
 
+The ledger password is every replica's, every tool's and every Spark job's
+that reads the application's ledgers: unless given one, a `ReplicaConfig`
+takes the bytes of the file the environment variable
+`RSM_LEDGER_PASSWORD_FILE` names (without one final line ending), else
+`b"rsm"`, so one variable set for every process changes it, and it never
+appears on a command line; `repr` does not show it.  `ledger_digest` is
+what the ledgers a replica creates are checked with: CRC32C, or
+HMAC-SHA256 keyed by the password (readers take the digest type from each
+ledger's metadata).
+
 Settings that decide what a replica *applies* (`session_ttl_ms`,
 `sessions_max`, `session_evict_idle_ms`, `session_results_max`) must be
 equal on every replica of an application, or replicas diverge; so must
@@ -13,13 +23,30 @@ own setting.  The others may differ per replica.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Final
 
 from bookie import limits as bookie_limits
+from bookie.secret_file import secret_from_environment
+from bookie.wire.packet import DigestType
 from rsm import limits
 from rsm.errors import InvalidConfig
 
 SNAPSHOT_CAPTURES = ("auto", "fork", "inline")
+LEDGER_PASSWORD_FILE_ENV: Final = "RSM_LEDGER_PASSWORD_FILE"
+LEDGER_PASSWORD_DEFAULT: Final = b"rsm"
+
+
+def ledger_password_default() -> bytes:
+    """The password of `RSM_LEDGER_PASSWORD_FILE`'s file, or `b"rsm"` when the variable is
+    unset or empty; `InvalidConfig` naming the variable and file (never the password)."""
+    try:
+        password = secret_from_environment(
+            LEDGER_PASSWORD_FILE_ENV, limits.ledger_password_file_bytes_max
+        )
+    except ValueError as error:
+        raise InvalidConfig(str(error)) from None
+    return LEDGER_PASSWORD_DEFAULT if password is None else password
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +55,10 @@ class ReplicaConfig:
     ensemble_size: int = 3
     write_quorum: int = 3
     ack_quorum: int = 2
-    ledger_password: bytes = b"rsm"
+    ledger_password: bytes = field(default_factory=ledger_password_default, repr=False)
     """Every ledger of the application's log is created with it; every replica needs the same."""
+    ledger_digest: DigestType = DigestType.CRC32C
+    """What the ledgers this replica creates are checked with (CRC32C, or HMAC-SHA256)."""
 
     # --- group commit ---
     pipeline_batches_max: int = limits.pipeline_batches_max_default

@@ -15,6 +15,9 @@ takes from here, and from nowhere else inside the framework:
   kazoo's line per reconnect attempt;
 * `--follower-nice` and the priority it sets (`add_follower_nice`,
   `FollowerPriority`: a follower lowers its CPU priority, docs/operations.md);
+* `--ledger-digest`, what the ledgers a replica creates are checked with
+  (`add_ledger_digest`, `ledger_digest_of`; the password comes from
+  `RSM_LEDGER_PASSWORD_FILE`, `rsm.config`);
 * an application's status report (`application_status`: the log, the leader
   znode, every registered replica's STATUS, and autorecovery's progress in the
   bookie cluster, `under_replication_status`) and the pieces of its
@@ -50,6 +53,7 @@ from bookie.meta.underreplication import UnderReplication
 from bookie.meta.zk import ZkMetadataStore
 from bookie.net.credentials import read_token_table
 from bookie.runtime_tuning import tune_for_throughput
+from bookie.wire.packet import DigestType
 from rsm import limits
 from rsm.client import Client
 from rsm.core.layout import RSM_ROOT, AppLayout, check_name, check_replica_id
@@ -70,10 +74,12 @@ __all__ = [
     "Outcome",
     "QueryRequest",
     "add_follower_nice",
+    "add_ledger_digest",
     "aligned",
     "application_status",
     "check_name",
     "check_replica_id",
+    "ledger_digest_of",
     "command_zk_store",
     "quiet_kazoo",
     "replica_metadata",
@@ -137,6 +143,21 @@ def add_follower_nice(run: argparse.ArgumentParser) -> None:
         default=limits.follower_nice_default,
         help="CPU priority while following, when the replica leads its session (0: leave it)",
     )
+
+
+def add_ledger_digest(run: argparse.ArgumentParser) -> None:
+    """`--ledger-digest`, for every command that runs a replica."""
+    run.add_argument(
+        "--ledger-digest",
+        choices=[digest.name.lower() for digest in DigestType],
+        default=DigestType.CRC32C.name.lower(),
+        help="how the ledgers this replica creates are checked (hmac_sha256: keyed by the "
+        "ledger password, RSM_LEDGER_PASSWORD_FILE)",
+    )
+
+
+def ledger_digest_of(arguments: argparse.Namespace) -> DigestType:
+    return DigestType[arguments.ledger_digest.upper()]
 
 
 def add_client_tokens_file(run: argparse.ArgumentParser) -> None:

@@ -44,6 +44,9 @@ address_chars_max = 256
 state_hash_bytes_max = 64
 """Longest state hash a log entry may carry (SHA-512 size)."""
 
+ledger_password_file_bytes_max = 4 * KiB
+"""Largest ledger password file (`RSM_LEDGER_PASSWORD_FILE`) read; larger: a config error."""
+
 # --- leader batching (group commit) -----------------------------------------------------------
 
 batch_commands_max = 4096

@@ -63,7 +63,14 @@ FORBIDDEN_CALLS = frozenset(
 
 LAYERS: dict[str, list[list[str]]] = {
     "bookie": [
-        ["bookie.errors", "bookie.limits", "bookie.logs", "bookie.clock", "bookie.metrics"],
+        [
+            "bookie.errors",
+            "bookie.limits",
+            "bookie.logs",
+            "bookie.clock",
+            "bookie.metrics",
+            "bookie.secret_file",
+        ],
         ["bookie.wire", "bookie.storage.api", "bookie.address"],
         ["bookie.core"],
         ["bookie.storage", "bookie.meta", "bookie.net", "bookie.runtime_tuning"],

@@ -33,6 +33,11 @@ below it (a chroot done here rather than by kazoo, so it can be created over
 the same connection).  When the session expires kazoo opens a new one by
 itself: the store reports LOST, then CONNECTED with a new `session_id`.
 
+Credentials: a session given a `ZkDigest` (by default the one
+`BOOKIE_ZK_DIGEST_FILE` names, `bookie.meta.zk_digest`) authenticates with
+it and creates every znode, the root included, with its ACL;
+`secure_tree` gives existing znodes that ACL.
+
 `expire_session()` is a test hook that makes the server expire the session
 for real (ephemeral nodes deleted by ZooKeeper itself), by the standard trick
 of opening a second connection with the same session id and password and
@@ -77,6 +82,7 @@ from kazoo.retry import KazooRetry
 
 from bookie import limits
 from bookie.errors import (
+    InvalidConfig,
     MetadataError,
     MetadataUnavailable,
     MetadataVersionConflict,
@@ -98,6 +104,7 @@ from bookie.meta.api import (
     Versioned,
 )
 from bookie.meta.session_events import SessionEventFeed, SessionEvents
+from bookie.meta.zk_digest import ZK_DIGEST_FILE_ENV, ZkDigest, digest_from_environment
 
 _ERRORS: Final[dict[type[BaseException], type[MetadataError]]] = {
     NoNodeError: NoNode,
@@ -260,8 +267,10 @@ class ZkMetadataStore:
         operation_timeout_ms: int,
         bridge: _LoopBridge,
         gate: _ReconnectGate,
+        digest: ZkDigest | None = None,
     ) -> None:
         self._client = client
+        self._digest = digest
         self._hosts = hosts
         self._root = root
         self._session_timeout_ms = session_timeout_ms
@@ -287,14 +296,19 @@ class ZkMetadataStore:
         root: str | None = None,
         operation_timeout_ms: int = limits.zk_operation_timeout_ms_default,
         connect_timeout_ms: int | None = None,
+        digest: ZkDigest | None = None,
     ) -> AsyncIterator[ZkMetadataStore]:
         """Open a session on `hosts` ("host:port,host:port") and keep it until the block ends.
 
-        Raises `MetadataUnavailable` if no session is established within
-        `connect_timeout_ms` (default: `operation_timeout_ms`).  Closing ends
-        the session, so every ephemeral node of it vanishes at once.
+        The session authenticates with `digest` (default: `BOOKIE_ZK_DIGEST_FILE`'s,
+        `bookie.meta.zk_digest`) and creates every znode with its ACL; without
+        credentials, znodes are open to anyone.  Raises `MetadataUnavailable` if no
+        session is established within `connect_timeout_ms` (default:
+        `operation_timeout_ms`).  Closing ends the session, so every ephemeral node
+        of it vanishes at once.
         """
         assert "/" not in hosts, "pass the chroot as `root`, not in `hosts`"
+        digest = digest if digest is not None else digest_from_environment()
         root = paths.ROOT if root is None else root
         paths.check_path(root)
         gate = _ReconnectGate()
@@ -312,6 +326,8 @@ class ZkMetadataStore:
                 max_delay=limits.zk_reconnect_delay_ms_max / 1000,
                 sleep_func=gate.sleep,
             ),
+            auth_data=None if digest is None else digest.auth_data(),
+            default_acl=None if digest is None else digest.acl(),
         )
         bridge = _LoopBridge(anyio.lowlevel.current_token())
         # A thread rather than a task: a task group here would wrap every
@@ -326,6 +342,7 @@ class ZkMetadataStore:
             operation_timeout_ms=operation_timeout_ms,
             bridge=bridge,
             gate=gate,
+            digest=digest,
         )
         try:
             await store._start(
@@ -432,6 +449,38 @@ class ZkMetadataStore:
                 raise translate_error(result, what) from result
         if failed:
             raise MetadataError(f"commit of {len(ops)} ops rolled back without a cause")
+
+    async def secure_tree(self, path: str) -> tuple[int, int]:
+        """Give `path` and every znode below it the ACL this session creates znodes with
+        (`bookie.meta.zk_digest`); return (znodes seen, znodes changed).  Idempotent: a
+        znode that has that ACL already is left alone.  `InvalidConfig` for a session
+        without credentials; `NoNode` when `path` does not exist."""
+        if self._digest is None:
+            raise InvalidConfig(
+                f"no ZooKeeper credentials to secure {path} with: set {ZK_DIGEST_FILE_ENV}"
+            )
+        wanted = self._digest.acl()
+        seen = changed = 0
+        pending = [path]
+        while pending:
+            node = pending.pop()
+            full = self._full(node)
+            client = self._client
+            acl, _stat = await self._call(
+                f"acl of {node}", functools.partial(client.get_acls_async, full)
+            )
+            if list(acl) != wanted:
+                await self._call(
+                    f"set acl of {node}",
+                    functools.partial(client.set_acls_async, full, wanted, version=ANY_VERSION),
+                )
+                changed += 1
+            seen += 1
+            names = await self._call(
+                f"children {node}", functools.partial(client.get_children_async, full)
+            )
+            pending += (paths.join(node, name) for name in sorted(names, reverse=True))
+        return seen, changed
 
     # --- watches --------------------------------------------------------------------------------
 

@@ -14,7 +14,9 @@ segment in braces (`/api/v1/ledgers/{ledger_id}`) matches any one segment,
 handed to the handler in `Request.params`.  A handler returns an `Answer`, or
 raises `HttpError`, answered as JSON `{"error": message}` with its status; any
 other exception is logged and answered 500.  An unknown path is answered 404,
-a known path with another method 405, a request that is not HTTP 400.
+a known path with another method 405, a request that is not HTTP 400.  With an
+admin token configured (`bookie.net.admin_token`), a POST without it is
+answered 401, with another token 403, before its handler runs.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from bookie import limits
 from bookie.address import Address
 from bookie.errors import AdminUnavailable, HttpError
 from bookie.logs import emit
-from bookie.metrics import CONTENT_TYPE
+from bookie.metrics import CONTENT_TYPE, exposition, registry
+from bookie.net.admin_token import AdminGuard, admin_token_from_environment
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +54,8 @@ class Request:
     query: Mapping[str, str] = field(default_factory=dict)
     params: Mapping[str, str] = field(default_factory=dict)
     body: bytes = b""
+    authorization: str | None = field(default=None, repr=False)
+    """The Authorization header, if any (for `bookie.net.admin_token`)."""
 
     def json(self) -> Any:
         """The body as JSON (an empty body is an empty object); `HttpError` 400 if it is not."""
@@ -79,8 +84,10 @@ Handler = Callable[[Request], Awaitable[Answer]]
 class Routes:
     """Method and path pattern -> handler (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, guard: AdminGuard | None = None) -> None:
         self._routes: dict[tuple[str, ...], dict[str, Handler]] = {}
+        self.guard = guard
+        """Checks the admin token of every POST (None: POSTs are open)."""
 
     def add(self, method: str, pattern: str, handler: Handler) -> None:
         assert method in METHODS
@@ -113,11 +120,16 @@ class Routes:
 
 def common_routes(metrics: Callable[[], bytes], ready: Handler, openapi: Any) -> Routes:
     """Routes with what every admin server answers: `/metrics` (`metrics()`, Prometheus's
-    text format), `/health` (liveness: the process serves), `/ready`, `/openapi.json`."""
-    routes = Routes()
+    text format, and the admin token's refusals), `/health` (liveness: the process serves),
+    `/ready`, `/openapi.json`; POSTs need the admin token of `BOOKIE_ADMIN_TOKEN_FILE`, if
+    any (`bookie.net.admin_token`)."""
+    token = admin_token_from_environment()
+    guard = None if token is None else AdminGuard(token)
+    routes = Routes(guard)
+    refusals = [] if guard is None else [registry(guard.families)]
 
     async def get_metrics(_: Request) -> Answer:
-        return Answer(200, metrics(), CONTENT_TYPE)
+        return Answer(200, metrics() + exposition(refusals), CONTENT_TYPE)
 
     async def health(_: Request) -> Answer:
         return json_answer({"status": "ok"})
@@ -195,17 +207,28 @@ async def _read_request(stream: anyio.abc.ByteStream) -> Request:
         if len(buffer) > limits.admin_head_bytes_max:
             raise HttpError(431, f"request heads are at most {limits.admin_head_bytes_max} bytes")
         buffer += await stream.receive()
-    method, target, _headers, length = parse_head(bytes(buffer[:end]))
+    method, target, headers, length = parse_head(bytes(buffer[:end]))
     body = buffer[end + 4 :]
     while len(body) < length:
         body += await stream.receive()
     url = urlsplit(target)
-    return Request(method, url.path, dict(parse_qsl(url.query)), body=bytes(body[:length]))
+    return Request(
+        method,
+        url.path,
+        dict(parse_qsl(url.query)),
+        body=bytes(body[:length]),
+        authorization=headers.get("authorization"),
+    )
 
 
 async def _answer(routes: Routes, request: Request) -> Answer:
     try:
         handler, params = routes.match(request.method, request.path)
+        guard = routes.guard
+        if guard is not None and request.method == "POST":
+            refusal = guard.refusal(request.authorization)
+            if refusal is not None:
+                raise refusal
         return await handler(
             Request(request.method, request.path, request.query, params, request.body)
         )

@@ -3,7 +3,8 @@
 `bookie_routes` builds the routes a bookie process serves on `admin_address`
 (bookie/net/http_server.py serves them).  Reads answer JSON; the two POSTs
 change the bookie (forced read-only mode, a garbage-collection round), so the
-server listens on loopback unless the operator says otherwise.
+server listens on loopback unless the operator says otherwise, and they need
+the admin token when one is configured (`bookie.net.admin_token`).
 
 `/ready` is 200 once the bookie is registered and writable, else 503 with the
 reason; `/health` is 200 while the process serves HTTP at all.  The answers'

@@ -32,7 +32,7 @@ import difflib
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -320,7 +320,7 @@ class BookieConfig:
     autorecovery_rate_entries_per_s: int
     autorecovery_rate_bytes_per_s: int
     client_tokens_file: Path | None
-    autorecovery_password: str | None
+    autorecovery_password: str | None = field(repr=False)
     log_level: str
     log_format: str
     event_loop: str

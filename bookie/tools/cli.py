@@ -279,6 +279,10 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     cluster_tool("triggeraudit", "ask the auditor to audit now")
     recover = cluster_tool("recover", "mark every ledger naming a bookie for repair, now")
     recover.add_argument("bookie_id")
+    acls = cluster_tool(
+        "setacls", "give the cluster's znodes (and PATHs') the ACL of BOOKIE_ZK_DIGEST_FILE"
+    )
+    acls.add_argument("paths", nargs="*", metavar="PATH", help="more trees to secure (/rsm)")
     decommission = cluster_tool(
         "decommission",
         "copy a stopped bookie's data elsewhere, then remove it from the cluster",
@@ -497,6 +501,8 @@ def _run_cluster_tool(arguments: argparse.Namespace) -> dict[str, object]:
         return cluster.trigger_audit(where)
     if tool == "recover":
         return cluster.recover(where, arguments.bookie_id)
+    if tool == "setacls":
+        return cluster.set_acls(where, arguments.paths)
     if tool == "decommission":
         return cluster.decommission(where, arguments.bookie_id, arguments.timeout_s)
     assert tool == "simpletest", tool

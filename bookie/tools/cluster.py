@@ -2,8 +2,8 @@
 
 Each opens its own ZooKeeper session (`Cluster`: connect string and root) and
 gives up after `limits.shell_metadata_timeout_ms` when ZooKeeper does not
-answer.  Only `simpletest`, `autorecovery`, `triggeraudit`, `recover` and
-`decommission` write anything.
+answer.  Only `simpletest`, `autorecovery`, `triggeraudit`, `recover`,
+`decommission` and `setacls` write anything.
 
 * `listbookies`: every bookie by state: writable and read-only (its
   registration under `available/` or `available/readonly/`), and down (a
@@ -30,7 +30,15 @@ answer.  Only `simpletest`, `autorecovery`, `triggeraudit`, `recover` and
   bookie that is registered and holds its whole share they copy nothing);
 * `decommission BOOKIE`: for a bookie that is stopped: `recover`, wait until no
   ledger names it (or `--timeout-s` passes: the ledgers still naming it are
-  problems), then delete its cookie, so it is no longer a member.
+  problems), then delete its cookie, so it is no longer a member;
+* `setacls [PATH ...]`: give the cluster's root znode, the PATHs (`/rsm`,
+  say) and every znode below them the ACL this session creates znodes with
+  (`bookie.meta.zk_digest`: all permissions to the credentials of
+  `BOOKIE_ZK_DIGEST_FILE`, nothing to anybody else), for a cluster started
+  before it had credentials.  Idempotent: znodes that have it already are
+  counted and left alone.  Without credentials: bad input.  Run it with
+  every process already given the credentials, or those without them lose
+  access to what it secures.
 
 A result with a non-empty `problems` list means a problem was found (the
 command line exits 1).  `ShellError.exit_code` tells bad input or an
@@ -55,6 +63,7 @@ from bookie.core.copies import CopyState, odd_copies
 from bookie.core.metadata import LedgerMetadata
 from bookie.errors import (
     BookieError,
+    InvalidConfig,
     MetadataUnavailable,
     NoNode,
     NoSuchLedgerError,
@@ -136,11 +145,12 @@ async def _client(cluster: Cluster) -> AsyncIterator[LedgerClient]:
 
 def _run(action: Callable[[], Any]) -> Result:
     """Run a command's coroutine; a failure it did not foresee is still one line, not a
-    traceback."""
+    traceback (bad input: a configuration error, such as bad ZooKeeper credentials)."""
     try:
         result: Result = anyio.run(action)
     except BookieError as error:
-        raise ShellError(f"{type(error).__name__}: {error}", EXIT_PROBLEM) from error
+        code = EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_PROBLEM
+        raise ShellError(f"{type(error).__name__}: {error}", code) from error
     return result
 
 
@@ -270,9 +280,12 @@ async def _open_without_recovery(
     try:
         return await client.open_ledger(ledger_id, password, recovery=False)
     except UnauthorizedLedgerAccess as error:
-        raise ShellError(
-            f"ledger {ledger_id} has a password: pass it with --password", EXIT_USAGE
-        ) from error
+        message = (
+            f"{error}: --password is not its password"
+            if password
+            else f"ledger {ledger_id} has a password: pass it with --password"
+        )
+        raise ShellError(message, EXIT_USAGE) from error
     except BookieError as error:
         raise ShellError(f"cannot read ledger {ledger_id}: {error}", EXIT_PROBLEM) from error
 
@@ -509,6 +522,27 @@ def trigger_audit(cluster: Cluster) -> Result:
     return _run(ask)
 
 
+def set_acls(cluster: Cluster, extra_paths: Sequence[str]) -> Result:
+    async def secure() -> Result:
+        async with _metadata(cluster) as store:
+            assert isinstance(store, ZkMetadataStore)
+            trees: list[Result] = []
+            problems: list[Result] = []
+            for path in (cluster.zk_root, *extra_paths):
+                try:
+                    seen, changed = await store.secure_tree(path)
+                except NoNode:
+                    problems.append({"step": path, "problem": "no such znode"})
+                    continue
+                trees.append({"path": path, "znodes": seen, "changed": changed})
+            return {"trees": trees, "problems": problems}
+
+    for path in extra_paths:
+        if not paths.is_valid(path):
+            raise ShellError(f"{path!r}: expected an absolute znode path", EXIT_USAGE)
+    return _run(secure)
+
+
 async def _ledgers_naming(store: MetadataStore, root: str, bookie_id: str) -> list[int]:
     ledgers = LedgerManager(store, root)
     naming: list[int] = []
@@ -697,6 +731,12 @@ def _human_recover(result: Result) -> Iterator[str]:
     yield f"{len(result['ledgers_marked'])} ledgers naming {result['bookie_id']} marked"
 
 
+def _human_set_acls(result: Result) -> Iterator[str]:
+    for tree in result["trees"]:
+        yield f"{tree['path']}: {tree['znodes']} znodes, {tree['changed']} given the ACL"
+    yield from _human_problems(result)
+
+
 def _human_decommission(result: Result) -> Iterator[str]:
     yield from _human_recover(result)
     if result["cookie_removed"]:
@@ -716,4 +756,5 @@ HUMAN: dict[str, Callable[[Result], Iterator[str]]] = {
     "triggeraudit": _human_trigger,
     "recover": _human_recover,
     "decommission": _human_decommission,
+    "setacls": _human_set_acls,
 }

@@ -165,6 +165,11 @@ state_hash_every_commands = 1_000
 """How often replicas record (and the leader logs) KVStore's state hash: cheap, since the
 store keeps it up to date change by change, so divergence is found within 1,000 commands."""
 
+# --- access control (the ACL file and the password file) -----------------------------------------
+
+access_file_bytes_max = 1 * MiB
+"""Largest ACL file or password file `kvstore serve` reads; larger: a configuration error."""
+
 # --- relations ---------------------------------------------------------------------------------
 
 assert key_bytes_max_default >= 1

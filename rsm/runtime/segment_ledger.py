@@ -58,6 +58,7 @@ async def create_segment_ledger(
         config.write_quorum,
         config.ack_quorum,
         password=config.ledger_password,
+        digest_type=config.ledger_digest,
         custom_metadata={
             APP_KEY: app.encode(),
             "rsm.epoch": str(epoch).encode(),

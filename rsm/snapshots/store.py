@@ -148,6 +148,7 @@ class SnapshotStore:
             config.write_quorum,
             config.ack_quorum,
             password=config.ledger_password,
+            digest_type=config.ledger_digest,
             custom_metadata={
                 APP_KEY: self.layout.app.encode(),
                 "rsm.kind": KIND_SNAPSHOT,

@@ -7,7 +7,7 @@
             [--snapshot-every-seconds N] [--snapshots-kept 3] [--snapshot-capture auto]
             [--retention-commands N] [--retention-seconds N] [--no-truncation]
             [--orphan-safe-age-seconds 3600] [--orphan-check-interval-seconds 600]
-            [--state-hash-every N] [--follower-nice 19]
+            [--state-hash-every N] [--follower-nice 19] [--ledger-digest crc32c]
             [--app-dir .] [--log-level info] [--log-format json]
     rsm status --app NAME --zk HOSTS [--ledger-root /ledgers] [--json]
     rsm call --app NAME --zk HOSTS COMMAND [ARG ...] [--json]
@@ -101,9 +101,11 @@ from rsm.host import (
     FollowerPriority,
     add_client_tokens_file,
     add_follower_nice,
+    add_ledger_digest,
     aligned,
     application_status,
     command_zk_store,
+    ledger_digest_of,
     quiet_kazoo,
     read_client_tokens,
     replica_metadata,
@@ -199,6 +201,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _snapshot_knobs(run)
     add_follower_nice(run)
+    add_ledger_digest(run)
     add_client_tokens_file(run)
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=FORMATS, default="json")
@@ -325,6 +328,7 @@ def _run(arguments: argparse.Namespace) -> int:
         orphan_safe_age_ms=arguments.orphan_safe_age_seconds * 1000,
         orphan_check_interval_ms=arguments.orphan_check_interval_seconds * 1000,
         state_hash_every_commands=arguments.state_hash_every,
+        ledger_digest=ledger_digest_of(arguments),
     )
     return run_replica_main(
         _serve, arguments, machine, config, priority, logger=logger, failed_event="rsm.failed"

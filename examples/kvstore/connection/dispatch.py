@@ -37,11 +37,19 @@ consequence; QUIT and RESET act at once even inside MULTI; EXEC and
 DISCARD without MULTI are errors; EXEC and DISCARD forget the watched keys.
 A WATCH of a key already watched keeps the older position, as Redis.
 
+A connection with a `restriction` (not logged in, or a user not allowed
+everything: `kvstore.connection.acl`) gets its NOAUTH or NOPERM refusal
+for a command it may not run, after the command's own errors (unknown,
+wrong arity) and before anything else, counted as a rejected call; inside
+MULTI the refusal makes EXEC answer EXECABORT, as Redis.  A connection
+allowed everything pays one attribute test for this.
+
 Every request is counted in `client.stats` (`command_stats.py`): its
 command's call, or its refusal, or a server command's error; the shell
 counts the failures of the others when their outcome arrives.
 
-Invariants: `plan` changes only `client`; every `Write`/`Read`/`WatchRead`/
+Invariants: `plan` changes only `client` (and counts refusals in the
+server's `AccessControl`); every `Write`/`Read`/`WatchRead`/
 `Execute` gets exactly one `finish`; a connection in MULTI never produces a
 `Write` or `Read`.
 """
@@ -53,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from kvstore import limits
-from kvstore.connection import server_commands
+from kvstore.connection import acl, server_commands
 from kvstore.connection.server_commands import ClientState, ServerView, Watch
 from kvstore.errors import RedisError
 from kvstore.protocol import commands
@@ -115,6 +123,13 @@ def plan(args: list[bytes], client: ClientState, server: ServerView) -> Action:
         if client.in_transaction:
             client.transaction_error = EXEC_ABORT
         return Answer(error)
+    if client.restriction is not None:
+        denied = acl.refusal(client.restriction, spec, args, server.access_control())
+        if denied is not None:
+            client.stats.reject(spec.name, denied.message)
+            if client.in_transaction:
+                client.transaction_error = EXEC_ABORT
+            return Answer(denied)
     calls = client.stats.calls
     calls[spec.name] = calls.get(spec.name, 0) + 1
     route = spec.route

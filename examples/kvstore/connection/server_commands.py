@@ -17,11 +17,19 @@ their state lives in `ClientState` too.
   RESP3, see `kvstore.protocol.resp`) and answers the server map (server, version,
   proto, id, mode, role, modules) in it; without a version it keeps the
   current one; other versions -> "NOPROTO unsupported protocol version".
-  AUTH succeeds for the user "default" with any password, as for a Redis
-  without a password; other users get WRONGPASS.  SETNAME names the
-  connection.
+  AUTH user password logs in first (WRONGPASS, and nothing else changes,
+  when the pair is refused); a connection not logged in by then is refused
+  with Redis's "NOAUTH HELLO must be called with the client already
+  authenticated, ...".  SETNAME names the connection.
+* AUTH [username] password -> OK, the connection logged in as that user
+  (`kvstore.connection.acl`; without a username, "default"); a refused pair
+  -> WRONGPASS, counted, and the connection stays as it was; AUTH password
+  when the default user needs none -> Redis's "ERR AUTH <password> called
+  without any password configured for the default user. ...".
+* ACL WHOAMI / USERS / LIST / CAT [category] / HELP: the users come from
+  configuration, so ACL SETUSER, DELUSER, LOAD and SAVE are not here.
 * RESET -> RESET: back to RESP2, linearizable reads, no name, no
-  transaction, no watched keys.
+  transaction, no watched keys, and logged in as a new connection is.
 * READONLY / READWRITE: this connection's reads are answered from the local
   replica's state, possibly stale (READONLY), or linearizably (READWRITE,
   the default).  Redis without cluster mode refuses both; here every
@@ -53,7 +61,8 @@ their state lives in `ClientState` too.
   logged time: TIME is about this server, not the data).
 
 Invariants: only `ClientState` changes, and only through SETNAME,
-SETINFO, HELLO, RESET, READONLY, READWRITE and QUIT.
+SETINFO, HELLO, AUTH, RESET, READONLY, READWRITE and QUIT; besides, the
+`AccessControl` counts refused logins.
 """
 
 from __future__ import annotations
@@ -64,6 +73,8 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from kvstore import errors, limits
+from kvstore.connection import acl
+from kvstore.connection.acl import AccessControl, Restriction
 from kvstore.connection.command_stats import CommandStats, commandstats_fields, errorstats_fields
 from kvstore.errors import RedisError, c_text
 from kvstore.protocol import commands, numbers
@@ -138,6 +149,14 @@ class ClientState:
     """What the watched keys will add to EXEC's logged command (see `limits`)."""
     stats: CommandStats = field(default_factory=CommandStats, compare=False, repr=False)
     """The connection's commands and error replies, counted (`command_stats.py`)."""
+    user: str = acl.DEFAULT_USER
+    """Who the connection is logged in as (ACL WHOAMI)."""
+    restriction: Restriction | None = None
+    """What the connection may run (`kvstore.connection.acl`); None: everything."""
+
+    def log_in(self, user: acl.User) -> None:
+        self.user = user.name
+        self.restriction = user.restriction
 
     def watch(self, watch: Watch) -> None:
         """Watch a key (a key watched already keeps its older position, as in Redis)."""
@@ -202,6 +221,9 @@ class ServerStatus:
     connections_max: int = 0
     connections_received: int = 0
     connections_rejected: int = 0
+    acl_access_denied_auth: int = 0
+    acl_access_denied_cmd: int = 0
+    acl_access_denied_key: int = 0
     snapshot_index: int | None = None
     """The application's newest snapshot (None: none yet)."""
     snapshot_created_ms: int | None = None
@@ -225,6 +247,10 @@ class ServerView(Protocol):
         """The settings CONFIG GET shows, by lower-case name."""
         ...
 
+    def access_control(self) -> AccessControl:
+        """The users, and the refusals counted."""
+        ...
+
 
 def answer(
     spec: CommandSpec, args: Sequence[bytes], client: ClientState, server: ServerView
@@ -244,9 +270,13 @@ def answer(
     if name == "select":
         return _select(args[1])
     if name == "hello":
-        return _hello(args, client)
+        return _hello(args, client, server.access_control())
+    if name == "auth":
+        return _auth(args, client, server.access_control())
+    if name.startswith("acl|"):
+        return _acl(name, args, client, server.access_control())
     if name == "reset":
-        _reset(client)
+        _reset(client, server.access_control())
         return "RESET"
     if name in ("readonly", "readwrite"):
         client.stale_reads = name == "readonly"
@@ -275,7 +305,7 @@ def _select(raw_index: bytes) -> str:
     return "OK"
 
 
-def _hello(args: Sequence[bytes], client: ClientState) -> RespMap:
+def _hello(args: Sequence[bytes], client: ClientState, access: AccessControl) -> RespMap:
     """HELLO [protover [AUTH username password] [SETNAME clientname]], checked in Redis's order."""
     position = 1
     resp3 = client.resp3
@@ -287,21 +317,23 @@ def _hello(args: Sequence[bytes], client: ClientState) -> RespMap:
             raise RedisError("NOPROTO unsupported protocol version")
         resp3 = version == 3
         position = 2
-    username: bytes | None = None
+    login: tuple[bytes, bytes] | None = None
     new_name: bytes | None = None
     while position < len(args):
         option = args[position].lower()
         remaining = len(args) - 1 - position
         if option == b"auth" and remaining >= 2:
-            username = args[position + 1]
+            login = (args[position + 1], args[position + 2])
             position += 3
         elif option == b"setname" and remaining >= 1:
             new_name = args[position + 1]
             position += 2
         else:
             raise RedisError(f"ERR Syntax error in HELLO option '{c_text(args[position])}'")
-    if username is not None and username != b"default":
-        raise RedisError("WRONGPASS invalid username-password pair or user is disabled.")
+    if login is not None:
+        _log_in(client, access, *login)
+    elif client.restriction is not None and not client.restriction.logged_in:
+        raise RedisError(_HELLO_NOAUTH)
     if new_name is not None:
         _set_name(client, new_name)
     client.resp3 = resp3
@@ -318,9 +350,78 @@ def _hello(args: Sequence[bytes], client: ClientState) -> RespMap:
     )
 
 
-def _reset(client: ClientState) -> None:
+def _auth(args: Sequence[bytes], client: ClientState, access: AccessControl) -> str:
+    """AUTH [username] password (see the module docstring)."""
+    if len(args) > 3:
+        raise RedisError(errors.SYNTAX)
+    if len(args) == 2:
+        default = access.users.get(acl.DEFAULT_USER)
+        if default is not None and default.nopass:
+            raise RedisError(_AUTH_WITHOUT_PASSWORD)
+        _log_in(client, access, acl.DEFAULT_USER.encode("ascii"), args[1])
+    else:
+        _log_in(client, access, args[1], args[2])
+    return "OK"
+
+
+def _log_in(client: ClientState, access: AccessControl, username: bytes, password: bytes) -> None:
+    user = access.authenticate(username, password)
+    if user is None:
+        raise RedisError(acl.WRONGPASS)
+    client.log_in(user)
+
+
+_AUTH_WITHOUT_PASSWORD: Final = (
+    "ERR AUTH <password> called without any password configured for the default user. "
+    "Are you sure your configuration is correct?"
+)
+_HELLO_NOAUTH: Final = (
+    "NOAUTH HELLO must be called with the client already authenticated, otherwise the "
+    "HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and "
+    "select the RESP protocol version at the same time"
+)
+_ACL_HELP: Final = (
+    "ACL <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CAT [<category>]",
+    "    List all commands that belong to <category>, or all command categories",
+    "    when no category is specified.",
+    "LIST",
+    "    Show users details in config file format.",
+    "USERS",
+    "    List all the registered usernames.",
+    "WHOAMI",
+    "    Return the current connection username.",
+    "HELP",
+    "    Print this help.",
+)
+
+
+def _acl(name: str, args: Sequence[bytes], client: ClientState, access: AccessControl) -> Reply:
+    """ACL WHOAMI, USERS, LIST, CAT, HELP."""
+    if name == "acl|whoami":
+        return client.user.encode("latin-1")
+    if name == "acl|users":
+        return [user.encode("latin-1") for user in sorted(access.users)]
+    if name == "acl|list":
+        return [access.users[user].describe().encode("latin-1") for user in sorted(access.users)]
+    if name == "acl|cat":
+        if len(args) > 3:
+            raise RedisError(errors.wrong_arity("acl|cat"))
+        if len(args) == 2:
+            return [category.encode("ascii") for category in acl.CATEGORIES]
+        category = args[2].lower().decode("latin-1")
+        if category not in acl.CATEGORIES:
+            raise RedisError(f"ERR Unknown category '{c_text(args[2])}'")
+        return [command.encode("ascii") for command in acl.category_commands(category)]
+    assert name == "acl|help", name
+    return list(_ACL_HELP)
+
+
+def _reset(client: ClientState, access: AccessControl) -> None:
     """RESET: the connection as it was when it was opened (its id stays)."""
     client.end_transaction()
+    client.user = acl.DEFAULT_USER
+    client.restriction = access.initial
     client.name = None
     client.resp3 = False
     client.stale_reads = False
@@ -496,6 +597,9 @@ def _info_section(section: str, status: ServerStatus) -> str:
             ("expired_keys", str(status.expired_keys)),
             ("evicted_keys", "0"),
             ("total_error_replies", str(sum(status.commands.errors.values()))),
+            ("acl_access_denied_auth", str(status.acl_access_denied_auth)),
+            ("acl_access_denied_cmd", str(status.acl_access_denied_cmd)),
+            ("acl_access_denied_key", str(status.acl_access_denied_key)),
         ]
     elif section == "cpu":
         fields = [

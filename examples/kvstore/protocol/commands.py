@@ -7,8 +7,8 @@ positions, ACL categories, documentation) and a `Route`:
 * `Route.QUERY`: a `KVStore` `@query`, answered from one replica's state
   (DEBUG too: its subcommands are its query's first argument);
 * `Route.SERVER`: answered by the server itself (`kvstore.connection.server_commands`):
-  PING, ECHO, QUIT, SELECT, HELLO, RESET, READONLY, READWRITE, CLIENT ...,
-  CONFIG ..., COMMAND ..., INFO, TIME; and the transaction commands MULTI,
+  PING, ECHO, QUIT, SELECT, HELLO, AUTH, RESET, READONLY, READWRITE,
+  CLIENT ..., CONFIG ..., COMMAND ..., ACL ..., INFO, TIME; and the transaction commands MULTI,
   EXEC, DISCARD, WATCH, UNWATCH, which the connection handles with the
   state machine's help (`kvstore.connection.dispatch`).
 
@@ -39,7 +39,7 @@ argument descriptions, which redis-cli does without), LIST (FILTERBY
 PATTERN / ACLCAT / MODULE) and HELP.
 
 Invariants: names are lower case and unique; a subcommand's name is
-"container|sub"; only containers (CLIENT, COMMAND, CONFIG) have subcommands.
+"container|sub"; only containers (ACL, CLIENT, COMMAND, CONFIG) have subcommands.
 """
 
 from __future__ import annotations
@@ -180,6 +180,8 @@ _CONNECTION_FAST: Final = "@fast @connection"
 _TRANSACTION_FAST: Final = "@fast @transaction"
 _TRANSACTION_FLAGS: Final = "noscript loading stale fast allow_busy"
 _CONFIG_FLAGS: Final = "admin noscript loading stale"
+_ACL_ADMIN_FLAGS: Final = "admin noscript loading stale"
+_ACL_ADMIN: Final = "@admin @slow @dangerous"
 
 _TABLE: Final = (
     # --- strings ---
@@ -300,6 +302,9 @@ _TABLE: Final = (
           _CONNECTION_FAST,
           group="connection", since="6.0.0",
           summary="Handshake: choose RESP2 or RESP3, describe the server"),
+    _spec("auth", -2, _SERVER, "noscript loading stale fast no_auth allow_busy",
+          _CONNECTION_FAST,
+          group="connection", since="1.0.0", summary="Log the connection in as a user"),
     _spec("reset", 1, _SERVER, "noscript loading stale fast no_auth allow_busy",
           _CONNECTION_FAST,
           group="connection", since="6.2.0", summary="Reset the connection's state"),
@@ -366,6 +371,24 @@ _TABLE: Final = (
                     complexity="O(N) when N is the number of configuration parameters"),
               _spec("config|help", 2, _SERVER, "loading stale", "@slow",
                     group="server", since="5.0.0", summary="Describe the subcommands"),
+          )),
+    _spec("acl", -2, _SERVER, "", "@slow",
+          group="server", since="6.0.0", summary="A container for ACL commands",
+          complexity="Depends on subcommand.",
+          subcommands=(
+              _spec("acl|whoami", 2, _SERVER, "noscript loading stale", "@slow",
+                    group="server", since="6.0.0", summary="Return the connection's user"),
+              _spec("acl|users", 2, _SERVER, _ACL_ADMIN_FLAGS, _ACL_ADMIN,
+                    group="server", since="6.0.0", summary="List the users' names",
+                    complexity="O(N). Where N is the number of configured users."),
+              _spec("acl|list", 2, _SERVER, _ACL_ADMIN_FLAGS, _ACL_ADMIN,
+                    group="server", since="6.0.0", summary="List the users and their rules",
+                    complexity="O(N). Where N is the number of configured users."),
+              _spec("acl|cat", -2, _SERVER, "noscript loading stale", "@slow",
+                    group="server", since="6.0.0",
+                    summary="List the ACL categories, or a category's commands"),
+              _spec("acl|help", 2, _SERVER, "loading stale", "@slow",
+                    group="server", since="6.0.0", summary="Describe the subcommands"),
           )),
     _spec("info", -1, _SERVER, "loading stale", "@slow @dangerous",
           group="server", since="1.0.0", summary="Describe the server and the replica"),

@@ -1,4 +1,5 @@
-"""A key-value store replica's own metrics: its Redis commands, error replies, clients and keys.
+"""A key-value store replica's own metrics: its Redis commands, error replies, ACL refusals,
+clients and keys.
 
 `kvstore_metrics(node)` yields the families one scrape of the replica's
 admin API adds to the framework's (rsm/admin.py serves them at `/metrics`),
@@ -42,6 +43,18 @@ def kvstore_metrics(node: KvNode) -> Iterator[Metric]:
         "Error replies by error code (the first word: ERR, WRONGTYPE, TRYAGAIN...).",
         {(code,): count for code, count in stats.errors.items()},
         ["code"],
+    )
+    access = server.access
+    yield counter(
+        "kvstore_acl_denied",
+        "Requests refused by the ACL users: logins with a wrong password or a user unknown or "
+        "off (auth), commands (cmd) and keys (key) outside a user's rules.",
+        {
+            ("auth",): access.auth_failures,
+            ("cmd",): access.commands_denied,
+            ("key",): access.keys_denied,
+        },
+        ["reason"],
     )
     received, refused = server.connection_totals
     yield gauge("kvstore_connections", "Open client connections.", {(): server.connection_count})

@@ -47,6 +47,7 @@ from bookie.core.tokens import TokenTable
 from bookie.errors import InvalidAddress, MetadataError, NodeExists
 from bookie.meta.api import ANY_VERSION, MetadataStore
 from kvstore import limits
+from kvstore.connection.acl import AccessControl
 from kvstore.endpoints import Endpoint, encode_endpoint, endpoint_path
 from kvstore.runtime.router import Router
 from kvstore.runtime.server import ReplicaInfo, RespServer, ServerConfig
@@ -123,6 +124,7 @@ class KvNode:
         on_role: Callable[[Role], None] | None = None,
         rsm_root: str = RSM_ROOT,
         client_tokens: TokenTable | None = None,
+        access: AccessControl | None = None,
     ) -> None:
         if resp_listener is not None and resp_advertise is None:
             raise InvalidConfig("a node given its RESP listener must be given its RESP address")
@@ -155,6 +157,7 @@ class KvNode:
         self._resp_advertise = resp_advertise
         self._resp_listener = resp_listener
         self._connector = connector
+        self._access = access
         self.resp_address = ""
         """host:port Redis clients connect to (set once the node runs)."""
         self.server: RespServer | None = None
@@ -188,6 +191,7 @@ class KvNode:
                     settings=self.settings,
                     connector=self._connector,
                     rng=self._rng,
+                    access=self._access,
                 ) as server:
                     self.server = server
                     yield self
@@ -236,10 +240,12 @@ async def redis_server(
     settings: StoreSettings,
     connector: Connector,
     rng: random.Random,
+    access: AccessControl | None = None,
 ) -> AsyncIterator[RespServer]:
     """Serve Redis clients on `listener` beside the running `replica` of a `KVStore`, for the
-    block: its `Router` (forwarding through `connector`) and `RespServer`.  `port` is what INFO
-    shows.  Leaving the block stops both (the server's connections are aborted)."""
+    block: its `Router` (forwarding through `connector`) and `RespServer`, whose clients log
+    in as `access`'s users (None: nobody needs to).  `port` is what INFO shows.  Leaving the
+    block stops both (the server's connections are aborted)."""
     router = Router(replica, connector=connector, rng=rng, deadline_ms=settings.command_deadline_ms)
     server = RespServer(
         listener,
@@ -253,6 +259,7 @@ async def redis_server(
                 "kvstore-key-bytes-max": str(settings.key_bytes_max),
                 "kvstore-value-bytes-max": str(settings.value_bytes_max),
             },
+            access=access,
         ),
     )
     try:

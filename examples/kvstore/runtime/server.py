@@ -95,6 +95,7 @@ from bookie.net.admission import ConnectionAdmission, Refusal, peer_host
 from bookie.net.framed_protocol import FramedProtocol
 from bookie.net.stream_transport import StreamTransport
 from kvstore import limits
+from kvstore.connection.acl import AccessControl
 from kvstore.connection.command_stats import CommandStats
 from kvstore.connection.dispatch import (
     Action,
@@ -194,6 +195,8 @@ class ServerConfig:
     connections_per_address_max: int = limits.connections_per_address_max
     settings: Mapping[str, str] | None = None
     """Extra CONFIG GET settings (name -> value), besides the server's own."""
+    access: AccessControl | None = None
+    """The ACL users (None: Redis's default user only, no password)."""
 
 
 class RespServer:
@@ -220,6 +223,7 @@ class RespServer:
             "appendonly": "no",
             **(self.config.settings or {}),
         }
+        self.access = self.config.access or AccessControl()
         self._connections: set[RespConnection] = set()
         self._admission = ConnectionAdmission(
             total_max=self.config.connections_max,
@@ -326,6 +330,9 @@ class RespServer:
             connections_max=self.config.connections_max,
             connections_received=self._connections_received,
             connections_rejected=self._connections_rejected,
+            acl_access_denied_auth=self.access.auth_failures,
+            acl_access_denied_cmd=self.access.commands_denied,
+            acl_access_denied_key=self.access.keys_denied,
             snapshot_index=info.snapshot_index,
             snapshot_created_ms=info.snapshot_created_ms,
             process=process_status(self._run_id),
@@ -361,6 +368,9 @@ class _View:
     def config(self) -> Mapping[str, str]:
         return self._server.config_settings()
 
+    def access_control(self) -> AccessControl:
+        return self._server.access
+
 
 class RespConnection(FramedProtocol):
     """One client connection (see the module docstring); the `Receiver` of its commands."""
@@ -370,7 +380,7 @@ class RespConnection(FramedProtocol):
         self._server = server
         self._router = server.router
         self._view = server.view
-        self.client = ClientState(client_id)
+        self.client = ClientState(client_id, restriction=server.access.initial)
         config = server.config
         self._parser = RespParser(
             request_bytes_max=config.request_bytes_max, bulk_bytes_max=config.bulk_bytes_max

@@ -1,13 +1,15 @@
 """The `kvstore` command: a whole local store, one replica, or the state of a store.
 
     kvstore up [--data-dir DIR] [--zk HOSTS] [--replicas 3] [--bookies 3] [--base-port 6379]
-               [--session-timeout-ms MS]
+               [--session-timeout-ms MS] [--acl-file PATH | --requirepass-file PATH]
+               [--ledger-digest crc32c|hmac_sha256]
     kvstore serve --zk HOSTS --listen HOST:PORT --resp HOST:PORT [--app kv] [--replica-id ID]
                   [--advertise HOST:PORT] [--resp-advertise HOST:PORT] [--ledger-root /ledgers]
                   [--ensemble 3] [--write-quorum 3] [--ack-quorum 2]
                   [--key-bytes-max N] [--value-bytes-max N] [--request-bytes-max N]
                   [--command-timeout-ms MS] [--session-timeout-ms MS] [--follower-nice 19]
                   [--log-level info] [--log-format json]
+                  [--acl-file PATH | --requirepass-file PATH] [--ledger-digest crc32c]
     kvstore status [--data-dir DIR | --zk HOSTS] [--app kv] [--json]
     kvstore history KEY [--data-dir DIR | --zk HOSTS | --log FILE] [--app kv]
                     [--ledger-root /ledgers] [--from I] [--to I] [--json]
@@ -22,11 +24,13 @@ dies meanwhile is reported on stderr (which one, its exit status, its log);
 the rest keep running.  The data stays in the
 data directory (`./data` by default) and the next `up` resumes it; removing
 the directory while nothing runs starts the next one from nothing.  Options
-other than `--data-dir`, `--zk` and `--session-timeout-ms` apply when the
-store is created.
+other than `--data-dir`, `--zk`, `--session-timeout-ms` and the access files
+apply when the store is created.
 
 `serve` runs one replica (`kvstore.runtime.node.KvNode`) until SIGTERM or SIGINT,
-then stops gracefully.  It logs one JSON object per line on stderr:
+then stops gracefully.  Its Redis clients log in as `--acl-file`'s users or
+with `--requirepass-file`'s password (`kvstore.tools.access_options`).  It
+logs one JSON object per line on stderr:
 `kvstore.ready` (with its process id) once it serves Redis clients, and the
 framework's events (`rsm.leader`, `rsm.step_down`, ...).
 
@@ -80,11 +84,13 @@ from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies
 from kvstore import limits
+from kvstore.connection.acl import AccessControl
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
 from kvstore.protocol.redis_cli import reply_text
 from kvstore.runtime.metrics import kvstore_metrics
 from kvstore.runtime.node import DEFAULT_APP, KvNode, StoreSettings
 from kvstore.state_machine import KVStore
+from kvstore.tools.access_options import access_of, add_access_arguments
 from kvstore.tools.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
 from rsm import limits as rsm_limits
 from rsm.admin import add_admin_argument, admin_server
@@ -95,9 +101,11 @@ from rsm.host import (
     FollowerPriority,
     add_client_tokens_file,
     add_follower_nice,
+    add_ledger_digest,
     aligned,
     application_status,
     command_zk_store,
+    ledger_digest_of,
     quiet_kazoo,
     read_client_tokens,
     replica_metadata,
@@ -163,6 +171,8 @@ def _parser() -> argparse.ArgumentParser:
         default=rsm_limits.replica_session_timeout_ms_default,
         help="ZooKeeper session timeout of the replicas: how long a dead leader holds on",
     )
+    add_access_arguments(up)
+    add_ledger_digest(up)
 
     serve = commands.add_parser("serve", help="run one replica")
     serve.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,...][/chroot]")
@@ -199,9 +209,11 @@ def _parser() -> argparse.ArgumentParser:
         help="the leader's read lease (0: a bookie round per read); equal on every replica",
     )
     add_follower_nice(serve)
+    add_ledger_digest(serve)
     add_client_tokens_file(serve)
     serve.add_argument("--log-level", choices=LEVELS, default="info")
     serve.add_argument("--log-format", choices=FORMATS, default="json")
+    add_access_arguments(serve)
 
     status = commands.add_parser("status", help="the log, the leader, the bookies, the replicas")
     where = status.add_mutually_exclusive_group()
@@ -246,6 +258,7 @@ def _run(command: Any, arguments: argparse.Namespace) -> int:
 
 def _serve(arguments: argparse.Namespace) -> int:
     priority = FollowerPriority(arguments.follower_nice)
+    access = access_of(arguments)
     configure(arguments.log_level, arguments.log_format)
     settings = StoreSettings(
         key_bytes_max=arguments.key_bytes_max,
@@ -261,6 +274,7 @@ def _serve(arguments: argparse.Namespace) -> int:
         # KVStore keeps its state hash up to date change by change, so checking
         # replicas against the leader often costs nothing.
         state_hash_every_commands=limits.state_hash_every_commands,
+        ledger_digest=ledger_digest_of(arguments),
     )
     return run_replica_main(
         _serve_node,
@@ -268,6 +282,7 @@ def _serve(arguments: argparse.Namespace) -> int:
         settings,
         config,
         priority,
+        access,
         logger=logger,
         failed_event="kvstore.failed",
     )
@@ -278,6 +293,7 @@ async def _serve_node(
     settings: StoreSettings,
     config: ReplicaConfig,
     priority: FollowerPriority,
+    access: AccessControl | None,
 ) -> int:
     async with (
         replica_metadata(
@@ -298,6 +314,7 @@ async def _serve_node(
             settings=settings,
             config=config,
             on_role=priority.on_role,
+            access=access,
             client_tokens=read_client_tokens(arguments.client_tokens_file),
         ) as node,
         admin_server(
@@ -331,7 +348,11 @@ async def _up(arguments: argparse.Namespace) -> int:
         bookies=arguments.bookies,
         base_port=arguments.base_port,
         session_timeout_ms=arguments.session_timeout_ms,
+        acl_file=arguments.acl_file,
+        requirepass_file=arguments.requirepass_file,
+        ledger_digest=arguments.ledger_digest,
     )
+    access_of(arguments)  # a bad access file stops `up` before anything starts
     if settings.replicas < 1 or settings.bookies < 3:
         raise InvalidConfig("a store needs at least 1 replica and 3 bookies (ensemble 3)")
     data_dir: Path = arguments.data_dir

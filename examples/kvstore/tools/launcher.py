@@ -106,7 +106,20 @@ def serve_command(
         "--session-timeout-ms",
         str(settings.session_timeout_ms),
         *(["--admin", f"{HOST}:{replica.admin_port}"] if settings.admin else []),
+        *access_options(settings),
+        "--ledger-digest",
+        settings.ledger_digest,
     ]
+
+
+def access_options(settings: KvSettings) -> list[str]:
+    """The `kvstore serve` options naming the access files (absolute: replicas run elsewhere)."""
+    options: list[str] = []
+    if settings.acl_file is not None:
+        options += ["--acl-file", str(settings.acl_file.absolute())]
+    if settings.requirepass_file is not None:
+        options += ["--requirepass-file", str(settings.requirepass_file.absolute())]
+    return options
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +134,12 @@ class KvSettings:
     """The replicas' ZooKeeper session timeout (the bookies keep their own default)."""
     admin: bool = True
     """Replicas serve their admin HTTP API (metrics, status page); the bookies always do."""
+    acl_file: Path | None = None
+    """The replicas' ACL users (`kvstore serve --acl-file`), read at each start."""
+    requirepass_file: Path | None = None
+    """The replicas' default password (`kvstore serve --requirepass-file`)."""
+    ledger_digest: str = "crc32c"
+    """How the ledgers the replicas create are checked (`kvstore serve --ledger-digest`)."""
 
 
 @dataclass(slots=True)
@@ -260,6 +279,9 @@ class LocalKvCluster:
                 app=saved["app"],
                 session_timeout_ms=self._requested.session_timeout_ms,
                 admin=self._requested.admin,
+                acl_file=self._requested.acl_file,
+                requirepass_file=self._requested.requirepass_file,
+                ledger_digest=self._requested.ledger_digest,
             )
             names, resp_ports, ports = saved["replicas"], saved["resp_ports"], saved["ports"]
             for name, resp_port, port in zip(names, resp_ports, ports, strict=True):

@@ -135,10 +135,19 @@ def running_store(
     replicas: int = 3,
     bookies: int = 3,
     bookie_config: Mapping[str, object] | None = None,
+    acl_file: Path | None = None,
+    ledger_digest: str = "crc32c",
 ) -> Iterator[Store]:
     """A store of `replicas` replica processes and `bookies` bookies (with `bookie_config`
-    added to their configuration) under `data_dir`, for the block."""
-    settings = KvSettings(replicas=replicas, bookies=bookies, base_port=0)
+    added to their configuration) under `data_dir`, for the block (its Redis clients
+    logging in as `acl_file`'s users, if given; its ledgers checked with `ledger_digest`)."""
+    settings = KvSettings(
+        replicas=replicas,
+        bookies=bookies,
+        base_port=0,
+        acl_file=acl_file,
+        ledger_digest=ledger_digest,
+    )
     cluster = LocalKvCluster(
         data_dir,
         zk=zookeeper.connect_string + zk_root,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kvstore.connection.acl import AccessControl
 from kvstore.connection.dispatch import Answer, Execute, Read, WatchRead, Write, finish, plan
 from kvstore.connection.server_commands import ClientState, ServerStatus
 from kvstore.protocol.commands import Route, resolve
@@ -135,7 +136,10 @@ class Replica:
 
 
 class Server:
-    """A fixed `ServerView` for conversations."""
+    """A fixed `ServerView` for conversations, with the given ACL users."""
+
+    def __init__(self, access: AccessControl | None = None) -> None:
+        self.access = access or AccessControl()
 
     def clock_us(self) -> int:
         return START_MS * 1000
@@ -160,20 +164,26 @@ class Server:
     def config(self) -> Mapping[str, str]:
         return {"save": ""}
 
+    def access_control(self) -> AccessControl:
+        return self.access
+
 
 class Conversation:
     """One connection's requests, dispatched as the server does, against a `Replica`."""
 
-    def __init__(self, replica: Replica, client_id: int = 1) -> None:
+    def __init__(
+        self, replica: Replica, client_id: int = 1, access: AccessControl | None = None
+    ) -> None:
         self.replica = replica
-        self.client = ClientState(client_id)
+        self.server = Server(access)
+        self.client = ClientState(client_id, restriction=self.server.access.initial)
 
     def send(self, *requests: Sequence[Word]) -> bytes:
         """The bytes the server answers `requests` with, in order."""
         replies = []
         for request in requests:
             resp3 = self.client.resp3
-            action = plan(words(*request), self.client, Server())
+            action = plan(words(*request), self.client, self.server)
             if isinstance(action, Answer):
                 replies.append(encode_replies([action.reply], self.client.resp3))
                 continue

@@ -72,6 +72,12 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
     assert config.zk_root == "/other"
 
 
+def test_the_autorecovery_password_is_not_shown(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, {**MINIMAL, "autorecovery_password": "s3cret-ledger"}))
+    assert config.autorecovery_password == "s3cret-ledger"
+    assert "s3cret" not in repr(config)
+
+
 def test_relative_paths_follow_their_source(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

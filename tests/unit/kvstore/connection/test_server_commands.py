@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from kvstore.connection.acl import AccessControl
 from kvstore.connection.server_commands import (
     REDIS_VERSION,
     ClientState,
@@ -48,6 +49,9 @@ class FixedServer:
 
     def config(self) -> dict[str, str]:
         return {"save": "", "appendonly": "no", "maxclients": "10000"}
+
+    def access_control(self) -> AccessControl:
+        return AccessControl()
 
 
 def call(*args: bytes, client: ClientState | None = None) -> Reply:
