@@ -344,6 +344,15 @@ admin_request_timeout_ms = 10_000
 admin_connections_max = 64
 """Admin HTTP connections served at once; later ones are closed at once."""
 
+# --- TLS --------------------------------------------------------------------------------------
+
+tls_handshake_timeout_ms = 10_000
+"""A TLS handshake not finished within this is refused (server) or fails the connect (client)."""
+
+tls_refusal_reasons_max = 16
+"""A TLS server keeps a count per refusal reason for this many distinct reasons; later
+reasons are counted under "other"."""
+
 # --- process tuning ---------------------------------------------------------------------------
 
 gc_young_collection_allocations = 50_000
