@@ -45,6 +45,7 @@ from bookie.client.ledger_client import LedgerClient
 from bookie.clock import system_wall_clock_ms
 from bookie.errors import InvalidAddress, MetadataError, NodeExists
 from bookie.meta.api import ANY_VERSION, MetadataStore
+from bookie.net.tls import TlsListen
 from kvstore import limits
 from kvstore.endpoints import Endpoint, encode_endpoint, endpoint_path
 from kvstore.runtime.router import Router
@@ -114,6 +115,7 @@ class KvNode:
         resp_listen: str = "127.0.0.1:0",
         resp_advertise: str | None = None,
         resp_listener: anyio.abc.Listener[anyio.abc.ByteStream] | None = None,
+        resp_tls: TlsListen | None = None,
         settings: StoreSettings | None = None,
         config: ReplicaConfig | None = None,
         rng: random.Random | None = None,
@@ -125,6 +127,7 @@ class KvNode:
         if resp_listener is not None and resp_advertise is None:
             raise InvalidConfig("a node given its RESP listener must be given its RESP address")
         self.app = app
+        self._resp_tls = resp_tls
         self.settings = settings or StoreSettings()
         config = config or ReplicaConfig()
         check_command_deadline(self.settings, config)
@@ -185,6 +188,7 @@ class KvNode:
                     settings=self.settings,
                     connector=self._connector,
                     rng=self._rng,
+                    tls=self._resp_tls,
                 ) as server:
                     self.server = server
                     yield self
@@ -233,10 +237,12 @@ async def redis_server(
     settings: StoreSettings,
     connector: Connector,
     rng: random.Random,
+    tls: TlsListen | None = None,
 ) -> AsyncIterator[RespServer]:
     """Serve Redis clients on `listener` beside the running `replica` of a `KVStore`, for the
-    block: its `Router` (forwarding through `connector`) and `RespServer`.  `port` is what INFO
-    shows.  Leaving the block stops both (the server's connections are aborted)."""
+    block: its `Router` (forwarding through `connector`) and `RespServer` (with `tls`, on a
+    second, TLS, port too).  `port` is what INFO shows.  Leaving the block stops both (the
+    server's connections are aborted)."""
     router = Router(replica, connector=connector, rng=rng, deadline_ms=settings.command_deadline_ms)
     server = RespServer(
         listener,
@@ -251,6 +257,7 @@ async def redis_server(
                 "kvstore-value-bytes-max": str(settings.value_bytes_max),
             },
         ),
+        tls=tls,
     )
     try:
         async with anyio.create_task_group() as task_group:
