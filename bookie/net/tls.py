@@ -19,6 +19,10 @@ protocol from `protocol_factory` exactly as a plain TCP server would hand it
 (`connection_made`, then the bytes received), so the protocol is the same
 with TLS or without, and a server without TLS never passes through here.
 
+`TlsStreamListener` does the same in front of an anyio listener (the replica
+protocol's), handing its handler anyio `TLSStream`s; `connect_tls` is the
+matching client side for anyio streams.
+
 Invariants: at most `tls_handshakes_max` handshakes run at once (more are
 closed at accept, counted as "too many handshakes"); each lasts at most
 `limits.tls_handshake_timeout_ms`; a protocol's `connection_made` is called
@@ -34,12 +38,15 @@ import logging
 import socket
 import ssl
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, cast
 
 import anyio
+import anyio.abc
+from anyio.abc import SocketAttribute
+from anyio.streams.tls import TLSAttribute, TLSStream
 
 from bookie import limits
 from bookie.errors import InvalidConfig
@@ -202,7 +209,48 @@ class TlsListen:
 # --- the server -------------------------------------------------------------------------------
 
 
-class TlsServer:
+class TlsCounts:
+    """What a TLS listener counts: handshakes that succeeded, refusals by reason (each
+    logged as `tls.refused`), and the allowed client names it checks."""
+
+    def __init__(self, name: str, allowed_names: Collection[str] | None) -> None:
+        self.name = name
+        self._allowed_names = None if allowed_names is None else frozenset(allowed_names)
+        self.accepted = 0
+        """Connections whose handshake succeeded."""
+        self.refusals: Counter[str] = Counter()
+        """Refused connections by reason."""
+
+    def refused_total(self) -> int:
+        return sum(self.refusals.values())
+
+    def admits(self, peer_certificate: Any, peer: object) -> bool:
+        """Whether a connection whose handshake succeeded is served (counted either way)."""
+        if self._allowed_names is not None:
+            name = common_name(peer_certificate)
+            if name not in self._allowed_names:
+                self.refuse(peer, "client certificate not allowed", subject=name)
+                return False
+        self.accepted += 1
+        return True
+
+    def refuse(self, peer: object, reason: str, **fields: Any) -> None:
+        refusals = self.refusals
+        if reason not in refusals and len(refusals) >= limits.tls_refusal_reasons_max:
+            reason = _OTHER
+        refusals[reason] += 1
+        emit(
+            logger,
+            logging.WARNING,
+            "tls.refused",
+            server=self.name,
+            peer=peer_host(peer),
+            reason=reason,
+            **fields,
+        )
+
+
+class TlsServer(TlsCounts):
     """TLS in front of an asyncio protocol server (see the module docstring).
 
     `bind` listens, `serve` accepts until cancelled (it closes the socket and abandons
@@ -218,17 +266,12 @@ class TlsServer:
     ) -> None:
         """`name` says which server in log lines; `allowed_names`, when given, are the
         client certificate subject common names served (others are refused)."""
+        super().__init__(name, allowed_names)
         self._context = context
         self._protocol_factory = protocol_factory
-        self.name = name
-        self._allowed_names = None if allowed_names is None else frozenset(allowed_names)
         self._socket: socket.socket | None = None
         self.handshakes = 0
         """Handshakes in progress."""
-        self.accepted = 0
-        """Connections whose handshake succeeded."""
-        self.refusals: Counter[str] = Counter()
-        """Refused connections by reason."""
 
     def bind(self, host: str, port: int) -> int:
         """Listen on host:port (0: any free port); the port bound.  Raises `OSError`."""
@@ -249,7 +292,7 @@ class TlsServer:
                 while True:
                     connection, peer = await loop.sock_accept(listening)
                     if self.handshakes >= tls_handshakes_max:
-                        self._refuse(peer, "too many handshakes")
+                        self.refuse(peer, "too many handshakes")
                         connection.close()
                         continue
                     self.handshakes += 1
@@ -262,9 +305,6 @@ class TlsServer:
         if self._socket is not None:
             self._socket.close()
 
-    def refused_total(self) -> int:
-        return sum(self.refusals.values())
-
     async def _handshake(self, connection: socket.socket, peer: object) -> None:
         loop = asyncio.get_running_loop()
         try:
@@ -275,35 +315,16 @@ class TlsServer:
                 ssl_handshake_timeout=limits.tls_handshake_timeout_ms / 1000,
             )
         except (OSError, TimeoutError, EOFError) as error:
-            self._refuse(peer, refusal_reason(error))
+            self.refuse(peer, refusal_reason(error))
             connection.close()
         finally:
             self.handshakes -= 1
 
     def _admit(self, transport: asyncio.Transport, peer: object) -> asyncio.Protocol | None:
         """The protocol that serves a connection whose handshake succeeded, or None."""
-        if self._allowed_names is not None:
-            name = common_name(transport.get_extra_info("peercert"))
-            if name not in self._allowed_names:
-                self._refuse(peer, "client certificate not allowed", subject=name)
-                return None
-        self.accepted += 1
+        if not self.admits(transport.get_extra_info("peercert"), peer):
+            return None
         return self._protocol_factory()
-
-    def _refuse(self, peer: object, reason: str, **fields: Any) -> None:
-        refusals = self.refusals
-        if reason not in refusals and len(refusals) >= limits.tls_refusal_reasons_max:
-            reason = _OTHER
-        refusals[reason] += 1
-        emit(
-            logger,
-            logging.WARNING,
-            "tls.refused",
-            server=self.name,
-            peer=peer_host(peer),
-            reason=reason,
-            **fields,
-        )
 
 
 class _Gate(asyncio.Protocol):
@@ -322,3 +343,66 @@ class _Gate(asyncio.Protocol):
             return
         secured.set_protocol(protocol)
         protocol.connection_made(secured)
+
+
+class TlsStreamListener(TlsCounts, anyio.abc.Listener[anyio.abc.ByteStream]):
+    """TLS in front of an anyio listener: its streams reach the handler after a handshake
+    (anyio's `TLSStream`), refused as `TlsServer` refuses, and counted the same way."""
+
+    def __init__(
+        self,
+        listener: anyio.abc.Listener[Any],
+        context: ssl.SSLContext,
+        *,
+        name: str,
+        allowed_names: Collection[str] | None = None,
+    ) -> None:
+        super().__init__(name, allowed_names)
+        self._listener = listener
+        self._context = context
+
+    async def serve(
+        self,
+        handler: Callable[[anyio.abc.ByteStream], Any],
+        task_group: anyio.abc.TaskGroup | None = None,
+    ) -> None:
+        async def secured(stream: anyio.abc.ByteStream) -> None:
+            peer = stream.extra(SocketAttribute.remote_address, None)
+            try:
+                with anyio.fail_after(limits.tls_handshake_timeout_ms / 1000):
+                    wrapped = await TLSStream.wrap(
+                        stream,
+                        server_side=True,
+                        ssl_context=self._context,
+                        standard_compatible=False,
+                    )
+            except (OSError, TimeoutError, anyio.BrokenResourceError, anyio.EndOfStream) as error:
+                self.refuse(peer, refusal_reason(error.__cause__ or error))
+                await anyio.aclose_forcefully(stream)
+                return
+            if not self.admits(wrapped.extra(TLSAttribute.peer_certificate, None), peer):
+                await anyio.aclose_forcefully(wrapped)
+                return
+            await handler(wrapped)
+
+        await self._listener.serve(secured, task_group)
+
+    async def aclose(self) -> None:
+        await self._listener.aclose()
+
+    @property
+    def extra_attributes(self) -> Mapping[Any, Callable[[], Any]]:
+        return self._listener.extra_attributes
+
+
+async def connect_tls(host: str, port: int, context: ssl.SSLContext) -> anyio.abc.ByteStream:
+    """A TLS stream to host:port, its certificate checked for `host`; `OSError` saying
+    what went wrong (`describe`) if the connection or its handshake fails."""
+    try:
+        return await anyio.connect_tcp(
+            host, port, ssl_context=context, tls_standard_compatible=False
+        )
+    except ssl.SSLError as error:
+        raise OSError(describe(error)) from error
+    except anyio.BrokenResourceError as error:
+        raise OSError(describe(error.__cause__ or error)) from error

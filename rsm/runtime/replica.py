@@ -51,7 +51,8 @@ import contextlib
 import functools
 import logging
 import random
-from collections.abc import AsyncIterator, Callable
+import ssl
+from collections.abc import AsyncIterator, Callable, Collection
 from types import TracebackType
 from typing import Any
 
@@ -75,6 +76,7 @@ from bookie.meta.api import (
 from bookie.meta.api import (
     Op as MetadataOp,
 )
+from bookie.net.tls import TlsStreamListener
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core import log_state
@@ -156,7 +158,11 @@ class Replica:
     (rsm/core/reads.py); by default the event loop's clock, which is what a
     test replaces to give replicas clocks of different rates.  `on_role` is
     called with the new role on every change of role (a replica starts as a
-    follower), between two steps of the role loop: it must not block.
+    follower), between two steps of the role loop: it must not block.  With
+    `tls` (a server context, `bookie.net.tls.server_context`) the TCP listener
+    on `listen` speaks TLS, serving only clients whose certificate subject
+    common name is in `tls_allowed_names` when that is given; refusals are
+    counted in `tls_listener`.
     """
 
     def __init__(
@@ -176,10 +182,16 @@ class Replica:
         lease_clock_s: Callable[[], float] | None = None,
         on_role: Callable[[Role], None] | None = None,
         rsm_root: str = RSM_ROOT,
+        tls: ssl.SSLContext | None = None,
+        tls_allowed_names: Collection[str] | None = None,
     ) -> None:
         if listener is not None and advertise is None:
             raise InvalidConfig("a replica given its listener must be given its advertise address")
         self.app = app
+        self._tls = tls
+        self._tls_allowed_names = tls_allowed_names
+        self.tls_listener: TlsStreamListener | None = None
+        """The TLS listener (its counts of accepted and refused handshakes), if any."""
         self.config = config if config is not None else ReplicaConfig()
         if isinstance(machine, StateMachine):
             instance = machine
@@ -304,12 +316,18 @@ class Replica:
             listen = parse_address(self._listen, port_zero=True)
         except InvalidAddress as error:
             raise InvalidConfig(f"listen address {self._listen!r} is not host:port") from error
-        listener = await anyio.create_tcp_listener(local_host=listen.host, local_port=listen.port)
+        listener: anyio.abc.Listener[anyio.abc.ByteStream] = await anyio.create_tcp_listener(
+            local_host=listen.host, local_port=listen.port
+        )
         port = listener.extra(SocketAttribute.local_port)
         if self._advertise is None and listen.host in ("0.0.0.0", "::"):
             await listener.aclose()
             raise InvalidConfig(
                 f"listening on {listen.host} needs --advertise: the address to tell others"
+            )
+        if self._tls is not None:
+            listener = self.tls_listener = TlsStreamListener(
+                listener, self._tls, name="replica", allowed_names=self._tls_allowed_names
             )
         return listener, self._advertise or str(Address(listen.host, port))
 

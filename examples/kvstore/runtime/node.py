@@ -32,7 +32,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
-from collections.abc import AsyncIterator, Callable
+import ssl
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -123,7 +124,11 @@ class KvNode:
         connector: Connector = tcp_connector,
         on_role: Callable[[Role], None] | None = None,
         rsm_root: str = RSM_ROOT,
+        tls: ssl.SSLContext | None = None,
+        tls_allowed_names: Collection[str] | None = None,
     ) -> None:
+        """`resp_tls`: a second RESP port, for TLS; `tls` and `tls_allowed_names`: the
+        replica's port on TLS (`rsm.Replica`; `connector` must then connect with TLS)."""
         if resp_listener is not None and resp_advertise is None:
             raise InvalidConfig("a node given its RESP listener must be given its RESP address")
         self.app = app
@@ -150,6 +155,8 @@ class KvNode:
             wall_clock_ms=wall_clock_ms,
             on_role=on_role,
             rsm_root=rsm_root,
+            tls=tls,
+            tls_allowed_names=tls_allowed_names,
         )
         self._resp_listen = resp_listen
         self._resp_advertise = resp_advertise

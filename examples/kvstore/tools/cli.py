@@ -73,20 +73,20 @@ from typing import Any, Final
 
 import anyio
 
-from bookie.address import parse_address
-from bookie.errors import BookieError, InvalidAddress, NoNode
+from bookie.client.config import ClientConfig as LedgerClientConfig
+from bookie.errors import BookieError, NoNode
 from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.local.cluster import ClusterError, LocalBookie, admin_heading, admin_lines
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies
-from bookie.net.tls import TlsListen, server_context
 from kvstore import limits
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
 from kvstore.protocol.redis_cli import reply_text
 from kvstore.runtime.node import DEFAULT_APP, KvNode, StoreSettings
 from kvstore.state_machine import KVStore
 from kvstore.tools.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
+from kvstore.tools.tls_flags import NodeTls, add_tls_arguments, node_tls
 from rsm import limits as rsm_limits
 from rsm.admin import add_admin_argument, admin_server
 from rsm.client import connect
@@ -198,15 +198,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the leader's read lease (0: a bookie round per read); equal on every replica",
     )
     add_follower_nice(serve)
-    # TLS for Redis clients (docs/security.md): a second RESP port.
-    tls = serve.add_argument_group("TLS (a second RESP port, next to --resp)")
-    tls.add_argument("--resp-tls", metavar="HOST:PORT", help="serve Redis clients with TLS here")
-    tls.add_argument("--tls-cert-file", type=Path, help="PEM certificate chain (and key)")
-    tls.add_argument("--tls-key-file", type=Path, help="PEM private key, if not in the chain")
-    tls.add_argument("--tls-ca-file", type=Path, help="PEM CAs that verify client certificates")
-    tls.add_argument(
-        "--tls-require-client-cert", action="store_true", help="refuse clients without one"
-    )
+    add_tls_arguments(serve)
     serve.add_argument("--log-level", choices=LEVELS, default="info")
     serve.add_argument("--log-format", choices=FORMATS, default="json")
 
@@ -251,26 +243,6 @@ def _run(command: Any, arguments: argparse.Namespace) -> int:
 # --- kvstore serve ----------------------------------------------------------------------------
 
 
-def _resp_tls(arguments: argparse.Namespace) -> TlsListen | None:
-    """The TLS RESP listener the flags ask for; `BookieInvalidConfig` if they cannot be
-    used (a file missing or not PEM, a key that is not the certificate's)."""
-    if arguments.resp_tls is None:
-        return None
-    if arguments.tls_cert_file is None:
-        raise BookieInvalidConfig("--resp-tls needs --tls-cert-file")
-    try:
-        address = parse_address(arguments.resp_tls, port_zero=True)
-    except InvalidAddress as error:
-        raise BookieInvalidConfig(f"--resp-tls {arguments.resp_tls!r}: {error}") from error
-    context = server_context(
-        arguments.tls_cert_file,
-        arguments.tls_key_file,
-        arguments.tls_ca_file,
-        require_client_cert=arguments.tls_require_client_cert,
-    )
-    return TlsListen(address.host, address.port, context)
-
-
 def _tls_port(node: KvNode) -> int | None:
     return None if node.server is None else node.server.tls_port
 
@@ -279,7 +251,7 @@ def _serve(arguments: argparse.Namespace) -> int:
     priority = FollowerPriority(arguments.follower_nice)
     configure(arguments.log_level, arguments.log_format)
     try:
-        arguments.resp_tls_listen = _resp_tls(arguments)
+        arguments.node_tls = node_tls(arguments)
     except BookieInvalidConfig as error:
         print(f"kvstore serve: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -315,11 +287,13 @@ async def _serve_node(
     config: ReplicaConfig,
     priority: FollowerPriority,
 ) -> int:
+    tls: NodeTls = arguments.node_tls
     async with (
         replica_metadata(
             arguments.zk,
             ledger_root=arguments.ledger_root,
             session_timeout_ms=arguments.session_timeout_ms,
+            ledger_config=LedgerClientConfig(tls=tls.client) if tls.bookies else None,
         ) as (store, ledgers),
         priority.running(),
         KvNode(
@@ -331,7 +305,10 @@ async def _serve_node(
             advertise=arguments.advertise,
             resp_listen=arguments.resp,
             resp_advertise=arguments.resp_advertise,
-            resp_tls=arguments.resp_tls_listen,
+            resp_tls=tls.resp,
+            tls=tls.replica_server,
+            tls_allowed_names=tls.replica_allowed_names,
+            connector=tls.connector(),
             settings=settings,
             config=config,
             on_role=priority.on_role,
