@@ -451,18 +451,15 @@ class BookieConnection:
 
     def on_lost(self, error: Exception | None) -> None:
         """The transport is gone: a socket error, or (None) the bookie closed it."""
-        if error is None:
-            cause = "closed by the bookie"
-        elif isinstance(error, ssl.SSLError):
+        if isinstance(error, ssl.SSLError):
             cause = describe(error)  # mutual TLS refused after the client's handshake
-        elif self.over_tls and isinstance(error, ConnectionResetError):
-            cause = (
-                f"{error!r}; over TLS this is how a bookie refuses a client certificate "
-                "(TLS: missing, expired or not signed by its CA; the bookie's tls.refused "
-                "log line says which)"
-            )
         else:
-            cause = repr(error)
+            cause = "closed by the bookie" if error is None else repr(error)
+            if self.over_tls and (error is None or isinstance(error, ConnectionResetError)):
+                cause += (
+                    " (TLS: this is also how a bookie refuses a client certificate: missing, "
+                    "expired or not signed by its CA; its tls.refused log line says which)"
+                )
         self._fail(f"connection to bookie {self.address} lost: {cause}")
 
     def on_send_stalled(self, stalled_ms: int) -> None:

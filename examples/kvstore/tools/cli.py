@@ -76,6 +76,7 @@ import anyio
 from bookie.client.config import ClientConfig as LedgerClientConfig
 from bookie.errors import BookieError, NoNode
 from bookie.errors import InvalidConfig as BookieInvalidConfig
+from bookie.local.certificates import DevelopmentCertificates, development_certificates
 from bookie.local.cluster import ClusterError, LocalBookie, admin_heading, admin_lines
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
@@ -85,11 +86,19 @@ from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
 from kvstore.protocol.redis_cli import reply_text
 from kvstore.runtime.node import DEFAULT_APP, KvNode, StoreSettings
 from kvstore.state_machine import KVStore
-from kvstore.tools.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
+from kvstore.tools.launcher import (
+    HOST,
+    LEDGER_ROOT,
+    TLS_DIRECTORY,
+    KvSettings,
+    LocalKvCluster,
+    read_saved,
+    tls_client_connector,
+)
 from kvstore.tools.tls_flags import NodeTls, add_tls_arguments, node_tls
 from rsm import limits as rsm_limits
 from rsm.admin import add_admin_argument, admin_server
-from rsm.client import connect
+from rsm.client import connect, tcp_connector
 from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig, MalformedValue, RsmError
 from rsm.host import (
@@ -105,6 +114,7 @@ from rsm.host import (
     status_heading,
     under_replication_lines,
 )
+from rsm.link import Connector
 from rsm.tools import (
     SCHEMA_VERSION,
     key_history,
@@ -161,6 +171,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=rsm_limits.replica_session_timeout_ms_default,
         help="ZooKeeper session timeout of the replicas: how long a dead leader holds on",
+    )
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="a new store on TLS too: a local CA and certificates in DATA_DIR/tls",
     )
 
     serve = commands.add_parser("serve", help="run one replica")
@@ -343,6 +358,7 @@ async def _up(arguments: argparse.Namespace) -> int:
         bookies=arguments.bookies,
         base_port=arguments.base_port,
         session_timeout_ms=arguments.session_timeout_ms,
+        tls=arguments.tls,
     )
     if settings.replicas < 1 or settings.bookies < 3:
         raise InvalidConfig("a store needs at least 1 replica and 3 bookies (ensemble 3)")
@@ -405,6 +421,8 @@ def _banner(cluster: LocalKvCluster) -> str:
             f"  {replica.name:<9}  {replica.resp_address:<21} {role:<9} "
             f"try: redis-cli -p {replica.resp_port}"
         )
+    if cluster.tls is not None:
+        lines += _tls_lines(cluster, cluster.tls)
     lines.append(admin_heading())
     lines += admin_lines(bookies.bookies)
     lines += [f"  {replica.name:<9}  {replica.admin_url}" for replica in cluster.replicas]
@@ -415,6 +433,24 @@ def _banner(cluster: LocalKvCluster) -> str:
         "Ctrl-C stops the replicas, the bookies, then ZooKeeper; the data stays for the next run.",
     ]
     return "\n".join(lines)
+
+
+def _tls_lines(cluster: LocalKvCluster, tls: DevelopmentCertificates) -> list[str]:
+    """How to connect with TLS (the launcher's CA signed every certificate)."""
+    ca = shlex.quote(_shown(tls.ca))
+    lines = [f"TLS (certificates in {_shown(tls.ca.parent)}; the plain ports stay open too):"]
+    for replica in cluster.replicas:
+        lines.append(
+            f"  {replica.name:<9}  {HOST}:{replica.resp_tls_port:<11} "
+            f"try: redis-cli --tls --cacert {ca} -p {replica.resp_tls_port}"
+        )
+    first = cluster.replicas[0].resp_tls_port
+    lines.append(f"  redis-py:  redis.Redis(port={first}, ssl=True, ssl_ca_certs={str(tls.ca)!r})")
+    lines.append(
+        f"  bookies and replicas take mutual TLS only: client certificate "
+        f"{_shown(tls.client)} (key inside)"
+    )
+    return lines
 
 
 def _shown(path: Path) -> str:
@@ -501,7 +537,15 @@ async def _status(arguments: argparse.Namespace) -> int:
         zk = saved["zk"]
         app = app or saved["app"]
     app = app or DEFAULT_APP
-    async with command_zk_store(zk) as store, connect(app, store=store) as client:
+    connector: Connector = tcp_connector
+    if saved is not None and saved.get("tls"):
+        connector = tls_client_connector(
+            development_certificates(Path(arguments.data_dir or "data") / TLS_DIRECTORY)
+        )
+    async with (
+        command_zk_store(zk) as store,
+        connect(app, store=store, connector=connector) as client,
+    ):
         report = await application_status(store, client, ledger_root=LEDGER_ROOT)
         report["zk"] = zk
         bookies = report["bookies"] = await _bookies(store)

@@ -12,7 +12,8 @@ holds the CAs it trusts, both ways.  What runs on TLS:
 * `--tls-bookies`: the node's ledger client connects to the bookies' TLS
   listeners.
 
-`--tls-require-client-cert` makes every TLS listener of the node mutual.
+`--tls-require-client-cert` makes the framework port's TLS mutual, and
+`--resp-tls-require-client-cert` the RESP port's.
 Bad combinations and unusable files are `InvalidConfig` (bookie's), raised
 before anything starts.
 """
@@ -61,7 +62,12 @@ def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     tls.add_argument(
         "--tls-require-client-cert",
         action="store_true",
-        help="TLS listeners refuse clients without a certificate signed by --tls-ca-file",
+        help="the framework port refuses clients without a certificate --tls-ca-file verifies",
+    )
+    tls.add_argument(
+        "--resp-tls-require-client-cert",
+        action="store_true",
+        help="the TLS RESP port refuses clients without a certificate --tls-ca-file verifies",
     )
     tls.add_argument(
         "--tls-allowed-clients",
@@ -88,7 +94,8 @@ def node_tls(arguments: argparse.Namespace) -> NodeTls:
     if names is not None and not (replicas and arguments.tls_require_client_cert):
         raise InvalidConfig("--tls-allowed-clients needs --tls-replicas --tls-require-client-cert")
     server = None
-    if cert_file is not None:
+    if replicas:
+        assert cert_file is not None
         server = server_context(
             cert_file, key_file, ca_file, require_client_cert=arguments.tls_require_client_cert
         )
@@ -98,11 +105,17 @@ def node_tls(arguments: argparse.Namespace) -> NodeTls:
             address = parse_address(resp_address, port_zero=True)
         except InvalidAddress as error:
             raise InvalidConfig(f"--resp-tls {resp_address!r}: {error}") from error
-        assert server is not None
-        resp = TlsListen(address.host, address.port, server)
+        assert cert_file is not None
+        resp_context = server_context(
+            cert_file,
+            key_file,
+            ca_file,
+            require_client_cert=arguments.resp_tls_require_client_cert,
+        )
+        resp = TlsListen(address.host, address.port, resp_context)
     return NodeTls(
         resp=resp,
-        replica_server=server if replicas else None,
+        replica_server=server,
         replica_allowed_names=(
             None if names is None else frozenset(name.strip() for name in names.split(","))
         ),

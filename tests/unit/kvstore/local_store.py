@@ -128,10 +128,16 @@ def wait_for(probe: Callable[[], T | None], timeout_s: float = WAIT_S) -> T:
 
 @contextmanager
 def running_store(
-    zookeeper: LocalZooKeeper, zk_root: str, data_dir: Path, *, replicas: int = 3
+    zookeeper: LocalZooKeeper,
+    zk_root: str,
+    data_dir: Path,
+    *,
+    replicas: int = 3,
+    tls: bool = False,
 ) -> Iterator[Store]:
-    """A store of `replicas` replica processes under `data_dir`, for the block."""
-    settings = KvSettings(replicas=replicas, base_port=0)
+    """A store of `replicas` replica processes under `data_dir`, for the block (with `tls`,
+    on TLS as `kvstore up --tls` runs it)."""
+    settings = KvSettings(replicas=replicas, base_port=0, tls=tls)
     cluster = LocalKvCluster(data_dir, zk=zookeeper.connect_string + zk_root, settings=settings)
     with (
         anyio.from_thread.start_blocking_portal() as portal,
