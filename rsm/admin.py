@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import AsyncIterator
+import ssl
+from collections.abc import AsyncIterator, Collection
 from functools import partial
 
 from bookie.address import Address, parse_address
@@ -156,15 +157,23 @@ def replica_routes(replica: Replica, store: MetadataStore, rsm_root: str = RSM_R
 
 @contextlib.asynccontextmanager
 async def admin_server(
-    replica: Replica, store: MetadataStore, address: Address | None, rsm_root: str = RSM_ROOT
+    replica: Replica,
+    store: MetadataStore,
+    address: Address | None,
+    rsm_root: str = RSM_ROOT,
+    *,
+    tls: ssl.SSLContext | None = None,
+    tls_allowed_names: Collection[str] | None = None,
 ) -> AsyncIterator[str | None]:
     """Serve `replica`'s admin API on `address` (None: nothing) for the block; yield the
-    address bound ("host:port").  `AdminUnavailable` (a `BookieError`) when it cannot
-    listen there."""
+    address bound ("host:port").  With `tls` (a server context), over HTTPS, serving the
+    client certificate names `tls_allowed_names` only when given.  `AdminUnavailable` (a
+    `BookieError`) when it cannot listen there."""
     if address is None:
         yield None
         return
-    async with serve_http(address, replica_routes(replica, store, rsm_root)) as bound:
+    routes = replica_routes(replica, store, rsm_root)
+    async with serve_http(address, routes, tls=tls, tls_allowed_names=tls_allowed_names) as bound:
         yield str(bound)
 
 

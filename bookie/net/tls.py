@@ -380,6 +380,9 @@ class TlsStreamListener(TlsCounts, anyio.abc.Listener[anyio.abc.ByteStream]):
                 self.refuse(peer, refusal_reason(error.__cause__ or error))
                 await anyio.aclose_forcefully(stream)
                 return
+            except BaseException:  # cancelled during the handshake: the server is stopping
+                await anyio.aclose_forcefully(stream)
+                raise
             if not self.admits(wrapped.extra(TLSAttribute.peer_certificate, None), peer):
                 await anyio.aclose_forcefully(wrapped)
                 return

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import ssl
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -286,6 +287,12 @@ KEYS: Final[Mapping[str, Key]] = {
     "tls_require_client_cert": Key(
         "bool", False, "refuse TLS clients without a certificate signed by tls_ca_file"
     ),
+    "tls_admin": Key(
+        "bool",
+        False,
+        "serve the admin API (admin_address) over HTTPS with tls_cert_file, mutual as the "
+        "TLS listener is",
+    ),
     "tls_allowed_clients": Key(
         "optional_text",
         None,
@@ -351,6 +358,7 @@ class BookieConfig:
     tls_key_file: Path | None
     tls_ca_file: Path | None
     tls_require_client_cert: bool
+    tls_admin: bool
     tls_allowed_clients: str | None
     log_level: str
     log_format: str
@@ -363,22 +371,31 @@ class BookieConfig:
         assert 0.0 < self.disk_usage_low_water_mark < self.disk_usage_threshold <= 1.0
         assert self.advertised_address.host not in WILDCARD_HOSTS
 
-    def tls_listen(self) -> TlsListen | None:
-        """The TLS listener's settings, its files loaded (None without one).  Raises
-        `InvalidConfig` if a file cannot be used."""
-        address = self.tls_listen_address
-        if address is None:
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The server context of the TLS listener and the HTTPS admin API, its files loaded
+        (None without a certificate).  `InvalidConfig` if a file cannot be used."""
+        if self.tls_cert_file is None:
             return None
-        assert self.tls_cert_file is not None
-        context = server_context(
+        return server_context(
             self.tls_cert_file,
             self.tls_key_file,
             self.tls_ca_file,
             require_client_cert=self.tls_require_client_cert,
         )
+
+    @property
+    def tls_allowed_names(self) -> frozenset[str] | None:
         allowed = self.tls_allowed_clients
-        names = None if allowed is None else frozenset(name.strip() for name in allowed.split(","))
-        return TlsListen(address.host, address.port, context, names)
+        return None if allowed is None else frozenset(name.strip() for name in allowed.split(","))
+
+    def tls_listen(self) -> TlsListen | None:
+        """The TLS listener's settings, its files loaded (None without one).  Raises
+        `InvalidConfig` if a file cannot be used."""
+        address = self.tls_listen_address
+        context = self.tls_context()
+        if address is None or context is None:
+            return None
+        return TlsListen(address.host, address.port, context, self.tls_allowed_names)
 
     @property
     def data_dirs(self) -> tuple[Path, ...]:
@@ -594,18 +611,25 @@ def _finish(values: dict[str, object]) -> BookieConfig:
         )
     _check_tls(values)
     config = BookieConfig(**values)  # type: ignore[arg-type]
-    config.tls_listen()  # the files are read once here, so a bad one fails at start-up
+    config.tls_context()  # the files are read once here, so a bad one fails at start-up
     return config
 
 
 def _check_tls(values: dict[str, object]) -> None:
     """The TLS keys make sense together; the TLS advertised address defaults."""
     listen = values["tls_listen_address"]
+    if values["tls_admin"] and values["tls_cert_file"] is None:
+        raise InvalidConfig("tls_admin is set: tls_cert_file must be set too")
     if listen is None:
-        if values["tls_cert_file"] is not None or values["tls_advertised_address"] is not None:
+        if values["tls_advertised_address"] is not None:
             raise InvalidConfig(
-                "tls_cert_file or tls_advertised_address is set but tls_listen_address is "
-                "not: set it to the host:port of the TLS listener"
+                "tls_advertised_address is set but tls_listen_address is not: set it to the "
+                "host:port of the TLS listener"
+            )
+        if values["tls_cert_file"] is not None and not values["tls_admin"]:
+            raise InvalidConfig(
+                "tls_cert_file is set but neither tls_listen_address nor tls_admin: say what "
+                "it is for"
             )
         return
     if values["tls_cert_file"] is None:

@@ -337,7 +337,11 @@ class BookieNode:
         parts.registries.append(
             registry(partial(bookie_metrics, parts.server, parts.storage, parts.collector))
         )
-        async with serve_http(address, bookie_routes(parts)):
+        config = self._config
+        tls = config.tls_context() if config.tls_admin else None
+        async with serve_http(
+            address, bookie_routes(parts), tls=tls, tls_allowed_names=config.tls_allowed_names
+        ):
             yield
 
     async def _registered(

@@ -328,7 +328,13 @@ async def _serve_node(
             config=config,
             on_role=priority.on_role,
         ) as node,
-        admin_server(node.replica, store, arguments.admin) as admin,
+        admin_server(
+            node.replica,
+            store,
+            arguments.admin,
+            tls=tls.admin,
+            tls_allowed_names=tls.replica_allowed_names,
+        ) as admin,
     ):
         emit(
             logger,

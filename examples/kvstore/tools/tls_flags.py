@@ -10,7 +10,10 @@ holds the CAs it trusts, both ways.  What runs on TLS:
   forwards to other replicas with TLS (every replica of a store must agree);
   `--tls-allowed-clients` names the client certificates it serves there;
 * `--tls-bookies`: the node's ledger client connects to the bookies' TLS
-  listeners.
+  listeners;
+* `--tls-admin`: the admin API (`--admin`) is served over HTTPS, as the
+  framework port is (mutual with `--tls-require-client-cert`, names from
+  `--tls-allowed-clients`).
 
 `--tls-require-client-cert` makes the framework port's TLS mutual, and
 `--resp-tls-require-client-cert` the RESP port's.
@@ -42,6 +45,8 @@ class NodeTls:
     client: ssl.SSLContext | None = None
     """For connections to other replicas (with `replica_server`) and to bookies."""
     bookies: bool = False
+    admin: ssl.SSLContext | None = None
+    """The admin API's server context (HTTPS), if any."""
 
     def connector(self) -> Connector:
         """How the node connects to other replicas."""
@@ -56,6 +61,7 @@ def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     tls.add_argument("--resp-tls", metavar="HOST:PORT", help="serve Redis clients with TLS here")
     tls.add_argument("--tls-replicas", action="store_true", help="the framework's port speaks TLS")
     tls.add_argument("--tls-bookies", action="store_true", help="connect to bookies with TLS")
+    tls.add_argument("--tls-admin", action="store_true", help="serve --admin over HTTPS")
     tls.add_argument("--tls-cert-file", type=Path, help="PEM certificate chain (and key)")
     tls.add_argument("--tls-key-file", type=Path, help="PEM private key, if not in the chain")
     tls.add_argument("--tls-ca-file", type=Path, help="PEM CAs trusted for peers' certificates")
@@ -81,20 +87,21 @@ def node_tls(arguments: argparse.Namespace) -> NodeTls:
     resp_address = arguments.resp_tls
     replicas = arguments.tls_replicas
     bookies = arguments.tls_bookies
-    if resp_address is None and not replicas and not bookies:
+    admin = arguments.tls_admin
+    if resp_address is None and not replicas and not bookies and not admin:
         return NodeTls()
     cert_file: Path | None = arguments.tls_cert_file
     key_file: Path | None = arguments.tls_key_file
     ca_file: Path | None = arguments.tls_ca_file
-    if cert_file is None and (resp_address is not None or replicas):
-        raise InvalidConfig("--resp-tls and --tls-replicas need --tls-cert-file")
+    if cert_file is None and (resp_address is not None or replicas or admin):
+        raise InvalidConfig("--resp-tls, --tls-replicas and --tls-admin need --tls-cert-file")
     if ca_file is None and (replicas or bookies):
         raise InvalidConfig("--tls-replicas and --tls-bookies need --tls-ca-file")
     names = arguments.tls_allowed_clients
-    if names is not None and not (replicas and arguments.tls_require_client_cert):
-        raise InvalidConfig("--tls-allowed-clients needs --tls-replicas --tls-require-client-cert")
+    if names is not None and not arguments.tls_require_client_cert:
+        raise InvalidConfig("--tls-allowed-clients needs --tls-require-client-cert")
     server = None
-    if replicas:
+    if replicas or admin:
         assert cert_file is not None
         server = server_context(
             cert_file, key_file, ca_file, require_client_cert=arguments.tls_require_client_cert
@@ -115,7 +122,8 @@ def node_tls(arguments: argparse.Namespace) -> NodeTls:
         resp = TlsListen(address.host, address.port, resp_context)
     return NodeTls(
         resp=resp,
-        replica_server=server,
+        replica_server=server if replicas else None,
+        admin=server if admin else None,
         replica_allowed_names=(
             None if names is None else frozenset(name.strip() for name in names.split(","))
         ),

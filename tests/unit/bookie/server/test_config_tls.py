@@ -41,7 +41,8 @@ def test_the_tls_block_gives_a_listener(tmp_path: Path) -> None:
     ("tls", "message"),
     [
         ({"tls_listen_address": "127.0.0.1:3182"}, "tls_cert_file must be set"),
-        ({"tls_cert_file": "server.pem"}, "tls_listen_address is not"),
+        ({"tls_cert_file": "server.pem"}, "neither tls_listen_address nor tls_admin"),
+        ({"tls_admin": "true"}, "tls_cert_file must be set"),
         (
             {"tls_listen_address": "0.0.0.0:3182", "tls_cert_file": "server.pem"},
             "set tls_advertised_address",
