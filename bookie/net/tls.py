@@ -23,7 +23,7 @@ with TLS or without, and a server without TLS never passes through here.
 protocol's), handing its handler anyio `TLSStream`s; `connect_tls` is the
 matching client side for anyio streams.
 
-Invariants: at most `tls_handshakes_max` handshakes run at once (more are
+Invariants: at most `limits.tls_handshakes_max` handshakes run at once per listener (more are
 closed at accept, counted as "too many handshakes"); each lasts at most
 `limits.tls_handshake_timeout_ms`; a protocol's `connection_made` is called
 only after a handshake that succeeded and, with `allowed_names`, a client
@@ -54,9 +54,6 @@ from bookie.logs import emit
 from bookie.net.admission import peer_host
 
 logger = logging.getLogger(__name__)
-
-tls_handshakes_max: Final = 1_000
-"""Handshakes a `TlsServer` runs at once."""
 
 _OTHER: Final = "other"
 
@@ -220,9 +217,23 @@ class TlsCounts:
         """Connections whose handshake succeeded."""
         self.refusals: Counter[str] = Counter()
         """Refused connections by reason."""
+        self.handshakes = 0
+        """Handshakes in progress."""
 
     def refused_total(self) -> int:
         return sum(self.refusals.values())
+
+    def begin_handshake(self, peer: object) -> bool:
+        """Count a handshake in, or refuse it (False) past `limits.tls_handshakes_max`; a
+        handshake counted in is counted out by `end_handshake`."""
+        if self.handshakes >= limits.tls_handshakes_max:
+            self.refuse(peer, "too many handshakes")
+            return False
+        self.handshakes += 1
+        return True
+
+    def end_handshake(self) -> None:
+        self.handshakes -= 1
 
     def admits(self, peer_certificate: Any, peer: object) -> bool:
         """Whether a connection whose handshake succeeded is served (counted either way)."""
@@ -270,8 +281,6 @@ class TlsServer(TlsCounts):
         self._context = context
         self._protocol_factory = protocol_factory
         self._socket: socket.socket | None = None
-        self.handshakes = 0
-        """Handshakes in progress."""
 
     def bind(self, host: str, port: int) -> int:
         """Listen on host:port (0: any free port); the port bound.  Raises `OSError`."""
@@ -291,11 +300,9 @@ class TlsServer(TlsCounts):
             async with anyio.create_task_group() as handshakes:
                 while True:
                     connection, peer = await loop.sock_accept(listening)
-                    if self.handshakes >= tls_handshakes_max:
-                        self.refuse(peer, "too many handshakes")
+                    if not self.begin_handshake(peer):
                         connection.close()
                         continue
-                    self.handshakes += 1
                     handshakes.start_soon(self._handshake, connection, peer)
         finally:
             listening.close()
@@ -318,7 +325,7 @@ class TlsServer(TlsCounts):
             self.refuse(peer, refusal_reason(error))
             connection.close()
         finally:
-            self.handshakes -= 1
+            self.end_handshake()
 
     def _admit(self, transport: asyncio.Transport, peer: object) -> asyncio.Protocol | None:
         """The protocol that serves a connection whose handshake succeeded, or None."""
@@ -368,6 +375,9 @@ class TlsStreamListener(TlsCounts, anyio.abc.Listener[anyio.abc.ByteStream]):
     ) -> None:
         async def secured(stream: anyio.abc.ByteStream) -> None:
             peer = stream.extra(SocketAttribute.remote_address, None)
+            if not self.begin_handshake(peer):
+                await anyio.aclose_forcefully(stream)
+                return
             try:
                 with anyio.fail_after(limits.tls_handshake_timeout_ms / 1000):
                     wrapped = await TLSStream.wrap(
@@ -383,6 +393,8 @@ class TlsStreamListener(TlsCounts, anyio.abc.Listener[anyio.abc.ByteStream]):
             except BaseException:  # cancelled during the handshake: the server is stopping
                 await anyio.aclose_forcefully(stream)
                 raise
+            finally:
+                self.end_handshake()
             if not self.admits(wrapped.extra(TLSAttribute.peer_certificate, None), peer):
                 await anyio.aclose_forcefully(wrapped)
                 return

@@ -9,8 +9,10 @@ import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import pytest
 
+from bookie import limits
 from bookie.client.bookie_conn import BookieConnection
 from bookie.errors import BookieUnavailable, InvalidConfig
 from bookie.net.tls import TlsListen, client_context, server_context
@@ -144,3 +146,22 @@ async def test_only_allowed_client_names_are_served(certs: Certificates) -> None
         assert tls is not None
         await wait_for(lambda: tls.refusals["client certificate not allowed"] == 1)
         assert tls.accepted == 1
+
+
+async def test_handshakes_past_the_bound_are_refused_at_accept(
+    certs: Certificates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "tls_handshakes_max", 1)
+    async with running_server(MemoryLedgerStorage(), tls=_listen(certs)) as server:
+        tls = server.tls_server
+        assert tls is not None
+        port = server.tls_port
+        assert port is not None
+        # A client that connects and never says hello holds the one handshake slot.
+        async with await anyio.connect_tcp("127.0.0.1", port):
+            await wait_for(lambda: tls.handshakes == 1)
+            with pytest.raises(BookieUnavailable):
+                await _identify(server, client_context(certs.ca, certs.client))
+            await wait_for(lambda: tls.refusals["too many handshakes"] == 1)
+        await wait_for(lambda: tls.handshakes == 0)
+        await _identify(server, client_context(certs.ca, certs.client))
