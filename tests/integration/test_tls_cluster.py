@@ -3,7 +3,7 @@ replicas whose framework ports are mutual TLS and whose ledger clients use the b
 TLS listeners, and TLS RESP ports.  A write and a read go through it (redis-py with
 `ssl=True`, redis-cli with `--tls`); a client with the wrong CA, or without the
 client certificate a port requires, is refused on each port, the refusal is counted
-(bookie metrics) or logged (replica log), and the store goes on serving.
+(bookie and replica metrics) and logged, and the store goes on serving.
 """
 
 from __future__ import annotations
@@ -143,6 +143,9 @@ def test_refusals_are_counted_and_the_store_goes_on(store: Store, others: Certif
     with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
         anyio.run(connect_with_rogue_certificate)
     wait_for(lambda: _logged(log, '"tls.refused"', '"server": "replica"') >= 1)
+    admin_url = store.cluster.replica(leader).admin_url
+    assert _metric(admin_url, "rsm_tls_refused_total") >= 1
+    assert _metric(admin_url, "rsm_tls_accepted_total") >= 1
 
     # The store goes on serving, through a follower (a write forwarded over TLS).
     follower = next(name for name in store.names if name != leader)
