@@ -8,10 +8,12 @@ client certificate a port requires, is refused on each port, the refusal is coun
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import ssl
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,3 +153,21 @@ def test_refusals_are_counted_and_the_store_goes_on(store: Store, others: Certif
     follower = next(name for name in store.names if name != leader)
     with _tls_client(store, follower) as client:
         assert client.incr("tls:counter") == 1
+
+
+def test_kvstore_status_over_tls(store: Store) -> None:
+    certs = _certs(store)
+    command = [sys.executable, "-m", "kvstore.tools.cli", "status", "--zk", store.cluster.zk]
+    # Without TLS flags the replicas' TLS port gives no answer.
+    plain = subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+    assert "no answer" in plain.stdout, plain
+    tls = ["--tls-ca-file", str(certs.ca), "--tls-cert-file", str(certs.client)]
+    result = subprocess.run(
+        [*command, *tls, "--json"], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    # The leader answered over TLS (on a loaded machine another replica may miss the
+    # status command's 2 s, which says nothing about TLS).
+    serving = [r["replica_id"] for r in report["replicas"] if r.get("serving")]
+    assert serving == [store.leader()], report["replicas"]

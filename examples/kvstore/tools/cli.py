@@ -95,7 +95,13 @@ from kvstore.tools.launcher import (
     read_saved,
     tls_client_connector,
 )
-from kvstore.tools.tls_flags import NodeTls, add_tls_arguments, node_tls
+from kvstore.tools.tls_flags import (
+    NodeTls,
+    add_client_tls_arguments,
+    add_tls_arguments,
+    client_connector,
+    node_tls,
+)
 from rsm import limits as rsm_limits
 from rsm.admin import add_admin_argument, admin_server
 from rsm.client import connect, tcp_connector
@@ -114,7 +120,6 @@ from rsm.host import (
     status_heading,
     under_replication_lines,
 )
-from rsm.link import Connector
 from rsm.tools import (
     SCHEMA_VERSION,
     key_history,
@@ -149,7 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(_status, arguments)
     except (RsmError, BookieError, ClusterError) as error:
         print(f"kvstore: {type(error).__name__}: {error}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
+        usage = isinstance(error, InvalidConfig | BookieInvalidConfig)
+        return EXIT_USAGE if usage else EXIT_FAILED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -218,6 +224,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-format", choices=FORMATS, default="json")
 
     status = commands.add_parser("status", help="the log, the leader, the bookies, the replicas")
+    add_client_tls_arguments(status)
     where = status.add_mutually_exclusive_group()
     where.add_argument("--data-dir", type=Path, help="a store started by kvstore up (./data)")
     where.add_argument("--zk", help="ZooKeeper HOST:PORT[,...][/chroot] of the store")
@@ -543,8 +550,8 @@ async def _status(arguments: argparse.Namespace) -> int:
         zk = saved["zk"]
         app = app or saved["app"]
     app = app or DEFAULT_APP
-    connector: Connector = tcp_connector
-    if saved is not None and saved.get("tls"):
+    connector = client_connector(arguments) or tcp_connector
+    if saved is not None and saved.get("tls") and arguments.tls_ca_file is None:
         connector = tls_client_connector(
             development_certificates(Path(arguments.data_dir or "data") / TLS_DIRECTORY)
         )

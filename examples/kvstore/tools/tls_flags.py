@@ -15,6 +15,10 @@ holds the CAs it trusts, both ways.  What runs on TLS:
   framework port is (mutual with `--tls-require-client-cert`, names from
   `--tls-allowed-clients`).
 
+`kvstore status --zk` reaches replicas whose framework port is on TLS with
+`--tls-ca-file` (and `--tls-cert-file`, `--tls-key-file` under mutual TLS):
+`add_client_tls_arguments`, `client_connector`.
+
 `--tls-require-client-cert` makes the framework port's TLS mutual, and
 `--resp-tls-require-client-cert` the RESP port's.
 Bad combinations and unusable files are `InvalidConfig` (bookie's), raised
@@ -80,6 +84,24 @@ def add_tls_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAMES",
         help="comma-separated client certificate common names the framework's port serves",
     )
+
+
+def add_client_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    tls = parser.add_argument_group("TLS, for replicas started with --tls-replicas")
+    tls.add_argument("--tls-ca-file", type=Path, help="PEM CAs the replicas' certificates are from")
+    tls.add_argument("--tls-cert-file", type=Path, help="PEM client certificate chain (and key)")
+    tls.add_argument("--tls-key-file", type=Path, help="PEM private key, if not in the chain")
+
+
+def client_connector(arguments: argparse.Namespace) -> Connector | None:
+    """How a tool reaches the replicas, from `add_client_tls_arguments`'s flags (None: no
+    TLS flag given); `InvalidConfig` if the files cannot be used."""
+    ca_file: Path | None = arguments.tls_ca_file
+    if ca_file is None:
+        if arguments.tls_cert_file is not None or arguments.tls_key_file is not None:
+            raise InvalidConfig("--tls-cert-file and --tls-key-file need --tls-ca-file")
+        return None
+    return tls_connector(client_context(ca_file, arguments.tls_cert_file, arguments.tls_key_file))
 
 
 def node_tls(arguments: argparse.Namespace) -> NodeTls:

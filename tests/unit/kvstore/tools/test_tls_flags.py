@@ -7,7 +7,12 @@ import argparse
 from pathlib import Path
 
 import pytest
-from kvstore.tools.tls_flags import add_tls_arguments, node_tls
+from kvstore.tools.tls_flags import (
+    add_client_tls_arguments,
+    add_tls_arguments,
+    client_connector,
+    node_tls,
+)
 
 from bookie.errors import InvalidConfig
 from rsm.client import tcp_connector
@@ -67,3 +72,14 @@ def test_bad_flags_are_refused(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InvalidConfig, match=message):
         node_tls(_parse(*flags))
+
+
+def test_a_tool_connects_with_tls_only_when_told(tmp_path: Path) -> None:
+    certs = Certificates.make(tmp_path)
+    parser = argparse.ArgumentParser()
+    add_client_tls_arguments(parser)
+    assert client_connector(parser.parse_args([])) is None
+    flags = ["--tls-ca-file", str(certs.ca), "--tls-cert-file", str(certs.client)]
+    assert client_connector(parser.parse_args(flags)) is not None
+    with pytest.raises(InvalidConfig, match="need --tls-ca-file"):
+        client_connector(parser.parse_args(["--tls-cert-file", str(certs.client)]))
