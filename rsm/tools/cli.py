@@ -74,6 +74,7 @@ reconnect attempt.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -115,6 +116,13 @@ from rsm.runtime.log import LogStore
 from rsm.runtime.replica import Replica
 from rsm.snapshots.inspect import inspect, listing
 from rsm.snapshots.store import SnapshotStore, read_snapshots
+from rsm.tls_flags import (
+    ReplicaTls,
+    add_client_tls_arguments,
+    add_replica_tls_arguments,
+    client_connector,
+    replica_tls,
+)
 from rsm.tools import investigate
 from rsm.tools.arguments import parse_arguments
 
@@ -146,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command == "run":
             return _run(arguments)
+        # Checked before any connection: a bad TLS file is a usage error, said at once.
+        arguments.connector = client_connector(arguments)
         with quiet_kazoo():
             return _backend_run(_COMMANDS[command], arguments)
     except (RsmError, BookieError) as error:
@@ -197,6 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _snapshot_knobs(run)
     add_follower_nice(run)
+    add_replica_tls_arguments(run)
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=FORMATS, default="json")
 
@@ -290,6 +301,14 @@ def _common(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
     parser.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,...][/chroot]")
     if output:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
+        add_client_tls_arguments(parser)
+
+
+def _client(
+    arguments: argparse.Namespace, store: MetadataStore
+) -> contextlib.AbstractAsyncContextManager[Client]:
+    """The command's client of `--app` (over TLS with the TLS flags, `main` checked them)."""
+    return connect(arguments.app, store=store, config=_CLI_CLIENT, connector=arguments.connector)
 
 
 def _backend_run(command: Any, arguments: argparse.Namespace) -> int:
@@ -323,6 +342,7 @@ def _run(arguments: argparse.Namespace) -> int:
         orphan_check_interval_ms=arguments.orphan_check_interval_seconds * 1000,
         state_hash_every_commands=arguments.state_hash_every,
     )
+    arguments.replica_tls = replica_tls(arguments)
     return run_replica_main(
         _serve, arguments, machine, config, priority, logger=logger, failed_event="rsm.failed"
     )
@@ -334,11 +354,13 @@ async def _serve(
     config: ReplicaConfig,
     priority: FollowerPriority,
 ) -> int:
+    tls: ReplicaTls = arguments.replica_tls
     async with (
         replica_metadata(
             arguments.zk,
             ledger_root=arguments.ledger_root,
             session_timeout_ms=arguments.session_timeout_ms,
+            ledger_config=tls.ledger_config(),
         ) as (store, ledgers),
         priority.running(),
         Replica(
@@ -351,8 +373,12 @@ async def _serve(
             advertise=arguments.advertise,
             config=config,
             on_role=priority.on_role,
+            tls=tls.server,
+            tls_allowed_names=tls.allowed_names,
         ) as replica,
-        admin_server(replica, store, arguments.admin) as admin,
+        admin_server(
+            replica, store, arguments.admin, tls=tls.admin, tls_allowed_names=tls.allowed_names
+        ) as admin,
     ):
         emit(
             logger,
@@ -378,7 +404,7 @@ async def _call(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
     async with (
         command_zk_store(arguments.zk) as store,
-        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+        _client(arguments, store) as client,
     ):
         result = await client.call(arguments.name, *args, **kwargs)
         _print_result(arguments, result, client.last_index)
@@ -389,7 +415,7 @@ async def _query(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
     async with (
         command_zk_store(arguments.zk) as store,
-        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+        _client(arguments, store) as client,
     ):
         result = await client.query(
             arguments.name, *args, consistency=arguments.consistency, **kwargs
@@ -408,7 +434,7 @@ def _print_result(arguments: argparse.Namespace, result: Any, index: int) -> Non
 async def _transfer(arguments: argparse.Namespace) -> int:
     async with (
         command_zk_store(arguments.zk) as store,
-        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+        _client(arguments, store) as client,
     ):
         result = await client.transfer_leadership(arguments.to)
     if arguments.json:
@@ -423,7 +449,7 @@ async def _transfer(arguments: argparse.Namespace) -> int:
 async def _status(arguments: argparse.Namespace) -> int:
     async with (
         command_zk_store(arguments.zk) as store,
-        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+        _client(arguments, store) as client,
     ):
         report = await application_status(store, client, ledger_root=arguments.ledger_root)
     if arguments.json:
@@ -468,7 +494,7 @@ async def _snapshot(arguments: argparse.Namespace) -> int:
         if await store.exists(layout.log) is None:
             raise NoSuchApplication(arguments.app)
         if command == "create":
-            async with connect(arguments.app, store=store, config=_CLI_CLIENT) as client:
+            async with _client(arguments, store) as client:
                 report = await _create_snapshot(client, arguments.replica)
         else:
             report = await _read_snapshots(store, layout, arguments)

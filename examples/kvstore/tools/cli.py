@@ -73,7 +73,6 @@ from typing import Any, Final
 
 import anyio
 
-from bookie.client.config import ClientConfig as LedgerClientConfig
 from bookie.errors import BookieError, NoNode
 from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.local.certificates import DevelopmentCertificates, development_certificates
@@ -95,13 +94,7 @@ from kvstore.tools.launcher import (
     read_saved,
     tls_client_connector,
 )
-from kvstore.tools.tls_flags import (
-    NodeTls,
-    add_client_tls_arguments,
-    add_tls_arguments,
-    client_connector,
-    node_tls,
-)
+from kvstore.tools.tls_flags import NodeTls, add_tls_arguments, node_tls
 from rsm import limits as rsm_limits
 from rsm.admin import add_admin_argument, admin_server
 from rsm.client import connect, tcp_connector
@@ -120,6 +113,7 @@ from rsm.host import (
     status_heading,
     under_replication_lines,
 )
+from rsm.tls_flags import add_client_tls_arguments, client_connector
 from rsm.tools import (
     SCHEMA_VERSION,
     key_history,
@@ -274,7 +268,7 @@ def _serve(arguments: argparse.Namespace) -> int:
     configure(arguments.log_level, arguments.log_format)
     try:
         arguments.node_tls = node_tls(arguments)
-    except BookieInvalidConfig as error:
+    except InvalidConfig as error:
         print(f"kvstore serve: {error}", file=sys.stderr)
         return EXIT_USAGE
     settings = StoreSettings(
@@ -315,7 +309,7 @@ async def _serve_node(
             arguments.zk,
             ledger_root=arguments.ledger_root,
             session_timeout_ms=arguments.session_timeout_ms,
-            ledger_config=LedgerClientConfig(tls=tls.client) if tls.bookies else None,
+            ledger_config=tls.replica.ledger_config(),
         ) as (store, ledgers),
         priority.running(),
         KvNode(
@@ -328,9 +322,9 @@ async def _serve_node(
             resp_listen=arguments.resp,
             resp_advertise=arguments.resp_advertise,
             resp_tls=tls.resp,
-            tls=tls.replica_server,
-            tls_allowed_names=tls.replica_allowed_names,
-            connector=tls.connector(),
+            tls=tls.replica.server,
+            tls_allowed_names=tls.replica.allowed_names,
+            connector=tls.replica.connector(),
             settings=settings,
             config=config,
             on_role=priority.on_role,
@@ -339,8 +333,8 @@ async def _serve_node(
             node.replica,
             store,
             arguments.admin,
-            tls=tls.admin,
-            tls_allowed_names=tls.replica_allowed_names,
+            tls=tls.replica.admin,
+            tls_allowed_names=tls.replica.allowed_names,
         ) as admin,
     ):
         emit(
