@@ -9,8 +9,10 @@ raised at start-up.  Both require TLS 1.2 or later; a client verifies the
 server's certificate and host name, a server with `require_client_cert`
 verifies the client's.
 
-`TlsServer` accepts TCP connections and runs each one's handshake
-(`loop.start_tls`) before the connection's protocol sees it: a handshake that
+`TlsServer` accepts TCP connections and runs each one's handshake in a task of
+its own (`loop.connect_accepted_socket` with the context: asyncio's and
+uvloop's TLS servers drop a failed handshake without a word) before the
+connection's protocol sees it: a handshake that
 fails (a certificate from another CA, an expired one, none where one is
 required, not TLS at all, too slow) closes that connection, is counted by
 reason (`refusals`) and logged (event `tls.refused`), and the server goes on
@@ -23,8 +25,9 @@ with TLS or without, and a server without TLS never passes through here.
 protocol's), handing its handler anyio `TLSStream`s; `connect_tls` is the
 matching client side for anyio streams.
 
-Invariants: at most `limits.tls_handshakes_max` handshakes run at once per listener (more are
-closed at accept, counted as "too many handshakes"); each lasts at most
+Invariants: at most `limits.tls_handshakes_max` handshakes run at once per
+listener (more are closed at accept, counted as "too many handshakes"); each
+lasts at most
 `limits.tls_handshake_timeout_ms`; a protocol's `connection_made` is called
 only after a handshake that succeeded and, with `allowed_names`, a client
 certificate whose subject common name is allowed; `refusals` holds at most
