@@ -225,9 +225,15 @@ class LocalKvCluster:
         self._zk_hosts = hosts
         self._chroot = chroot
         self.settings = self._requested
+        saved_tls = _saved_tls(self.data_dir)
+        if self._requested.tls and saved_tls is False:
+            raise ClusterError(
+                f"the store in {self.data_dir} was created without TLS: start it without "
+                "--tls, or create one with TLS in another --data-dir"
+            )
         self.tls = (
             development_certificates(self.data_dir / TLS_DIRECTORY)
-            if self._requested.tls or _saved_tls(self.data_dir)
+            if self._requested.tls or saved_tls
             else None
         )
         """The cluster's certificates, when it runs with TLS (decided when it is created)."""
@@ -304,11 +310,6 @@ class LocalKvCluster:
             with path.open("rb") as handle:
                 saved = tomllib.load(handle)
             tls = bool(saved.get("tls", False))
-            if self._requested.tls and not tls:
-                raise ClusterError(
-                    f"the store in {self.data_dir} was created without TLS: start it without "
-                    "--tls, or create one with TLS in another --data-dir"
-                )
             self.settings = KvSettings(
                 replicas=len(saved["replicas"]),
                 bookies=self._requested.bookies,
@@ -499,11 +500,11 @@ class LocalKvCluster:
         return leader
 
 
-def _saved_tls(data_dir: Path) -> bool:
-    """Whether the store in `data_dir` was created with TLS."""
+def _saved_tls(data_dir: Path) -> bool | None:
+    """Whether the store in `data_dir` was created with TLS (None: there is none yet)."""
     path = data_dir / KV_FILE
     if not path.exists():
-        return False
+        return None
     with path.open("rb") as handle:
         return bool(tomllib.load(handle).get("tls", False))
 
