@@ -165,3 +165,23 @@ async def test_handshakes_past_the_bound_are_refused_at_accept(
             await wait_for(lambda: tls.refusals["too many handshakes"] == 1)
         await wait_for(lambda: tls.handshakes == 0)
         await _identify(server, client_context(certs.ca, certs.client))
+
+
+async def test_silent_and_plain_clients_do_not_hold_up_others(
+    server: BookieServer, certs: Certificates
+) -> None:
+    tls = server.tls_server
+    port = server.tls_port
+    assert tls is not None
+    assert port is not None
+    good = client_context(certs.ca, certs.client)
+    async with await anyio.connect_tcp("127.0.0.1", port) as silent:
+        await wait_for(lambda: tls.handshakes == 1)
+        await _identify(server, good)  # served while the silent one waits
+        async with await anyio.connect_tcp("127.0.0.1", port) as plain:
+            await plain.send(b"GET / HTTP/1.1\r\n\r\n")
+            await wait_for(lambda: tls.refusals["the peer sent plain HTTP, not TLS"] == 1)
+        await silent.send(b"\x00" * 8)  # not a ClientHello either
+        await wait_for(lambda: tls.refused_total() == 2)
+    await _identify(server, good)
+    assert tls.accepted == 2
