@@ -21,7 +21,7 @@ test: bootstrap
 	@scripts/bootstrap.sh redis-server redis-tools
 	@$(PY) -m ruff check .
 	@$(PY) -m mypy
-	@$(PYTEST) -q -p no:cacheprovider $(ARGS)
+	@$(PYTEST) -q -p no:cacheprovider --durations=25 $(ARGS)
 
 test-fast: bootstrap
 	@$(PYTEST) -q -m "not slow" $(ARGS)

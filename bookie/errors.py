@@ -32,6 +32,16 @@ class Status(enum.IntEnum):
     EFENCED = 104
     EREADONLY = 105
     ETOOMANYREQUESTS = 106
+    EUNAUTHENTICATED = 107
+    EFORBIDDEN = 108
+
+
+def leaf_error(error: BaseException) -> BaseException:
+    """The one exception inside nested single-exception groups (task groups wrap what their
+    tasks raise), or `error` itself: what a command's main reports."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 def preview(value: object, chars_max: int = 80) -> str:
@@ -134,6 +144,20 @@ class TooManyRequests(StatusError):
     retryable = True
 
 
+class NotAuthenticated(StatusError):
+    """The bookie requires a client token and this connection has not presented one it
+    knows (EUNAUTHENTICATED): the client's token is missing or wrong."""
+
+    status = Status.EUNAUTHENTICATED
+
+
+class Forbidden(StatusError):
+    """The client's token does not allow this request (EFORBIDDEN): a `read` token adding,
+    writing an explicit LAC or fencing."""
+
+    status = Status.EFORBIDDEN
+
+
 STATUS_ERRORS: dict[Status, type[StatusError]] = {
     cls.status: cls
     for cls in (
@@ -146,6 +170,8 @@ STATUS_ERRORS: dict[Status, type[StatusError]] = {
         Fenced,
         ReadOnly,
         TooManyRequests,
+        NotAuthenticated,
+        Forbidden,
     )
 }
 

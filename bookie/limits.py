@@ -28,6 +28,11 @@ entry_payload_bytes_max = 4 * MiB
 """Largest application payload of one entry; leaves room for header, digest and framing."""
 
 master_key_bytes_max = 64
+auth_token_bytes_min = 16
+auth_token_bytes_max = 256
+"""Bounds of a client token (bookie.core.tokens); an AUTH request carries at most the max."""
+principal_chars_max = 64
+"""Longest client name in a bookie's `client_tokens_file`."""
 """Longest master key accepted in a request (SHA-256 keys are 32 bytes)."""
 
 socket_receive_bytes = 256 * KiB

@@ -45,6 +45,8 @@ class RsmStatus(enum.IntEnum):
     SESSION_EXPIRED = 15
     TRUNCATED = 16
     DIVERGED = 17
+    UNAUTHENTICATED = 18
+    FORBIDDEN = 19
 
 
 class RsmError(Exception):
@@ -187,10 +189,26 @@ class Diverged(StatusError):
     status = RsmStatus.DIVERGED
 
 
+class NotAuthenticated(StatusError):
+    """The replica requires a client token and this connection has not presented one it knows
+    (docs/security.md, "Client tokens"); nothing was done."""
+
+    status = RsmStatus.UNAUTHENTICATED
+
+
+class Forbidden(StatusError):
+    """The client's token does not allow this request (docs/security.md, "Client tokens":
+    roles); nothing was done."""
+
+    status = RsmStatus.FORBIDDEN
+
+
 STATUS_ERRORS: dict[RsmStatus, type[StatusError]] = {
     cls.status: cls
     for cls in (
         NotLeader,
+        NotAuthenticated,
+        Forbidden,
         OutcomeUnknown,
         Unavailable,
         Timeout,

@@ -33,6 +33,7 @@ import importlib.util
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any, Final
 
 import anyio
@@ -40,12 +41,15 @@ import anyio
 from bookie import limits as bookie_limits
 from bookie.client.config import ClientConfig
 from bookie.client.ledger_client import LedgerClient
-from bookie.errors import BookieError, NoNode, NoSuchLedgerError
+from bookie.core.tokens import TokenTable
+from bookie.errors import BookieError, NoNode, NoSuchLedgerError, leaf_error
+from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.logs import emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.ledgers import LedgerManager
 from bookie.meta.underreplication import UnderReplication
 from bookie.meta.zk import ZkMetadataStore
+from bookie.net.credentials import read_token_table
 from bookie.runtime_tuning import tune_for_throughput
 from rsm import limits
 from rsm.client import Client
@@ -138,6 +142,16 @@ def add_follower_nice(run: argparse.ArgumentParser) -> None:
         type=int,
         default=limits.follower_nice_default,
         help="CPU priority while following, when the replica leads its session (0: leave it)",
+    )
+
+
+def add_client_tokens_file(run: argparse.ArgumentParser) -> None:
+    """`--client-tokens-file`, for every command that runs a replica (`read_client_tokens`)."""
+    run.add_argument(
+        "--client-tokens-file",
+        type=Path,
+        help="serve only clients that present a token of this file of 'PRINCIPAL TOKEN' lines "
+        "(docs/security.md, client tokens)",
     )
 
 
@@ -315,6 +329,17 @@ EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 
 
+def read_client_tokens(path: Path | None) -> TokenTable | None:
+    """The table of a replica's `--client-tokens-file` (docs/security.md, "Client tokens"),
+    or None; `InvalidConfig` naming the file and a line, never a token."""
+    if path is None:
+        return None
+    try:
+        return read_token_table(path, "--client-tokens-file")
+    except BookieInvalidConfig as error:
+        raise InvalidConfig(str(error)) from None
+
+
 def run_replica_main(
     serve: Callable[..., Awaitable[int]],
     *args: Any,
@@ -325,13 +350,17 @@ def run_replica_main(
 
     On uvloop when installed (the `fast` extra: a replica is bound by its event
     loop), with the interpreter tuned for throughput (`bookie.runtime_tuning`).
-    A framework or bookie error ends it with one `failed_event` log line: exit
-    `EXIT_USAGE` for a configuration error, else `EXIT_FAILED`."""
+    A framework or bookie error, also one raised inside a task group, ends it with one
+    `failed_event` log line: exit `EXIT_USAGE` for a configuration error, else
+    `EXIT_FAILED`.  Anything else is a bug, and its traceback shows."""
     backend_options = {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
     tune_for_throughput()
     try:
         code: int = anyio.run(serve, *args, backend_options=backend_options)
-    except (RsmError, BookieError) as error:
+    except BaseException as raised:
+        error = leaf_error(raised)
+        if not isinstance(error, RsmError | BookieError):
+            raise
         emit(logger, logging.ERROR, failed_event, error=f"{type(error).__name__}: {error}")
         return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
     return code

@@ -20,6 +20,13 @@ a send stalls for `limits.socket_send_timeout_ms`, when (with an
 `answer_timeout_ms`) the oldest request waits that long without the replica
 sending anything, and when it is closed.
 
+A process whose environment names a token file (`RSM_TOKEN_FILE`, read when a
+link connects; docs/security.md, "Client tokens") presents that token in an
+AUTH request before every other request of the link.  The requests behind it
+are pipelined, not held: a replica that refuses the token answers each of
+them UNAUTHENTICATED, which is what their waiters are told.  AUTH uses request
+id 0, which callers never use (their ids count from 1).
+
 Invariants: every request handed to `send` is told exactly once, unless it
 was `forget`-ten first; a link never reconnects (its owner makes a new one);
 the writer sends at most `limits.socket_send_coalesce_bytes_max` bytes per
@@ -28,26 +35,34 @@ system call.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
 import anyio
 import anyio.abc
 
-from bookie.errors import RemoteProtocolError
+from bookie.errors import InvalidConfig, RemoteProtocolError
+from bookie.logs import emit
 from bookie.net.connection_errors import CONNECTION_ERRORS
+from bookie.net.credentials import environment_token
 from bookie.net.outbox import Outbox
 from bookie.wire.codec import FrameDecoder
 from rsm import limits
-from rsm.core.protocol import Request, Response, decode_response, encode_request
+from rsm.core.protocol import AuthRequest, Request, Response, decode_response, encode_request
 from rsm.errors import ProtocolViolation
 
 __all__ = ["Connector", "Link", "LinkLost", "Response", "Waiter"]
+
+logger = logging.getLogger(__name__)
 
 Connector = Callable[[str], Awaitable[anyio.abc.ByteStream]]
 """Opens a byte stream to a replica's address ("host:port")."""
 
 _LINK_ERRORS: Final = (*CONNECTION_ERRORS, RemoteProtocolError, ProtocolViolation)
+TOKEN_FILE_VARIABLE: Final = "RSM_TOKEN_FILE"
+"""Names the file of the client token this process presents to replicas."""
+_AUTH_REQUEST_ID: Final = 0
 _CHECKS_PER_TIMEOUT: Final = 4
 """How often, per answer timeout, a waiting reader looks at the age of the oldest request."""
 
@@ -66,6 +81,28 @@ class Waiter(Protocol):
     def answered(self, response: Response) -> None: ...
 
     def lost(self, error: LinkLost) -> None: ...
+
+
+class _AuthAnswer:
+    """The answer to a link's AUTH: a refusal is logged once; the requests behind it are
+    answered UNAUTHENTICATED by the replica itself."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def answered(self, response: Response) -> None:
+        if not response.ok:
+            emit(
+                logger,
+                logging.WARNING,
+                "rsm.token_refused",
+                replica=self.address,
+                reason=response.message,
+                remedy=f"is {TOKEN_FILE_VARIABLE} the file of a token the replica accepts?",
+            )
+
+    def lost(self, error: LinkLost) -> None:
+        """The link ended before the answer: its other waiters hear of it."""
 
 
 class _Stalled(Exception):
@@ -138,24 +175,32 @@ class Link:
         try:
             with self._scope:
                 try:
+                    token = environment_token(TOKEN_FILE_VARIABLE)
                     with anyio.fail_after(self._connect_timeout_s):
                         stream = await self._connector(self.address)
+                except InvalidConfig as error:
+                    reason = f"cannot present a client token to {self.address}: {error}"
+                    return
                 except (OSError, TimeoutError) as error:
                     reason = f"cannot connect to {self.address}: {error!r}"
                     return
                 async with stream:
                     self._connected = True
-                    reason = await self._carry(stream)
+                    reason = await self._carry(stream, token)
         finally:
             self._end(reason)
 
-    async def _carry(self, stream: anyio.abc.ByteStream) -> str:
-        """Run the writer and the reader until one ends; why the link ended."""
+    async def _carry(self, stream: anyio.abc.ByteStream, token: bytes | None) -> str:
+        """Run the writer and the reader until one ends (after presenting `token`, if any);
+        why the link ended."""
         outbox = self._outbox = Outbox(
             stream,
             coalesce_bytes_max=limits.socket_send_coalesce_bytes_max,
             send_timeout_ms=limits.socket_send_timeout_ms,
         )
+        if token is not None:
+            self._waiting[_AUTH_REQUEST_ID] = _AuthAnswer(self.address)
+            outbox.put(encode_request(AuthRequest(_AUTH_REQUEST_ID, token)))
         for frame in self._output:
             outbox.put(frame)
         self._output = []

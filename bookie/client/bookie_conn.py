@@ -82,11 +82,13 @@ from bookie.errors import (
     BookieError,
     BookieUnavailable,
     ClientTimeout,
+    NotAuthenticated,
     RemoteProtocolError,
     Status,
     TooManyRequests,
     error_for_status,
 )
+from bookie.net.credentials import TOKEN_FILE_VARIABLE, environment_token
 from bookie.net.framed_protocol import FramedProtocol
 from bookie.net.stream_transport import StreamTransport
 from bookie.net.tls import describe
@@ -96,6 +98,8 @@ from bookie.wire.messages import (
     READ_FLAG_FENCE,
     AddRequest,
     AddResponse,
+    AuthRequest,
+    AuthResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
     IdentifyRequest,
@@ -187,14 +191,16 @@ class BookieConnection:
         connect_timeout_ms: int = limits.connect_timeout_ms_default,
         inflight_max: int = limits.bookie_connection_inflight_max,
         request_ids: Iterator[int] | None = None,
+        token: bytes | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> AsyncIterator[BookieConnection]:
         """Connect over TCP (with `tls`, TLS over it: the bookie's certificate verified for
         `host`); raises `BookieUnavailable` if the bookie cannot be reached in time or its
-        handshake fails.
+        handshake fails, `NotAuthenticated` if it refuses the client token.
 
-        Leaving the block closes the connection; requests still in flight then
-        fail with `BookieUnavailable`.
+        `token` is presented before anything else; by default the process's token
+        (`bookie.net.credentials`), if it has one.  Leaving the block closes the
+        connection; requests still in flight then fail with `BookieUnavailable`.
         """
         address = f"{host}:{port}"
         connection = cls(address, inflight_max=inflight_max, request_ids=request_ids)
@@ -214,6 +220,7 @@ class BookieConnection:
         except (OSError, TimeoutError) as error:
             raise BookieUnavailable(f"cannot connect to bookie {address}: {error}") from error
         async with connection._serving(None):  # its end aborts the transport (`_fail`)
+            await connection._authenticate(token, connect_timeout_ms)
             yield connection
 
     @classmethod
@@ -225,8 +232,10 @@ class BookieConnection:
         *,
         inflight_max: int = limits.bookie_connection_inflight_max,
         request_ids: Iterator[int] | None = None,
+        token: bytes | None = None,
     ) -> AsyncIterator[BookieConnection]:
-        """Run the protocol over an already connected stream (closed on exit).
+        """Run the protocol over an already connected stream (closed on exit); `token` as
+        for `connect`.
 
         For streams that are not plain TCP: the simulated network, a recorder in
         tests, the ledger client's injected connector.
@@ -234,6 +243,7 @@ class BookieConnection:
         connection = cls(address, inflight_max=inflight_max, request_ids=request_ids)
         transport = StreamTransport(stream, connection._link)
         async with stream, connection._serving(transport):  # its end aborts the transport
+            await connection._authenticate(token, limits.connect_timeout_ms_default)
             yield connection
 
     @asynccontextmanager
@@ -253,6 +263,19 @@ class BookieConnection:
             if len(group.exceptions) == 1:
                 raise group.exceptions[0] from None
             raise
+
+    async def _authenticate(self, token: bytes | None, timeout_ms: int) -> None:
+        """Present `token` (or the process's) in an AUTH request, if there is one."""
+        token = environment_token() if token is None else token
+        if token is None:
+            return
+        try:
+            await self._call(AuthRequest(0, token), AuthResponse, timeout_ms)
+        except NotAuthenticated as error:
+            raise NotAuthenticated(
+                f"bookie {self.address} refused this client's token ({error}): is "
+                f"{TOKEN_FILE_VARIABLE} the file of a token the bookie's client_tokens_file lists?"
+            ) from None
 
     # --- state --------------------------------------------------------------------------------
 

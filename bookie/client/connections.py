@@ -268,6 +268,13 @@ class ConnectionPool:
         link = self._links.get(bookie_id)
         return None if link is None else link.address
 
+    def failure(self, bookie_id: str) -> str | None:
+        """Why the last connection to `bookie_id` failed, while it is backing off."""
+        link = self._links.get(bookie_id)
+        if link is None or link.state is not _LinkState.BACKOFF:
+            return None
+        return link.last_failure
+
     def is_connected(self, bookie_id: str) -> bool:
         link = self._links.get(bookie_id)
         return link is not None and link.state is _LinkState.CONNECTED

@@ -59,7 +59,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 
 import anyio
@@ -91,6 +91,7 @@ from bookie.errors import (
     InvalidEntryRange,
     LedgerClosed,
     LedgerFenced,
+    NotEnoughBookies,
     Status,
     WriterNotConfirmed,
 )
@@ -512,6 +513,19 @@ class WriteHandle:
             self._capacity_wakeup = None
             wakeup.set()
 
+    def _with_causes(self, error: BookieError, failed: Iterable[str]) -> BookieError:
+        """`error`, and for a `NotEnoughBookies` why each failed bookie could not be reached
+        (a refused token, a refused connection): the cause a user can act on."""
+        pool = self._context.pool
+        causes = [
+            f"{bookie_id}: {reason}"
+            for bookie_id in sorted(failed)
+            if (reason := pool.failure(bookie_id)) is not None
+        ]
+        if not causes or not isinstance(error, NotEnoughBookies):
+            return error
+        return NotEnoughBookies(f"{error}; unreachable: {'; '.join(causes)}")
+
     async def _change_ensemble(self, effect: ChangeEnsemble) -> None:
         context = self._context
         self._excluded.update(effect.failed.values())
@@ -533,6 +547,7 @@ class WriteHandle:
                 ),
             )
         except BookieError as error:
+            error = self._with_causes(error, effect.failed.values())
             self._writer.on_ensemble_change_failed(error)
             if self._writer.change_deferred:
                 if not self._deferral_logged:

@@ -36,6 +36,12 @@ Invariants:
 * After `storage_failed()` nothing is promised durable any more: every request
   that would mutate storage is answered EIO; reads that need no mutation are
   still served from what storage holds.
+* With a token table (`bookie.core.tokens`), a connection is served only once
+  an AUTH request on it presented a known token: every other request before
+  that is answered EUNAUTHENTICATED and changes nothing, and so is every
+  request after an AUTH with an unknown token.  A token of the `read` role
+  gets EFORBIDDEN for adds, explicit LACs and fencing reads.  Without a table,
+  AUTH is answered EOK with no principal.
 """
 
 from __future__ import annotations
@@ -46,15 +52,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bookie import limits
+from bookie.core.tokens import Grant, Role, TokenTable
 from bookie.errors import Status
 from bookie.storage.api import LedgerRecord
 from bookie.wire.messages import (
     ADD_FLAG_RECOVERY,
     ENTRY_ID_LAST,
     LAC_NONE,
+    OP_OF_REQUEST,
     READ_FLAG_FENCE,
+    RESPONSE_TYPES,
     AddRequest,
     AddResponse,
+    AuthRequest,
+    AuthResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
     IdentifyRequest,
@@ -85,6 +96,8 @@ _EUA = int(Status.EUA)
 _EFENCED = int(Status.EFENCED)
 _EREADONLY = int(Status.EREADONLY)
 _ETOOMANYREQUESTS = int(Status.ETOOMANYREQUESTS)
+_EUNAUTHENTICATED = int(Status.EUNAUTHENTICATED)
+_EFORBIDDEN = int(Status.EFORBIDDEN)
 
 _STORAGE_FAILED = "storage failed; nothing more can be made durable"
 
@@ -262,6 +275,11 @@ class BookieHandler:
         "_deadlines",
         "_sequence",
         "_storage_failed",
+        "_tokens",
+        "_principals",
+        "auth_failures",
+        "unauthenticated_requests",
+        "forbidden_requests",
     )
 
     def __init__(
@@ -273,6 +291,7 @@ class BookieHandler:
         identity: BookieIdentity | None = None,
         long_poll_waiters_max: int = limits.long_poll_waiters_max,
         tombstones_max: int = limits.fenced_deleted_ledgers_remembered_max,
+        tokens: TokenTable | None = None,
     ) -> None:
         assert long_poll_waiters_max >= 0
         assert tombstones_max >= 0
@@ -299,6 +318,15 @@ class BookieHandler:
         self._deadlines: list[tuple[int, int, _ParkedRead]] = []
         self._sequence = itertools.count()
         self._storage_failed = False
+        self._tokens = tokens
+        self._principals: dict[int, Grant] = {}
+        """What each authenticated connection's token grants."""
+        self.auth_failures = 0
+        """AUTH requests with a token the table does not hold."""
+        self.unauthenticated_requests = 0
+        """Other requests refused because their connection was not authenticated."""
+        self.forbidden_requests = 0
+        """Requests refused because their connection's role does not allow them."""
 
     # --- inspection (tests, admin) ------------------------------------------------------------
 
@@ -325,6 +353,10 @@ class BookieHandler:
 
     def handle(self, request: Request, now_ms: int, connection_id: int) -> list[Effect]:
         """The effects of one request, in the order the shell must carry them out."""
+        if self._tokens is not None:
+            refusal = self._refusal(request, connection_id)
+            if refusal is not None:
+                return [Reply(connection_id, refusal)]
         # Adds first: they are the hot path.
         if isinstance(request, AddRequest):
             return self._add(request, connection_id)
@@ -340,7 +372,44 @@ class BookieHandler:
             return [Reply(connection_id, self._ledger_state(request))]
         if isinstance(request, IdentifyRequest):
             return [Reply(connection_id, self._identify(request))]
+        if isinstance(request, AuthRequest):
+            return [Reply(connection_id, self._auth(request, connection_id))]
         return self._list_entries(request, connection_id)
+
+    def grant(self, connection_id: int) -> Grant | None:
+        """What connection `connection_id` authenticated as, if anything."""
+        return self._principals.get(connection_id)
+
+    def _refusal(self, request: Request, connection_id: int) -> Response | None:
+        """With tokens: the answer to an AUTH, or to a request its connection may not make
+        (not authenticated, or beyond its role); None to serve it."""
+        if isinstance(request, AuthRequest):
+            return self._auth(request, connection_id)
+        grant = self._principals.get(connection_id)
+        if grant is None:
+            self.unauthenticated_requests += 1
+            status = _EUNAUTHENTICATED
+            message = "this bookie requires a client token: send AUTH first"
+        elif grant.role < Role.WRITE and _writes(request):
+            self.forbidden_requests += 1
+            status = _EFORBIDDEN
+            message = f"{grant.principal} may read, not write, fence or add"
+        else:
+            return None
+        response_type = RESPONSE_TYPES[OP_OF_REQUEST[type(request)]]
+        return response_type(request.request_id, status, message)
+
+    def _auth(self, request: AuthRequest, connection_id: int) -> AuthResponse:
+        if self._tokens is None:
+            return AuthResponse(request.request_id, _EOK, None, None)
+        grant = self._tokens.grant_of(request.token)
+        if grant is None:
+            self.auth_failures += 1
+            self._principals.pop(connection_id, None)
+            message = "unknown client token"
+            return AuthResponse(request.request_id, _EUNAUTHENTICATED, message, None)
+        self._principals[connection_id] = grant
+        return AuthResponse(request.request_id, _EOK, None, grant.principal)
 
     def _add(self, request: AddRequest, connection_id: int) -> list[Effect]:
         request_id, ledger_id, entry_id, master_key, flags, packet = request
@@ -559,7 +628,8 @@ class BookieHandler:
             heapq.heapify(self._deadlines)
 
     def drop_connection(self, connection_id: int) -> None:
-        """Forget the parked READs of a closed connection; nobody is left to answer."""
+        """Forget the parked READs and the principal of a closed connection."""
+        self._principals.pop(connection_id, None)
         # The deadline heap holds every parked READ, so scanning it is bounded
         # by the waiter count rather than by the number of ledgers.
         for _, _, parked in self._deadlines:
@@ -729,6 +799,13 @@ class BookieHandler:
 
 
 # --- response helpers -------------------------------------------------------------------------
+
+
+def _writes(request: Request) -> bool:
+    """Whether `request` needs the write role: an add, an explicit LAC, a fencing read."""
+    if isinstance(request, AddRequest | WriteLacRequest):
+        return True
+    return isinstance(request, ReadRequest) and bool(request.flags & READ_FLAG_FENCE)
 
 
 def _add_error(connection_id: int, request: AddRequest, status: int, message: str) -> Reply:

@@ -39,10 +39,12 @@ from typing import Final
 
 from bookie import limits
 from bookie.address import Address, parse_address
+from bookie.core.tokens import TokenTable
 from bookie.errors import InvalidAddress, InvalidConfig
 from bookie.logs import FORMATS, LEVELS
 from bookie.meta import paths
 from bookie.meta.layout import READONLY_DIRECTORY
+from bookie.net.credentials import read_token_table
 from bookie.net.tls import TlsListen, server_context
 from bookie.storage.file import StorageConfig
 
@@ -257,6 +259,12 @@ KEYS: Final[Mapping[str, Key]] = {
         "autorecovery copies at most this many bytes per second (0: no bound)",
         bounds=(0, limits.configurable_file_size_bytes_max),
     ),
+    "client_tokens_file": Key(
+        "optional_path",
+        None,
+        "a file of 'PRINCIPAL TOKEN' lines: when set, a client is served only after it "
+        "presented one of these tokens (docs/security.md, client tokens)",
+    ),
     "autorecovery_password": Key(
         "optional_text",
         None,
@@ -351,6 +359,7 @@ class BookieConfig:
     autorecovery_open_ledger_grace_ms: int
     autorecovery_rate_entries_per_s: int
     autorecovery_rate_bytes_per_s: int
+    client_tokens_file: Path | None
     autorecovery_password: str | None
     tls_listen_address: Address | None
     tls_advertised_address: Address | None
@@ -417,6 +426,13 @@ class BookieConfig:
             compaction_live_fraction_threshold=self.compaction_live_fraction_threshold,
             compaction_rate_bytes_per_s=self.compaction_rate_bytes_per_s,
         )
+
+
+def read_client_tokens(config: BookieConfig) -> TokenTable | None:
+    """The token table `client_tokens_file` names, or None; `InvalidConfig` if it cannot be
+    read or is not one (the message names the file and a line, never a token)."""
+    path = config.client_tokens_file
+    return None if path is None else read_token_table(path, "client_tokens_file")
 
 
 def restart_needed(old: BookieConfig, new: BookieConfig) -> list[str]:

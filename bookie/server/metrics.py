@@ -40,6 +40,22 @@ def bookie_metrics(
         "Requests refused by back-pressure (ETOOMANYREQUESTS).",
         {(): processor.rejected_requests},
     )
+    handler = server.handler
+    yield counter(
+        "bookie_auth_failures",
+        "AUTH requests with a client token the bookie does not know.",
+        {(): handler.auth_failures},
+    )
+    yield counter(
+        "bookie_unauthenticated_requests",
+        "Requests refused because their connection presented no known token.",
+        {(): handler.unauthenticated_requests},
+    )
+    yield counter(
+        "bookie_forbidden_requests",
+        "Requests refused because their token's role does not allow them.",
+        {(): handler.forbidden_requests},
+    )
     yield histogram(
         "bookie_journal_sync_latency_seconds",
         "Time to write and fsync one journal group.",

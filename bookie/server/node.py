@@ -47,6 +47,7 @@ import anyio.abc
 
 from bookie.address import Address
 from bookie.core.bookie_handler import BookieIdentity
+from bookie.core.tokens import TokenTable
 from bookie.errors import (
     BookieError,
     CookieMismatch,
@@ -54,6 +55,7 @@ from bookie.errors import (
     MetadataUnavailable,
     NodeExists,
     StorageError,
+    leaf_error,
 )
 from bookie.logs import configure, emit
 from bookie.meta.api import MetadataStore
@@ -90,13 +92,6 @@ _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 _LISTEN_ERRNOS: Final = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
 
 
-def _leaf(error: BaseException) -> BaseException:
-    """The one exception inside nested exception groups (task groups wrap errors)."""
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
-
-
 def _check_can_listen(address: Address) -> None:
     """Raise the OSError binding `address` would raise now (the port is free again after)."""
     infos = socket.getaddrinfo(address.host, address.port, type=socket.SOCK_STREAM)
@@ -114,8 +109,11 @@ class BookieNode:
         config: BookieConfig,
         reload: Reload | None = None,
         hosted: HostedService | None = None,
+        tokens: TokenTable | None = None,
     ) -> None:
+        """`tokens`: the clients it serves, when it requires client tokens."""
         self._config = config
+        self._tokens = tokens
         self._reload = reload
         self._hosted = hosted
         self._stop_scope: anyio.CancelScope | None = None
@@ -148,7 +146,7 @@ class BookieNode:
                 signals.cancel_scope.cancel()
         except BaseException as error:
             # Every failure becomes one event with advice, and an exit status.
-            return self._failed(_leaf(error))
+            return self._failed(leaf_error(error))
         emit(logger, logging.INFO, "bookie.stopped", bookie_id=config.bookie_id)
         return EXIT_OK
 
@@ -284,6 +282,7 @@ class BookieNode:
                     read_only=initial.read_only,
                     identity=BookieIdentity(config.bookie_id, instance_id),
                     shutdown_drain_ms=config.shutdown_drain_ms,
+                    tokens=self._tokens,
                     tls=config.tls_listen(),
                 )
                 collector = GarbageCollector(

@@ -42,6 +42,7 @@ import anyio.abc
 from bookie import limits
 from bookie.clock import loop_clock_ms
 from bookie.core.bookie_handler import BookieHandler, BookieIdentity
+from bookie.core.tokens import TokenTable
 from bookie.errors import Status
 from bookie.net.admission import ConnectionAdmission
 from bookie.net.stream_transport import StreamTransport
@@ -71,13 +72,15 @@ class BookieServer:
         pending_requests_total_max: int = limits.pending_requests_total_max,
         pending_bytes_total_max: int = limits.pending_bytes_total_max,
         listener: anyio.abc.Listener[anyio.abc.ByteStream] | None = None,
+        tokens: TokenTable | None = None,
         tls: TlsListen | None = None,
     ) -> None:
         """`listener`, when given, replaces the TCP listener on host:port (the simulation
         passes a `bookie.testing.simnet.SimListener`); `port` then reports 0 unless the
         listener says otherwise.  `identity` is what IDENTIFY answers (clients check it
-        on every connection); a bookie process always has one.  `tls`, when given, is a
-        second listener, for TLS, serving the same requests."""
+        on every connection); a bookie process always has one.  With `tokens`, a client is
+        served only after an AUTH with one of them.  `tls`, when given, is a second
+        listener, for TLS, serving the same requests."""
         assert 0 <= port <= 0xFFFF
         assert connections_max > 0
         assert 0 <= shutdown_drain_ms <= limits.shutdown_drain_ms_max
@@ -94,6 +97,7 @@ class BookieServer:
             read_only=read_only,
             identity=identity,
             long_poll_waiters_max=long_poll_waiters_max,
+            tokens=tokens,
         )
         self._processor = RequestProcessor(
             self._handler,
@@ -272,6 +276,11 @@ class BookieServer:
     @property
     def parked_reads(self) -> int:
         return self._handler.parked_reads
+
+    @property
+    def handler(self) -> BookieHandler:
+        """The protocol decisions (read for its counters)."""
+        return self._handler
 
     @property
     def processor(self) -> RequestProcessor:

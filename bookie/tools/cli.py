@@ -63,6 +63,7 @@ from bookie.server.config import (
     BookieConfig,
     address_setting,
     load_config,
+    read_client_tokens,
 )
 from bookie.server.node import EXIT_USAGE, BookieNode
 from bookie.tools import cluster
@@ -301,6 +302,7 @@ def _serve(arguments: argparse.Namespace) -> int:
     flags = {name: value for name, value in values.items() if name in KEYS}
     try:
         config = load_config(config_file, flags)
+        tokens = read_client_tokens(config)
     except InvalidConfig as error:
         log_format = flags.get("log_format")
         configure("info", log_format if log_format in ("json", "text") else "json")
@@ -326,7 +328,7 @@ def _serve(arguments: argparse.Namespace) -> int:
             passwords=_passwords(config.autorecovery_password),
         )
         hosted = functools.partial(run_autorecovery, settings=settings)
-    node = BookieNode(config, reload if config_file is not None else None, hosted)
+    node = BookieNode(config, reload if config_file is not None else None, hosted, tokens)
     tune_for_throughput()
     use_uvloop = config.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is not None
     code: int = anyio.run(node.run, backend="asyncio", backend_options={"use_uvloop": use_uvloop})

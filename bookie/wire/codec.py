@@ -54,6 +54,8 @@ from bookie.wire.messages import (
     RESPONSE_TYPES,
     AddRequest,
     AddResponse,
+    AuthRequest,
+    AuthResponse,
     GetBookieInfoRequest,
     GetBookieInfoResponse,
     IdentifyRequest,
@@ -123,6 +125,10 @@ def _key(v: Any) -> bool:
     return type(v) is bytes and len(v) <= limits.master_key_bytes_max
 
 
+def _token(v: Any) -> bool:
+    return type(v) is bytes and 0 < len(v) <= limits.auth_token_bytes_max
+
+
 def _packet(v: Any) -> bool:
     return type(v) is bytes and len(v) <= limits.frame_size_bytes_max
 
@@ -169,6 +175,7 @@ _REQUEST_FIELDS: Final[dict[type[Request], tuple[Validator, ...]]] = {
     ListEntriesRequest: (_u63,),
     LedgerStateRequest: (_u63,),
     IdentifyRequest: (),
+    AuthRequest: (_token,),
 }
 
 _RESPONSE_FIELDS: Final[dict[type[Response], tuple[Validator, ...]]] = {
@@ -186,7 +193,20 @@ _RESPONSE_FIELDS: Final[dict[type[Response], tuple[Validator, ...]]] = {
     ListEntriesResponse: (_optional(_u63), _optional(_ranges)),
     LedgerStateResponse: (_optional(_u63), _optional(_bool), _optional(_lac)),
     IdentifyResponse: (_optional(_text), _optional(_text)),
+    AuthResponse: (_optional(_text),),
 }
+
+
+_SECRET_FIELDS: Final = frozenset({(AuthRequest, "token")})
+"""Fields whose value an error message never shows (only its type and length)."""
+
+
+def _shown(cls: type[Request], field: str, value: Any) -> str:
+    """How an error message shows the invalid `value` of `cls.field`."""
+    if (cls, field) in _SECRET_FIELDS:
+        size = f" of {len(value)} bytes" if isinstance(value, bytes | str) else ""
+        return f"(a {type(value).__name__}{size}, not shown)"
+    return preview(value)
 
 
 def _first_invalid(values: Sequence[Any], checks: tuple[Validator, ...]) -> int | None:
@@ -373,7 +393,8 @@ def encode_request(request: Request) -> bytes:
         bad = _first_invalid(request[1:], _REQUEST_FIELDS[cls])
         if bad is not None:
             field = cls._fields[bad + 1]
-            raise LocalProtocolError(f"{cls.__name__}.{field} = {request[bad + 1]!r} is not valid")
+            shown = _shown(cls, field, request[bad + 1])
+            raise LocalProtocolError(f"{cls.__name__}.{field} = {shown} is not valid")
         assert fast is None, "the fast check rejected what the field table accepts"
     body = cbor2.dumps((limits.protocol_version, _REQUEST_OPS[cls], *request))
     if len(body) > limits.frame_size_bytes_max:
@@ -423,7 +444,7 @@ def decode_request(body: bytes) -> Request:
     bad = _first_invalid(fields, checks)
     if bad is not None:
         name = cls._fields[bad + 1]
-        message = f"{cls.__name__}.{name} = {preview(fields[bad])} is not valid"
+        message = f"{cls.__name__}.{name} = {_shown(cls, name, fields[bad])} is not valid"
         raise UndecodableRequest(request_id, op, Status.EBADREQ, message)
     assert fast is None, "the fast check rejected what the field table accepts"
     return cls._make(values)

@@ -31,6 +31,7 @@ class Op(enum.IntEnum):
     LIST_ENTRIES = 6
     LEDGER_STATE = 7
     IDENTIFY = 8
+    AUTH = 9
 
 
 ADD_FLAG_RECOVERY = 0x1
@@ -129,6 +130,14 @@ class IdentifyRequest(NamedTuple):
     request_id: int
 
 
+class AuthRequest(NamedTuple):
+    """Present a client token; on a bookie that requires one, nothing else is served on the
+    connection until an AUTH succeeds (docs/protocol.md)."""
+
+    request_id: int
+    token: bytes
+
+
 Request = (
     AddRequest
     | ReadRequest
@@ -138,6 +147,7 @@ Request = (
     | ListEntriesRequest
     | LedgerStateRequest
     | IdentifyRequest
+    | AuthRequest
 )
 
 # --- responses --------------------------------------------------------------------------------
@@ -229,6 +239,15 @@ class IdentifyResponse(NamedTuple):
     instance_id: str | None = None
 
 
+class AuthResponse(NamedTuple):
+    """The principal the token names; None on a bookie that requires no token."""
+
+    request_id: int
+    status: int
+    message: str | None
+    principal: str | None = None
+
+
 Response = (
     AddResponse
     | ReadResponse
@@ -238,6 +257,7 @@ Response = (
     | ListEntriesResponse
     | LedgerStateResponse
     | IdentifyResponse
+    | AuthResponse
 )
 
 REQUEST_TYPES: dict[Op, type[Request]] = {
@@ -249,6 +269,7 @@ REQUEST_TYPES: dict[Op, type[Request]] = {
     Op.LIST_ENTRIES: ListEntriesRequest,
     Op.LEDGER_STATE: LedgerStateRequest,
     Op.IDENTIFY: IdentifyRequest,
+    Op.AUTH: AuthRequest,
 }
 
 RESPONSE_TYPES: dict[Op, type[Response]] = {
@@ -260,6 +281,7 @@ RESPONSE_TYPES: dict[Op, type[Response]] = {
     Op.LIST_ENTRIES: ListEntriesResponse,
     Op.LEDGER_STATE: LedgerStateResponse,
     Op.IDENTIFY: IdentifyResponse,
+    Op.AUTH: AuthResponse,
 }
 
 OP_OF_REQUEST: dict[type[Request], Op] = {cls: op for op, cls in REQUEST_TYPES.items()}

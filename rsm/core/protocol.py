@@ -11,7 +11,7 @@ Request body::
     [version, op, request_id, field_1, ..., field_n]
 
     version     uint   `limits.protocol_version` (1)
-    op          uint   1 CALL, 2 QUERY, 3 STATUS, 4 TRANSFER_LEADERSHIP, 5 SNAPSHOT
+    op          uint   1 CALL, 2 QUERY, 3 STATUS, 4 TRANSFER_LEADERSHIP, 5 SNAPSHOT, 6 AUTH
     request_id  uint   < 2^63, chosen by the client, echoed in the response
 
     CALL     name: text, args: array, kwargs: map text -> any,
@@ -23,6 +23,9 @@ Request body::
     STATUS   (no field)
     TRANSFER_LEADERSHIP   target: text (a replica id) | null (any caught-up replica)
     SNAPSHOT (no field)   take a snapshot of this replica's state now
+    AUTH     token: bytes (1..`bookie.limits.auth_token_bytes_max`)   present a client
+             token; on a replica that requires one, nothing else is served on the
+             connection until an AUTH succeeds (docs/security.md).  Never shown in errors.
 
 Response body, the same 8 fields for every op::
 
@@ -37,7 +40,8 @@ Response body, the same 8 fields for every op::
                            `rsm.runtime.replica.Replica.status`); TRANSFER_LEADERSHIP:
                            {"target": text, "window_ms": uint}; SNAPSHOT: the
                            snapshot's manifest as a map (`rsm.snapshots.inspect.manifest_plain`);
-                           null on errors
+                           AUTH: the token's principal, null on a replica that requires
+                           no token; null on errors
     index    uint          CALL: the command's index in the log (also when the
                            command failed; 0 when it was never logged); QUERY:
                            the index the replica had applied when it answered;
@@ -66,6 +70,7 @@ from typing import Any, Final, NamedTuple
 import cbor2
 
 from bookie.errors import preview
+from bookie.limits import auth_token_bytes_max
 from bookie.wire.codec import frame
 from rsm import limits
 from rsm.core.sessions import Outcome
@@ -84,6 +89,7 @@ class Op(enum.IntEnum):
     STATUS = 3
     TRANSFER_LEADERSHIP = 4
     SNAPSHOT = 5
+    AUTH = 6
 
 
 class Consistency(enum.IntEnum):
@@ -140,7 +146,14 @@ class SnapshotRequest(NamedTuple):
     request_id: int
 
 
-Request = CallRequest | QueryRequest | StatusRequest | TransferRequest | SnapshotRequest
+class AuthRequest(NamedTuple):
+    request_id: int
+    token: bytes
+
+
+Request = (
+    CallRequest | QueryRequest | StatusRequest | TransferRequest | SnapshotRequest | AuthRequest
+)
 
 
 class Response(NamedTuple):
@@ -277,6 +290,8 @@ def encode_request(request: Request) -> bytes:
         body_fields = [Op.STATUS]
     elif type(request) is SnapshotRequest:
         body_fields = [Op.SNAPSHOT]
+    elif type(request) is AuthRequest:
+        body_fields = [Op.AUTH, request.token]
     else:
         assert type(request) is TransferRequest
         body_fields = [Op.TRANSFER_LEADERSHIP, request.target]
@@ -332,6 +347,16 @@ def decode_request(body: bytes) -> Request:
         problem = None if not fields else f"SNAPSHOT takes no field, got {len(fields)}"
         if problem is None:
             return SnapshotRequest(request_id)
+    elif op == Op.AUTH:
+        token = fields[0] if len(fields) == 1 else None
+        problem = (
+            None
+            if type(token) is bytes and 0 < len(token) <= auth_token_bytes_max
+            else f"AUTH takes one field: a token of 1..{auth_token_bytes_max} bytes (not shown)"
+        )
+        if problem is None:
+            assert type(token) is bytes
+            return AuthRequest(request_id, token)
     else:
         target = fields[0] if len(fields) == 1 else None
         problem = (

@@ -109,6 +109,25 @@ def replica_metrics(replica: Replica, wall_clock_ms: Callable[[], int]) -> Itera
     yield histogram(
         "rsm_batch_bytes", "Bytes per batch (one log entry).", {key: stats.batch_bytes}, _LABELS
     )
+    auth = replica.client_auth
+    yield counter(
+        "rsm_auth_failures",
+        "AUTH requests with a client token this replica does not know.",
+        one(auth.auth_failures),
+        _LABELS,
+    )
+    yield counter(
+        "rsm_unauthenticated_requests",
+        "Requests refused because their connection presented no known token.",
+        one(auth.unauthenticated_requests),
+        _LABELS,
+    )
+    yield counter(
+        "rsm_forbidden_requests",
+        "Requests refused because their token's role does not allow them.",
+        one(auth.forbidden_requests),
+        _LABELS,
+    )
     yield counter(
         "rsm_session_dedup_hits",
         "Retries answered from the session table, not logged again.",

@@ -64,6 +64,7 @@ from bookie.address import Address, parse_address
 from bookie.client.ledger_client import LedgerClient
 from bookie.client.write_handle import WriteHandle
 from bookie.clock import system_wall_clock_ms
+from bookie.core.tokens import TokenTable
 from bookie.errors import BookieError, InvalidAddress
 from bookie.logs import emit
 from bookie.meta.api import (
@@ -114,7 +115,7 @@ from rsm.runtime.election import ElectionView, Leadership
 from rsm.runtime.leader_term import LeaderTerm
 from rsm.runtime.log import LogFollower, LogStore, SegmentReader
 from rsm.runtime.orphans import orphan_loop
-from rsm.runtime.server import ReplicaServer
+from rsm.runtime.server import ClientAuth, ReplicaServer
 from rsm.runtime.snapshot_service import SnapshotService
 from rsm.runtime.stats import ReplicaStats
 from rsm.runtime.takeover import Takeover, take_over
@@ -182,6 +183,7 @@ class Replica:
         lease_clock_s: Callable[[], float] | None = None,
         on_role: Callable[[Role], None] | None = None,
         rsm_root: str = RSM_ROOT,
+        client_tokens: TokenTable | None = None,
         tls: ssl.SSLContext | None = None,
         tls_allowed_names: Collection[str] | None = None,
     ) -> None:
@@ -206,6 +208,9 @@ class Replica:
         self._reader = SegmentReader(ledgers, self.config.ledger_password)
         self._applier = Applier(instance, self.config)
         self._listen = listen
+        self.client_auth = ClientAuth(client_tokens)
+        """Whom the replica's server serves (`client_tokens`: only clients presenting one of
+        them), and its refusals."""
         self._advertise = advertise
         self._listener = listener
         self._requested_id = replica_id
@@ -279,7 +284,7 @@ class Replica:
         try:
             async with anyio.create_task_group() as task_group:
                 self._task_group = task_group
-                task_group.start_soon(ReplicaServer(self, listener).serve)
+                task_group.start_soon(ReplicaServer(self, listener, self.client_auth).serve)
                 await leadership.register()
                 task_group.start_soon(leadership.follow_leader)
                 task_group.start_soon(self._session_loop)

@@ -23,6 +23,14 @@ Bad input never crashes anything: a request with a known id but a wrong op,
 version or field is answered BAD_REQUEST; bytes that cannot be framed or a
 body without a request id close that connection only (`ProtocolViolation`).
 
+Client tokens: a server given a `TokenTable` serves a connection only after an
+AUTH request on it presented one of its tokens (docs/security.md, "Client
+tokens"); every other request before that, or after an AUTH with an unknown
+token, is answered UNAUTHENTICATED and reaches nothing, and a request beyond
+the token's role (queries and status: read; commands: write; snapshots and
+leadership transfers: admin) is answered FORBIDDEN.  `ClientAuth` counts the
+refusals.  Without a table AUTH is answered OK with no principal.
+
 Connections: at most `limits.server_connections_max`, and
 `limits.server_connections_per_address_max` from one host; later ones are
 closed at once.
@@ -45,6 +53,7 @@ import anyio
 import anyio.abc
 from anyio.abc import SocketAttribute
 
+from bookie.core.tokens import Grant, Role, TokenTable
 from bookie.errors import RemoteProtocolError
 from bookie.logs import emit
 from bookie.net.admission import ConnectionAdmission, peer_host
@@ -53,9 +62,11 @@ from bookie.net.outbox import Outbox
 from bookie.wire.codec import FrameDecoder
 from rsm import limits
 from rsm.core.protocol import (
+    AuthRequest,
     CallRequest,
     Op,
     QueryRequest,
+    Request,
     SnapshotRequest,
     StatusRequest,
     TransferRequest,
@@ -65,7 +76,14 @@ from rsm.core.protocol import (
     encode_response,
 )
 from rsm.core.sessions import Outcome
-from rsm.errors import Overloaded, ProtocolViolation, RsmStatus, StatusError
+from rsm.errors import (
+    Forbidden,
+    NotAuthenticated,
+    Overloaded,
+    ProtocolViolation,
+    RsmStatus,
+    StatusError,
+)
 from rsm.runtime.applier import Answerer
 
 logger = logging.getLogger(__name__)
@@ -95,12 +113,32 @@ class Endpoint(Protocol):
     async def take_snapshot(self) -> dict[str, Any]: ...
 
 
-class ReplicaServer:
-    """Serves client connections for one replica until its task is cancelled."""
+class ClientAuth:
+    """Whom a server serves (its token table, if any) and how often it refused."""
 
-    def __init__(self, endpoint: Endpoint, listener: anyio.abc.Listener[anyio.abc.ByteStream]):
+    def __init__(self, tokens: TokenTable | None) -> None:
+        self.tokens = tokens
+        self.auth_failures = 0
+        """AUTH requests with a token the table does not hold."""
+        self.unauthenticated_requests = 0
+        """Other requests refused because their connection was not authenticated."""
+        self.forbidden_requests = 0
+        """Requests refused because their connection's role does not allow them."""
+
+
+class ReplicaServer:
+    """Serves client connections for one replica until its task is cancelled; with `auth`
+    holding tokens, only clients that presented one."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        listener: anyio.abc.Listener[anyio.abc.ByteStream],
+        auth: ClientAuth | None = None,
+    ):
         self._endpoint = endpoint
         self._listener = listener
+        self._auth = ClientAuth(None) if auth is None else auth
         self._admission = ConnectionAdmission(
             total_max=limits.server_connections_max,
             per_address_max=limits.server_connections_per_address_max,
@@ -121,7 +159,7 @@ class ReplicaServer:
                 return
             _stop_eager_reading(stream)
             try:
-                await ClientConnection(stream, self._endpoint).run()
+                await ClientConnection(stream, self._endpoint, self._auth).run()
             finally:
                 self._admission.release(host)
 
@@ -146,9 +184,15 @@ def _stop_eager_reading(stream: anyio.abc.ByteStream) -> None:
 class ClientConnection:
     """One client connection (see the module docstring); it is the `Answerer` of its requests."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, endpoint: Endpoint) -> None:
+    def __init__(self, stream: anyio.abc.ByteStream, endpoint: Endpoint, auth: ClientAuth) -> None:
         self._stream = stream
         self._endpoint = endpoint
+        self._auth = auth
+        self._checks = auth.tokens is not None
+        """Whether requests are checked against a token (else only AUTH is looked at)."""
+        self._grant: Grant | None = None
+        """What the token this connection presented grants."""
+        self._token_refused = False
         self._outbox = Outbox(
             stream,
             coalesce_bytes_max=limits.socket_send_coalesce_bytes_max,
@@ -222,6 +266,8 @@ class ClientConnection:
             return
         endpoint = self._endpoint
         request_id = request.request_id
+        if self._checks and self._refused(request):
+            return
         if self._pending >= limits.connection_pending_requests_max:
             op = _OPS[type(request)]
             self._refuse(op, request_id, Overloaded(f"{self._pending} requests pending"))
@@ -244,6 +290,48 @@ class ClientConnection:
             task_group = self._task_group
             assert task_group is not None
             task_group.start_soon(self._transfer, request)
+
+    def _refused(self, request: Request) -> bool:
+        """With tokens: answer an AUTH, or refuse a request its connection may not make (not
+        authenticated, or beyond its token's role); False to serve the request."""
+        auth = self._auth
+        tokens = auth.tokens
+        if type(request) is AuthRequest:
+            self._authenticate(request, tokens)
+            return True
+        if tokens is None:
+            return False
+        grant = self._grant
+        error: StatusError
+        if grant is None:
+            auth.unauthenticated_requests += 1
+            error = NotAuthenticated(
+                "the client token this connection presented was refused"
+                if self._token_refused
+                else "this replica requires a client token: present it in AUTH first"
+            )
+        elif grant.role < _ROLE_NEEDED[type(request)]:
+            auth.forbidden_requests += 1
+            needed = _ROLE_NEEDED[type(request)].name.lower()
+            error = Forbidden(f"{grant.principal} may not do this: it takes the {needed} role")
+        else:
+            return False
+        self._refuse(_OPS[type(request)], request.request_id, error)
+        return True
+
+    def _authenticate(self, request: AuthRequest, tokens: TokenTable | None) -> None:
+        grant = None if tokens is None else tokens.grant_of(request.token)
+        if tokens is not None and grant is None:
+            self._auth.auth_failures += 1
+            self._grant = None
+            self._token_refused = True
+            self._refuse(Op.AUTH, request.request_id, NotAuthenticated("unknown client token"))
+            return
+        self._grant = grant
+        self._token_refused = False
+        principal = None if grant is None else grant.principal
+        outcome = Outcome(RsmStatus.OK, principal)
+        self._send(encode_response(Op.AUTH, request.request_id, outcome, 0))
 
     async def _transfer(self, request: TransferRequest) -> None:
         try:
@@ -277,4 +365,13 @@ _OPS: Final = {
     StatusRequest: Op.STATUS,
     TransferRequest: Op.TRANSFER_LEADERSHIP,
     SnapshotRequest: Op.SNAPSHOT,
+    AuthRequest: Op.AUTH,
+}
+
+_ROLE_NEEDED: Final = {
+    QueryRequest: Role.READ,
+    StatusRequest: Role.READ,
+    CallRequest: Role.WRITE,
+    TransferRequest: Role.ADMIN,
+    SnapshotRequest: Role.ADMIN,
 }

@@ -100,11 +100,13 @@ from rsm.core.state_machine import StateMachine
 from rsm.errors import CommandFailed, InvalidConfig, NoSuchApplication, RsmError, Unavailable
 from rsm.host import (
     FollowerPriority,
+    add_client_tokens_file,
     add_follower_nice,
     aligned,
     application_status,
     command_zk_store,
     quiet_kazoo,
+    read_client_tokens,
     replica_metadata,
     replication_lines,
     run_replica_main,
@@ -207,6 +209,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     _snapshot_knobs(run)
     add_follower_nice(run)
+    add_client_tokens_file(run)
     add_replica_tls_arguments(run)
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=FORMATS, default="json")
@@ -373,6 +376,7 @@ async def _serve(
             advertise=arguments.advertise,
             config=config,
             on_role=priority.on_role,
+            client_tokens=read_client_tokens(arguments.client_tokens_file),
             tls=tls.server,
             tls_allowed_names=tls.allowed_names,
         ) as replica,

@@ -51,6 +51,7 @@ from bookie.errors import (
     MetadataUnavailable,
     NoSuchLedgerError,
     NotEnoughBookies,
+    leaf_error,
 )
 from bookie.runtime_tuning import tune_for_throughput
 from rsm.errors import InvalidConfig, MalformedValue, RsmError, Truncated
@@ -196,7 +197,7 @@ def run(arguments: argparse.Namespace, argv: Sequence[str]) -> int:
             result: int = anyio.run(arguments.handler, arguments)
         return result
     except BaseException as raised:  # groups from task groups are unwrapped first
-        error = _single(raised)
+        error = leaf_error(raised)
         if isinstance(error, KeyboardInterrupt | SystemExit) or not isinstance(error, Exception):
             raise
         code, message = _classify(error)
@@ -204,12 +205,6 @@ def run(arguments: argparse.Namespace, argv: Sequence[str]) -> int:
             raise
         print(f"error: {message}", file=sys.stderr)
         return code
-
-
-def _single(error: BaseException) -> BaseException:
-    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return error
 
 
 def _classify(error: Exception) -> tuple[int | None, str]:

@@ -20,6 +20,12 @@ and a replica are killed.  Each test then checks, in order:
 With two bookies of three lost no segment can acknowledge anything (Qa = 2):
 writes fail with an error, never hang past the client's timeout, and come
 back by themselves once a bookie returns.
+
+With a fourth bookie to spare, a bookie lost for good is a non-event: the
+writer replaces it in the open segment, the bookies' autorecovery copies its
+fragments of every other ledger (closed ones written beside the store, and the
+open segment's sealed first part) to the spare, every copy is read back with
+its digest checked, and no write of the load fails meanwhile.
 """
 
 from __future__ import annotations
@@ -42,7 +48,10 @@ from kvstore.runtime.node import DEFAULT_APP
 from bookie.client.copies import CopyReader
 from bookie.client.ledger_client import LedgerClient
 from bookie.core.copies import CopyState
+from bookie.core.metadata import LedgerMetadata
 from bookie.local.zookeeper import LocalZooKeeper
+from bookie.meta.ledgers import LedgerManager
+from bookie.meta.underreplication import UnderReplication
 from bookie.meta.zk import ZkMetadataStore
 from rsm.config import ReplicaConfig
 from rsm.core.layout import AppLayout
@@ -59,6 +68,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
 CLIENTS_PER_REPLICA = 2
 OPERATIONS_PER_PHASE = 100
 WRITES = frozenset({"set", "incr", "del"})
+AUTORECOVERY = {"autorecovery_grace_ms": 1_000, "autorecovery_poll_interval_ms": 100}
+"""A second's grace before a bookie gone from ZooKeeper counts as lost (default 30 s)."""
+CLOSED_LEDGERS = 3
+CLOSED_ENTRIES = 40
 
 
 @pytest.fixture
@@ -91,9 +104,33 @@ class Load:
     def wait_writes_after(self, since_s: float, count: int = OPERATIONS_PER_PHASE) -> None:
         wait_for(lambda: self.writes_acknowledged_after(since_s) >= count)
 
+    def failed_writes(self) -> list[str]:
+        with self.log.lock:
+            history = self.log.recorder.history()
+        return [
+            f"{op.kind} {op.arguments}: {op.outcome.value}"
+            for op in history
+            if op.kind in WRITES and op.outcome is not Outcome.OK
+        ]
+
     def check_linearizable(self) -> None:
         result = check_per_key(self.log.recorder.history(), KvModel(), kv_key)
         assert result.linearizable, result.explain()
+
+
+@pytest.fixture
+def store_with_spare(
+    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: os.PathLike[str]
+) -> Iterator[Store]:
+    """`store` with four bookies for three-bookie ensembles, and a short autorecovery grace."""
+    with running_store(
+        zookeeper,
+        zk_root,
+        tmp_path,  # type: ignore[arg-type]
+        bookies=4,
+        bookie_config=AUTORECOVERY,
+    ) as running:
+        yield running
 
 
 @contextmanager
@@ -273,3 +310,118 @@ def _set(client: redis.Redis, key: str, value: str) -> bool:
         return bool(client.set(key, value))
     except redis.exceptions.ResponseError:
         return False
+
+
+@contextmanager
+def ledgers_of(store: Store) -> Iterator[tuple[ZkMetadataStore, LedgerClient]]:
+    hosts, chroot = split_zk(store.cluster.zk)
+    with (
+        store.portal.wrap_async_context_manager(
+            ZkMetadataStore.connect(hosts, root=chroot)
+        ) as metadata_store,
+        store.portal.wrap_async_context_manager(
+            LedgerClient.open(metadata_store, root=store.cluster.ledger_root)
+        ) as ledgers,
+    ):
+        yield metadata_store, ledgers
+
+
+def closed_entry(number: int) -> bytes:
+    return f"closed entry {number}".encode() * 8
+
+
+async def write_closed_ledgers(ledgers: LedgerClient) -> list[int]:
+    """Ledgers beside the store's, under its password so that autorecovery may copy them."""
+    ledger_ids = []
+    for _ in range(CLOSED_LEDGERS):
+        password = ReplicaConfig().ledger_password
+        async with await ledgers.create_ledger(3, 3, 2, password=password) as ledger:
+            for number in range(CLOSED_ENTRIES):
+                await ledger.wait_for_capacity()
+                ledger.append_nowait(closed_entry(number))
+            ledger_ids.append(ledger.ledger_id)
+    return ledger_ids
+
+
+async def all_metadata(metadata_store: ZkMetadataStore, root: str) -> dict[int, LedgerMetadata]:
+    manager = LedgerManager(metadata_store, root)
+    return {
+        ledger_id: (await manager.read(ledger_id))[0] for ledger_id in await manager.list_ledgers()
+    }
+
+
+async def healed(metadata_store: ZkMetadataStore, root: str, lost: str) -> bool:
+    """No ledger marked under-replicated, and none whose ensembles still name `lost`."""
+    if await UnderReplication(metadata_store, root).list_marks():
+        return False
+    return not any(
+        lost in ensemble
+        for metadata in (await all_metadata(metadata_store, root)).values()
+        for _, ensemble in metadata.ensembles
+    )
+
+
+async def check_every_copy(ledgers: LedgerClient, ledger_ids: list[int], closed: list[int]) -> int:
+    """Read every entry of `ledger_ids` (a closed one to its end, an open one to its LAC) from
+    each bookie of its write set, digests checked; `closed` ones' payloads compared too."""
+    password = ReplicaConfig().ledger_password
+    checked = 0
+    for ledger_id in ledger_ids:
+        handle = await ledgers.open_ledger(ledger_id, password, recovery=False)
+        metadata = handle.metadata
+        last = metadata.last_entry_id if metadata.is_closed else handle.last_add_confirmed
+        async with CopyReader.open(metadata, password, ledgers.bookie_address) as reader:
+            for entry_id in range(last + 1):
+                copies = await reader.read(entry_id)
+                assert len(copies) == metadata.write_quorum
+                for copy in copies:
+                    assert copy.state is CopyState.OK, (ledger_id, entry_id, copy)
+                    if ledger_id in closed:
+                        assert copy.payload == closed_entry(entry_id)
+                checked += 1
+    return checked
+
+
+def test_a_bookie_lost_for_good_is_re_replicated_while_the_store_takes_writes(
+    store_with_spare: Store,
+) -> None:
+    store = store_with_spare
+    root = store.cluster.ledger_root
+    with ledgers_of(store) as (metadata_store, ledgers):
+        closed = store.portal.call(write_closed_ledgers, ledgers)
+        with load_on(store) as load:
+            load.wait_writes_after(0.0)
+            before = store.portal.call(all_metadata, metadata_store, root)
+            log, _version = store.portal.call(
+                LogStore(metadata_store, AppLayout.of(DEFAULT_APP)).read
+            )
+            open_segment = log.open_segment
+            assert open_segment is not None
+            # The victim holds the store's open segment and as many closed ledgers as any.
+            in_segment = before[open_segment.ledger_id].ensembles[-1][1]
+            lost = max(
+                in_segment,
+                key=lambda bookie_id: sum(
+                    bookie_id in before[ledger_id].ensembles[0][1] for ledger_id in closed
+                ),
+            )
+            held = [
+                ledger_id
+                for ledger_id, metadata in before.items()
+                if any(lost in ensemble for _, ensemble in metadata.ensembles)
+            ]
+            assert open_segment.ledger_id in held
+            assert set(held) & set(closed)
+            victim = next(b.name for b in store.cluster.bookies.bookies if b.bookie_id == lost)
+            kill_bookie(store, victim)
+            killed_s = time.monotonic()
+            wait_for(lambda: store.portal.call(healed, metadata_store, root, lost))
+            healed_s = time.monotonic()
+            load.wait_writes_after(killed_s)
+            load.wait_writes_after(healed_s)
+        assert load.failed_writes() == [], "no write failed while the bookie was lost"
+        after = store.portal.call(all_metadata, metadata_store, root)
+        for ledger_id in held:
+            assert all(lost not in ensemble for _, ensemble in after[ledger_id].ensembles)
+        assert store.portal.call(check_every_copy, ledgers, held, closed) > CLOSED_ENTRIES
+    load.check_linearizable()

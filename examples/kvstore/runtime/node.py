@@ -44,6 +44,7 @@ from anyio.abc import SocketAttribute
 from bookie.address import Address, parse_address
 from bookie.client.ledger_client import LedgerClient
 from bookie.clock import system_wall_clock_ms
+from bookie.core.tokens import TokenTable
 from bookie.errors import InvalidAddress, MetadataError, NodeExists
 from bookie.meta.api import ANY_VERSION, MetadataStore
 from bookie.net.tls import TlsListen
@@ -124,6 +125,7 @@ class KvNode:
         connector: Connector = tcp_connector,
         on_role: Callable[[Role], None] | None = None,
         rsm_root: str = RSM_ROOT,
+        client_tokens: TokenTable | None = None,
         tls: ssl.SSLContext | None = None,
         tls_allowed_names: Collection[str] | None = None,
     ) -> None:
@@ -155,6 +157,7 @@ class KvNode:
             wall_clock_ms=wall_clock_ms,
             on_role=on_role,
             rsm_root=rsm_root,
+            client_tokens=client_tokens,
             tls=tls,
             tls_allowed_names=tls_allowed_names,
         )

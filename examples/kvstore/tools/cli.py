@@ -102,11 +102,13 @@ from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig, MalformedValue, RsmError
 from rsm.host import (
     FollowerPriority,
+    add_client_tokens_file,
     add_follower_nice,
     aligned,
     application_status,
     command_zk_store,
     quiet_kazoo,
+    read_client_tokens,
     replica_metadata,
     replication_lines,
     run_replica_main,
@@ -213,6 +215,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the leader's read lease (0: a bookie round per read); equal on every replica",
     )
     add_follower_nice(serve)
+    add_client_tokens_file(serve)
     add_tls_arguments(serve)
     serve.add_argument("--log-level", choices=LEVELS, default="info")
     serve.add_argument("--log-format", choices=FORMATS, default="json")
@@ -328,6 +331,7 @@ async def _serve_node(
             settings=settings,
             config=config,
             on_role=priority.on_role,
+            client_tokens=read_client_tokens(arguments.client_tokens_file),
         ) as node,
         admin_server(
             node.replica,

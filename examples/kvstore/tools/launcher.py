@@ -52,7 +52,7 @@ import json
 import signal
 import sys
 import tomllib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -217,7 +217,10 @@ class LocalKvCluster:
         *,
         zk: str | None = None,
         settings: KvSettings | None = None,
+        bookie_config: Mapping[str, object] | None = None,
     ) -> None:
+        """`bookie_config` adds keys to every bookie's configuration (`bookie serve --help`
+        lists them), e.g. a shorter autorecovery grace period."""
         self.data_dir = data_dir.absolute()
         self._requested = settings or KvSettings()
         self._zk = zk
@@ -244,7 +247,10 @@ class LocalKvCluster:
             zk_root=chroot + LEDGER_ROOT if chroot else None,
             bookie_base_port=bookie_limits.port_default if self._requested.base_port else 0,
             # The bookies' autorecovery copies the store's ledgers: it needs their password.
-            bookie_config={"autorecovery_password": ReplicaConfig().ledger_password.decode()},
+            bookie_config={
+                "autorecovery_password": ReplicaConfig().ledger_password.decode(),
+                **(bookie_config or {}),
+            },
             tls=self.tls,
         )
         self.replicas: list[LocalReplica] = []

@@ -15,7 +15,7 @@ index, for waiting until replicas agree.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,12 +133,20 @@ def running_store(
     data_dir: Path,
     *,
     replicas: int = 3,
+    bookies: int = 3,
+    bookie_config: Mapping[str, object] | None = None,
     tls: bool = False,
 ) -> Iterator[Store]:
-    """A store of `replicas` replica processes under `data_dir`, for the block (with `tls`,
-    on TLS as `kvstore up --tls` runs it)."""
-    settings = KvSettings(replicas=replicas, base_port=0, tls=tls)
-    cluster = LocalKvCluster(data_dir, zk=zookeeper.connect_string + zk_root, settings=settings)
+    """A store of `replicas` replica processes and `bookies` bookies (with `bookie_config`
+    added to their configuration) under `data_dir`, for the block (with `tls`, on TLS as
+    `kvstore up --tls` runs it)."""
+    settings = KvSettings(replicas=replicas, bookies=bookies, base_port=0, tls=tls)
+    cluster = LocalKvCluster(
+        data_dir,
+        zk=zookeeper.connect_string + zk_root,
+        settings=settings,
+        bookie_config=bookie_config,
+    )
     with (
         anyio.from_thread.start_blocking_portal() as portal,
         portal.wrap_async_context_manager(cluster),

@@ -26,6 +26,7 @@ from bookie.core.bookie_handler import (
     StoreEntry,
     StoreExplicitLac,
 )
+from bookie.core.tokens import TokenTable
 from bookie.errors import Status
 from bookie.storage.memory import MemoryLedgerStorage
 from bookie.wire.messages import (
@@ -111,6 +112,7 @@ class Bookie:
         identity: BookieIdentity | None = None,
         long_poll_waiters_max: int = 10,
         tombstones_max: int = 10,
+        tokens: TokenTable | None = None,
     ) -> None:
         self.storage = storage or MemoryLedgerStorage()
         self.handler = BookieHandler(
@@ -120,6 +122,7 @@ class Bookie:
             identity=identity,
             long_poll_waiters_max=long_poll_waiters_max,
             tombstones_max=tombstones_max,
+            tokens=tokens,
         )
         self.parked_deadlines: list[int] = []
 

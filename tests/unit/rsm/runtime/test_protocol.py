@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from bookie.wire.codec import FrameDecoder
 from rsm import limits
 from rsm.core.protocol import (
+    AuthRequest,
     CallRequest,
     Consistency,
     Op,
@@ -51,7 +52,7 @@ def sessions(draw: st.DrawFn) -> tuple[bytes | None, int | None, int | None]:
 @st.composite
 def requests(draw: st.DrawFn) -> Request:
     request_id = draw(request_ids)
-    kind = draw(st.sampled_from(["call", "query", "status", "transfer"]))
+    kind = draw(st.sampled_from(["call", "query", "status", "transfer", "auth"]))
     if kind == "call":
         client_id, seq, ack_seq = draw(sessions())
         return CallRequest(
@@ -68,6 +69,8 @@ def requests(draw: st.DrawFn) -> Request:
         )
     if kind == "status":
         return StatusRequest(request_id)
+    if kind == "auth":
+        return AuthRequest(request_id, draw(st.binary(min_size=1, max_size=256)))
     return TransferRequest(request_id, draw(st.none() | st.text(min_size=1, max_size=20)))
 
 
@@ -149,6 +152,9 @@ def test_bodies_without_a_request_id_are_protocol_violations(body: bytes) -> Non
         [1, Op.QUERY, 9, "get", [], {}, True, 0],  # a bool is not a level
         [1, Op.STATUS, 9, "extra"],
         [1, Op.TRANSFER_LEADERSHIP, 9, 5],
+        [1, Op.AUTH, 9],
+        [1, Op.AUTH, 9, b""],
+        [1, Op.AUTH, 9, "a text token"],
     ],
 )
 def test_bad_requests_with_an_id_are_answered(item: list[Any]) -> None:
@@ -180,3 +186,11 @@ def test_consistency_parses_names_and_refuses_others() -> None:
     assert Consistency.parse(Consistency.STALE) is Consistency.STALE
     with pytest.raises(BadRequest):
         Consistency.parse("eventual")
+
+
+def test_a_bad_auth_request_never_shows_its_token() -> None:
+    token = b"secret-token-" * 30
+    with pytest.raises(UndecodableRequest) as raised:
+        decode_request(cbor2.dumps([1, Op.AUTH, 9, token]))
+    assert "not shown" in str(raised.value)
+    assert b"secret" not in raised.value.response()
