@@ -15,10 +15,11 @@ run: bootstrap
 cluster: bootstrap
 	@$(PY) -m bookie.local.cluster $(ARGS)
 
-# The tests also compare the key-value store with a real redis-server and drive it
-# with redis-benchmark, so they install both (Debian's redis-server, redis-tools).
+# The tests also compare the key-value store with a real redis-server, drive it
+# with redis-benchmark and load the status page in a headless browser, so they
+# install those (Debian's redis-server, redis-tools, chromium).
 test: bootstrap
-	@scripts/bootstrap.sh redis-server redis-tools
+	@scripts/bootstrap.sh redis-server redis-tools chromium
 	@$(PY) -m ruff check .
 	@$(PY) -m mypy
 	@$(PYTEST) -q -p no:cacheprovider --durations=25 $(ARGS)

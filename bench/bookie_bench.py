@@ -54,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -520,10 +520,44 @@ async def tls_runs(
     return {
         "rounds": arguments.tls_rounds,
         "mutual": True,
-        "on_over_off_ops": median_ratios(runs, "ops_per_s", "tls"),
-        "on_over_off_bookie_cpu_per_op": median_ratios(runs, "bookie_cpu_us_per_op", "tls"),
-        "on_over_off_p99_ms": median_ratios(runs, "p99_ms", "tls"),
+        "on_over_off_ops": on_over_off(runs, lambda run: run["ops_per_s"], mode_key="tls"),
+        "on_over_off_bookie_cpu_per_op": on_over_off(
+            runs, lambda run: run["bookie_cpu_us_per_op"], mode_key="tls"
+        ),
+        "on_over_off_p99_ms": on_over_off(runs, lambda run: run["p99_ms"], mode_key="tls"),
         "runs": runs,
+    }
+
+
+def on_over_off(
+    runs: list[dict[str, Any]],
+    value: Callable[[dict[str, Any]], float],
+    *,
+    mode_key: str = "metrics",
+) -> dict[str, float]:
+    """Per run name, the median of `value` over the runs whose `mode_key` (metrics, TLS) is
+    on, over that of the runs where it is off (names measured only one way are left out)."""
+    found = {}
+    for name in dict.fromkeys(run["name"] for run in runs):
+        medians = {
+            mode: statistics.median(
+                value(run) for run in runs if run["name"] == name and run[mode_key] == mode
+            )
+            for mode in ("off", "on")
+            if any(run["name"] == name and run[mode_key] == mode for run in runs)
+        }
+        if len(medians) == 2 and medians["off"]:
+            found[name] = round(medians["on"] / medians["off"], 3)
+    return found
+
+
+def scrape_report(scrapes: list[float], arguments: argparse.Namespace) -> dict[str, Any]:
+    """The comparison's rounds and how scraping went: how often, how many, the slowest."""
+    return {
+        "rounds": arguments.metrics_rounds,
+        "scrape_interval_s": arguments.scrape_interval_s,
+        "scrapes": len(scrapes),
+        "scrape_ms_max": round(max(scrapes, default=0.0) * 1000, 3),
     }
 
 
@@ -532,36 +566,12 @@ def metrics_report(
 ) -> dict[str, Any]:
     """Every run, on and off, and per size the ratios of the medians, on over off: of the
     rates, and of the bookie's CPU per add (which other load on the machine moves less)."""
-
-    def ratios(key: str) -> dict[str, float]:
-        return median_ratios(runs, key, "metrics")
-
     return {
-        "rounds": arguments.metrics_rounds,
-        "scrape_interval_s": arguments.scrape_interval_s,
-        "scrapes": len(scrapes),
-        "scrape_ms_max": round(max(scrapes, default=0.0) * 1000, 3),
-        "on_over_off_ops": ratios("ops_per_s"),
-        "on_over_off_bookie_cpu_per_op": ratios("bookie_cpu_us_per_op"),
+        **scrape_report(scrapes, arguments),
+        "on_over_off_ops": on_over_off(runs, lambda run: run["ops_per_s"]),
+        "on_over_off_bookie_cpu_per_op": on_over_off(runs, lambda run: run["bookie_cpu_us_per_op"]),
         "runs": runs,
     }
-
-
-def median_ratios(runs: list[dict[str, Any]], key: str, mode_key: str) -> dict[str, float]:
-    """Per run name, the median of `key` over the runs whose `mode_key` is "on", over the
-    median of those where it is "off"."""
-    found = {}
-    for name in dict.fromkeys(run["name"] for run in runs):
-        medians = {
-            mode: statistics.median(
-                run[key] for run in runs if run["name"] == name and run[mode_key] == mode
-            )
-            for mode in ("off", "on")
-            if any(run["name"] == name and run[mode_key] == mode for run in runs)
-        }
-        if len(medians) == 2 and medians["off"]:
-            found[name] = round(medians["on"] / medians["off"], 3)
-    return found
 
 
 # --- main -------------------------------------------------------------------------------------

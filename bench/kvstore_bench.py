@@ -46,6 +46,19 @@ What it runs, one run at a time on this machine:
    so waiting callers see a fraction of what it can do) and once tuned to
    2 ms.
 
+5. Metrics on and off (`--metrics-rounds`, default 2; 0: skipped): two more
+   fresh stores side by side, one whose replicas serve their admin HTTP API
+   (with the cluster watch of the status page) and are scraped at `/metrics`
+   every `--scrape-interval-s`, one whose replicas serve none; SET and GET
+   without pipelining on each leader in turn, which store goes first
+   alternating by round.  `metrics` reports every run and, per test, the
+   medians with metrics on over off of the rate and of the leader's CPU per
+   request (which other load on the machine moves less; read it first).
+   The bookies serve their admin API in both (bench/bookie_bench.py measures
+   theirs), and the counters on the request path cannot be switched off, so
+   both stores pay for them: what differs is the replicas' admin servers,
+   their watches and the scrapes.
+
 With `--tls`, a second store runs beside the first, made as `kvstore up --tls`
 makes it (bookies, replicas' links and its RESP port on TLS), and SET and
 GET, without and with pipelining, alternate between the plain store's RESP
@@ -112,6 +125,7 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 sys.path.insert(0, str(REPOSITORY / "examples"))
 
+from bookie_bench import on_over_off, scrape_metrics, scrape_report  # noqa: E402
 from kvstore import limits as kv_limits  # noqa: E402
 from kvstore.tools.launcher import KvSettings, LocalKvCluster  # noqa: E402
 from proc_cpu import machine_cpu_s, process_cpu_s  # noqa: E402
@@ -398,6 +412,79 @@ async def tls_runs(arguments: argparse.Namespace, data_dir: Path, plain: Target)
     }
 
 
+# --- metrics on and off -----------------------------------------------------------------------
+
+
+async def metrics_runs(arguments: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
+    """The metrics comparison (item 5 of the module docstring)."""
+    runs: list[dict[str, Any]] = []
+    scrapes: list[float] = []
+    if not arguments.metrics_rounds:
+        return {"rounds": 0}
+
+    def store(mode: str) -> LocalKvCluster:
+        zk = None if arguments.zk is None else f"{arguments.zk}/kvstore-bench-metrics-{mode}"
+        settings = KvSettings(base_port=0, admin=mode == "on")
+        return LocalKvCluster(data_dir / f"metrics-{mode}", zk=zk, settings=settings)
+
+    log("kvstore: two more stores, replicas' metrics off and on ...")
+    async with store("off") as off, store("on") as on:
+        clusters = {"off": off, "on": on}
+        for round_number in range(arguments.metrics_rounds):
+            order = ("off", "on") if round_number % 2 == 0 else ("on", "off")
+            for test in ("set", "get"):
+                for mode in order:
+                    cluster = clusters[mode]
+                    leader = cluster.replica(cluster.leader or cluster.replicas[0].name)
+                    followers = [r for r in cluster.replicas if r is not leader]
+                    target = Target(
+                        leader.resp_port,
+                        {
+                            "leader": [pid_of(leader.process)],
+                            "followers": [pid_of(replica.process) for replica in followers],
+                        },
+                    )
+                    run_once = functools.partial(
+                        measure,
+                        target,
+                        f"metrics-{mode}-{test.upper()}",
+                        test,
+                        clients=arguments.clients,
+                        pipeline=1,
+                        seconds=arguments.seconds,
+                    )
+                    async with anyio.create_task_group() as scraping:
+                        if mode == "on":
+                            for replica in cluster.replicas:
+                                scraping.start_soon(
+                                    scrape_metrics,
+                                    replica.admin_port,
+                                    arguments.scrape_interval_s,
+                                    scrapes,
+                                )
+                        run = await anyio.to_thread.run_sync(run_once)
+                        scraping.cancel_scope.cancel()
+                    runs.append(
+                        {**run, "name": test.upper(), "metrics": mode, "round": round_number}
+                    )
+    return metrics_report(runs, scrapes, arguments)
+
+
+def metrics_report(
+    runs: list[dict[str, Any]], scrapes: list[float], arguments: argparse.Namespace
+) -> dict[str, Any]:
+    """Every run, and per test the medians with metrics on over off: of the rates, and of the
+    leader's CPU per request."""
+    return {
+        **scrape_report(scrapes, arguments),
+        "on_over_off_ops": on_over_off(runs, lambda run: run["ops_per_s"]),
+        "on_over_off_leader_cpu_per_request": on_over_off(
+            runs, lambda run: run["cpu_us_per_request"]["leader"]
+        ),
+        "runs": runs,
+    }
+
+
 # --- Redis with fsync --------------------------------------------------------------------------
 
 
@@ -614,6 +701,18 @@ def main() -> None:
         "--rounds", type=int, default=3, help="runs per test, store and Redis in turn (3)"
     )
     parser.add_argument("--zk", help="use this ZooKeeper (HOST:PORT[/chroot]), not a local one")
+    parser.add_argument(
+        "--metrics-rounds",
+        type=int,
+        default=2,
+        help="rounds of the stores with replicas' metrics off and on (0: no comparison) (2)",
+    )
+    parser.add_argument(
+        "--scrape-interval-s",
+        type=float,
+        default=1.0,
+        help="how often each replica's /metrics is scraped while metrics are on (1)",
+    )
     parser.add_argument("--data-dir", help="where the runs keep their data (a temporary dir)")
     parser.add_argument(
         "--tls", action="store_true", help="also a store on TLS, in turn with the plain one"
@@ -628,6 +727,8 @@ def main() -> None:
         return
     if arguments.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if arguments.metrics_rounds < 0 or arguments.scrape_interval_s <= 0:
+        parser.error("--metrics-rounds must be at least 0 and --scrape-interval-s above 0")
     ensure_tools()
     with tempfile.TemporaryDirectory(prefix="kvstore-bench-", dir=arguments.data_dir) as scratch:
         base = Path(scratch)
@@ -638,6 +739,8 @@ def main() -> None:
             results, baselines, to_peer, config = anyio.run(
                 kvstore_runs, arguments, base / "kvstore", peers
             )
+        (base / "metrics").mkdir()
+        metrics = anyio.run(metrics_runs, arguments, base / "metrics")
         baselines += pysyncobj_runs(arguments, base / "pysyncobj")
     tls = config.pop("tls", None)  # --tls: not configuration, a comparison
     everything = results + baselines
@@ -671,6 +774,7 @@ def main() -> None:
             "target": "the leader's Redis port (via-follower-*: a follower's)", **config,
         },
         "results": results,
+        "metrics": metrics,
         "baselines": baselines,
         "ratios": ratios,
         "tls": tls,

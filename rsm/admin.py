@@ -11,6 +11,9 @@ leadership transfer) and nothing authenticates them yet.
 else 503.  Answers about the application (leader, epoch, replicas with their
 applied index and lag, segments, snapshots) are read from ZooKeeper and from
 the replicas' STATUS at the time of the request, as `rsm status` reads them.
+`/api/v1/overview` is the whole cluster at once (rsm/overview.py), and `/`
+the status page that shows it (`rsm/status_page.html`, one self-contained
+file: HTML, CSS and the script that polls the overview and draws the charts).
 `REPLICA_OPENAPI` is the OpenAPI document, served at `/openapi.json`.
 """
 
@@ -18,9 +21,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.resources
 import ssl
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from functools import partial
+
+import anyio
+from prometheus_client.metrics_core import Metric
 
 from bookie.address import Address, parse_address
 from bookie.clock import system_wall_clock_ms
@@ -33,10 +40,16 @@ from rsm.client import connect
 from rsm.core.layout import RSM_ROOT, AppLayout
 from rsm.errors import NotLeader, StatusError
 from rsm.host import application_status
+from rsm.overview import ClusterWatch, application_json, overview, segments_json
 from rsm.runtime.log import LogStore
 from rsm.runtime.metrics import rsm_metrics
 from rsm.runtime.replica import Replica
 from rsm.snapshots.inspect import listing, manifest_plain
+
+_STATUS_PAGE = importlib.resources.files("rsm") / "status_page.html"
+
+MetricSource = Callable[[], Iterable[Metric]]
+"""What yields metric families at each scrape."""
 
 
 def _admin_address(text: str) -> Address:
@@ -56,10 +69,21 @@ def add_admin_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def replica_routes(replica: Replica, store: MetadataStore, rsm_root: str = RSM_ROOT) -> Routes:
-    """The routes of one replica's admin API (see the module docstring)."""
+def replica_routes(
+    replica: Replica,
+    store: MetadataStore,
+    watch: ClusterWatch,
+    rsm_root: str = RSM_ROOT,
+    *,
+    app_metrics: MetricSource | None = None,
+) -> Routes:
+    """The routes of one replica's admin API (see the module docstring); `watch` supplies
+    the overview's bookies and events, `app_metrics` the application's own families."""
     layout = AppLayout.of(replica.app, rsm_root)
-    metrics = registry(partial(rsm_metrics, replica, system_wall_clock_ms))
+    sources: list[MetricSource] = [partial(rsm_metrics, replica, system_wall_clock_ms)]
+    if app_metrics is not None:
+        sources.append(app_metrics)
+    metrics = registry(*sources)
 
     async def ready(_: Request) -> Answer:
         status = replica.status()
@@ -76,50 +100,21 @@ def replica_routes(replica: Replica, store: MetadataStore, rsm_root: str = RSM_R
 
     async def application(_: Request) -> Answer:
         async with connect(replica.app, store=store, rsm_root=rsm_root) as client:
-            report = await application_status(store, client)
-        replicas = [
-            {
-                "replica_id": entry["replica_id"],
-                "address": entry["address"],
-                "role": entry.get("role"),
-                "applied_index": entry.get("applied_index"),
-                "lag": entry.get("lag"),
-                "error": entry.get("error"),
-            }
-            for entry in report["replicas"]
-        ]
-        return json_answer(
-            {
-                "app": report["app"],
-                "epoch": report["epoch"],
-                "leader": report["leader"],
-                "end_index": report["end_index"],
-                "replicas": replicas,
-            }
-        )
+            report = await application_status(store, client, ledger_root=replica.ledgers.root)
+        return json_answer(application_json(report))
 
     async def this_replica(_: Request) -> Answer:
         status = replica.status()
         return json_answer({name: status[name] for name in _REPLICA_FIELDS})
 
     async def segments(_: Request) -> Answer:
-        log, version = await LogStore(store, layout).read()
-        return json_answer(
-            {
-                "epoch": log.epoch,
-                "version": version,
-                "segments": [
-                    {
-                        "ledger_id": segment.ledger_id,
-                        "epoch": segment.epoch,
-                        "first_index": segment.first_index,
-                        "state": segment.state.name,
-                        "last_index": segment.last_index,
-                    }
-                    for segment in log.segments
-                ],
-            }
-        )
+        return json_answer(segments_json(*await LogStore(store, layout).read()))
+
+    async def cluster(_: Request) -> Answer:
+        return json_answer(await overview(replica, store, watch, rsm_root))
+
+    async def page(_: Request) -> Answer:
+        return Answer(200, _STATUS_PAGE.read_bytes(), "text/html; charset=utf-8")
 
     async def snapshots(_: Request) -> Answer:
         return json_answer(listing(await replica.snapshots.refresh()))
@@ -149,6 +144,8 @@ def replica_routes(replica: Replica, store: MetadataStore, rsm_root: str = RSM_R
     routes.add("GET", "/api/v1/application", application)
     routes.add("GET", "/api/v1/replica", this_replica)
     routes.add("GET", "/api/v1/segments", segments)
+    routes.add("GET", "/api/v1/overview", cluster)
+    routes.add("GET", "/", page)
     routes.add("GET", "/api/v1/snapshots", snapshots)
     routes.add("POST", "/api/v1/snapshots", take_snapshot)
     routes.add("POST", "/api/v1/leader/transfer", transfer)
@@ -162,19 +159,29 @@ async def admin_server(
     address: Address | None,
     rsm_root: str = RSM_ROOT,
     *,
+    app_metrics: MetricSource | None = None,
     tls: ssl.SSLContext | None = None,
     tls_allowed_names: Collection[str] | None = None,
 ) -> AsyncIterator[str | None]:
     """Serve `replica`'s admin API on `address` (None: nothing) for the block; yield the
-    address bound ("host:port").  With `tls` (a server context), over HTTPS, serving the
-    client certificate names `tls_allowed_names` only when given.  `AdminUnavailable` (a
+    address bound ("host:port").  `app_metrics`: what the application adds to `/metrics`,
+    called at each scrape.  With `tls` (a server context), over HTTPS, serving the client
+    certificate names `tls_allowed_names` only when given.  `AdminUnavailable` (a
     `BookieError`) when it cannot listen there."""
     if address is None:
         yield None
         return
-    routes = replica_routes(replica, store, rsm_root)
-    async with serve_http(address, routes, tls=tls, tls_allowed_names=tls_allowed_names) as bound:
-        yield str(bound)
+    watch = ClusterWatch(replica, store, system_wall_clock_ms)
+    routes = replica_routes(replica, store, watch, rsm_root, app_metrics=app_metrics)
+    async with (
+        serve_http(address, routes, tls=tls, tls_allowed_names=tls_allowed_names) as bound,
+        anyio.create_task_group() as tasks,
+    ):
+        tasks.start_soon(watch.run)
+        try:
+            yield str(bound)
+        finally:
+            tasks.cancel_scope.cancel()
 
 
 _REPLICA_FIELDS = (
@@ -212,9 +219,94 @@ _MANIFEST = obj(
     replica_id="string",
 )
 
+_REPLICA_ENTRY = obj(
+    replica_id="string",
+    address="string",
+    role=_OPTIONAL_TEXT,
+    applied_index=_OPTIONAL_INT,
+    lag=_OPTIONAL_INT,
+    error=_OPTIONAL_TEXT,
+)
+_LEADER = {
+    **obj(replica_id="string", address="string", epoch="integer"),
+    "type": ["object", "null"],
+}
+_SEGMENT = obj(
+    ledger_id="integer",
+    epoch="integer",
+    first_index="integer",
+    state="string",
+    last_index="integer",
+)
+_OVERVIEW = obj(
+    time_ms="integer",
+    served_by="string",
+    app="string",
+    epoch="integer",
+    leader=_LEADER,
+    end_index=_OPTIONAL_INT,
+    replicas={
+        "type": "array",
+        "items": obj(
+            **_REPLICA_ENTRY["properties"],
+            serving="boolean",
+            load={
+                **obj(commits="integer", commit_seconds="number", reads="integer"),
+                "type": ["object", "null"],
+            },
+        ),
+    },
+    segments={"type": "array", "items": _SEGMENT},
+    snapshots={"type": "array", "items": _MANIFEST},
+    under_replication={
+        "type": "object",
+        "properties": {
+            "enabled": {"type": "boolean"},
+            "ledgers": {"type": "integer"},
+            "app_ledgers": {"type": "array", "items": {"type": "integer"}},
+            "being_repaired": {"type": "integer"},
+            "missing_bookies": {"type": "array", "items": {"type": "string"}},
+            "error": {"type": "string"},
+        },
+    },
+    bookies={
+        "type": "array",
+        "items": obj(
+            bookie_id="string",
+            address=_OPTIONAL_TEXT,
+            state={"type": "string", "enum": ["up", "read_only", "down"]},
+            free_bytes=_OPTIONAL_INT,
+            total_bytes=_OPTIONAL_INT,
+            error=_OPTIONAL_TEXT,
+        ),
+    },
+    events={
+        "type": "array",
+        "items": obj(
+            time_ms="integer",
+            kind={
+                "type": "string",
+                "enum": ["leader", "bookie_down", "bookie_up", "bookie_read_only", "diverged"],
+            },
+            message="string",
+        ),
+    },
+)
+
 REPLICA_OPENAPI = document(
     "replica admin API",
     {
+        "/": {
+            "get": {
+                "summary": "the status page (HTML; it polls /api/v1/overview)",
+                "responses": {
+                    "200": {
+                        "description": "the status page",
+                        "content": {"text/html": {"schema": {"type": "string"}}},
+                    }
+                },
+            }
+        },
         "/health": get("liveness", obj(status="string")),
         "/ready": get(
             "readiness: leading, or following caught up (503 when not)",
@@ -230,23 +322,15 @@ REPLICA_OPENAPI = document(
             obj(
                 app="string",
                 epoch="integer",
-                leader={
-                    **obj(replica_id="string", address="string", epoch="integer"),
-                    "type": ["object", "null"],
-                },
+                leader=_LEADER,
                 end_index=_OPTIONAL_INT,
-                replicas={
-                    "type": "array",
-                    "items": obj(
-                        replica_id="string",
-                        address="string",
-                        role=_OPTIONAL_TEXT,
-                        applied_index=_OPTIONAL_INT,
-                        lag=_OPTIONAL_INT,
-                        error=_OPTIONAL_TEXT,
-                    ),
-                },
+                replicas={"type": "array", "items": _REPLICA_ENTRY},
             ),
+        ),
+        "/api/v1/overview": get(
+            "the whole cluster for the status page: the application, its segments and "
+            "snapshots, under-replicated ledgers, bookies with their disk use, recent events",
+            _OVERVIEW,
         ),
         "/api/v1/replica": get(
             "this replica",
@@ -271,20 +355,7 @@ REPLICA_OPENAPI = document(
         ),
         "/api/v1/segments": get(
             "the log's segments, oldest first",
-            obj(
-                epoch="integer",
-                version="integer",
-                segments={
-                    "type": "array",
-                    "items": obj(
-                        ledger_id="integer",
-                        epoch="integer",
-                        first_index="integer",
-                        state="string",
-                        last_index="integer",
-                    ),
-                },
-            ),
+            obj(epoch="integer", version="integer", segments={"type": "array", "items": _SEGMENT}),
         ),
         "/api/v1/snapshots": {
             **get(

@@ -222,6 +222,19 @@ unprivileged autogroup change per 100 ms on the whole machine)."""
 status_answer_timeout_ms = 2_000
 """How long a status report (`rsm status`, `kvstore status`) waits for one replica's STATUS."""
 
+# --- the admin API's cluster overview and status page ----------------------------------------
+
+admin_events_max = 200
+"""Events (leader changes, bookies lost or back, divergences) a replica's admin server keeps in
+memory for its status page; older ones are dropped."""
+
+admin_watch_interval_ms = 1_000
+"""How often a replica's admin server looks at the cluster for those events, and asks each
+registered bookie for its disk use."""
+
+admin_bookie_info_timeout_ms = 1_000
+"""How long the admin server waits for one bookie's disk use before calling it down."""
+
 # --- snapshots, truncation and state hashes ---------------------------------------------------
 
 snapshot_chunk_bytes_default = 1 * MiB
@@ -445,3 +458,5 @@ assert snapshot_load_attempts_max >= snapshots_kept_max
 assert 1 <= spark_read_chunk_entries <= bookie_limits.read_batch_entries_max
 assert spark_min_partitions_default >= 1
 assert spark_entries_per_partition_max_default >= spark_read_chunk_entries
+assert admin_events_max > 0
+assert 0 < admin_bookie_info_timeout_ms <= admin_watch_interval_ms

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the project needs on a fresh Debian machine, and nothing twice:
-#   - Debian's zookeeper package (and through it a Java runtime) when missing;
+#   - Debian's zookeeper package (and through it a Java runtime) when missing, and
+#     the packages named as arguments (redis-server, redis-tools, chromium) when missing;
 #   - a virtualenv in .venv with the project and its dev, fast, bench and spark
 #     extras (dev: the test and lint tools and pdoc for `make docs`; spark:
 #     PySpark, which runs on the same Java), rebuilt only when pyproject.toml
@@ -16,6 +17,7 @@ for extra in "$@"; do
     case "$extra" in
         redis-tools) command -v redis-benchmark >/dev/null 2>&1 || need_apt+=(redis-tools) ;;
         redis-server) command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server) ;;
+        chromium) command -v chromium >/dev/null 2>&1 || need_apt+=(chromium) ;;
     esac
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

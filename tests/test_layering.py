@@ -80,6 +80,7 @@ LAYERS: dict[str, list[list[str]]] = {
         ["rsm.snapshots"],
         ["rsm.runtime"],
         ["rsm.host", "rsm.machines", "rsm.tls_flags"],
+        ["rsm.overview"],
         ["rsm.admin"],
         ["rsm.spark"],
         ["rsm.tools"],

@@ -135,6 +135,11 @@ class LedgerClient:
     # --- bookies ------------------------------------------------------------------------------
 
     @property
+    def root(self) -> str:
+        """The cluster's root path in the metadata store."""
+        return self._context.ledgers.layout.root
+
+    @property
     def stats(self) -> ClientStats:
         """What the client counts for its metrics (`bookie.client.stats.client_metrics`)."""
         return self._context.stats

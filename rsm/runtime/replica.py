@@ -430,7 +430,10 @@ class Replica:
         `snapshots` (taken, loaded, skipped, the last ones, truncations) and
         `state_hashes` (the newest recorded, checks against the log, and
         `diverged_at`: the first index where this replica's state differed
-        from the leader's, or None).
+        from the leader's, or None); `load`: counters since the process
+        started, `commits` and `commit_seconds` (batches committed here as
+        leader, the sum of their commit latencies) and `reads` (queries this
+        replica answered or took).
         """
         leadership = self._election
         leader = leadership.leader
@@ -458,6 +461,11 @@ class Replica:
             "term": term.status() if term is not None else None,
             "snapshots": self._snapshots.status() if self._snapshots is not None else None,
             "state_hashes": self._applier.hashes.status(),
+            "load": {
+                "commits": self.stats.commit_seconds.count,
+                "commit_seconds": self.stats.commit_seconds.sum,
+                "reads": self.stats.reads,
+            },
         }
 
     # --- requests (the server's Endpoint) -----------------------------------------------------
@@ -470,6 +478,7 @@ class Replica:
         term.submit_call(request, answerer)
 
     def handle_query(self, request: QueryRequest, answerer: Answerer) -> int | None:
+        self.stats.reads += 1
         read = Read(answerer, request.request_id, request.name, request.args, request.kwargs)
         if request.consistency is Consistency.LINEARIZABLE:
             term = self._term
@@ -495,7 +504,10 @@ class Replica:
         term = self._term
         if term is None or not term.accepting:
             return None
-        return term.read_now(name, args, kwargs)
+        outcome = term.read_now(name, args, kwargs)
+        if outcome is not None:
+            self.stats.reads += 1
+        return outcome
 
     def read_applied(self, name: str, args: list[Any], *, time_ms: int) -> Outcome:
         """Query `name` answered at once from this replica's applied state, as of `time_ms`

@@ -25,5 +25,7 @@ class ReplicaStats:
         """Leadership transfers this replica made as the leader."""
         self.handoff_window_seconds = Histogram()
         """From a transfer's stop of writes to the successor's leader znode."""
+        self.reads = 0
+        """Queries answered or taken (`Replica.handle_query`, `read_now`, `read_applied`)."""
         self.read_rounds_ended_terms = 0
         """Confirmation rounds (read-lease renewals) of the terms that ended."""

@@ -46,6 +46,8 @@ def test_bench_prints_one_json_object(
             zookeeper.connect_string + zk_root,
             "--data-dir",
             str(tmp_path),
+            "--metrics-rounds",
+            "1",
             *QUICK_RATE_SEARCH,
         ],
         capture_output=True,
@@ -78,6 +80,16 @@ def test_bench_prints_one_json_object(
             assert entry["p50_ms"] is not None
             assert entry["p99_ms"] is not None
     assert report["ratios"]["set_vs_pysyncobj"] > 0
+    metrics = report["metrics"]
+    assert sorted((run["name"], run["metrics"]) for run in metrics["runs"]) == [
+        ("GET", "off"),
+        ("GET", "on"),
+        ("SET", "off"),
+        ("SET", "on"),
+    ]
+    assert metrics["scrapes"] > 0
+    assert set(metrics["on_over_off_ops"]) == {"SET", "GET"}
+    assert all(ratio > 0 for ratio in metrics["on_over_off_leader_cpu_per_request"].values())
     assert report["ratios"]["get_vs_minimal_python"] > 0
     # The store's runs and its peers' alternate, two rounds each; the reported run is one of
     # them.

@@ -68,6 +68,10 @@ def test_info_has_every_section_redis_tooling_reads(store: Store) -> None:
         assert info["db0"]["expires"] >= WRITES // 2
         for section in SECTIONS:
             assert client.info(section.lower()), section
+        commandstats = client.info("commandstats")
+        assert commandstats["cmdstat_set"]["calls"] >= WRITES
+        assert commandstats["cmdstat_set"]["failed_calls"] == 0
+        assert client.info("stats")["total_commands_processed"] >= WRITES
         first_replid = info["master_replid"]
     follower = next(name for name in store.running() if name != leader)
     with store.client(follower, protocol=3) as client:
@@ -91,6 +95,12 @@ def test_kvstore_up_serves_admin_apis_that_move_under_load(store: Store) -> None
     assert sample(after, commands, **labels) >= sample(before, commands, **labels) + WRITES
     assert sample(after, "rsm_leader", **labels) == 1
     assert sample(after, "ledger_add_latency_seconds_count") > 0
+    ok = {"command": "incrby", "result": "ok"}  # redis-py sends INCR as INCRBY
+    assert sample(after, "kvstore_commands_total", **ok) >= (
+        sample(before, "kvstore_commands_total", **ok) + WRITES
+    )
+    assert sample(after, "kvstore_keys") >= 1
+    assert sample(after, "kvstore_connections_received_total") >= 1
     assert store.portal.call(admin.request, "GET", "/ready").status == 200
 
     acked = 0.0

@@ -82,6 +82,27 @@ async def test_replica_admin_api(zookeeper: LocalZooKeeper, zk_root: str, tmp_pa
         assert segments["segments"][-1]["state"] == "OPEN"
         assert segments["segments"][-1]["epoch"] == epoch
 
+        async def bookies_up() -> bool:
+            _, seen = await on_follower.checked(document, "GET", "/api/v1/overview")
+            return [bookie["state"] for bookie in seen["bookies"]] == ["up"] * 3
+
+        await wait_for(bookies_up)
+        _, overview = await on_follower.checked(document, "GET", "/api/v1/overview")
+        assert overview["served_by"] == follower.address
+        assert overview["leader"]["replica_id"] == leader.address
+        assert overview["segments"] == segments["segments"]
+        assert all(b["total_bytes"] >= b["free_bytes"] > 0 for b in overview["bookies"])
+        serving = [r for r in overview["replicas"] if r["serving"]]
+        assert [r["replica_id"] for r in serving] == [leader.address]
+        assert serving[0]["load"]["commits"] >= 1
+        assert {"kind": "leader", "message": f"leader {leader.address} (epoch {epoch})"} in [
+            {"kind": e["kind"], "message": e["message"]} for e in overview["events"]
+        ]
+        page = await on_leader.request("GET", "/")
+        assert (page.status, page.content_type) == (200, "text/html; charset=utf-8")
+        assert b'id="leader"' in page.body
+        assert b"/api/v1/overview" in page.body
+
         status, manifest = await on_follower.checked(document, "POST", "/api/v1/snapshots")
         assert status == 202
         assert manifest["replica_id"] == follower.address

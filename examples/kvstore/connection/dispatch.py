@@ -37,6 +37,10 @@ consequence; QUIT and RESET act at once even inside MULTI; EXEC and
 DISCARD without MULTI are errors; EXEC and DISCARD forget the watched keys.
 A WATCH of a key already watched keeps the older position, as Redis.
 
+Every request is counted in `client.stats` (`command_stats.py`): its
+command's call, or its refusal, or a server command's error; the shell
+counts the failures of the others when their outcome arrives.
+
 Invariants: `plan` changes only `client`; every `Write`/`Read`/`WatchRead`/
 `Execute` gets exactly one `finish`; a connection in MULTI never produces a
 `Write` or `Read`.
@@ -107,9 +111,12 @@ def plan(args: list[bytes], client: ClientState, server: ServerView) -> Action:
     try:
         spec = commands.resolve(args)
     except RedisError as error:
+        client.stats.reject(_command_name(args), error.message)
         if client.in_transaction:
             client.transaction_error = EXEC_ABORT
         return Answer(error)
+    calls = client.stats.calls
+    calls[spec.name] = calls.get(spec.name, 0) + 1
     route = spec.route
     if client.in_transaction and spec.name not in _IMMEDIATE_IN_TRANSACTION:
         return _queue(spec, args, client)
@@ -122,7 +129,14 @@ def plan(args: list[bytes], client: ClientState, server: ServerView) -> Action:
             server_commands.answer(spec, args, client, server)
         )
     except RedisError as error:
+        client.stats.fail(spec.name, error.message)
         return Answer(error)
+
+
+def _command_name(args: list[bytes]) -> str | None:
+    """The name of the command a refused request names, None when there is no such command."""
+    spec = commands.COMMANDS.get(args[0].lower().decode("latin-1"))
+    return None if spec is None else spec.name
 
 
 def _queue(spec: CommandSpec, args: list[bytes], client: ClientState) -> Answer:
@@ -132,7 +146,9 @@ def _queue(spec: CommandSpec, args: list[bytes], client: ClientState) -> Answer:
         or client.queued_bytes + client.watched_bytes + size_bytes > limits.transaction_bytes_max
     ):
         client.transaction_error = EXEC_ABORT
-        return Answer(RedisError("ERR the transaction is too large to queue this command"))
+        error = RedisError("ERR the transaction is too large to queue this command")
+        client.stats.reject(spec.name, error.message)
+        return Answer(error)
     client.queued.append((spec, args))
     client.queued_bytes += size_bytes
     return Answer("QUEUED")

@@ -42,11 +42,13 @@ their state lives in `ClientState` too.
   this replica is in the cluster: leader or follower, the leader's
   address, epoch, applied index, whether it has caught up with the log,
   and its lag: the log entries it knows are confirmed and has not applied
-  yet), cpu, cluster (`cluster_enabled:0`) and keyspace; "default", "all"
-  and "everything" give them all; unknown sections give nothing.  Fields
-  this server cannot fill truly (per-command counts, key hits and misses,
-  expired keys) are left out rather than shown as 0.  The text is a
-  verbatim string in RESP3, as Redis's.
+  yet), cpu, cluster (`cluster_enabled:0`) and keyspace, by default;
+  "all" and "everything" add commandstats and errorstats (per command
+  name and per error code: `command_stats.py`); unknown sections give
+  nothing.  Fields this server cannot fill truly (the time spent in each
+  command, key hits and misses, expired keys, ops per second) are left
+  out rather than shown as 0.  The text is a verbatim string in RESP3, as
+  Redis's.
 * TIME -> [unix seconds, microseconds] from the server's clock (not
   logged time: TIME is about this server, not the data).
 
@@ -62,6 +64,7 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from kvstore import errors, limits
+from kvstore.connection.command_stats import CommandStats, commandstats_fields, errorstats_fields
 from kvstore.errors import RedisError, c_text
 from kvstore.protocol import commands, numbers
 from kvstore.protocol.commands import CommandSpec, Route
@@ -76,7 +79,7 @@ _INT32_MAX: Final = 2**31 - 1
 _NAME_BYTE_MIN: Final = 0x21
 _NAME_BYTE_MAX: Final = 0x7E
 """Client names and library attributes are printable ASCII without spaces ('!' to '~')."""
-_INFO_SECTIONS: Final = (
+_DEFAULT_SECTIONS: Final = (
     "server",
     "clients",
     "memory",
@@ -87,6 +90,13 @@ _INFO_SECTIONS: Final = (
     "cluster",
     "keyspace",
 )
+_INFO_SECTIONS: Final = (
+    *_DEFAULT_SECTIONS[:7],
+    "commandstats",
+    "errorstats",
+    *_DEFAULT_SECTIONS[7:],
+)
+"""Every section in the order Redis writes them (commandstats and errorstats after cpu)."""
 _HUMAN_UNITS: Final = ("K", "M", "G", "T", "P")
 _KIB: Final = 1024
 _MS_PER_SECOND: Final = 1000
@@ -126,6 +136,8 @@ class ClientState:
     watches: dict[bytes, Watch] = field(default_factory=dict)
     watched_bytes: int = 0
     """What the watched keys will add to EXEC's logged command (see `limits`)."""
+    stats: CommandStats = field(default_factory=CommandStats, compare=False, repr=False)
+    """The connection's commands and error replies, counted (`command_stats.py`)."""
 
     def watch(self, watch: Watch) -> None:
         """Watch a key (a key watched already keeps its older position, as in Redis)."""
@@ -192,6 +204,8 @@ class ServerStatus:
     """The application's newest snapshot (None: none yet)."""
     snapshot_created_ms: int | None = None
     process: ProcessStatus = field(default_factory=ProcessStatus)
+    commands: CommandStats = field(default_factory=CommandStats)
+    """Every connection's counts since the server started, closed connections' included."""
 
 
 class ServerView(Protocol):
@@ -387,10 +401,15 @@ def _printable(value: bytes) -> bool:
 
 
 def info_text(sections: Sequence[bytes], status: ServerStatus) -> bytes:
-    """The INFO reply: the asked sections, `# Name` then `field:value` lines, CRLF-separated."""
-    wanted = {section.decode("latin-1") for section in sections}
-    if not wanted or wanted & {"default", "all", "everything"}:
+    """The INFO reply: the asked sections, `# Name` then `field:value` lines, CRLF-separated.
+
+    As Redis: no section, or "default", gives the default ones; "all" and
+    "everything" add commandstats and errorstats."""
+    wanted = {section.decode("latin-1").lower() for section in sections}
+    if wanted & {"all", "everything"}:
         wanted = set(_INFO_SECTIONS)
+    elif not wanted or "default" in wanted:
+        wanted |= set(_DEFAULT_SECTIONS)
     blocks = [_info_section(section, status) for section in _INFO_SECTIONS if section in wanted]
     return "\r\n".join(blocks).encode("latin-1")
 
@@ -471,7 +490,9 @@ def _info_section(section: str, status: ServerStatus) -> str:
         fields = [
             ("total_connections_received", str(status.connections_received)),
             ("rejected_connections", str(status.connections_rejected)),
+            ("total_commands_processed", str(sum(status.commands.calls.values()))),
             ("evicted_keys", "0"),
+            ("total_error_replies", str(sum(status.commands.errors.values()))),
         ]
     elif section == "cpu":
         fields = [
@@ -480,6 +501,10 @@ def _info_section(section: str, status: ServerStatus) -> str:
             ("used_cpu_sys_children", f"{process.cpu_sys_children_s:.6f}"),
             ("used_cpu_user_children", f"{process.cpu_user_children_s:.6f}"),
         ]
+    elif section == "commandstats":
+        fields = commandstats_fields(status.commands)
+    elif section == "errorstats":
+        fields = errorstats_fields(status.commands)
     elif section == "cluster":
         fields = [("cluster_enabled", "0")]
     elif section == "replication":

@@ -98,6 +98,7 @@ from bookie.net.framed_protocol import FramedProtocol
 from bookie.net.stream_transport import StreamTransport
 from bookie.net.tls import TlsListen, TlsServer
 from kvstore import limits
+from kvstore.connection.command_stats import CommandStats
 from kvstore.connection.dispatch import (
     Action,
     Answer,
@@ -110,7 +111,7 @@ from kvstore.connection.dispatch import (
     plan,
 )
 from kvstore.connection.server_commands import ClientState, ServerStatus
-from kvstore.errors import ProtocolError
+from kvstore.errors import ProtocolError, RedisError
 from kvstore.protocol.resp import Reply, RespParser, encode_reply
 from kvstore.runtime.process_info import process_status
 from kvstore.runtime.router import Lane, Receiver
@@ -241,6 +242,8 @@ class RespServer:
         self._next_client_id = 1
         self._connections_received = 0
         self._connections_rejected = 0
+        self._closed_commands = CommandStats()
+        """The counts of the connections that closed (the open ones keep their own)."""
         self._run_id = os.urandom(20).hex()
         self._started_s = time.monotonic()
         self.view = _View(self)
@@ -248,6 +251,11 @@ class RespServer:
     @property
     def connection_count(self) -> int:
         return len(self._connections)
+
+    @property
+    def connection_totals(self) -> tuple[int, int]:
+        """(received, rejected): client connections since the server started."""
+        return self._connections_received, self._connections_rejected
 
     async def serve(self) -> None:
         loop = asyncio.get_running_loop()
@@ -301,12 +309,19 @@ class RespServer:
 
     def forget(self, connection: RespConnection) -> None:
         self._connections.discard(connection)
+        self._closed_commands.add(connection.client.stats)
         self._admission.release(connection.peer_host)
 
     # --- the connections' ServerView ----------------------------------------------------------
 
     def clock_us(self) -> int:
         return time.time_ns() // 1000
+
+    def command_stats(self) -> CommandStats:
+        """Every connection's counts since the server started (folded now)."""
+        return CommandStats.total(
+            [self._closed_commands, *(each.client.stats for each in self._connections)]
+        )
 
     def status(self) -> ServerStatus:
         info = self._replica_info()
@@ -331,6 +346,7 @@ class RespServer:
             snapshot_index=info.snapshot_index,
             snapshot_created_ms=info.snapshot_created_ms,
             process=process_status(self._run_id),
+            commands=self.command_stats(),
         )
 
     def config_settings(self) -> Mapping[str, str]:
@@ -389,6 +405,8 @@ class RespConnection(FramedProtocol):
         """Bytes of the encoded replies in `_replies`."""
         self._actions: dict[int, WatchRead | Execute] = {}
         """Tickets whose reply needs their action to be built (see `dispatch.finish`)."""
+        self._commands: dict[int, str] = {}
+        """The command name of each ticket the router owes, for counting its failure."""
         self._watch_ticket: int | None = None
         """The WATCH whose read must be answered before the next command is dispatched."""
         self._draining = False
@@ -461,6 +479,7 @@ class RespConnection(FramedProtocol):
         assert isinstance(marker, _Pending), "a ticket is answered once"
         self._pending_count -= 1
         action = self._actions.pop(ticket, None)
+        name = self._commands.pop(ticket)
         reply: Reply
         watch_answered = False
         if action is not None:
@@ -472,6 +491,9 @@ class RespConnection(FramedProtocol):
             reply = outcome.value
         else:
             reply = failure_reply(outcome)
+        if not outcome.ok:
+            assert isinstance(reply, RedisError)
+            self.client.stats.fail(name, reply.message)
         out = bytearray()
         encode_reply(reply, out, marker.resp3)
         self._replies[position] = bytes(out)
@@ -571,6 +593,7 @@ class RespConnection(FramedProtocol):
                     break
         except ProtocolError as error:
             emit(logger, logging.INFO, "kvstore.bad_client", error=error.message)
+            self.client.stats.error(error.message)
             self._reply_now(error)
             self._draining = True
         finally:
@@ -613,8 +636,12 @@ class RespConnection(FramedProtocol):
                     )
                     if outcome is None:
                         break
-                    reply = outcome.value if outcome.ok else failure_reply(outcome)
-                    encode_reply(reply, out, client.resp3)
+                    if outcome.ok:
+                        encode_reply(outcome.value, out, client.resp3)
+                    else:
+                        error = failure_reply(outcome)
+                        client.stats.fail(action.name, error.message)
+                        encode_reply(error, out, client.resp3)
                 else:
                     break
                 action = None
@@ -653,17 +680,21 @@ class RespConnection(FramedProtocol):
         assert lane is not None
         if kind is Write:
             assert isinstance(action, Write)
+            self._commands[ticket] = action.name
             router.call(lane, action.name, action.args, self, ticket)
         elif kind is Read:
             assert isinstance(action, Read)
+            self._commands[ticket] = action.name
             router.read(lane, action.name, action.args, self, ticket, stale=action.stale)
         elif kind is WatchRead:
             assert isinstance(action, WatchRead)
+            self._commands[ticket] = "watch"
             self._actions[ticket] = action
             self._watch_ticket = ticket
             router.read(lane, "position", [], self, ticket, stale=action.stale)
         else:
             assert isinstance(action, Execute)
+            self._commands[ticket] = "exec"
             self._actions[ticket] = action
             router.call(lane, "exec", [action.watched, action.calls], self, ticket)
 

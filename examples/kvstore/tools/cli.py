@@ -68,6 +68,7 @@ import shlex
 import signal
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -83,6 +84,7 @@ from bookie.meta.bookies import list_bookies, list_cookies
 from kvstore import limits
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
 from kvstore.protocol.redis_cli import reply_text
+from kvstore.runtime.metrics import kvstore_metrics
 from kvstore.runtime.node import DEFAULT_APP, KvNode, StoreSettings
 from kvstore.state_machine import KVStore
 from kvstore.tools.launcher import (
@@ -337,6 +339,7 @@ async def _serve_node(
             node.replica,
             store,
             arguments.admin,
+            app_metrics=partial(kvstore_metrics, node),
             tls=tls.replica.admin,
             tls_allowed_names=tls.replica.allowed_names,
         ) as admin,
@@ -437,6 +440,7 @@ def _banner(cluster: LocalKvCluster) -> str:
     lines.append(admin_heading())
     lines += admin_lines(bookies.bookies)
     lines += [f"  {replica.name:<9}  {replica.admin_url}" for replica in cluster.replicas]
+    lines.append(f"Status page: {cluster.replicas[0].admin_url}/ (on any replica's admin address)")
     lines += [
         f"Any replica takes any command.  Status: kvstore status --data-dir "
         f"{_shown(cluster.data_dir)}",

@@ -28,7 +28,8 @@ Replica ports: a new cluster gives replica i the Redis port `base_port + i
 those are taken (or `base_port` is 0); `kvstore.toml` keeps them.  Every
 replica serves its admin HTTP API (docs/observability.md) on loopback, at
 `base_port + 2000 + i - 1` when free, else on a free port, chosen at each
-start (so `kvstore.toml` does not keep it).  Bookies
+start (so `kvstore.toml` does not keep it), unless `KvSettings.admin` is
+False (the benchmark's metrics-off runs).  Bookies
 take the bookie default ports (3181, ...), or free ports when `base_port` is 0.
 
 With TLS (`KvSettings.tls`, `kvstore up --tls`, decided when the store is
@@ -128,8 +129,7 @@ def serve_command(
         ledger_root,
         "--session-timeout-ms",
         str(settings.session_timeout_ms),
-        "--admin",
-        f"{HOST}:{replica.admin_port}",
+        *(["--admin", f"{HOST}:{replica.admin_port}"] if settings.admin else []),
         *([] if tls is None else _tls_flags(replica, tls)),
     ]
 
@@ -166,6 +166,8 @@ class KvSettings:
     app: str = DEFAULT_APP
     session_timeout_ms: int = rsm_limits.replica_session_timeout_ms_default
     """The replicas' ZooKeeper session timeout (the bookies keep their own default)."""
+    admin: bool = True
+    """Replicas serve their admin HTTP API (metrics, status page); the bookies always do."""
     tls: bool = False
     """Everything on TLS too, with a local CA (`bookie.local.certificates`)."""
 
@@ -322,6 +324,7 @@ class LocalKvCluster:
                 base_port=self._requested.base_port,
                 app=saved["app"],
                 session_timeout_ms=self._requested.session_timeout_ms,
+                admin=self._requested.admin,
                 tls=tls,
             )
             names, resp_ports, ports = saved["replicas"], saved["resp_ports"], saved["ports"]

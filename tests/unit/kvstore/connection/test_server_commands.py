@@ -239,7 +239,14 @@ def test_info_sections() -> None:
     assert keyspace == Verbatim(b"# Keyspace\r\ndb0:keys=10,expires=2,avg_ttl=0\r\n")
     assert type(keyspace) is Verbatim, "a verbatim string in RESP3, as Redis's"
     assert call(b"INFO", b"server", b"clients").startswith(b"# Server\r\n")  # type: ignore[union-attr]
-    assert call(b"INFO", b"everything") == call(b"INFO")
+    everything = call(b"INFO", b"everything")
+    assert isinstance(everything, bytes)
+    assert everything == call(b"INFO", b"default", b"commandstats", b"errorstats")
+    assert b"\r\n# CPU\r\n" in everything
+    assert b"\r\n# Commandstats\r\n" in everything
+    assert b"\r\n# Errorstats\r\n" in everything
+    assert call(b"INFO", b"all") == everything
+    assert call(b"INFO", b"default") == call(b"INFO")
     assert call(b"INFO", b"nonsense") == b""
 
 

@@ -191,6 +191,32 @@ async def test_redis_py_commands_and_pipelines(protocol: int) -> None:
             assert await transaction.execute() == [True, 2, b"2"]
 
 
+async def test_commandstats_and_errorstats_as_redis_py_reads_them() -> None:
+    async with serving() as (_, port), redis_client(port) as client:
+        async with redis_client(port) as gone:
+            assert await gone.set("k", "v")
+            assert await gone.get("k") == b"v"
+        await client.set("k", "v")
+        with pytest.raises(redis.exceptions.ResponseError, match="not an integer"):
+            await client.incr("k")
+        with pytest.raises(redis.exceptions.ResponseError, match="wrong number of arguments"):
+            await client.execute_command("GET")  # type: ignore[no-untyped-call]
+        with pytest.raises(redis.exceptions.ResponseError, match="unknown command"):
+            await client.execute_command("NOSUCH")  # type: ignore[no-untyped-call]
+        stats = await client.info("commandstats")
+        assert stats["cmdstat_set"] == {"calls": 2, "rejected_calls": 0, "failed_calls": 0}
+        assert stats["cmdstat_get"] == {"calls": 1, "rejected_calls": 1, "failed_calls": 0}
+        # redis-py's incr() sends INCRBY.
+        assert stats["cmdstat_incrby"] == {"calls": 1, "rejected_calls": 0, "failed_calls": 1}
+        assert not any("nosuch" in name for name in stats)
+        assert await client.info("errorstats") == {"errorstat_ERR": {"count": 3}}
+        totals = await client.info("stats")
+        assert totals["total_commands_processed"] >= 5
+        assert totals["total_error_replies"] == 3
+        everything = await client.info("everything")
+        assert everything["cmdstat_incrby"]["failed_calls"] == 1
+
+
 async def test_watch_through_redis_py_aborts_when_another_client_writes() -> None:
     async with serving() as (_, port), redis_client(port) as alice, redis_client(port) as bob:
         await alice.set("balance", 10)
