@@ -28,6 +28,13 @@ rates and of the bookie's CPU per add.  The
 hot path's accumulators (bookie/metrics.py) cannot be switched off, so both
 pay for them: what differs is the admin server and the scrapes.
 
+TLS on and off, in the same run (`--tls-rounds`, default 1): the first bookie
+also has a mutual-TLS listener (certificates from
+bookie/local/certificates.py), and per size and round it is driven through
+its plain port and its TLS port in turn, who goes first alternating; `tls`
+in the JSON holds every run and the ratios of the medians, TLS over plain,
+of the rates and of the bookie's CPU per add.
+
 The last line of output is ONE JSON object (its shape: docs/operations.md,
 "Benchmark"); progress goes to stderr.  The defaults keep the whole run under a minute.
 """
@@ -40,6 +47,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import ssl
 import statistics
 import struct
 import subprocess
@@ -60,8 +68,10 @@ from proc_cpu import process_cpu_s  # noqa: E402
 
 from bookie.client.bookie_conn import BookieConnection  # noqa: E402
 from bookie.errors import BookieError  # noqa: E402
+from bookie.local.certificates import development_certificates  # noqa: E402
 from bookie.local.cluster import bookie_command  # noqa: E402
 from bookie.local.zookeeper import LocalZooKeeper, free_port  # noqa: E402
+from bookie.net.tls import client_context  # noqa: E402
 from bookie.runtime_tuning import tune_for_throughput  # noqa: E402
 from bookie.server.config import render_toml  # noqa: E402
 from bookie.wire.messages import AddRequest, Response  # noqa: E402
@@ -319,6 +329,7 @@ async def drive_bookie(
     connections: int,
     size_bytes: int,
     ledger_base: int,
+    tls: ssl.SSLContext | None = None,
 ) -> dict[str, Any]:
     digest = Digest(DigestType.CRC32C, PASSWORD)
     payload = b"p" * size_bytes
@@ -359,7 +370,7 @@ async def drive_bookie(
     async with contextlib.AsyncExitStack() as stack:
         opened = [
             await stack.enter_async_context(
-                BookieConnection.connect(HOST, port, inflight_max=max(window, 1) + 1)
+                BookieConnection.connect(HOST, port, inflight_max=max(window, 1) + 1, tls=tls)
             )
             for _ in range(connections)
         ]
@@ -406,11 +417,22 @@ async def scrape_metrics(port: int, interval_s: float, scrapes: list[float]) -> 
 
 async def bench_bookie(
     arguments: argparse.Namespace, directory: Path
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any] | None]:
     options: dict[str, object] = {
         "group_wait_ms": arguments.group_wait_ms,
         "event_loop": arguments.event_loop,
     }
+    # TLS on and off (`--tls-rounds`): the first bookie gets a mutual-TLS listener too.
+    tls_port = free_port(HOST)
+    certificates = development_certificates(directory / "tls")
+    tls_options: dict[str, object] = {}
+    if arguments.tls_rounds:
+        tls_options = {
+            "tls_listen_address": f"{HOST}:{tls_port}",
+            "tls_cert_file": certificates.node,
+            "tls_ca_file": certificates.ca,
+            "tls_require_client_cert": True,
+        }
     results = []
     runs: list[dict[str, Any]] = []
     scrapes: list[float] = []
@@ -422,7 +444,7 @@ async def bench_bookie(
             stack.callback(zookeeper.stop)
             zk_servers = zookeeper.connect_string
         port, pid = await stack.enter_async_context(
-            bookie_process(directory / "bookie", zk_servers, options)
+            bookie_process(directory / "bookie", zk_servers, {**options, **tls_options})
         )
         metered: tuple[int, int] | None = None
         admin_port = free_port(HOST)
@@ -459,22 +481,70 @@ async def bench_bookie(
                     runs.append({**run, "metrics": metrics, "round": round_number})
                     if metrics == "off" and round_number == 0:
                         results.append(run)
-    return results, metrics_report(runs, scrapes, arguments)
+        tls = None
+        if arguments.tls_rounds:
+            context = client_context(certificates.ca, certificates.client)
+            tls = await tls_runs(arguments, port, tls_port, pid, context)
+    return results, metrics_report(runs, scrapes, arguments), tls
+
+
+async def tls_runs(
+    arguments: argparse.Namespace, port: int, tls_port: int, pid: int, context: ssl.SSLContext
+) -> dict[str, Any]:
+    """Per size and round, the same bookie through its plain and its TLS port in turn (who
+    goes first alternating); every run, and the ratios of the medians, TLS over plain."""
+    runs: list[dict[str, Any]] = []
+    modes: list[tuple[str, int, ssl.SSLContext | None]] = [
+        ("off", port, None),
+        ("on", tls_port, context),
+    ]
+    for number, size_bytes in enumerate(arguments.sizes):
+        for round_number in range(arguments.tls_rounds):
+            turns = modes if round_number % 2 == 0 else modes[::-1]
+            for tls, run_port, run_context in turns:
+                log(f"bookie (TLS {tls}): {size_bytes}-byte adds ...")
+                run = await drive_bookie(
+                    run_port,
+                    pid,
+                    seconds=arguments.seconds,
+                    window=arguments.window,
+                    connections=arguments.connections,
+                    size_bytes=size_bytes,
+                    ledger_base=1_000_000
+                    + (number * 100 + round_number) * 1000
+                    + (0 if tls == "off" else 500),
+                    tls=run_context,
+                )
+                log(f"  {run}")
+                runs.append({**run, "tls": tls, "round": round_number})
+    return {
+        "rounds": arguments.tls_rounds,
+        "mutual": True,
+        "on_over_off_ops": on_over_off(runs, lambda run: run["ops_per_s"], mode_key="tls"),
+        "on_over_off_bookie_cpu_per_op": on_over_off(
+            runs, lambda run: run["bookie_cpu_us_per_op"], mode_key="tls"
+        ),
+        "on_over_off_p99_ms": on_over_off(runs, lambda run: run["p99_ms"], mode_key="tls"),
+        "runs": runs,
+    }
 
 
 def on_over_off(
-    runs: list[dict[str, Any]], value: Callable[[dict[str, Any]], float]
+    runs: list[dict[str, Any]],
+    value: Callable[[dict[str, Any]], float],
+    *,
+    mode_key: str = "metrics",
 ) -> dict[str, float]:
-    """Per run name, the median of `value` over the runs with metrics on, over that with
-    metrics off (names measured only one way are left out)."""
+    """Per run name, the median of `value` over the runs whose `mode_key` (metrics, TLS) is
+    on, over that of the runs where it is off (names measured only one way are left out)."""
     found = {}
     for name in dict.fromkeys(run["name"] for run in runs):
         medians = {
             mode: statistics.median(
-                value(run) for run in runs if run["name"] == name and run["metrics"] == mode
+                value(run) for run in runs if run["name"] == name and run[mode_key] == mode
             )
             for mode in ("off", "on")
-            if any(run["name"] == name and run["metrics"] == mode for run in runs)
+            if any(run["name"] == name and run[mode_key] == mode for run in runs)
         }
         if len(medians) == 2 and medians["off"]:
             found[name] = round(medians["on"] / medians["off"], 3)
@@ -530,6 +600,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default=1.0,
         help="how often /metrics is scraped while metrics are on",
     )
+    parser.add_argument(
+        "--tls-rounds",
+        type=int,
+        default=1,
+        help="rounds of plain and TLS adds per size (0: no TLS comparison)",
+    )
     return parser.parse_args(argv)
 
 
@@ -561,7 +637,7 @@ def main(argv: list[str]) -> None:
                 )
             )
             log(f"  {baselines[-1]}")
-        results, metrics = anyio.run(
+        results, metrics, tls = anyio.run(
             bench_bookie, arguments, directory, backend_options={"use_uvloop": UVLOOP}
         )
     config = {key: value for key, value in vars(arguments).items() if key not in ("data_dir", "zk")}
@@ -577,6 +653,7 @@ def main(argv: list[str]) -> None:
                 "results": results,
                 "baselines": baselines,
                 "metrics": metrics,
+                "tls": tls,
             }
         )
     )

@@ -59,6 +59,14 @@ What it runs, one run at a time on this machine:
    both stores pay for them: what differs is the replicas' admin servers,
    their watches and the scrapes.
 
+With `--tls`, a second store runs beside the first, made as `kvstore up --tls`
+makes it (bookies, replicas' links and its RESP port on TLS), and SET and
+GET, without and with pipelining, alternate between the plain store's RESP
+port and the TLS store's TLS RESP port (`redis-benchmark --tls --cacert`),
+`--rounds` each, who goes first rotating; `tls` in the JSON holds the TLS
+store's median runs and, per test, the median of the rounds' ratios, TLS
+over plain.
+
 redis-benchmark has no duration option: each run is first calibrated with a
 short one (which warms up too), then given enough requests for about `--seconds`.  Latencies are
 redis-benchmark's (p50, p99 from its CSV), or for PySyncObj measured per call.
@@ -170,13 +178,14 @@ def ensure_tools() -> None:
 
 
 def redis_benchmark(
-    port: int, test: str, clients: int, pipeline: int, requests: int
+    port: int, test: str, clients: int, pipeline: int, requests: int, *, tls_ca: Path | None = None
 ) -> dict[str, float]:
+    tls = [] if tls_ca is None else ["--tls", "--cacert", str(tls_ca)]
     result = subprocess.run(
         [
             "redis-benchmark", "-h", HOST, "-p", str(port), "-c", str(clients),
             "-n", str(requests), "-d", str(VALUE_BYTES), "-r", str(KEYSPACE),
-            "-P", str(pipeline), "-t", test, "--csv",
+            "-P", str(pipeline), "-t", test, "--csv", *tls,
         ],
         capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
@@ -203,6 +212,8 @@ class Target:
 
     port: int
     processes: dict[str, list[int]]
+    tls_ca: Path | None = None
+    """The CA of the port's certificate, when the port speaks TLS."""
 
 
 def children_cpu_s() -> float:
@@ -251,11 +262,13 @@ def measure(
     target: Target, name: str, test: str, *, clients: int, pipeline: int, seconds: float
 ) -> dict[str, Any]:
     """One redis-benchmark run of about `seconds`, after a short calibration."""
-    port = target.port
-    calibration = redis_benchmark(port, test, clients, pipeline, CALIBRATION_REQUESTS * pipeline)
+    port, tls_ca = target.port, target.tls_ca
+    calibration = redis_benchmark(
+        port, test, clients, pipeline, CALIBRATION_REQUESTS * pipeline, tls_ca=tls_ca
+    )
     requests = max(CALIBRATION_REQUESTS, int(calibration["ops_per_s"] * seconds))
     before = cpu_snapshot(target)
-    measured = redis_benchmark(port, test, clients, pipeline, requests)
+    measured = redis_benchmark(port, test, clients, pipeline, requests, tls_ca=tls_ca)
     cpu = cpu_per_request(before, cpu_snapshot(target), requests)
     log(
         f"  {name}: {measured['ops_per_s']:.0f} ops/s, p50 {measured['p50_ms']} ms, "
@@ -337,8 +350,9 @@ async def kvstore_runs(
             "followers": [pid_of(replica.process) for replica in followers],
             "bookies": [pid_of(bookie.process) for bookie in cluster.bookies.bookies],
         }
+        store = Target(leader.resp_port, processes)
         results, baselines, ratios = await anyio.to_thread.run_sync(
-            paired_suite, Target(leader.resp_port, processes), peers, arguments
+            paired_suite, store, peers, arguments
         )
         for test in ("set", "get"):
             run = functools.partial(
@@ -362,7 +376,40 @@ async def kvstore_runs(
             "follower_nice": rsm_limits.follower_nice_default,
             "zk": cluster.zk,
         }
+        if arguments.tls:
+            config["tls"] = await tls_runs(arguments, data_dir.parent / "kvstore-tls", store)
     return results, baselines, ratios, config
+
+
+async def tls_runs(arguments: argparse.Namespace, data_dir: Path, plain: Target) -> dict[str, Any]:
+    """`--tls`: a store on TLS beside the plain one, and the same tests on both in turn
+    (see the module docstring)."""
+    log("kvstore on TLS: starting ZooKeeper, 3 bookies, 3 replicas ...")
+    settings = KvSettings(base_port=0, tls=True)
+    # On a shared ZooKeeper (--zk), a root of its own beside the plain store's.
+    zk = None if arguments.zk is None else arguments.zk.rstrip("/") + "/kvstore-tls"
+    async with LocalKvCluster(data_dir, zk=zk, settings=settings) as cluster:
+        assert cluster.tls is not None
+        leader = cluster.replica(cluster.leader or cluster.replicas[0].name)
+        assert leader.resp_tls_port is not None
+        processes = {
+            "leader": [pid_of(leader.process)],
+            "followers": [pid_of(r.process) for r in cluster.replicas if r is not leader],
+            "bookies": [pid_of(bookie.process) for bookie in cluster.bookies.bookies],
+        }
+        tls = Target(leader.resp_tls_port, processes, tls_ca=cluster.tls.ca)
+        plain_runs, tls_results, plain_over_tls = await anyio.to_thread.run_sync(
+            paired_suite, plain, {"tls": tls}, arguments
+        )
+    return {
+        "what": "a store made as kvstore up --tls makes it (bookies, replica links and RESP on "
+        "TLS; RESP not mutual), through its TLS RESP port, against the plain store",
+        "results": tls_results,
+        "plain_results": plain_runs,
+        "tls_over_plain_ops": {
+            test: round(1 / ratio, 3) for test, ratio in plain_over_tls["tls"].items() if ratio
+        },
+    }
 
 
 # --- metrics on and off -----------------------------------------------------------------------
@@ -667,6 +714,9 @@ def main() -> None:
         help="how often each replica's /metrics is scraped while metrics are on (1)",
     )
     parser.add_argument("--data-dir", help="where the runs keep their data (a temporary dir)")
+    parser.add_argument(
+        "--tls", action="store_true", help="also a store on TLS, in turn with the plain one"
+    )
     add_rate_search_options(parser)
     parser.add_argument("--pysyncobj-node", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pysyncobj-ports", help=argparse.SUPPRESS)
@@ -692,6 +742,7 @@ def main() -> None:
         (base / "metrics").mkdir()
         metrics = anyio.run(metrics_runs, arguments, base / "metrics")
         baselines += pysyncobj_runs(arguments, base / "pysyncobj")
+    tls = config.pop("tls", None)  # --tls: not configuration, a comparison
     everything = results + baselines
     pipelined = arguments.pipeline
     to_redis, to_minimal = to_peer[REDIS], to_peer[MINIMAL]
@@ -726,6 +777,7 @@ def main() -> None:
         "metrics": metrics,
         "baselines": baselines,
         "ratios": ratios,
+        "tls": tls,
         "targets": TARGETS,
         "meets_targets": all(
             ratios[name] is not None and ratios[name] >= minimum  # type: ignore[operator]

@@ -355,6 +355,18 @@ admin_connections_max = 64
 admin_token_file_bytes_max = 4 * KiB
 """Largest admin token file (`BOOKIE_ADMIN_TOKEN_FILE`) read; larger: a configuration error."""
 
+# --- TLS --------------------------------------------------------------------------------------
+
+tls_handshake_timeout_ms = 10_000
+"""A TLS handshake not finished within this is refused (server) or fails the connect (client)."""
+
+tls_handshakes_max = 1_000
+"""TLS handshakes one listener runs at once; connections past it are closed at accept."""
+
+tls_refusal_reasons_max = 16
+"""A TLS server keeps a count per refusal reason for this many distinct reasons; later
+reasons are counted under "other"."""
+
 # --- process tuning ---------------------------------------------------------------------------
 
 gc_young_collection_allocations = 50_000

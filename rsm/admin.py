@@ -23,7 +23,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.resources
-from collections.abc import AsyncIterator, Callable, Iterable
+import ssl
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from functools import partial
 
 import anyio
@@ -160,17 +161,23 @@ async def admin_server(
     rsm_root: str = RSM_ROOT,
     *,
     app_metrics: MetricSource | None = None,
+    tls: ssl.SSLContext | None = None,
+    tls_allowed_names: Collection[str] | None = None,
 ) -> AsyncIterator[str | None]:
     """Serve `replica`'s admin API on `address` (None: nothing) for the block; yield the
     address bound ("host:port").  `app_metrics`: what the application adds to `/metrics`,
-    called at each scrape.  `AdminUnavailable` (a `BookieError`) when it cannot listen
-    there."""
+    called at each scrape.  With `tls` (a server context), over HTTPS, serving the client
+    certificate names `tls_allowed_names` only when given.  `AdminUnavailable` (a
+    `BookieError`) when it cannot listen there."""
     if address is None:
         yield None
         return
     watch = ClusterWatch(replica, store, system_wall_clock_ms)
     routes = replica_routes(replica, store, watch, rsm_root, app_metrics=app_metrics)
-    async with serve_http(address, routes) as bound, anyio.create_task_group() as tasks:
+    async with (
+        serve_http(address, routes, tls=tls, tls_allowed_names=tls_allowed_names) as bound,
+        anyio.create_task_group() as tasks,
+    ):
         tasks.start_soon(watch.run)
         try:
             yield str(bound)

@@ -62,6 +62,7 @@ import contextlib
 import functools
 import itertools
 import random
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -74,6 +75,7 @@ from bookie.address import parse_address
 from bookie.errors import InvalidAddress, MetadataError, NoNode
 from bookie.meta.api import NO_NODE_VERSION, MetadataStore
 from bookie.meta.zk import ZkMetadataStore
+from bookie.net.tls import connect_tls
 from rsm import limits
 from rsm.core.exactly_once import Backoff, Command, Decision, RetryPolicy, Session, new_client_id
 from rsm.core.layout import RSM_ROOT, AppLayout
@@ -112,6 +114,7 @@ __all__ = [
     "connect_sync",
     "new_client_id",
     "tcp_connector",
+    "tls_connector",
 ]
 
 
@@ -122,6 +125,21 @@ async def tcp_connector(address: str) -> anyio.abc.ByteStream:
     except InvalidAddress as error:
         raise OSError(f"replica address {address!r} is not host:port") from error
     return await anyio.connect_tcp(target.host, target.port)
+
+
+def tls_connector(context: ssl.SSLContext) -> Connector:
+    """A connector over TLS to "host:port" (replicas started with `tls`), each replica's
+    certificate checked against `context`'s CAs and its host; `OSError` saying what went
+    wrong, as `tcp_connector`'s."""
+
+    async def connect_tls_to(address: str) -> anyio.abc.ByteStream:
+        try:
+            target = parse_address(address)
+        except InvalidAddress as error:
+            raise OSError(f"replica address {address!r} is not host:port") from error
+        return await connect_tls(target.host, target.port, context)
+
+    return connect_tls_to
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,7 @@ from typing import Any, Final
 import anyio
 
 from bookie import limits as bookie_limits
+from bookie.client.config import ClientConfig
 from bookie.client.ledger_client import LedgerClient
 from bookie.core.tokens import TokenTable
 from bookie.errors import BookieError, NoNode, NoSuchLedgerError, leaf_error
@@ -110,14 +111,19 @@ def command_zk_store(connect_string: str) -> AbstractAsyncContextManager[ZkMetad
 
 @asynccontextmanager
 async def replica_metadata(
-    connect_string: str, *, ledger_root: str, session_timeout_ms: int
+    connect_string: str,
+    *,
+    ledger_root: str,
+    session_timeout_ms: int,
+    ledger_config: ClientConfig | None = None,
 ) -> AsyncIterator[tuple[ZkMetadataStore, LedgerClient]]:
     """A replica process's ZooKeeper session on `connect_string` (`HOST:PORT[,...][/chroot]`)
-    and its ledger client on the bookies registered under `ledger_root`."""
+    and its ledger client on the bookies registered under `ledger_root` (with
+    `ledger_config`, e.g. to reach them over TLS)."""
     hosts, chroot = split_zk(connect_string)
     async with (
         ZkMetadataStore.connect(hosts, root=chroot, session_timeout_ms=session_timeout_ms) as store,
-        LedgerClient.open(store, root=ledger_root) as ledgers,
+        LedgerClient.open(store, root=ledger_root, config=ledger_config) as ledgers,
     ):
         yield store, ledgers
 

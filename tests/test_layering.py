@@ -86,7 +86,7 @@ LAYERS: dict[str, list[list[str]]] = {
         ["rsm.config", "rsm.client"],
         ["rsm.snapshots"],
         ["rsm.runtime"],
-        ["rsm.host", "rsm.machines"],
+        ["rsm.host", "rsm.machines", "rsm.tls_flags"],
         ["rsm.overview"],
         ["rsm.admin"],
         ["rsm.spark"],
@@ -123,6 +123,8 @@ RSM_PUBLIC = frozenset(
         "rsm.link",
         # The admin HTTP API a program hosting replicas serves (--admin).
         "rsm.admin",
+        # The TLS flags of a program hosting replicas or talking to them.
+        "rsm.tls_flags",
         # The investigation tools an application's own command offers (kvstore history/get).
         "rsm.tools",
         # What an application's Spark reducer is given and gives back (the bulk snapshot).

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Final, TypeVar
@@ -90,6 +91,7 @@ from bookie.errors import (
 from bookie.net.credentials import TOKEN_FILE_VARIABLE, environment_token
 from bookie.net.framed_protocol import FramedProtocol
 from bookie.net.stream_transport import StreamTransport
+from bookie.net.tls import describe
 from bookie.wire.codec import FrameDecoder, decode_response, encode_request
 from bookie.wire.messages import (
     ADD_FLAG_RECOVERY,
@@ -166,6 +168,8 @@ class BookieConnection:
         self._inflight: dict[int, tuple[OnResponse, int]] = {}
         self._deadlines: dict[int, dict[int, int]] = {}
         self._decoder = FrameDecoder()
+        self.over_tls = False
+        """Connected with TLS (`connect(tls=...)`)."""
         self._failure: str | None = None
         """Why the connection failed; each caller gets its own exception saying so."""
         self._failed = anyio.Event()
@@ -188,9 +192,11 @@ class BookieConnection:
         inflight_max: int = limits.bookie_connection_inflight_max,
         request_ids: Iterator[int] | None = None,
         token: bytes | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> AsyncIterator[BookieConnection]:
-        """Connect over TCP; raises `BookieUnavailable` if the bookie cannot be reached in time,
-        `NotAuthenticated` if it refuses the client token.
+        """Connect over TCP (with `tls`, TLS over it: the bookie's certificate verified for
+        `host`); raises `BookieUnavailable` if the bookie cannot be reached in time or its
+        handshake fails, `NotAuthenticated` if it refuses the client token.
 
         `token` is presented before anything else; by default the process's token
         (`bookie.net.credentials`), if it has one.  Leaving the block closes the
@@ -198,11 +204,19 @@ class BookieConnection:
         """
         address = f"{host}:{port}"
         connection = cls(address, inflight_max=inflight_max, request_ids=request_ids)
+        connection.over_tls = tls is not None
         loop = asyncio.get_running_loop()
         link = connection._link
         try:
             with anyio.fail_after(connect_timeout_ms / 1000):
-                await loop.create_connection(lambda: link, host, port)
+                if tls is None:
+                    await loop.create_connection(lambda: link, host, port)
+                else:
+                    await loop.create_connection(lambda: link, host, port, ssl=tls)
+        except ssl.SSLError as error:
+            raise BookieUnavailable(
+                f"cannot connect to bookie {address}: {describe(error)}"
+            ) from error
         except (OSError, TimeoutError) as error:
             raise BookieUnavailable(f"cannot connect to bookie {address}: {error}") from error
         async with connection._serving(None):  # its end aborts the transport (`_fail`)
@@ -460,7 +474,15 @@ class BookieConnection:
 
     def on_lost(self, error: Exception | None) -> None:
         """The transport is gone: a socket error, or (None) the bookie closed it."""
-        cause = "closed by the bookie" if error is None else repr(error)
+        if isinstance(error, ssl.SSLError):
+            cause = describe(error)  # mutual TLS refused after the client's handshake
+        else:
+            cause = "closed by the bookie" if error is None else repr(error)
+            if self.over_tls and (error is None or isinstance(error, ConnectionResetError)):
+                cause += (
+                    " (TLS: this is also how a bookie refuses a client certificate: missing, "
+                    "expired or not signed by its CA; its tls.refused log line says which)"
+                )
         self._fail(f"connection to bookie {self.address} lost: {cause}")
 
     def on_send_stalled(self, stalled_ms: int) -> None:

@@ -8,6 +8,7 @@ construction (`InvalidLedgerConfig`), so no shell has to re-check a knob.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 
 from bookie import limits
@@ -36,6 +37,9 @@ class ClientConfig:
     reconnect_delay_ms_min: int = limits.bookie_reconnect_delay_ms_min
     reconnect_delay_ms_max: int = limits.bookie_reconnect_delay_ms_max
     metadata_retry_delay_ms: int = limits.metadata_watch_retry_delay_ms
+    tls: ssl.SSLContext | None = None
+    """Connect to bookies' TLS listeners with this context (`bookie.net.tls.client_context`);
+    None: plain TCP."""
 
     def __post_init__(self) -> None:
         positive = {

@@ -390,6 +390,7 @@ class ConnectionPool:
                 connect_timeout_ms=config.connect_timeout_ms,
                 inflight_max=config.connection_inflight_max,
                 request_ids=self._request_ids,
+                tls=config.tls,
             ) as connection:
                 yield connection
             return

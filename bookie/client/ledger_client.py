@@ -102,7 +102,11 @@ class LedgerClient:
             async with anyio.create_task_group() as task_group:
                 pool = ConnectionPool(connector, config, task_group, instance_id=instance_id)
                 registry = BookieRegistry(
-                    store, root, pool, retry_delay_ms=config.metadata_retry_delay_ms
+                    store,
+                    root,
+                    pool,
+                    retry_delay_ms=config.metadata_retry_delay_ms,
+                    tls=config.tls is not None,
                 )
                 await registry.refresh()
                 task_group.start_soon(registry.watch)

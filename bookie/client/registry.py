@@ -44,8 +44,16 @@ class BookieRegistry:
     """The client's view of the registered bookies; see the module docstring."""
 
     def __init__(
-        self, store: MetadataStore, root: str, pool: ConnectionPool, *, retry_delay_ms: int
+        self,
+        store: MetadataStore,
+        root: str,
+        pool: ConnectionPool,
+        *,
+        retry_delay_ms: int,
+        tls: bool = False,
     ) -> None:
+        """`tls`: the pool connects with TLS, so to each bookie's TLS listener."""
+        self._tls = tls
         self._store = store
         self._root = root
         self._pool = pool
@@ -99,7 +107,7 @@ class BookieRegistry:
         self._writable = {bookie_id: info.rack for bookie_id, info in bookies.writable.items()}
         for group in (bookies.writable, bookies.read_only):
             for bookie_id, info in group.items():
-                self._pool.set_address(bookie_id, info.address)
+                self._pool.set_address(bookie_id, info.client_address(self._tls))
         for bookie_id in joined:
             self._join_count += 1
             self._joined[bookie_id] = self._join_count

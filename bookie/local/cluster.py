@@ -21,6 +21,10 @@ directory while nothing runs starts the next one from nothing::
     DIR/bookie-N/bookie.log    its log (JSON lines), appended to by every run
     DIR/.lock                  held while a launcher runs on DIR (one at a time)
 
+Given certificates (`LocalCluster(tls=...)`, bookie/local/certificates.py),
+each bookie created gets a mutual-TLS listener next to its plain one, on its
+port + 100 when free (its config file keeps it).
+
 Each bookie serves its admin HTTP API (docs/observability.md) on loopback:
 bookie N on port 8080 + N - 1 when free, else on a free port, chosen at each
 start; the banner prints where.
@@ -52,12 +56,15 @@ import anyio.abc
 import anyio.to_thread
 
 from bookie import limits
+from bookie.local.certificates import CLIENT_NAME, NODE_NAME, DevelopmentCertificates
 from bookie.local.zookeeper import LocalZooKeeper, ZooKeeperUnavailable, free_port
 from bookie.meta.bookies import list_bookies, watch_bookies
 from bookie.meta.zk import ZkMetadataStore
 from bookie.server.config import address_setting, render_toml
 
 HOST: Final = "127.0.0.1"
+TLS_PORT_OFFSET: Final = 100
+"""A new bookie's TLS port is its port plus this, when free."""
 ZK_PORT_PREFERRED: Final = 2181
 CLUSTER_FILE: Final = "cluster.toml"
 BOOKIE_CONFIG_FILE: Final = "bookie.toml"
@@ -118,6 +125,8 @@ class LocalBookie:
     port: int
     admin_port: int = 0
     """Where its admin HTTP API listens (chosen at each start of the cluster)."""
+    tls_port: int | None = None
+    """Its TLS listener's port, if it has one."""
     process: anyio.abc.Process | None = None
     log: IO[bytes] | None = None
 
@@ -155,12 +164,15 @@ class LocalCluster:
         zk_root: str | None = None,
         bookie_base_port: int = limits.port_default,
         bookie_config: Mapping[str, object] | None = None,
+        tls: DevelopmentCertificates | None = None,
     ) -> None:
         """`zk_root` applies when the cluster is created (default /ledgers); a resumed
         cluster keeps its own, and naming another one is an error.  A new bookie N listens
         on `bookie_base_port` + N - 1 when that is free (0: on any free port); a resumed one
         keeps its port.  `bookie_config` adds keys to the config file of each bookie
-        created (`autorecovery_password`, say)."""
+        created (`autorecovery_password`, say).  With `tls`, each bookie created also
+        has a mutual-TLS listener (`TLS_PORT_OFFSET` above its port when free) serving
+        the certificates' node and client names only."""
         assert bookies >= 1
         self._bookie_base_port = bookie_base_port
         self.data_dir = data_dir.absolute()
@@ -170,6 +182,7 @@ class LocalCluster:
         self.zk_servers = zk_servers or ""
         self.zk_root = zk_root or limits.metadata_root_default
         self._bookie_config = dict(bookie_config or {})
+        self._tls = tls
         self.bookies: list[LocalBookie] = []
         self._zookeeper: LocalZooKeeper | None = None
         self._lock: IO[str] | None = None
@@ -208,6 +221,8 @@ class LocalCluster:
         for number in range(1, self.bookie_count + 1):
             bookie = self._prepare_bookie(number, taken)
             taken.add(bookie.port)
+            if bookie.tls_port is not None:
+                taken.add(bookie.tls_port)
             self.bookies.append(bookie)
         for number, bookie in enumerate(self.bookies, start=1):
             preferred = ADMIN_PORT_PREFERRED + number - 1 if self._bookie_base_port else 0
@@ -267,16 +282,38 @@ class LocalCluster:
         config_file = directory / BOOKIE_CONFIG_FILE
         if config_file.exists():
             with config_file.open("rb") as handle:
-                listen = str(tomllib.load(handle)["listen_address"])
-            port = address_setting(listen, "listen_address").port
-            if not port_is_free(port):
+                saved = tomllib.load(handle)
+            port = address_setting(str(saved["listen_address"]), "listen_address").port
+            tls_listen = saved.get("tls_listen_address")
+            tls_port = None
+            if tls_listen is not None:
+                tls_port = address_setting(str(tls_listen), "tls_listen_address").port
+            if self._tls is not None and tls_port is None:
                 raise ClusterError(
-                    f"port {port} of bookie-{number} is in use: is another cluster or "
-                    f"bookie running?  Stop it (the port is in {config_file})"
+                    f"bookie-{number} was created without TLS ({config_file}): start the "
+                    "cluster without TLS, or in another data directory"
                 )
-            return LocalBookie(f"bookie-{number}", directory, port)
+            for needed in (port, tls_port):
+                if needed is not None and not port_is_free(needed):
+                    raise ClusterError(
+                        f"port {needed} of bookie-{number} is in use: is another cluster or "
+                        f"bookie running?  Stop it (the port is in {config_file})"
+                    )
+            return LocalBookie(f"bookie-{number}", directory, port, tls_port=tls_port)
         base = self._bookie_base_port
         port = pick_port(base + number - 1 if base else 0, taken)
+        taken.add(port)
+        tls_keys: dict[str, object] = {}
+        tls_port = None
+        if self._tls is not None:
+            tls_port = pick_port(base + TLS_PORT_OFFSET + number - 1 if base else 0, taken)
+            tls_keys = {
+                "tls_listen_address": f"{HOST}:{tls_port}",
+                "tls_cert_file": self._tls.node,
+                "tls_ca_file": self._tls.ca,
+                "tls_require_client_cert": True,
+                "tls_allowed_clients": f"{NODE_NAME},{CLIENT_NAME}",
+            }
         directory.mkdir(parents=True, exist_ok=True)
         config_file.write_text(
             render_toml(
@@ -286,10 +323,11 @@ class LocalCluster:
                     "ledger_dirs": ["ledgers"],
                     "zk_root": self.zk_root,
                     **self._bookie_config,
+                    **tls_keys,
                 }
             )
         )
-        return LocalBookie(f"bookie-{number}", directory, port)
+        return LocalBookie(f"bookie-{number}", directory, port, tls_port=tls_port)
 
     async def _spawn(self, bookie: LocalBookie) -> None:
         bookie.log = bookie.log_file.open("ab")

@@ -26,6 +26,7 @@ Registration znode, version 1::
     "a"  text          address clients connect to ("host:port")
     "r"  text / null   rack, for rack-aware placement
     "s"  int           id of the session that created the znode
+    "t"  text          address of its TLS listener ("host:port"); absent without one
 
 Cookie znode, version 1::
 
@@ -136,10 +137,18 @@ class BookieInfo:
     address: str
     """host:port to connect to (the advertised address, not necessarily the bind address)."""
     rack: str | None = None
+    tls_address: str | None = None
+    """host:port of its TLS listener, if it has one (clients with TLS connect there)."""
 
     def __post_init__(self) -> None:
         assert self.address, "a bookie has an address"
         assert self.rack is None or self.rack, "a rack is named or None"
+        assert self.tls_address is None or self.tls_address, "a TLS address is named or None"
+
+    def client_address(self, tls: bool) -> str:
+        """Where a client connects: the TLS listener for a client with TLS, if there is one
+        (a client with TLS sent to the plain port fails its handshake, and says so)."""
+        return self.tls_address or self.address if tls else self.address
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,19 +165,27 @@ class Bookies:
 
 
 def encode_registration(info: BookieInfo, session_id: int) -> bytes:
-    data = encode_record(
-        {"v": REGISTRATION_FORMAT_VERSION, "a": info.address, "r": info.rack, "s": session_id}
-    )
+    record: dict[str, object] = {
+        "v": REGISTRATION_FORMAT_VERSION,
+        "a": info.address,
+        "r": info.rack,
+        "s": session_id,
+    }
+    if info.tls_address is not None:
+        record["t"] = info.tls_address
+    data = encode_record(record)
     assert decode_registration(data, "registration") == (info, session_id)
     return data
 
 
 def decode_registration(data: bytes, what: str) -> tuple[BookieInfo, int]:
     """The info and creating session id in a registration value; `BadMetadata` if invalid."""
-    record = decode_record(data, what, ("a", "r", "s"), REGISTRATION_FORMAT_VERSION)
+    record = decode_record(data, what, ("a", "r", "s"), REGISTRATION_FORMAT_VERSION, ("t",))
+    tls_address = record.get("t")
     info = BookieInfo(
         address=expect_text(record["a"], f"{what}: address"),
         rack=expect_optional_text(record["r"], f"{what}: rack"),
+        tls_address=None if tls_address is None else expect_text(tls_address, f"{what}: TLS"),
     )
     return info, expect_int(record["s"], f"{what}: session id", -(1 << 63), (1 << 63) - 1)
 

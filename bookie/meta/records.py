@@ -40,8 +40,11 @@ def encode_record(fields: Mapping[str, object]) -> bytes:
     return cbor2.dumps(dict(fields), canonical=True)
 
 
-def decode_record(data: bytes, what: str, keys: Collection[str], version: int) -> dict[str, object]:
-    """The record encoded in `data`, with exactly the `keys` (plus "v" == `version`).
+def decode_record(
+    data: bytes, what: str, keys: Collection[str], version: int, optional: Collection[str] = ()
+) -> dict[str, object]:
+    """The record encoded in `data`, with exactly the `keys` (plus "v" == `version`), and
+    any of the `optional` keys.
 
     `what` names the record in error messages ("ledger 7 metadata", "cookie of b1").
     Raises `BadMetadata` for anything else.
@@ -73,7 +76,7 @@ def decode_record(data: bytes, what: str, keys: Collection[str], version: int) -
         )
     expected = {VERSION_KEY, *keys}
     missing = sorted(expected - record.keys())
-    unknown = sorted(str(key) for key in record.keys() - expected)
+    unknown = sorted(str(key) for key in record.keys() - expected - set(optional))
     if missing or unknown:
         raise BadMetadata(f"{what}: missing fields {missing}, unknown fields {unknown}")
     expect_int(record[VERSION_KEY], f"{what}: format version", version, version)

@@ -7,7 +7,7 @@ the connection is closed after it.  Bounds (bookie/limits.py): the request line
 and headers `admin_head_bytes_max` (else 431), the body `admin_body_bytes_max`
 (else 413), the request within `admin_request_timeout_ms` (else the connection
 is closed), `admin_connections_max` connections at once (later ones are
-closed at once).
+closed at once).  With a TLS context it serves HTTPS instead.
 
 `Routes` maps a method and a path pattern to an async handler.  A pattern's
 segment in braces (`/api/v1/ledgers/{ledger_id}`) matches any one segment,
@@ -25,7 +25,8 @@ import contextlib
 import http
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlsplit
@@ -40,6 +41,7 @@ from bookie.errors import AdminUnavailable, HttpError
 from bookie.logs import emit
 from bookie.metrics import CONTENT_TYPE, exposition, registry
 from bookie.net.admin_token import AdminGuard, admin_token_from_environment
+from bookie.net.tls import TlsStreamListener
 
 logger = logging.getLogger(__name__)
 
@@ -269,22 +271,33 @@ class _Server:
 
 
 @contextlib.asynccontextmanager
-async def serve_http(address: Address, routes: Routes) -> AsyncIterator[Address]:
+async def serve_http(
+    address: Address,
+    routes: Routes,
+    *,
+    tls: ssl.SSLContext | None = None,
+    tls_allowed_names: Collection[str] | None = None,
+) -> AsyncIterator[Address]:
     """Serve `routes` on `address` (port 0: any free port) while the block runs; yield the
-    address bound.  `AdminUnavailable` when it cannot listen there."""
+    address bound.  With `tls`, HTTPS (`bookie.net.tls.TlsStreamListener`: refusals logged
+    as `tls.refused`, server `admin`; `tls_allowed_names`: the client certificate names
+    served).  `AdminUnavailable` when it cannot listen there."""
     try:
-        listener = await anyio.create_tcp_listener(local_host=address.host, local_port=address.port)
+        tcp = await anyio.create_tcp_listener(local_host=address.host, local_port=address.port)
     except OSError as error:
         raise AdminUnavailable(
             f"the admin HTTP server cannot listen on {address}: {error.strerror or error}.  "
             "Is another process using this port, and is the host an address of this machine?"
         ) from None
-    port = listener.extra(SocketAttribute.local_port)
+    listener: anyio.abc.Listener[anyio.abc.ByteStream] = tcp
+    if tls is not None:
+        listener = TlsStreamListener(tcp, tls, name="admin", allowed_names=tls_allowed_names)
+    port = tcp.extra(SocketAttribute.local_port)
     bound = Address(address.host, port)
     server = _Server(routes)
     async with listener, anyio.create_task_group() as tasks:
         tasks.start_soon(listener.serve, server.serve)
-        emit(logger, logging.INFO, "admin.listening", address=str(bound))
+        emit(logger, logging.INFO, "admin.listening", address=str(bound), tls=tls is not None)
         try:
             yield bound
         finally:

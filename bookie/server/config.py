@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import ssl
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from bookie.logs import FORMATS, LEVELS
 from bookie.meta import paths
 from bookie.meta.layout import READONLY_DIRECTORY
 from bookie.net.credentials import read_token_table
+from bookie.net.tls import TlsListen, server_context
 from bookie.storage.file import StorageConfig
 
 WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::", "*"})
@@ -268,6 +270,44 @@ KEYS: Final[Mapping[str, Key]] = {
         None,
         "a ledger password autorecovery may use, besides the empty one",
     ),
+    # TLS (docs/security.md): a second listener next to listen_address.
+    "tls_listen_address": Key(
+        "optional_address",
+        None,
+        "host:port of a TLS listener serving the same protocol as listen_address; off unless "
+        "set (needs tls_cert_file)",
+    ),
+    "tls_advertised_address": Key(
+        "optional_address",
+        None,
+        "host:port clients with TLS connect to, registered in ZooKeeper (default: "
+        "tls_listen_address)",
+    ),
+    "tls_cert_file": Key(
+        "optional_path",
+        None,
+        "PEM certificate chain of the TLS listener (the key too, unless tls_key_file is set)",
+    ),
+    "tls_key_file": Key("optional_path", None, "PEM private key of tls_cert_file"),
+    "tls_ca_file": Key(
+        "optional_path", None, "PEM CA certificates that client certificates are verified with"
+    ),
+    "tls_require_client_cert": Key(
+        "bool", False, "refuse TLS clients without a certificate signed by tls_ca_file"
+    ),
+    "tls_admin": Key(
+        "bool",
+        False,
+        "serve the admin API (admin_address) over HTTPS with tls_cert_file, mutual as the "
+        "TLS listener is",
+    ),
+    "tls_allowed_clients": Key(
+        "optional_text",
+        None,
+        "comma-separated client certificate subject common names served on the TLS "
+        "listener (default: any certificate tls_ca_file verifies); needs "
+        "tls_require_client_cert",
+    ),
     "log_level": Key("choice", "info", "log level", choices=LEVELS, reloadable=True),
     "log_format": Key("choice", "json", "json lines, or text for a terminal", choices=FORMATS),
     "event_loop": Key(
@@ -321,6 +361,14 @@ class BookieConfig:
     autorecovery_rate_bytes_per_s: int
     client_tokens_file: Path | None
     autorecovery_password: str | None = field(repr=False)
+    tls_listen_address: Address | None
+    tls_advertised_address: Address | None
+    tls_cert_file: Path | None
+    tls_key_file: Path | None
+    tls_ca_file: Path | None
+    tls_require_client_cert: bool
+    tls_admin: bool
+    tls_allowed_clients: str | None
     log_level: str
     log_format: str
     event_loop: str
@@ -331,6 +379,32 @@ class BookieConfig:
         assert all(path.is_absolute() for path in (self.journal_dir, *self.ledger_dirs))
         assert 0.0 < self.disk_usage_low_water_mark < self.disk_usage_threshold <= 1.0
         assert self.advertised_address.host not in WILDCARD_HOSTS
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The server context of the TLS listener and the HTTPS admin API, its files loaded
+        (None without a certificate).  `InvalidConfig` if a file cannot be used."""
+        if self.tls_cert_file is None:
+            return None
+        return server_context(
+            self.tls_cert_file,
+            self.tls_key_file,
+            self.tls_ca_file,
+            require_client_cert=self.tls_require_client_cert,
+        )
+
+    @property
+    def tls_allowed_names(self) -> frozenset[str] | None:
+        allowed = self.tls_allowed_clients
+        return None if allowed is None else frozenset(name.strip() for name in allowed.split(","))
+
+    def tls_listen(self) -> TlsListen | None:
+        """The TLS listener's settings, its files loaded (None without one).  Raises
+        `InvalidConfig` if a file cannot be used."""
+        address = self.tls_listen_address
+        context = self.tls_context()
+        if address is None or context is None:
+            return None
+        return TlsListen(address.host, address.port, context, self.tls_allowed_names)
 
     @property
     def data_dirs(self) -> tuple[Path, ...]:
@@ -518,17 +592,7 @@ def _fraction(name: str, value: object) -> float:
 
 def _finish(values: dict[str, object]) -> BookieConfig:
     """Relations between keys, and the derived defaults."""
-    listen = values["listen_address"]
-    assert isinstance(listen, Address)
-    advertised = values["advertised_address"]
-    if advertised is None:
-        if listen.host in WILDCARD_HOSTS:
-            raise InvalidConfig(
-                f"listen_address {listen} binds every interface, so clients cannot be told "
-                "where to connect: set advertised_address to the host:port they should use"
-            )
-        advertised = values["advertised_address"] = listen
-    assert isinstance(advertised, Address)
+    advertised = _default_advertised(values, "listen_address", "advertised_address")
     if advertised.host in WILDCARD_HOSTS:
         raise InvalidConfig(
             f"advertised_address {advertised} is a wildcard: give the host clients connect to"
@@ -561,7 +625,51 @@ def _finish(values: dict[str, object]) -> BookieConfig:
             f"disk_usage_low_water_mark ({low_water}) must be below disk_usage_threshold "
             f"({threshold}), or the bookie would flip between read-only and writable"
         )
-    return BookieConfig(**values)  # type: ignore[arg-type]
+    _check_tls(values)
+    config = BookieConfig(**values)  # type: ignore[arg-type]
+    config.tls_context()  # the files are read once here, so a bad one fails at start-up
+    return config
+
+
+def _check_tls(values: dict[str, object]) -> None:
+    """The TLS keys make sense together; the TLS advertised address defaults."""
+    listen = values["tls_listen_address"]
+    if values["tls_admin"] and values["tls_cert_file"] is None:
+        raise InvalidConfig("tls_admin is set: tls_cert_file must be set too")
+    if listen is None:
+        if values["tls_advertised_address"] is not None:
+            raise InvalidConfig(
+                "tls_advertised_address is set but tls_listen_address is not: set it to the "
+                "host:port of the TLS listener"
+            )
+        if values["tls_cert_file"] is not None and not values["tls_admin"]:
+            raise InvalidConfig(
+                "tls_cert_file is set but neither tls_listen_address nor tls_admin: say what "
+                "it is for"
+            )
+        return
+    if values["tls_cert_file"] is None:
+        raise InvalidConfig("tls_listen_address is set: tls_cert_file must be set too")
+    if values["tls_allowed_clients"] is not None and not values["tls_require_client_cert"]:
+        raise InvalidConfig("tls_allowed_clients needs tls_require_client_cert = true")
+    _default_advertised(values, "tls_listen_address", "tls_advertised_address")
+
+
+def _default_advertised(values: dict[str, object], listen_key: str, advertised_key: str) -> Address:
+    """The address advertised for a listener: as set, else the listen address when it
+    is not a wildcard (written into `values`)."""
+    listen = values[listen_key]
+    assert isinstance(listen, Address)
+    advertised = values[advertised_key]
+    if advertised is None:
+        if listen.host in WILDCARD_HOSTS:
+            raise InvalidConfig(
+                f"{listen_key} {listen} binds every interface, so clients cannot be told "
+                f"where to connect: set {advertised_key} to the host:port they should use"
+            )
+        advertised = values[advertised_key] = listen
+    assert isinstance(advertised, Address)
+    return advertised
 
 
 # --- writing ----------------------------------------------------------------------------------

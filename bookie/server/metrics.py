@@ -132,3 +132,16 @@ def bookie_metrics(
         "Bytes reclaimed by garbage collection and compaction.",
         {(): gc.bytes_reclaimed},
     )
+    tls = server.tls_server
+    if tls is not None:
+        yield counter(
+            "bookie_tls_accepted",
+            "Connections to the TLS listener whose handshake succeeded.",
+            {(): tls.accepted},
+        )
+        yield counter(
+            "bookie_tls_refused",
+            "Connections to the TLS listener refused, by reason (docs/security.md).",
+            {(reason,): count for reason, count in tls.refusals.items()},
+            ["reason"],
+        )

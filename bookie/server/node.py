@@ -245,6 +245,8 @@ class BookieNode:
             # Before any cookie is written: a first start that cannot listen must not
             # leave an identity tied to an address the bookie never served on.
             _check_can_listen(config.listen_address)
+            if config.tls_listen_address is not None:
+                _check_can_listen(config.tls_listen_address)
             instance_id = await init_cluster(store, config.zk_root)
             expected = Cookie(
                 instance_id=instance_id,
@@ -281,6 +283,7 @@ class BookieNode:
                     identity=BookieIdentity(config.bookie_id, instance_id),
                     shutdown_drain_ms=config.shutdown_drain_ms,
                     tokens=self._tokens,
+                    tls=config.tls_listen(),
                 )
                 collector = GarbageCollector(
                     server,
@@ -309,6 +312,7 @@ class BookieNode:
                         "bookie.listening",
                         address=str(config.listen_address),
                         port=server.port,
+                        tls_port=server.tls_port,
                         read_only=initial.read_only,
                         reasons=initial.reasons,
                     )
@@ -332,7 +336,11 @@ class BookieNode:
         parts.registries.append(
             registry(partial(bookie_metrics, parts.server, parts.storage, parts.collector))
         )
-        async with serve_http(address, bookie_routes(parts)):
+        config = self._config
+        tls = config.tls_context() if config.tls_admin else None
+        async with serve_http(
+            address, bookie_routes(parts), tls=tls, tls_allowed_names=config.tls_allowed_names
+        ):
             yield
 
     async def _registered(
@@ -344,7 +352,12 @@ class BookieNode:
     ) -> None:
         """Register and serve until a stop signal cancels this part only."""
         config = self._config
-        info = BookieInfo(address=str(config.advertised_address), rack=config.rack)
+        tls = config.tls_advertised_address
+        info = BookieInfo(
+            address=str(config.advertised_address),
+            rack=config.rack,
+            tls_address=None if tls is None else str(tls),
+        )
         with anyio.CancelScope() as serving:
             self._stop_scope = serving
             if self._stopping:

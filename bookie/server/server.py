@@ -5,7 +5,8 @@ connections, `limits.connections_per_address_max` of them from one host (later
 ones are closed at once), serves each TCP client with a
 `TransportConnection` (an asyncio protocol; no task per connection; over a
 `StreamTransport` for the clients of an injected listener, the simulated
-network), and runs one timer task
+network), optionally also on a second port for TLS (`bookie.net.tls`: the
+same connections, after a handshake), and runs one timer task
 that answers long-poll READs whose deadline passed.  Requests flow connection
 -> `RequestProcessor` -> `BookieHandler` (protocol decisions) -> storage; this
 module only wires them together and owns the tasks.
@@ -45,6 +46,7 @@ from bookie.core.tokens import TokenTable
 from bookie.errors import Status
 from bookie.net.admission import ConnectionAdmission
 from bookie.net.stream_transport import StreamTransport
+from bookie.net.tls import TlsListen, TlsServer
 from bookie.server.processor import DiskSpace, RequestProcessor
 from bookie.server.transport_connection import TransportConnection
 from bookie.storage.api import LedgerStorage
@@ -71,12 +73,14 @@ class BookieServer:
         pending_bytes_total_max: int = limits.pending_bytes_total_max,
         listener: anyio.abc.Listener[anyio.abc.ByteStream] | None = None,
         tokens: TokenTable | None = None,
+        tls: TlsListen | None = None,
     ) -> None:
         """`listener`, when given, replaces the TCP listener on host:port (the simulation
         passes a `bookie.testing.simnet.SimListener`); `port` then reports 0 unless the
         listener says otherwise.  `identity` is what IDENTIFY answers (clients check it
         on every connection); a bookie process always has one.  With `tokens`, a client is
-        served only after an AUTH with one of them."""
+        served only after an AUTH with one of them.  `tls`, when given, is a second
+        listener, for TLS, serving the same requests."""
         assert 0 <= port <= 0xFFFF
         assert connections_max > 0
         assert 0 <= shutdown_drain_ms <= limits.shutdown_drain_ms_max
@@ -107,6 +111,19 @@ class BookieServer:
         self._connections: dict[int, TransportConnection] = {}
         self._connection_ids = itertools.count(1)
         self._injected_listener = listener
+        self._tls_server = (
+            None
+            if tls is None
+            else TlsServer(
+                tls.context,
+                self._new_transport_connection,
+                name="bookie",
+                allowed_names=tls.allowed_names,
+            )
+        )
+        self._tls = tls
+        self._tls_port = 0
+        self._tls_scope = anyio.CancelScope()
         self._tcp_server: asyncio.Server | None = None
         self._all_gone: anyio.Event | None = None
         """Set when the last connection is gone (the server waits for it at the end)."""
@@ -131,6 +148,9 @@ class BookieServer:
             self._port = tcp_server.sockets[0].getsockname()[1]
         else:
             self._port = self._requested_port
+        if self._tls is not None:
+            assert self._tls_server is not None
+            self._tls_port = self._tls_server.bind(self._tls.host, self._tls.port)
         self._processor.start()
         self._started = True
         task_group = self._task_group = anyio.create_task_group()
@@ -138,6 +158,8 @@ class BookieServer:
         if listener is not None:
             task_group.start_soon(self._accept_loop, listener, task_group)
         task_group.start_soon(self._timer_loop)
+        if self._tls_server is not None:
+            task_group.start_soon(self._tls_accept_loop, self._tls_server)
         return self
 
     async def __aexit__(
@@ -168,6 +190,8 @@ class BookieServer:
         self._processor.close()
         try:
             suppressed = await task_group.__aexit__(exc_type, exc, traceback)
+            if self._tls_server is not None:
+                self._tls_server.close()
         except BaseExceptionGroup as group:
             # The server's own tasks do not raise, so the group holds the error
             # of the `async with` body (or of the drain): hand it back unwrapped.
@@ -209,6 +233,17 @@ class BookieServer:
         """The port actually bound (useful when constructed with port 0)."""
         assert self._started, "the server is not started"
         return self._port
+
+    @property
+    def tls_port(self) -> int | None:
+        """The TLS listener's port (None without one)."""
+        assert self._started, "the server is not started"
+        return None if self._tls is None else self._tls_port
+
+    @property
+    def tls_server(self) -> TlsServer | None:
+        """The TLS listener (its counts of accepted and refused handshakes), if any."""
+        return self._tls_server
 
     @property
     def read_only(self) -> bool:
@@ -263,6 +298,7 @@ class BookieServer:
 
     def _stop_accepting(self) -> None:
         self._accept_scope.cancel()
+        self._tls_scope.cancel()
         if self._tcp_server is not None:
             self._tcp_server.close()
 
@@ -301,6 +337,10 @@ class BookieServer:
         with self._accept_scope:
             async with listener:
                 await listener.serve(self._serve, task_group)
+
+    async def _tls_accept_loop(self, tls_server: TlsServer) -> None:
+        with self._tls_scope:
+            await tls_server.serve()
 
     async def _serve(self, stream: anyio.abc.ByteStream) -> None:
         transport = StreamTransport(stream, self._new_transport_connection())

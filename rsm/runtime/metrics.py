@@ -25,6 +25,7 @@ def rsm_metrics(replica: Replica, wall_clock_ms: Callable[[], int]) -> Iterator[
     """The families of one scrape of a replica process: the replica's and its ledger client's."""
     yield from replica_metrics(replica, wall_clock_ms)
     yield from client_metrics(replica.ledgers.stats)
+    yield from tls_metrics(replica)
 
 
 def replica_metrics(replica: Replica, wall_clock_ms: Callable[[], int]) -> Iterator[Metric]:
@@ -205,3 +206,23 @@ def replica_metrics(replica: Replica, wall_clock_ms: Callable[[], int]) -> Itera
             one(last.get("size_bytes", 0)),
             _LABELS,
         )
+
+
+def tls_metrics(replica: Replica) -> Iterator[Metric]:
+    """With its port on TLS: the replica's handshakes, accepted and refused by reason."""
+    listener = replica.tls_listener
+    if listener is None:
+        return
+    key = (replica.app, replica.replica_id)
+    yield counter(
+        "rsm_tls_accepted",
+        "Connections to the replica's TLS port whose handshake succeeded.",
+        {key: listener.accepted},
+        _LABELS,
+    )
+    yield counter(
+        "rsm_tls_refused",
+        "Connections to the replica's TLS port refused, by reason (docs/security.md).",
+        {(*key, reason): count for reason, count in listener.refusals.items()},
+        [*_LABELS, "reason"],
+    )

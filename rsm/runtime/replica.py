@@ -51,8 +51,9 @@ import contextlib
 import functools
 import logging
 import random
+import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from types import TracebackType
 from typing import Any
 
@@ -77,6 +78,7 @@ from bookie.meta.api import (
 from bookie.meta.api import (
     Op as MetadataOp,
 )
+from bookie.net.tls import TlsStreamListener
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core import log_state
@@ -174,7 +176,11 @@ class Replica:
     (rsm/core/reads.py); by default the event loop's clock, which is what a
     test replaces to give replicas clocks of different rates.  `on_role` is
     called with the new role on every change of role (a replica starts as a
-    follower), between two steps of the role loop: it must not block.
+    follower), between two steps of the role loop: it must not block.  With
+    `tls` (a server context, `bookie.net.tls.server_context`) the TCP listener
+    on `listen` speaks TLS, serving only clients whose certificate subject
+    common name is in `tls_allowed_names` when that is given; refusals are
+    counted in `tls_listener`.
     """
 
     def __init__(
@@ -195,10 +201,16 @@ class Replica:
         on_role: Callable[[Role], None] | None = None,
         rsm_root: str = RSM_ROOT,
         client_tokens: TokenTable | None = None,
+        tls: ssl.SSLContext | None = None,
+        tls_allowed_names: Collection[str] | None = None,
     ) -> None:
         if listener is not None and advertise is None:
             raise InvalidConfig("a replica given its listener must be given its advertise address")
         self.app = app
+        self._tls = tls
+        self._tls_allowed_names = tls_allowed_names
+        self.tls_listener: TlsStreamListener | None = None
+        """The TLS listener (its counts of accepted and refused handshakes), if any."""
         self.config = config if config is not None else ReplicaConfig()
         if isinstance(machine, StateMachine):
             instance = machine
@@ -326,12 +338,18 @@ class Replica:
             listen = parse_address(self._listen, port_zero=True)
         except InvalidAddress as error:
             raise InvalidConfig(f"listen address {self._listen!r} is not host:port") from error
-        listener = await anyio.create_tcp_listener(local_host=listen.host, local_port=listen.port)
+        listener: anyio.abc.Listener[anyio.abc.ByteStream] = await anyio.create_tcp_listener(
+            local_host=listen.host, local_port=listen.port
+        )
         port = listener.extra(SocketAttribute.local_port)
         if self._advertise is None and listen.host in ("0.0.0.0", "::"):
             await listener.aclose()
             raise InvalidConfig(
                 f"listening on {listen.host} needs --advertise: the address to tell others"
+            )
+        if self._tls is not None:
+            listener = self.tls_listener = TlsStreamListener(
+                listener, self._tls, name="replica", allowed_names=self._tls_allowed_names
             )
         return listener, self._advertise or str(Address(listen.host, port))
 

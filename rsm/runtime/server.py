@@ -173,9 +173,9 @@ def _stop_eager_reading(stream: anyio.abc.ByteStream) -> None:
     a `receive` wait, is read into memory without bound whatever the reader
     does: the backpressure below would never reach TCP.  The transport is not
     public, hence the lookup; a stream without one (the simulated network's) has
-    nothing to pause.
+    nothing to pause.  A TLS stream's is under its transport stream.
     """
-    transport = getattr(stream, "_transport", None)
+    transport = getattr(getattr(stream, "transport_stream", stream), "_transport", None)
     pause_reading = getattr(transport, "pause_reading", None)
     if pause_reading is not None:
         pause_reading()

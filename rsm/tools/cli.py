@@ -74,6 +74,7 @@ reconnect attempt.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -119,6 +120,13 @@ from rsm.runtime.log import LogStore
 from rsm.runtime.replica import Replica
 from rsm.snapshots.inspect import inspect, listing
 from rsm.snapshots.store import SnapshotStore, read_snapshots
+from rsm.tls_flags import (
+    ReplicaTls,
+    add_client_tls_arguments,
+    add_replica_tls_arguments,
+    client_connector,
+    replica_tls,
+)
 from rsm.tools import investigate
 from rsm.tools.arguments import parse_arguments
 
@@ -150,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if command == "run":
             return _run(arguments)
+        # Checked before any connection: a bad TLS file is a usage error, said at once.
+        arguments.connector = client_connector(arguments)
         with quiet_kazoo():
             return _backend_run(_COMMANDS[command], arguments)
     except (RsmError, BookieError) as error:
@@ -203,6 +213,7 @@ def _parser() -> argparse.ArgumentParser:
     add_follower_nice(run)
     add_ledger_digest(run)
     add_client_tokens_file(run)
+    add_replica_tls_arguments(run)
     run.add_argument("--log-level", choices=LEVELS, default="info")
     run.add_argument("--log-format", choices=FORMATS, default="json")
 
@@ -296,6 +307,14 @@ def _common(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
     parser.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,...][/chroot]")
     if output:
         parser.add_argument("--json", action="store_true", help="print one JSON object")
+        add_client_tls_arguments(parser)
+
+
+def _client(
+    arguments: argparse.Namespace, store: MetadataStore
+) -> contextlib.AbstractAsyncContextManager[Client]:
+    """The command's client of `--app` (over TLS with the TLS flags, `main` checked them)."""
+    return connect(arguments.app, store=store, config=_CLI_CLIENT, connector=arguments.connector)
 
 
 def _backend_run(command: Any, arguments: argparse.Namespace) -> int:
@@ -330,6 +349,7 @@ def _run(arguments: argparse.Namespace) -> int:
         state_hash_every_commands=arguments.state_hash_every,
         ledger_digest=ledger_digest_of(arguments),
     )
+    arguments.replica_tls = replica_tls(arguments)
     return run_replica_main(
         _serve, arguments, machine, config, priority, logger=logger, failed_event="rsm.failed"
     )
@@ -341,11 +361,13 @@ async def _serve(
     config: ReplicaConfig,
     priority: FollowerPriority,
 ) -> int:
+    tls: ReplicaTls = arguments.replica_tls
     async with (
         replica_metadata(
             arguments.zk,
             ledger_root=arguments.ledger_root,
             session_timeout_ms=arguments.session_timeout_ms,
+            ledger_config=tls.ledger_config(),
         ) as (store, ledgers),
         priority.running(),
         Replica(
@@ -359,8 +381,12 @@ async def _serve(
             config=config,
             on_role=priority.on_role,
             client_tokens=read_client_tokens(arguments.client_tokens_file),
+            tls=tls.server,
+            tls_allowed_names=tls.allowed_names,
         ) as replica,
-        admin_server(replica, store, arguments.admin) as admin,
+        admin_server(
+            replica, store, arguments.admin, tls=tls.admin, tls_allowed_names=tls.allowed_names
+        ) as admin,
     ):
         emit(
             logger,
@@ -386,7 +412,7 @@ async def _call(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
     async with (
         command_zk_store(arguments.zk) as store,
-        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+        _client(arguments, store) as client,
     ):
         result = await client.call(arguments.name, *args, **kwargs)
         _print_result(arguments, result, client.last_index)
@@ -397,7 +423,7 @@ async def _query(arguments: argparse.Namespace) -> int:
     args, kwargs = parse_arguments(arguments.arguments)
     async with (
         command_zk_store(arguments.zk) as store,
-        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+        _client(arguments, store) as client,
     ):
         result = await client.query(
             arguments.name, *args, consistency=arguments.consistency, **kwargs
@@ -416,7 +442,7 @@ def _print_result(arguments: argparse.Namespace, result: Any, index: int) -> Non
 async def _transfer(arguments: argparse.Namespace) -> int:
     async with (
         command_zk_store(arguments.zk) as store,
-        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+        _client(arguments, store) as client,
     ):
         result = await client.transfer_leadership(arguments.to)
     if arguments.json:
@@ -431,7 +457,7 @@ async def _transfer(arguments: argparse.Namespace) -> int:
 async def _status(arguments: argparse.Namespace) -> int:
     async with (
         command_zk_store(arguments.zk) as store,
-        connect(arguments.app, store=store, config=_CLI_CLIENT) as client,
+        _client(arguments, store) as client,
     ):
         report = await application_status(store, client, ledger_root=arguments.ledger_root)
     if arguments.json:
@@ -476,7 +502,7 @@ async def _snapshot(arguments: argparse.Namespace) -> int:
         if await store.exists(layout.log) is None:
             raise NoSuchApplication(arguments.app)
         if command == "create":
-            async with connect(arguments.app, store=store, config=_CLI_CLIENT) as client:
+            async with _client(arguments, store) as client:
                 report = await _create_snapshot(client, arguments.replica)
         else:
             report = await _read_snapshots(store, layout, arguments)

@@ -62,4 +62,13 @@ def test_bench_prints_one_json_object(zookeeper: LocalZooKeeper, tmp_path: Path)
     assert set(metrics["on_over_off_ops"]) == {"add-100B", "add-1KiB"}
     assert set(metrics["on_over_off_bookie_cpu_per_op"]) == {"add-100B", "add-1KiB"}
     assert metrics["scrapes"] >= 2, "each metrics-on run is scraped at least once"
+    tls = report["tls"]
+    assert [(run["name"], run["tls"]) for run in tls["runs"]] == [
+        ("add-100B", "off"),
+        ("add-100B", "on"),
+        ("add-1KiB", "off"),
+        ("add-1KiB", "on"),
+    ]
+    assert all(run["ops_per_s"] > 0 for run in tls["runs"])
+    assert set(tls["on_over_off_ops"]) == {"add-100B", "add-1KiB"}
     assert list(tmp_path.iterdir()) == [], "the benchmark cleans up after itself"

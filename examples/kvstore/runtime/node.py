@@ -32,7 +32,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
-from collections.abc import AsyncIterator, Callable
+import ssl
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -46,6 +47,7 @@ from bookie.clock import system_wall_clock_ms
 from bookie.core.tokens import TokenTable
 from bookie.errors import InvalidAddress, MetadataError, NodeExists
 from bookie.meta.api import ANY_VERSION, MetadataStore
+from bookie.net.tls import TlsListen
 from kvstore import limits
 from kvstore.connection.acl import AccessControl
 from kvstore.endpoints import Endpoint, encode_endpoint, endpoint_path
@@ -116,6 +118,7 @@ class KvNode:
         resp_listen: str = "127.0.0.1:0",
         resp_advertise: str | None = None,
         resp_listener: anyio.abc.Listener[anyio.abc.ByteStream] | None = None,
+        resp_tls: TlsListen | None = None,
         settings: StoreSettings | None = None,
         config: ReplicaConfig | None = None,
         rng: random.Random | None = None,
@@ -125,10 +128,15 @@ class KvNode:
         rsm_root: str = RSM_ROOT,
         client_tokens: TokenTable | None = None,
         access: AccessControl | None = None,
+        tls: ssl.SSLContext | None = None,
+        tls_allowed_names: Collection[str] | None = None,
     ) -> None:
+        """`resp_tls`: a second RESP port, for TLS; `tls` and `tls_allowed_names`: the
+        replica's port on TLS (`rsm.Replica`; `connector` must then connect with TLS)."""
         if resp_listener is not None and resp_advertise is None:
             raise InvalidConfig("a node given its RESP listener must be given its RESP address")
         self.app = app
+        self._resp_tls = resp_tls
         self.settings = settings or StoreSettings()
         config = config or ReplicaConfig()
         check_command_deadline(self.settings, config)
@@ -152,6 +160,8 @@ class KvNode:
             on_role=on_role,
             rsm_root=rsm_root,
             client_tokens=client_tokens,
+            tls=tls,
+            tls_allowed_names=tls_allowed_names,
         )
         self._resp_listen = resp_listen
         self._resp_advertise = resp_advertise
@@ -192,6 +202,7 @@ class KvNode:
                     connector=self._connector,
                     rng=self._rng,
                     access=self._access,
+                    tls=self._resp_tls,
                 ) as server:
                     self.server = server
                     yield self
@@ -241,11 +252,13 @@ async def redis_server(
     connector: Connector,
     rng: random.Random,
     access: AccessControl | None = None,
+    tls: TlsListen | None = None,
 ) -> AsyncIterator[RespServer]:
     """Serve Redis clients on `listener` beside the running `replica` of a `KVStore`, for the
-    block: its `Router` (forwarding through `connector`) and `RespServer`, whose clients log
-    in as `access`'s users (None: nobody needs to).  `port` is what INFO shows.  Leaving the
-    block stops both (the server's connections are aborted)."""
+    block: its `Router` (forwarding through `connector`) and `RespServer` (with `tls`, on a
+    second, TLS, port too), whose clients log in as `access`'s users (None: nobody needs
+    to).  `port` is what INFO shows.  Leaving the block stops both (the server's
+    connections are aborted)."""
     router = Router(replica, connector=connector, rng=rng, deadline_ms=settings.command_deadline_ms)
     server = RespServer(
         listener,
@@ -261,6 +274,7 @@ async def redis_server(
             },
             access=access,
         ),
+        tls=tls,
     )
     try:
         async with anyio.create_task_group() as task_group:

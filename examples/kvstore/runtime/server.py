@@ -4,7 +4,9 @@ A `RespServer` serves the TCP sockets of an injected anyio `Listener` with
 asyncio's protocol interface (anyio runs on asyncio here, with uvloop when
 installed): each connection is a `RespConnection`, an `asyncio.Protocol`
 whose callbacks run on the event loop, without a task of its own.  The
-connections of any other listener (the seeded simulation's network) are
+connections of a second, TLS, listener (`bookie.net.tls.TlsServer`) are the same
+protocol after their handshake.  The connections of any other listener (the
+seeded simulation's network) are
 anyio byte streams: the same protocol runs over each on a
 `bookie.net.stream_transport.StreamTransport`, with a reading and a writing task.
 Either way:
@@ -94,6 +96,7 @@ from bookie.logs import emit
 from bookie.net.admission import ConnectionAdmission, Refusal, peer_host
 from bookie.net.framed_protocol import FramedProtocol
 from bookie.net.stream_transport import StreamTransport
+from bookie.net.tls import TlsListen, TlsServer
 from kvstore import limits
 from kvstore.connection.acl import AccessControl
 from kvstore.connection.command_stats import CommandStats
@@ -209,8 +212,20 @@ class RespServer:
         *,
         replica_info: Callable[[], ReplicaInfo],
         config: ServerConfig | None = None,
+        tls: TlsListen | None = None,
     ) -> None:
+        """`tls`, when given, is a second listener, for TLS (bound here, so `tls_port` is
+        known at once; `serve` closes it), serving the same connections after a
+        handshake (`bookie.net.tls`)."""
         self._listener = listener
+        self.tls_server: TlsServer | None = None
+        """The TLS listener (its counts of accepted and refused handshakes), if any."""
+        self.tls_port: int | None = None
+        if tls is not None:
+            self.tls_server = TlsServer(
+                tls.context, self._accept, name="resp", allowed_names=tls.allowed_names
+            )
+            self.tls_port = self.tls_server.bind(tls.host, tls.port)
         self.router = router
         self._replica_info = replica_info
         self.config = config or ServerConfig()
@@ -258,10 +273,14 @@ class RespServer:
                         servers.append(await loop.create_server(self._accept, sock=sock))
                 else:
                     task_group.start_soon(listener.serve, self._serve_stream)
+                if self.tls_server is not None:
+                    task_group.start_soon(self.tls_server.serve)
                 await anyio.sleep_forever()
         finally:
             for server in servers:
                 server.close()
+            if self.tls_server is not None:
+                self.tls_server.close()
             for connection in list(self._connections):
                 connection.abort()
             await self._listener.aclose()

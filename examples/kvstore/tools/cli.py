@@ -79,6 +79,8 @@ from typing import Any, Final
 import anyio
 
 from bookie.errors import BookieError, NoNode
+from bookie.errors import InvalidConfig as BookieInvalidConfig
+from bookie.local.certificates import DevelopmentCertificates, development_certificates
 from bookie.local.cluster import ClusterError, LocalBookie, admin_heading, admin_lines
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
@@ -91,10 +93,19 @@ from kvstore.runtime.metrics import kvstore_metrics
 from kvstore.runtime.node import DEFAULT_APP, KvNode, StoreSettings
 from kvstore.state_machine import KVStore
 from kvstore.tools.access_options import access_of, add_access_arguments
-from kvstore.tools.launcher import HOST, LEDGER_ROOT, KvSettings, LocalKvCluster, read_saved
+from kvstore.tools.launcher import (
+    HOST,
+    LEDGER_ROOT,
+    TLS_DIRECTORY,
+    KvSettings,
+    LocalKvCluster,
+    read_saved,
+    tls_client_connector,
+)
+from kvstore.tools.tls_flags import NodeTls, add_tls_arguments, node_tls
 from rsm import limits as rsm_limits
 from rsm.admin import add_admin_argument, admin_server
-from rsm.client import connect
+from rsm.client import connect, tcp_connector
 from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig, MalformedValue, RsmError
 from rsm.host import (
@@ -114,6 +125,7 @@ from rsm.host import (
     status_heading,
     under_replication_lines,
 )
+from rsm.tls_flags import add_client_tls_arguments, client_connector
 from rsm.tools import (
     SCHEMA_VERSION,
     key_history,
@@ -148,7 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(_status, arguments)
     except (RsmError, BookieError, ClusterError) as error:
         print(f"kvstore: {type(error).__name__}: {error}", file=sys.stderr)
-        return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
+        usage = isinstance(error, InvalidConfig | BookieInvalidConfig)
+        return EXIT_USAGE if usage else EXIT_FAILED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -173,6 +186,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_access_arguments(up)
     add_ledger_digest(up)
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="a new store on TLS too: a local CA and certificates in DATA_DIR/tls",
+    )
 
     serve = commands.add_parser("serve", help="run one replica")
     serve.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,...][/chroot]")
@@ -211,11 +229,13 @@ def _parser() -> argparse.ArgumentParser:
     add_follower_nice(serve)
     add_ledger_digest(serve)
     add_client_tokens_file(serve)
+    add_tls_arguments(serve)
     serve.add_argument("--log-level", choices=LEVELS, default="info")
     serve.add_argument("--log-format", choices=FORMATS, default="json")
     add_access_arguments(serve)
 
     status = commands.add_parser("status", help="the log, the leader, the bookies, the replicas")
+    add_client_tls_arguments(status)
     where = status.add_mutually_exclusive_group()
     where.add_argument("--data-dir", type=Path, help="a store started by kvstore up (./data)")
     where.add_argument("--zk", help="ZooKeeper HOST:PORT[,...][/chroot] of the store")
@@ -256,10 +276,19 @@ def _run(command: Any, arguments: argparse.Namespace) -> int:
 # --- kvstore serve ----------------------------------------------------------------------------
 
 
+def _tls_port(node: KvNode) -> int | None:
+    return None if node.server is None else node.server.tls_port
+
+
 def _serve(arguments: argparse.Namespace) -> int:
     priority = FollowerPriority(arguments.follower_nice)
     access = access_of(arguments)
     configure(arguments.log_level, arguments.log_format)
+    try:
+        arguments.node_tls = node_tls(arguments)
+    except InvalidConfig as error:
+        print(f"kvstore serve: {error}", file=sys.stderr)
+        return EXIT_USAGE
     settings = StoreSettings(
         key_bytes_max=arguments.key_bytes_max,
         value_bytes_max=arguments.value_bytes_max,
@@ -295,11 +324,13 @@ async def _serve_node(
     priority: FollowerPriority,
     access: AccessControl | None,
 ) -> int:
+    tls: NodeTls = arguments.node_tls
     async with (
         replica_metadata(
             arguments.zk,
             ledger_root=arguments.ledger_root,
             session_timeout_ms=arguments.session_timeout_ms,
+            ledger_config=tls.replica.ledger_config(),
         ) as (store, ledgers),
         priority.running(),
         KvNode(
@@ -311,6 +342,10 @@ async def _serve_node(
             advertise=arguments.advertise,
             resp_listen=arguments.resp,
             resp_advertise=arguments.resp_advertise,
+            resp_tls=tls.resp,
+            tls=tls.replica.server,
+            tls_allowed_names=tls.replica.allowed_names,
+            connector=tls.replica.connector(),
             settings=settings,
             config=config,
             on_role=priority.on_role,
@@ -318,7 +353,12 @@ async def _serve_node(
             client_tokens=read_client_tokens(arguments.client_tokens_file),
         ) as node,
         admin_server(
-            node.replica, store, arguments.admin, app_metrics=partial(kvstore_metrics, node)
+            node.replica,
+            store,
+            arguments.admin,
+            app_metrics=partial(kvstore_metrics, node),
+            tls=tls.replica.admin,
+            tls_allowed_names=tls.replica.allowed_names,
         ) as admin,
     ):
         emit(
@@ -330,6 +370,7 @@ async def _serve_node(
             address=node.replica.address,
             resp=node.resp_address,
             **({"admin": admin} if admin is not None else {}),
+            **({"resp_tls": tls_port} if (tls_port := _tls_port(node)) is not None else {}),
             pid=os.getpid(),
         )
         with anyio.open_signal_receiver(*_STOP_SIGNALS) as received:
@@ -351,6 +392,7 @@ async def _up(arguments: argparse.Namespace) -> int:
         acl_file=arguments.acl_file,
         requirepass_file=arguments.requirepass_file,
         ledger_digest=arguments.ledger_digest,
+        tls=arguments.tls,
     )
     access_of(arguments)  # a bad access file stops `up` before anything starts
     if settings.replicas < 1 or settings.bookies < 3:
@@ -414,6 +456,8 @@ def _banner(cluster: LocalKvCluster) -> str:
             f"  {replica.name:<9}  {replica.resp_address:<21} {role:<9} "
             f"try: redis-cli -p {replica.resp_port}"
         )
+    if cluster.tls is not None:
+        lines += _tls_lines(cluster, cluster.tls)
     lines.append(admin_heading())
     lines += admin_lines(bookies.bookies)
     lines += [f"  {replica.name:<9}  {replica.admin_url}" for replica in cluster.replicas]
@@ -425,6 +469,24 @@ def _banner(cluster: LocalKvCluster) -> str:
         "Ctrl-C stops the replicas, the bookies, then ZooKeeper; the data stays for the next run.",
     ]
     return "\n".join(lines)
+
+
+def _tls_lines(cluster: LocalKvCluster, tls: DevelopmentCertificates) -> list[str]:
+    """How to connect with TLS (the launcher's CA signed every certificate)."""
+    ca = shlex.quote(_shown(tls.ca))
+    lines = [f"TLS (certificates in {_shown(tls.ca.parent)}; the plain ports stay open too):"]
+    for replica in cluster.replicas:
+        lines.append(
+            f"  {replica.name:<9}  {HOST}:{replica.resp_tls_port:<11} "
+            f"try: redis-cli --tls --cacert {ca} -p {replica.resp_tls_port}"
+        )
+    first = cluster.replicas[0].resp_tls_port
+    lines.append(f"  redis-py:  redis.Redis(port={first}, ssl=True, ssl_ca_certs={str(tls.ca)!r})")
+    lines.append(
+        f"  bookies and replicas take mutual TLS only: client certificate "
+        f"{_shown(tls.client)} (key inside)"
+    )
+    return lines
 
 
 def _shown(path: Path) -> str:
@@ -511,7 +573,15 @@ async def _status(arguments: argparse.Namespace) -> int:
         zk = saved["zk"]
         app = app or saved["app"]
     app = app or DEFAULT_APP
-    async with command_zk_store(zk) as store, connect(app, store=store) as client:
+    connector = client_connector(arguments) or tcp_connector
+    if saved is not None and saved.get("tls") and arguments.tls_ca_file is None:
+        connector = tls_client_connector(
+            development_certificates(Path(arguments.data_dir or "data") / TLS_DIRECTORY)
+        )
+    async with (
+        command_zk_store(zk) as store,
+        connect(app, store=store, connector=connector) as client,
+    ):
         report = await application_status(store, client, ledger_root=LEDGER_ROOT)
         report["zk"] = zk
         bookies = report["bookies"] = await _bookies(store)

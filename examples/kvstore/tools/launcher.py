@@ -17,6 +17,7 @@ same data: same ports, same replica ids, the same log::
     DIR/cluster.toml, DIR/zookeeper/, DIR/bookie-N/   the bookie cluster (bookie.local.cluster)
     DIR/kvstore.toml                                  app, ZooKeeper, replica names and ports
     DIR/kv-N/replica.log                              replica N's log (JSON lines), appended
+    DIR/tls/                                          with TLS: the CA and certificates
 
 With `zk` ("host:port[,...][/chroot]") the cluster uses that ZooKeeper: its
 bookies register under `<chroot>/ledgers` and the replicas use the chroot
@@ -30,6 +31,14 @@ replica serves its admin HTTP API (docs/observability.md) on loopback, at
 start (so `kvstore.toml` does not keep it), unless `KvSettings.admin` is
 False (the benchmark's metrics-off runs).  Bookies
 take the bookie default ports (3181, ...), or free ports when `base_port` is 0.
+
+With TLS (`KvSettings.tls`, `kvstore up --tls`, decided when the store is
+created and kept in `kvstore.toml`), the launcher makes a local CA and
+certificates (`bookie.local.certificates`) in DIR/tls/; each bookie gets a
+mutual-TLS listener next to its plain one, and each replica a TLS RESP port
+(`base_port + 3000 + i - 1` when free; `kvstore.toml` keeps them), its
+framework port on mutual TLS, and its ledger client on the bookies' TLS
+listeners.  The plain RESP ports stay open on loopback.
 
 Invariants: at most one launcher runs per data directory (the bookie
 cluster's lock); replica processes run only while the bookie cluster does;
@@ -55,6 +64,12 @@ import anyio.abc
 
 from bookie import limits as bookie_limits
 from bookie.errors import BookieError
+from bookie.local.certificates import (
+    CLIENT_NAME,
+    NODE_NAME,
+    DevelopmentCertificates,
+    development_certificates,
+)
 from bookie.local.cluster import (
     BOOKIE_CONFIG_FILE,
     ClusterError,
@@ -63,12 +78,14 @@ from bookie.local.cluster import (
     port_is_free,
 )
 from bookie.meta.zk import ZkMetadataStore
+from bookie.net.tls import client_context
 from kvstore.runtime.node import DEFAULT_APP
 from rsm import limits as rsm_limits
-from rsm.client import Client, connect
+from rsm.client import Client, connect, tcp_connector, tls_connector
 from rsm.config import ReplicaConfig
 from rsm.errors import RsmError
 from rsm.host import split_zk
+from rsm.link import Connector
 
 HOST: Final = "127.0.0.1"
 KV_FILE: Final = "kvstore.toml"
@@ -76,6 +93,8 @@ REPLICA_LOG_FILE: Final = "replica.log"
 LEDGER_ROOT: Final = "/ledgers"
 FRAMEWORK_PORT_OFFSET: Final = 1000
 ADMIN_PORT_OFFSET: Final = 2000
+TLS_PORT_OFFSET: Final = 3000
+TLS_DIRECTORY: Final = "tls"
 READY_POLL_S: Final = 0.1
 """How often a starting cluster is looked at (not a synchronisation: a progress poll)."""
 STATUS_TIMEOUT_S: Final = 2.0
@@ -83,9 +102,14 @@ LOG_LINES_SHOWN: Final = 20
 
 
 def serve_command(
-    replica: LocalReplica, zk: str, ledger_root: str, settings: KvSettings
+    replica: LocalReplica,
+    zk: str,
+    ledger_root: str,
+    settings: KvSettings,
+    tls: DevelopmentCertificates | None = None,
 ) -> list[str]:
-    """The command line of a `kvstore serve` process with this launcher's interpreter."""
+    """The command line of a `kvstore serve` process with this launcher's interpreter
+    (with `tls`: its RESP TLS port, the framework port and the bookies on mutual TLS)."""
     return [
         sys.executable,
         "-m",
@@ -109,6 +133,7 @@ def serve_command(
         *access_options(settings),
         "--ledger-digest",
         settings.ledger_digest,
+        *([] if tls is None else _tls_flags(replica, tls)),
     ]
 
 
@@ -120,6 +145,28 @@ def access_options(settings: KvSettings) -> list[str]:
     if settings.requirepass_file is not None:
         options += ["--requirepass-file", str(settings.requirepass_file.absolute())]
     return options
+
+
+def _tls_flags(replica: LocalReplica, tls: DevelopmentCertificates) -> list[str]:
+    assert replica.resp_tls_port is not None
+    return [
+        "--resp-tls",
+        f"{HOST}:{replica.resp_tls_port}",
+        "--tls-replicas",
+        "--tls-bookies",
+        "--tls-cert-file",
+        str(tls.node),
+        "--tls-ca-file",
+        str(tls.ca),
+        "--tls-require-client-cert",
+        "--tls-allowed-clients",
+        f"{NODE_NAME},{CLIENT_NAME}",
+    ]
+
+
+def tls_client_connector(tls: DevelopmentCertificates) -> Connector:
+    """How a tool reaches the replicas of a cluster started with TLS: as its client."""
+    return tls_connector(client_context(tls.ca, tls.client))
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +187,8 @@ class KvSettings:
     """The replicas' default password (`kvstore serve --requirepass-file`)."""
     ledger_digest: str = "crc32c"
     """How the ledgers the replicas create are checked (`kvstore serve --ledger-digest`)."""
+    tls: bool = False
+    """Everything on TLS too, with a local CA (`bookie.local.certificates`)."""
 
 
 @dataclass(slots=True)
@@ -151,6 +200,7 @@ class LocalReplica:
     resp_port: int
     port: int
     admin_port: int = 0
+    resp_tls_port: int | None = None
     process: anyio.abc.Process | None = None
     log: IO[bytes] | None = None
     exits: list[int] = field(default_factory=list)
@@ -199,6 +249,18 @@ class LocalKvCluster:
         self._zk_hosts = hosts
         self._chroot = chroot
         self.settings = self._requested
+        saved_tls = _saved_tls(self.data_dir)
+        if self._requested.tls and saved_tls is False:
+            raise ClusterError(
+                f"the store in {self.data_dir} was created without TLS: start it without "
+                "--tls, or create one with TLS in another --data-dir"
+            )
+        self.tls = (
+            development_certificates(self.data_dir / TLS_DIRECTORY)
+            if self._requested.tls or saved_tls
+            else None
+        )
+        """The cluster's certificates, when it runs with TLS (decided when it is created)."""
         self.bookies = LocalCluster(
             self.data_dir,
             bookies=self._requested.bookies,
@@ -210,6 +272,7 @@ class LocalKvCluster:
                 "autorecovery_password": ReplicaConfig().ledger_password.decode(),
                 **(bookie_config or {}),
             },
+            tls=self.tls,
         )
         self.replicas: list[LocalReplica] = []
         self.leader: str | None = None
@@ -248,9 +311,10 @@ class LocalKvCluster:
         async with self.bookies:
             self._prepare()
             hosts, chroot = split_zk(self.zk)
+            connector = tcp_connector if self.tls is None else tls_client_connector(self.tls)
             async with (
                 ZkMetadataStore.connect(hosts, root=chroot) as store,
-                connect(self.settings.app, store=store) as client,
+                connect(self.settings.app, store=store, connector=connector) as client,
             ):
                 self._client = client
                 try:
@@ -272,6 +336,7 @@ class LocalKvCluster:
             self.resumed = True
             with path.open("rb") as handle:
                 saved = tomllib.load(handle)
+            tls = bool(saved.get("tls", False))
             self.settings = KvSettings(
                 replicas=len(saved["replicas"]),
                 bookies=self._requested.bookies,
@@ -282,24 +347,45 @@ class LocalKvCluster:
                 acl_file=self._requested.acl_file,
                 requirepass_file=self._requested.requirepass_file,
                 ledger_digest=self._requested.ledger_digest,
+                tls=tls,
             )
             names, resp_ports, ports = saved["replicas"], saved["resp_ports"], saved["ports"]
-            for name, resp_port, port in zip(names, resp_ports, ports, strict=True):
-                for needed in (resp_port, port):
-                    if not port_is_free(needed):
+            tls_ports = saved.get("resp_tls_ports") or [None] * len(names)
+            for name, resp_port, port, tls_port in zip(
+                names, resp_ports, ports, tls_ports, strict=True
+            ):
+                for needed in (resp_port, port, tls_port):
+                    if needed is not None and not port_is_free(needed):
                         raise ClusterError(
                             f"port {needed} of {name} is in use: is another cluster running? "
                             f"Stop it (the ports are in {path})"
                         )
-                self.replicas.append(LocalReplica(name, self.data_dir / name, resp_port, port))
+                self.replicas.append(
+                    LocalReplica(
+                        name, self.data_dir / name, resp_port, port, resp_tls_port=tls_port
+                    )
+                )
         else:
             taken: set[int] = set()
             base = self.settings.base_port
             for number in range(1, self.settings.replicas + 1):
                 resp_port = pick_port(base + number - 1 if base else 0, taken)
                 port = pick_port(base + FRAMEWORK_PORT_OFFSET + number - 1 if base else 0, taken)
+                tls_port = None
+                if self.tls is not None:
+                    tls_port = pick_port(base + TLS_PORT_OFFSET + number - 1 if base else 0, taken)
                 name = f"kv-{number}"
-                self.replicas.append(LocalReplica(name, self.data_dir / name, resp_port, port))
+                self.replicas.append(
+                    LocalReplica(
+                        name, self.data_dir / name, resp_port, port, resp_tls_port=tls_port
+                    )
+                )
+            saved_tls: dict[str, bool | list[int]] = {}
+            if self.tls is not None:
+                saved_tls = {
+                    "tls": True,
+                    "resp_tls_ports": [r.resp_tls_port or 0 for r in self.replicas],
+                }
             path.write_text(
                 _toml(
                     {
@@ -308,10 +394,12 @@ class LocalKvCluster:
                         "replicas": [replica.name for replica in self.replicas],
                         "resp_ports": [replica.resp_port for replica in self.replicas],
                         "ports": [replica.port for replica in self.replicas],
+                        **saved_tls,
                     }
                 )
             )
         taken = {port for replica in self.replicas for port in (replica.resp_port, replica.port)}
+        taken |= {replica.resp_tls_port or 0 for replica in self.replicas}
         taken |= {bookie.admin_port for bookie in self.bookies.bookies}
         base = self.settings.base_port
         for number, replica in enumerate(self.replicas, start=1):
@@ -334,7 +422,7 @@ class LocalKvCluster:
         if replica.log is None:
             replica.log = replica.log_file.open("ab")
         replica.process = await anyio.open_process(
-            serve_command(replica, self.zk, self.ledger_root, self.settings),
+            serve_command(replica, self.zk, self.ledger_root, self.settings, self.tls),
             stdin=None,
             stdout=replica.log,
             stderr=replica.log,
@@ -443,7 +531,16 @@ class LocalKvCluster:
         return leader
 
 
-def _toml(values: dict[str, str | list[str] | list[int]]) -> str:
+def _saved_tls(data_dir: Path) -> bool | None:
+    """Whether the store in `data_dir` was created with TLS (None: there is none yet)."""
+    path = data_dir / KV_FILE
+    if not path.exists():
+        return None
+    with path.open("rb") as handle:
+        return bool(tomllib.load(handle).get("tls", False))
+
+
+def _toml(values: dict[str, str | bool | list[str] | list[int]]) -> str:
     """`key = value` lines; JSON's strings and arrays of strings or integers are valid TOML."""
     return "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
 

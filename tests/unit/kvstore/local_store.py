@@ -137,16 +137,19 @@ def running_store(
     bookie_config: Mapping[str, object] | None = None,
     acl_file: Path | None = None,
     ledger_digest: str = "crc32c",
+    tls: bool = False,
 ) -> Iterator[Store]:
     """A store of `replicas` replica processes and `bookies` bookies (with `bookie_config`
     added to their configuration) under `data_dir`, for the block (its Redis clients
-    logging in as `acl_file`'s users, if given; its ledgers checked with `ledger_digest`)."""
+    logging in as `acl_file`'s users, if given; its ledgers checked with `ledger_digest`;
+    with `tls`, on TLS as `kvstore up --tls` runs it)."""
     settings = KvSettings(
         replicas=replicas,
         bookies=bookies,
         base_port=0,
         acl_file=acl_file,
         ledger_digest=ledger_digest,
+        tls=tls,
     )
     cluster = LocalKvCluster(
         data_dir,
