@@ -38,7 +38,7 @@ from collections.abc import Mapping
 
 import anyio
 
-from bookie.autorecovery.connect import cluster_instance_id, connect_checked
+from bookie.autorecovery.connect import client_addresses, cluster_instance_id, connect_checked
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.bookie_conn import BookieConnection
 from bookie.client.connections import Connector
@@ -131,10 +131,7 @@ class AuditorService:
                     ledgers_marked=marked,
                 )
             if presence.due(now_ms, triggered=trigger is not None):
-                addresses = {
-                    bookie_id: info.address
-                    for bookie_id, info in (*bookies.writable.items(), *bookies.read_only.items())
-                }
+                addresses = client_addresses(bookies, settings.tls is not None)
                 await self.check_presence(presence, addresses)
                 presence.finished(loop_clock_ms())
             if trigger is not None:
@@ -183,6 +180,7 @@ class AuditorService:
                             instance_id,
                             timeout_ms,
                             connector=self._connector,
+                            tls=self._settings.tls,
                         )
                     except BookieError as error:
                         emit(

@@ -3,12 +3,14 @@
 Like the ledger client's connections (bookie/client/connections.py), a new connection
 first asks IDENTIFY; one that names another bookie or another cluster is refused
 (`BookieUnavailable`), since a lost bookie's address may since be another's.  It goes
-over TCP, or over the byte streams a `Connector` opens (the simulated network).
+over TCP (TLS with a client context: to the bookie's TLS listener), or over the byte
+streams a `Connector` opens (the simulated network).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ssl
 
 import anyio
 
@@ -16,7 +18,16 @@ from bookie.client.bookie_conn import BookieConnection
 from bookie.client.connections import Connector, bookie_address, identity_problem
 from bookie.errors import BookieUnavailable, NoNode
 from bookie.meta.api import MetadataStore
-from bookie.meta.bookies import read_instance_id
+from bookie.meta.bookies import Bookies, read_instance_id
+
+
+def client_addresses(bookies: Bookies, tls: bool) -> dict[str, str]:
+    """Registered bookie id -> the address to reach it at (its TLS listener's with `tls`,
+    when it has one), writable and read-only ones alike."""
+    return {
+        bookie_id: info.client_address(tls)
+        for bookie_id, info in (*bookies.writable.items(), *bookies.read_only.items())
+    }
 
 
 async def cluster_instance_id(store: MetadataStore, root: str) -> str | None:
@@ -35,14 +46,17 @@ async def connect_checked(
     timeout_ms: int,
     *,
     connector: Connector | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> BookieConnection:
-    """A connection to `bookie_id` at `address` (over TCP, or a stream of `connector`),
-    closed with `stack`; raises `BookieUnavailable` when it cannot connect or another
-    bookie answers."""
+    """A connection to `bookie_id` at `address` (over TCP, with `tls` TLS, or a stream of
+    `connector`), closed with `stack`; raises `BookieUnavailable` when it cannot connect or
+    another bookie answers."""
     if connector is None:
         target = bookie_address(address)
         connection = await stack.enter_async_context(
-            BookieConnection.connect(target.host, target.port, connect_timeout_ms=timeout_ms)
+            BookieConnection.connect(
+                target.host, target.port, connect_timeout_ms=timeout_ms, tls=tls
+            )
         )
     else:
         try:

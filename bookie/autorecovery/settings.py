@@ -7,6 +7,7 @@ ledger's password hash, so a ledger written with none of them is never copied.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 
 from bookie import limits
@@ -37,6 +38,8 @@ class AutoRecoverySettings:
     """At most this many bytes copied per second by one worker (0: no bound)."""
     timeout_ms: int = limits.read_timeout_ms_default
     """Bound on each read, write and connection attempt to a bookie."""
+    tls: ssl.SSLContext | None = None
+    """Reach the bookies' TLS listeners with this client context (`bookie.net.tls`)."""
 
     def __post_init__(self) -> None:
         assert self.owner, "an autorecovery process is named"

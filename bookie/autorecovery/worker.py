@@ -47,14 +47,16 @@ import contextlib
 import hmac
 import logging
 import random
+import ssl
 from collections.abc import Iterator, Sequence
 
 import anyio
 
 from bookie import limits
-from bookie.autorecovery.connect import cluster_instance_id, connect_checked
+from bookie.autorecovery.connect import client_addresses, cluster_instance_id, connect_checked
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.bookie_conn import BookieConnection
+from bookie.client.config import ClientConfig
 from bookie.client.connections import Connector
 from bookie.client.ledger_client import LedgerClient, password_hash
 from bookie.clock import loop_clock_ms
@@ -250,7 +252,11 @@ class ReplicationWorker:
             last_entry_held=last_entry_held,
         )
         async with LedgerClient.open(
-            self._store, root=self._settings.root, connector=self._connector, rng=self._rng
+            self._store,
+            root=self._settings.root,
+            config=ClientConfig(tls=self._settings.tls),
+            connector=self._connector,
+            rng=self._rng,
         ) as client:
             await client.open_ledger(ledger_id, password, recovery=True)
         recovered, _ = await self._ledgers.read(ledger_id)
@@ -290,7 +296,10 @@ class ReplicationWorker:
     ) -> dict[str, Sequence[Sequence[int]]]:
         """What each of `bookie_ids` that is registered and answers holds of the ledger
         (LIST_ENTRIES: inclusive ranges, ascending; none when it has no such ledger)."""
-        addresses = _addresses(await list_bookies(self._store, self._settings.root))
+        tls = self._settings.tls
+        addresses = client_addresses(
+            await list_bookies(self._store, self._settings.root), tls is not None
+        )
         timeout_ms = self._settings.timeout_ms
         instance_id = await cluster_instance_id(self._store, self._settings.root)
         listings: dict[str, Sequence[Sequence[int]]] = {}
@@ -304,6 +313,7 @@ class ReplicationWorker:
                         instance_id,
                         timeout_ms,
                         connector=self._connector,
+                        tls=tls,
                     )
                     listing = await connection.list_entries(ledger_id, timeout_ms=timeout_ms)
                     listings[bookie_id] = listing.ranges or []
@@ -372,7 +382,7 @@ class ReplicationWorker:
         return the entries copied."""
         ledger_id = metadata.ledger_id
         bookies = await list_bookies(self._store, self._settings.root)
-        addresses = _addresses(bookies)
+        addresses = client_addresses(bookies, self._settings.tls is not None)
         replacements = self._replacements(
             bookies,
             metadata,
@@ -388,6 +398,7 @@ class ReplicationWorker:
             self._settings.timeout_ms,
             self._throttle,
             connector=self._connector,
+            tls=self._settings.tls,
         )
         instance_id = await cluster_instance_id(self._store, self._settings.root)
         async with contextlib.AsyncExitStack() as stack:
@@ -431,8 +442,10 @@ class _Copier:
         throttle: CopyThrottle,
         *,
         connector: Connector | None,
+        tls: ssl.SSLContext | None,
     ) -> None:
         self._connector = connector
+        self._tls = tls
         self._metadata = metadata
         self._throttle = throttle
         self._digest = Digest(metadata.digest_type, password)
@@ -453,7 +466,13 @@ class _Copier:
             return
         try:
             self._connections[bookie_id] = await connect_checked(
-                stack, bookie_id, address, instance_id, self._timeout_ms, connector=self._connector
+                stack,
+                bookie_id,
+                address,
+                instance_id,
+                self._timeout_ms,
+                connector=self._connector,
+                tls=self._tls,
             )
         except BookieError as error:
             self._connections[bookie_id] = str(error)
@@ -522,14 +541,6 @@ class _Copier:
             recovery=True,
             timeout_ms=self._timeout_ms,
         )
-
-
-def _addresses(bookies: Bookies) -> dict[str, str]:
-    """Registered bookie id -> its address, writable and read-only ones alike."""
-    return {
-        bookie_id: info.address
-        for bookie_id, info in (*bookies.writable.items(), *bookies.read_only.items())
-    }
 
 
 def _first(group: BaseExceptionGroup[BookieError]) -> BookieError:

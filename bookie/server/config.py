@@ -45,7 +45,7 @@ from bookie.logs import FORMATS, LEVELS
 from bookie.meta import paths
 from bookie.meta.layout import READONLY_DIRECTORY
 from bookie.net.credentials import read_token_table
-from bookie.net.tls import TlsListen, server_context
+from bookie.net.tls import TlsListen, client_context, server_context
 from bookie.storage.file import StorageConfig
 
 WILDCARD_HOSTS: Final = frozenset({"", "0.0.0.0", "::", "*"})
@@ -405,6 +405,15 @@ class BookieConfig:
         if address is None or context is None:
             return None
         return TlsListen(address.host, address.port, context, self.tls_allowed_names)
+
+    def peer_tls(self) -> ssl.SSLContext | None:
+        """With a TLS listener, the client context this bookie's own autorecovery reaches the
+        other bookies' TLS listeners with: their certificates checked against `tls_ca_file`,
+        this bookie's certificate as its client certificate (None without a listener).
+        Raises `InvalidConfig` if a file cannot be used."""
+        if self.tls_listen_address is None or self.tls_cert_file is None:
+            return None
+        return client_context(self.tls_ca_file, self.tls_cert_file, self.tls_key_file)
 
     @property
     def data_dirs(self) -> tuple[Path, ...]:

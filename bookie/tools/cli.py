@@ -307,6 +307,7 @@ def _serve(arguments: argparse.Namespace) -> int:
     try:
         config = load_config(config_file, flags)
         tokens = read_client_tokens(config)
+        peers_tls = config.peer_tls()
     except InvalidConfig as error:
         log_format = flags.get("log_format")
         configure("info", log_format if log_format in ("json", "text") else "json")
@@ -330,6 +331,7 @@ def _serve(arguments: argparse.Namespace) -> int:
             rate_entries_per_s=config.autorecovery_rate_entries_per_s,
             rate_bytes_per_s=config.autorecovery_rate_bytes_per_s,
             passwords=_passwords(config.autorecovery_password),
+            tls=peers_tls,
         )
         hosted = functools.partial(run_autorecovery, settings=settings)
     node = BookieNode(config, reload if config_file is not None else None, hosted, tokens)

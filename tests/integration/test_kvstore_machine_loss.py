@@ -118,17 +118,23 @@ class Load:
         assert result.linearizable, result.explain()
 
 
-@pytest.fixture
+@pytest.fixture(params=[False, True], ids=["plain", "tls"])
 def store_with_spare(
-    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: os.PathLike[str]
+    request: pytest.FixtureRequest,
+    zookeeper: LocalZooKeeper,
+    zk_root: str,
+    tmp_path: os.PathLike[str],
 ) -> Iterator[Store]:
-    """`store` with four bookies for three-bookie ensembles, and a short autorecovery grace."""
+    """`store` with four bookies for three-bookie ensembles, and a short autorecovery grace;
+    plain, and on mutual TLS as `kvstore up --tls` runs it (the bookies' autorecovery then
+    copies over TLS too)."""
     with running_store(
         zookeeper,
         zk_root,
         tmp_path,  # type: ignore[arg-type]
         bookies=4,
         bookie_config=AUTORECOVERY,
+        tls=request.param,
     ) as running:
         yield running
 

@@ -3,6 +3,7 @@ that cannot be used is an `InvalidConfig` naming it when the configuration is lo
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,21 @@ def test_bad_tls_settings_are_refused_at_load(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InvalidConfig, match=message):
         load_config(None, _flags(tmp_path, **tls))
+
+
+def test_a_bookie_with_a_tls_listener_reaches_its_peers_over_tls(tmp_path: Path) -> None:
+    certs = Certificates.make(tmp_path / "certs")
+    config = load_config(
+        None,
+        _flags(
+            tmp_path,
+            tls_listen_address="127.0.0.1:3182",
+            tls_cert_file=str(certs.server),
+            tls_ca_file=str(certs.ca),
+        ),
+    )
+    context = config.peer_tls()
+    assert context is not None
+    assert context.check_hostname
+    assert context.verify_mode is ssl.CERT_REQUIRED
+    assert load_config(None, _flags(tmp_path)).peer_tls() is None
