@@ -30,8 +30,10 @@ Baselines, measured in the same run on the same log:
   (`replay_to`) to the log's end, then the state serialized as a snapshot
   (`snapshot()`), not written: what the bulk snapshot replaces.
 
-`bulk_snapshot` compares the two snapshot times and says whether both
-states hash the same; `cpu_s` beside each is the CPU time it took (the bulk
+`bulk_snapshot` compares the two snapshot times (and their ratio,
+`bulk_over_replay`), gives the bulk snapshot's time per step
+(`bulk_stages_s`, rsm/spark/bulk_snapshot.py) and says whether both states
+hash the same; `cpu_s` beside each is the CPU time it took (the bulk
 snapshot's: this process, Spark's JVM and its Python workers; replay's: this
 process), the bookies' excluded for both.
 
@@ -251,6 +253,8 @@ def spark_runs(zk: str, root: str, master: str, directory: Path) -> list[dict[st
     rate("spark-bulk-snapshot", time.perf_counter() - started, snapshot.index)
     results[-1]["state_hash"] = snapshot.state_hash
     results[-1]["cpu_s"] = round(spark_cpu_s() - cpu_before, 1)
+    results[-1]["stages_s"] = snapshot.stages_s
+    results[-1]["tasks"] = snapshot.tasks
     config = {
         "master": master,
         "default_parallelism": spark.sparkContext.defaultParallelism,
@@ -344,6 +348,8 @@ def main(argv: list[str]) -> None:
         "bulk_snapshot_s": bulk["seconds"],
         "replay_to_snapshot_s": replayed["seconds"],
         "bulk_faster": bulk["seconds"] < replayed["seconds"],
+        "bulk_over_replay": round(bulk["seconds"] / replayed["seconds"], 2),
+        "bulk_stages_s": bulk["stages_s"],
         "bulk_cpu_s": bulk["cpu_s"],
         "replay_cpu_s": replayed["cpu_s"],
         "same_state_hash": bulk["state_hash"] == replayed["state_hash"],

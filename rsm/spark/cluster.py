@@ -17,7 +17,8 @@ the first time (an open ledger's end is pinned to the LAC seen when
 planning).  Ledgers are opened with the framework's ledger password
 (`ReplicaConfig.ledger_password`).
 
-The bulk snapshot (`write_snapshot`, on the driver): a reduced state goes
+The bulk snapshot (on the driver): `restore_snapshot` loads the snapshot a
+truncated log goes on from, as replicas load one; a reduced state goes
 through the replicas' own snapshot store (rsm/snapshots/store.py: a pending
 ledger, the chunks `stream_snapshot` makes, the manifest registered by
 compare-and-set), so it is a snapshot like any replica's.
@@ -65,6 +66,7 @@ from rsm.errors import (
 from rsm.host import split_zk
 from rsm.runtime.log import LogStore, SegmentReader, decode_entry
 from rsm.snapshots.capture import CaptureResult, stream_snapshot
+from rsm.snapshots.loader import Restored, load
 from rsm.snapshots.store import SnapshotStore, manifest_of, pending_ledger, read_snapshots
 from rsm.spark.options import ClusterOptions, SplitOptions
 from rsm.spark.planning import Bounds, Interval, Span, split
@@ -169,6 +171,18 @@ class Cluster:
         """The index of the oldest registered snapshot of `app` from which its log, truncated
         below `first_index`, still goes on; None when there is none."""
         return self._portal.call(self._covering_snapshot, app, first_index)
+
+    def restore_snapshot(
+        self, app: str, machine: StateMachine, config: ReplicaConfig, *, at_least: int, below: int
+    ) -> Restored | None:
+        """The newest registered snapshot of `app` at an index in `[at_least, below)`,
+        restored into `machine` (fresh) through the replicas' snapshot store and checked as
+        they check one (rsm/snapshots/loader.py); None when there is none."""
+        return self._portal.call(
+            functools.partial(
+                self._restore_snapshot, app, machine, config, at_least=at_least, below=below
+            )
+        )
 
     def readable_end(self, app: str) -> int:
         """One past the last index readable now without fencing (the log's first index when
@@ -322,6 +336,17 @@ class Cluster:
         except NoNode:
             raise NoSuchApplication(app) from None
         return log
+
+    async def _restore_snapshot(
+        self, app: str, machine: StateMachine, config: ReplicaConfig, *, at_least: int, below: int
+    ) -> Restored | None:
+        layout = AppLayout.of(app)
+        value, _version = await read_snapshots(self._store, layout)
+        usable = [m for m in value.newest_first() if at_least <= m.index < below]
+        if not usable:
+            return None
+        store = SnapshotStore(self._store, self._ledgers, layout, config)
+        return await load(store, usable[0], machine, config)
 
     async def _covering_snapshot(self, app: str, first_index: int) -> int | None:
         """The index of the oldest registered snapshot from which the log still goes on."""
