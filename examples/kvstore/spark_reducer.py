@@ -7,33 +7,39 @@ that key's own commands make of it, applied in index order.
 On executors (`summarize`), each task's commands, in index order:
 
 * A **blind** command sets or deletes its keys whatever they held: a SET
-  of exactly a key and a value, an MSET of pairs, a DEL or UNLINK, all of
-  byte strings within the store's bounds, no keyword argument, and not
-  open (its outcome may be kept, and DEL's depends on the state).  Every
-  key a command that is not blind names is **kept** in the task, and so is
-  every key of a blind command naming a kept key (until no more are): the
-  task keeps, in order, every command naming a kept key.
-* Every other key's blind ops (set or delete, at (index, position among
-  the command's keys)) become one `Run`: its net effect, whatever the key
-  held before (last set and value, the first set after the last delete,
-  the first delete after the last set, how many deletes followed a set).
+  of exactly a key and a value, an MSET of pairs, a DEL or UNLINK that is
+  not open (its outcome, a count, depends on the state), all of byte
+  strings within the store's bounds, no keyword argument, fewer than
+  2**POSITION_BITS of them.  The outcome of an open blind SET or MSET is
+  the same whatever the state: the task applies it to an empty store.
+  Every key a command that is not blind names is **kept** in the task, and
+  so is every key of a blind command naming a kept key (until no more
+  are): the task keeps, in order, every command naming a kept key.
+* Every other key's blind ops (set or delete, ordered by `at`) become one
+  run: their net effect, whatever the key held before (the last set's
+  value and index, the first set after the last delete, the first delete
+  after the last set, the first delete, how many deletes followed a set,
+  and flags).  Runs leave the task as the columns of `Runs`.
 
-On the driver (`combine`), in log order: the runs of keys no task kept are
-folded into one `Record` per key (value, version, creation, tombstone).
-Keys some task kept are reduced by applying: one `KVStore` applies the
-kept commands, at their logged index, time and epoch, and takes the runs
-of those keys from the other tasks as the set or delete they amount to
-(within one task a key is kept or run, never both, and a kept command's
-keys are all kept, so both touch disjoint keys and their order within a
-task does not matter).  Kept commands give the outcomes the session table
-keeps (every wanted index is open, so kept).
+On the driver (`combine`), in log order, over the starting state (a
+snapshot's, whose keys come before the log's, in its orders): the runs of
+keys no task kept are folded into one `Record` per key (value, version,
+creation, tombstone).  Keys some task kept are reduced by applying: one
+`KVStore` applies the kept commands, at their logged index, time and epoch,
+and takes the runs of those keys from the other tasks as the set or delete
+they amount to (within one task a key is kept or run, never both, and a
+kept command's keys are all kept, so both touch disjoint keys and their
+order within a task does not matter).  Kept commands give the outcomes the
+session table keeps of commands that are not blind (every wanted index is
+open in its task).
 
 The state is then built: `values` and `versions` in the order replay
-inserted them (by creation (index, position)), `tombstones` by deletion
-(index, position), no TTLs; the derived indexes and the hash are rebuilt by
-`_rebuild_derived`.  A command the reducer does not accept fails with
-`NotReducible`, as do more deletions than `limits.watch_tombstones_max`,
-past which replay forgets tombstones in an order that depends on every key.
+inserted them (by creation `at`), `tombstones` by deletion `at`, no TTLs
+(a starting state with TTLs is refused); the derived indexes and the hash
+are rebuilt by `_rebuild_derived`.  A command the reducer does not accept
+fails with `NotReducible`, as do more deletions (the starting state's
+tombstones included) than `limits.watch_tombstones_max`, past which replay
+forgets tombstones in an order that depends on every key.
 """
 
 from __future__ import annotations

@@ -93,6 +93,11 @@ class SnapshotReport:
     stages_s: dict[str, float]
     """Wall-clock seconds of each step: plan, read (the tasks), sessions, rerun, combine,
     write."""
+    driver_cpu_s: dict[str, float]
+    """CPU seconds of this process in each step."""
+    tasks_cpu_s: float
+    """CPU seconds of the tasks' Python (reads and reruns, all tasks together), as each
+    measured its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +128,14 @@ def bulk_snapshot(
     """
     started = time.perf_counter()
     stages: dict[str, float] = {}
-    clock = [started]
+    driver_cpu: dict[str, float] = {}
+    clock = [started, time.process_time()]
 
     def stage(name: str) -> None:
-        now = time.perf_counter()
+        now, cpu = time.perf_counter(), time.process_time()
         stages[name] = round(now - clock[0], 3)
-        clock[0] = now
+        driver_cpu[name] = round(cpu - clock[1], 3)
+        clock[:] = [now, cpu]
 
     config = ReplicaConfig() if config is None else config
     reducer = load_reducer(machine_class)
@@ -164,6 +171,7 @@ def bulk_snapshot(
         _Task(options, target, start, end, group, frozenset()) for group in _deal(plan, parallelism)
     ]
     passes = _run_tasks(spark, tasks)
+    tasks_cpu_s = sum(part.cpu_s for part in passes)
     stage("read")
     with _without_gc():
         passed = session_pass(
@@ -179,6 +187,7 @@ def bulk_snapshot(
         )
         for number, part in zip(rerun, again, strict=True):
             passes[number] = part
+            tasks_cpu_s += part.cpu_s
     stage("rerun")
     refusal = next((part.refusal for part in passes if part.refusal is not None), None)
     if refusal is not None:
@@ -219,6 +228,8 @@ def bulk_snapshot(
         rerun_tasks=len(rerun),
         seconds=round(time.perf_counter() - started, 3),
         stages_s=stages,
+        driver_cpu_s=driver_cpu,
+        tasks_cpu_s=round(tasks_cpu_s, 3),
     )
 
 
@@ -259,15 +270,17 @@ def _run_tasks(spark: SparkSession, tasks: list[_Task]) -> list[PartPass]:
 
 def _read_task(task: _Task) -> PartPass:
     """On an executor: the pass over the task's partitions (rsm/spark/part_pass.py)."""
+    cpu_before = time.process_time()
     reducer = load_named_reducer(task.reducer, task.reducer)
     with Cluster.open(task.options) as cluster, _without_gc():
-        return part_pass(
+        part = part_pass(
             _entries(cluster, task.partitions),
             task.start,
             task.end,
             reducer.summarize,
             task.skipped,
         )
+    return dataclasses.replace(part, cpu_s=time.process_time() - cpu_before)
 
 
 def _entries(

@@ -82,6 +82,8 @@ class PartPass:
     summary: Any
     refusal: str | None
     """The reducer's `NotReducible` message; `summary` is None then."""
+    cpu_s: float = 0.0
+    """The CPU seconds the executor spent on it (set by the shell that measures them)."""
 
 
 def open_indexes(columns: SessionColumns) -> frozenset[int]:
