@@ -75,8 +75,8 @@ def test_the_bulk_snapshot_is_the_state_replay_reaches_and_replicas_go_on_from_i
 ) -> None:
     # Keys only blind commands name (reduced to runs) and keys others name (kept and applied),
     # some named together; two tasks, each holding retries to skip, so each passes again.
-    portal.call(writer.segment, interleaved(kv_commands(1500, seed=1), blind_commands(900, 5), 8))
-    portal.call(writer.segment, interleaved(kv_commands(500, seed=2), blind_commands(300, 6), 9))
+    portal.call(writer.segment, interleaved(kv_commands(700, seed=1), blind_commands(500, 5), 8))
+    portal.call(writer.segment, interleaved(kv_commands(300, seed=2), blind_commands(200, 6), 9))
     last = writer.index - 1
 
     report = bulk_snapshot(spark, known.zk, writer.app, KVStore, ledger_root=known.ledger_root)
