@@ -1,8 +1,10 @@
 """The key-value store's Spark reducer (`KVStore.spark_reducer`): its state computed by key.
 
 For logs of the commands `kvstore.store.reduction` accepts (each confined to
-the keys it names, no TTLs), the state after an index is, key by key, what
-that key's own commands make of it, applied in index order.
+the keys it names), the state after an index is, key by key, what that
+key's own commands make of it, applied in index order, and, for keys with
+a TTL, what the active expiry of every command deletes from the front of
+the expiry queue.
 
 On executors (`summarize`), each task's commands, in index order:
 
@@ -33,10 +35,25 @@ order within a task does not matter).  Kept commands give the outcomes the
 session table keeps of commands that are not blind (every wanted index is
 open in its task).
 
+TTLs.  A key that a command may give a TTL (`gives_ttl`), or that has one
+in the starting state, must never be a run: whether and when it expires
+depends on every command's time.  So when one is a run in some task,
+`combine` answers `Rerun` with those keys, and every task summarizes again
+keeping them (all their commands kept, in order).  The store of kept keys
+(`_Tracked`, which notes what it deletes and which TTLs it gives) then
+takes, in index order, each kept command and, at the index and time of
+every other command a replica applies (`CombineRequest.clocks`), the
+active expiry that command runs (a PERSIST of a key no store holds).  The
+keys active expiry deletes are numbered at positions below TICK_SLOTS, so
+their tombstones come before those of the command's own keys, as in
+replay.  Runs impose their set or delete only on keys that never have a
+TTL, at time 0, where active expiry deletes nothing.
+
 The state is then built: `values` and `versions` in the order replay
-inserted them (by creation `at`), `tombstones` by deletion `at`, no TTLs
-(a starting state with TTLs is refused); the derived indexes and the hash
-are rebuilt by `_rebuild_derived`.  A command the reducer does not accept
+inserted them (by creation `at`), `expire_at_ms` in the order the TTLs
+were given, `tombstones` by deletion `at` (with the expiry time of an
+expired key); the derived indexes and the hash are rebuilt by
+`_rebuild_derived`.  A command the reducer does not accept
 fails with `NotReducible`, as do more deletions (the starting state's
 tombstones included) than `limits.watch_tombstones_max`, past which replay
 forgets tombstones in an order that depends on every key.
@@ -51,7 +68,7 @@ from typing import Any, Final, NamedTuple
 
 from kvstore import limits
 from kvstore.state_machine import KVStore
-from kvstore.store.reduction import EVERY_ARGUMENT, command_keys
+from kvstore.store.reduction import EVERY_ARGUMENT, command_keys, gives_ttl
 from rsm.errors import NotReducible
 from rsm.spark import (
     CombineRequest,
@@ -59,6 +76,7 @@ from rsm.spark import (
     Outcome,
     PartCommands,
     Reduced,
+    Rerun,
     SparkReducer,
     apply_logged,
 )
@@ -67,7 +85,10 @@ POSITION_BITS: Final = 20
 """An op's place in its key's order is `at` = index << POSITION_BITS | position (the key's
 position among its command's keys); a blind command names fewer than 2**POSITION_BITS."""
 NOWHERE: Final = -1
-"""An `at` that is not there."""
+"""An `at` (or a time) that is not there."""
+TICK_SLOTS: Final = limits.active_expiry_keys_max
+"""The positions below which the keys a command's active expiry deletes are numbered, before
+its own keys' (`at` = index << POSITION_BITS | TICK_SLOTS + position)."""
 ENDS_SET: Final = 1
 HAS_SET: Final = 2
 HAS_DELETE: Final = 4
@@ -113,12 +134,18 @@ class Runs:
 
 
 class Record(NamedTuple):
-    """What a key ends as: a value (its version and creation), or a tombstone (`at`s)."""
+    """What a key ends as: a value (its version, creation and TTL), or a tombstone (`at`s)."""
 
     value: bytes | None
     version: int
     created: int
     tombstone: int
+    expire_at: int = NOWHERE
+    """Its TTL's time (ms)."""
+    ttl_at: int = NOWHERE
+    """When its TTL was given (`at`): the order of `expire_at_ms`."""
+    expired_at: int = NOWHERE
+    """For a tombstone of an expired key, its expiry time."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +155,13 @@ class Summary:
     kept: list[LoggedCommand]
     outcomes: dict[int, Outcome]
     """Of the open blind SETs and MSETs."""
+    ttl_keys: frozenset[bytes]
+    """Keys a command of the task may have given a TTL."""
 
 
 def _blind_args(name: str, args: list[Any], kwargs: dict[str, Any]) -> bool:
     """Whether a command not open is blind (see the module docstring)."""
-    if kwargs or not args or len(args) >= 1 << POSITION_BITS:
+    if kwargs or not args or len(args) >= (1 << POSITION_BITS) - TICK_SLOTS:
         return False
     if any(type(arg) is not bytes for arg in args):
         return False
@@ -159,6 +188,7 @@ def summarize(part: PartCommands) -> Summary:
     outcomes: dict[int, Outcome] = {}
     kept_keys: set[bytes] = set()
     kept_indexes: set[int] = set()
+    ttl_keys: set[bytes] = set()
     multi_key: list[list[bytes]] = []
     for index, batch, item in part.commands():
         name, args = item.name, item.args
@@ -173,12 +203,12 @@ def summarize(part: PartCommands) -> Summary:
         ):
             run = runs.get(key)
             if run is None:
-                at = index << POSITION_BITS
+                at = index << POSITION_BITS | TICK_SLOTS
                 runs[key] = [ENDS_SET | HAS_SET, value, index, at, NOWHERE, NOWHERE, 0]
             else:  # `_op`'s set, inline: most commands are plain SETs
                 flags = run[0]
                 if not flags & ENDS_SET:
-                    run[3] = index << POSITION_BITS
+                    run[3] = index << POSITION_BITS | TICK_SLOTS
                 run[0] = flags | ENDS_SET | HAS_SET
                 run[1] = value
                 run[2] = index
@@ -187,21 +217,25 @@ def summarize(part: PartCommands) -> Summary:
             continue
         deleting = name in EVERY_ARGUMENT
         if not _blind_args(name, args, item.kwargs) or (deleting and index in open_indexes):
-            kept_keys.update(command_keys(name, args, index))
+            named = command_keys(name, args, index)
+            kept_keys.update(named)
             kept_indexes.add(index)
+            if gives_ttl(name, args):
+                ttl_keys.update(named)
             continue
         keys = _keys(name, args)
         if len(keys) > 1:
             multi_key.append(keys)
         for position, key in enumerate(keys):
             value = None if deleting else args[2 * position + 1]
-            _op(runs, key, index << POSITION_BITS | position, index, value)
+            _op(runs, key, index << POSITION_BITS | TICK_SLOTS + position, index, value)
         if index in open_indexes:
             outcomes[index] = _alone(LoggedCommand.of(index, batch, item))
-    kept = _kept(part, kept_keys, kept_indexes, multi_key) if kept_indexes else []
+    kept_keys.update(part.keep & runs.keys())
+    kept = _kept(part, kept_keys, kept_indexes, multi_key) if kept_keys else []
     for key in kept_keys:
         runs.pop(key, None)
-    return Summary(_columns(runs), frozenset(kept_keys), kept, outcomes)
+    return Summary(_columns(runs), frozenset(kept_keys), kept, outcomes, frozenset(ttl_keys))
 
 
 def _kept(
@@ -295,14 +329,38 @@ def after(prior: Record | None, run: tuple[Any, ...]) -> tuple[Record | None, in
     return prior, deletions
 
 
+class _Tracked(KVStore):
+    """A store noting, in order, the keys it deletes (and their expiry time, for an expired
+    one) and the keys it gives a TTL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._deleted: list[tuple[bytes, int | None]] = []
+        self._timed: list[bytes] = []
+
+    def _delete(self, key: bytes, *, expired_at_ms: int | None = None) -> None:
+        self._deleted.append((key, expired_at_ms))
+        super()._delete(key, expired_at_ms=expired_at_ms)
+
+    def _expire(self, key: bytes, expire_at_ms: int, now_ms: int) -> None:
+        super()._expire(key, expire_at_ms, now_ms)
+        if key in self.expire_at_ms:
+            self._timed.append(key)
+
+
+_NO_KEY: Final = b"\0" * (limits.key_bytes_max_default + 1)
+"""A key no store holds (every write checks the bound): PERSIST of it only runs active
+expiry."""
+
+
 class _Applied:
     """The kept keys, reduced by applying commands to one store."""
 
     def __init__(self, wanted: frozenset[int]) -> None:
-        self.machine = KVStore()
+        self.machine = _Tracked()
         self.wanted = wanted
         self.records: dict[bytes, Record] = {}
-        """What each kept key holds, with its creation and tombstone."""
+        """What each kept key holds, with its creation, TTL and tombstone."""
         self.outcomes: dict[int, Outcome] = {}
         self.deletions = 0
 
@@ -311,29 +369,71 @@ class _Applied:
         self.records[key] = record
         if record.value is not None:
             self._impose(_SET, [key, record.value], record.version)
+            if record.expire_at != NOWHERE:
+                self._impose("pexpireat", [key, b"%d" % record.expire_at], record.version)
 
     def command(self, command: LoggedCommand) -> None:
+        """Apply kept `command`, its active expiry included."""
         machine, records = self.machine, self.records
         values = machine.values
+        index = command.index
         mine: dict[bytes, int] = {}
-        for position, key in enumerate(command_keys(command.name, command.args, command.index)):
+        for position, key in enumerate(command_keys(command.name, command.args, index)):
             mine.setdefault(key, position)
         before = {key: key in values for key in mine}
+        machine._deleted.clear()
+        machine._timed.clear()
         outcome = apply_logged(machine, command)
+        gone = self._buried(index)
+        timed = set(machine._timed)
         for key, position in mine.items():
-            at = command.index << POSITION_BITS | position
-            if key in values:
-                prior = records.get(key)
-                created = prior.created if prior is not None and before[key] else at
-                records[key] = Record(values[key], machine.versions[key], created, NOWHERE)
-            elif before[key]:
-                records[key] = Record(None, 0, NOWHERE, at)
-                self.deletions += 1
-        if command.index in self.wanted:
-            self.outcomes[command.index] = outcome
+            if key not in values:
+                continue
+            at = index << POSITION_BITS | TICK_SLOTS + position
+            prior = records.get(key)
+            created = at if prior is None or not before[key] or key in gone else prior.created
+            expire_at = machine.expire_at_ms.get(key, NOWHERE)
+            ttl_at = NOWHERE
+            if expire_at != NOWHERE:
+                ttl_at = at if key in timed or prior is None else prior.ttl_at
+            records[key] = Record(
+                values[key],
+                machine.versions[key],
+                created,
+                NOWHERE,
+                expire_at,
+                ttl_at,
+            )
+        if index in self.wanted:
+            self.outcomes[index] = outcome
+
+    def tick(self, index: int, time_ms: int) -> None:
+        """The active expiry of command `index`, logged at `time_ms`, not kept here."""
+        machine = self.machine
+        if not machine.expire_at_ms:
+            return
+        machine._deleted.clear()
+        apply_logged(machine, LoggedCommand(index, time_ms, 0, "persist", [_NO_KEY], {}))
+        self._buried(index)
+
+    def _buried(self, index: int) -> set[bytes]:
+        """Tombstone records for what `machine` deleted at `index`, in order; those keys."""
+        gone: set[bytes] = set()
+        for slot, (key, expired_at) in enumerate(self.machine._deleted):
+            gone.add(key)
+            self.deletions += 1
+            self.records[key] = Record(
+                None,
+                0,
+                NOWHERE,
+                index << POSITION_BITS | slot,
+                expired_at=NOWHERE if expired_at is None else expired_at,
+            )
+        return gone
 
     def run(self, run: tuple[Any, ...]) -> None:
-        """Impose `run` on its key, as the set or delete it amounts to."""
+        """Impose `run` on its key (which never has a TTL), as the set or delete it amounts
+        to."""
         key = run[0]
         prior = self.records.get(key)
         record, deletions = after(prior, run)
@@ -350,24 +450,30 @@ class _Applied:
             self._impose(_DELETE, [key], index)
 
     def _impose(self, name: str, args: list[bytes], index: int) -> None:
+        """Apply `name(*args)` as if at `index`, at time 0 (so its active expiry deletes
+        nothing)."""
         outcome = apply_logged(self.machine, LoggedCommand(index, 0, 0, name, args, {}))
         assert outcome.ok, outcome
 
 
-def combine(request: CombineRequest) -> Reduced:
+def combine(request: CombineRequest) -> Reduced | Rerun:
     """The state after `request.last_index` (see the module docstring)."""
     summaries: list[Summary] = list(request.summaries)
+    start = KVStore() if request.start is None else request.start
+    assert isinstance(start, KVStore)
+    ttl_keys = frozenset(start.expire_at_ms).union(*(summary.ttl_keys for summary in summaries))
+    if ttl_keys and any(key in ttl_keys for summary in summaries for key in summary.runs.keys):
+        return Rerun(request.keep | ttl_keys)
     kept_keys = frozenset[bytes]().union(*(summary.kept_keys for summary in summaries))
     wanted = request.wanted
     applied = _Applied(wanted)
     outcomes: dict[int, Outcome] = {}
-    start = KVStore() if request.start is None else request.start
-    assert isinstance(start, KVStore)
     records = _records(start)
     for key in kept_keys & records.keys():
         applied.seed(key, records.pop(key))
     deletions = len(start.tombstones)
-    for summary in summaries:
+    clocks = request.clocks if ttl_keys else [()] * len(summaries)
+    for summary, clock in zip(summaries, clocks, strict=True):
         for run in summary.runs:
             key = run[0]
             if key in kept_keys:
@@ -382,8 +488,17 @@ def combine(request: CombineRequest) -> Reduced:
             deletions += gone
             if record is not None:
                 records[key] = record
-        for command in summary.kept:
-            applied.command(command)
+        if ttl_keys:
+            kept = {command.index: command for command in summary.kept}
+            for index, time_ms in clock:
+                command = kept.get(index)
+                if command is None:
+                    applied.tick(index, time_ms)
+                else:
+                    applied.command(command)
+        else:
+            for command in summary.kept:
+                applied.command(command)
         outcomes.update(
             (index, outcome) for index, outcome in summary.outcomes.items() if index in wanted
         )
@@ -399,17 +514,22 @@ def combine(request: CombineRequest) -> Reduced:
 
 
 def _records(start: KVStore) -> dict[bytes, Record]:
-    """The keys of a starting state, as records whose creations and tombstones come before
-    any of the log's, in the state's orders (numbers below NOWHERE)."""
-    if start.expire_at_ms or any(expired is not None for _, expired in start.tombstones.values()):
-        raise NotReducible(
-            "the starting snapshot holds TTLs, which the key-value store's reducer does not "
-            "reduce (replay does)"
-        )
+    """The keys of a starting state, as records whose creations, TTLs and tombstones come
+    before any of the log's, in the state's orders (numbers below NOWHERE)."""
     records: dict[bytes, Record] = {}
     before = NOWHERE - len(start.values)
+    ttl_before = NOWHERE - len(start.expire_at_ms)
+    ttl_ranks = {key: rank for rank, key in enumerate(start.expire_at_ms)}
     for rank, (key, value) in enumerate(start.values.items()):
-        records[key] = Record(value, start.versions[key], before + rank, NOWHERE)
+        expire_at = start.expire_at_ms.get(key)
+        records[key] = Record(
+            value,
+            start.versions[key],
+            before + rank,
+            NOWHERE,
+            NOWHERE if expire_at is None else expire_at,
+            NOWHERE if expire_at is None else ttl_before + ttl_ranks[key],
+        )
     before = NOWHERE - len(start.tombstones)
     for rank, key in enumerate(start.tombstones):
         records[key] = Record(None, 0, NOWHERE, before + rank)
@@ -425,15 +545,29 @@ def _machine(records: Collection[tuple[bytes, Record]], start: KVStore) -> KVSto
             if (value := record.value) is not None
         ]
     )
+    timed = sorted(
+        [
+            (record.ttl_at, key, record.expire_at)
+            for key, record in records
+            if record.value is not None and record.expire_at != NOWHERE
+        ]
+    )
     tombstones = sorted(
-        [(record.tombstone, key) for key, record in records if record.tombstone != NOWHERE]
+        [
+            (record.tombstone, key, record.expired_at)
+            for key, record in records
+            if record.tombstone != NOWHERE
+        ]
     )
     machine = KVStore()
     machine.values = {key: value for _created, key, value, _version in values}
     machine.versions = {key: version for _created, key, _value, version in values}
+    machine.expire_at_ms = {key: expire_at for _at, key, expire_at in timed}
     machine.tombstones = {
-        key: (at >> POSITION_BITS, None) if at > NOWHERE else start.tombstones[key]
-        for at, key in tombstones
+        key: (at >> POSITION_BITS, None if expired_at == NOWHERE else expired_at)
+        if at > NOWHERE
+        else start.tombstones[key]
+        for at, key, expired_at in tombstones
     }
     machine.tombstones_forgotten_index = start.tombstones_forgotten_index
     machine._rebuild_derived()

@@ -13,7 +13,7 @@ so instead of failing.
 
 For an application's Spark reducer (`StateMachine.spark_reducer`, the bulk
 snapshot): `SparkReducer`, `PartCommands`, `LoggedCommand`, `CombineRequest`,
-`Reduced` and `apply_logged` (rsm/spark/reduction.py), and `Outcome`, which
+`Reduced`, `Rerun` and `apply_logged` (rsm/spark/reduction.py), and `Outcome`, which
 load without PySpark.
 """
 
@@ -27,6 +27,7 @@ from rsm.spark.reduction import (
     LoggedCommand,
     PartCommands,
     Reduced,
+    Rerun,
     SparkReducer,
     apply_logged,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "Outcome",
     "PartCommands",
     "Reduced",
+    "Rerun",
     "SparkReducer",
     "apply_logged",
     "register",

@@ -24,7 +24,8 @@ rsm/spark/reduction.py), on the driver unless said otherwise:
    (a summary depends only on its own task's commands).
 4. The reducer combines the summaries, in log order, over the starting
    snapshot's state if any, into the state after `last` and the outcomes
-   the table keeps.
+   the table keeps; or asks every task to summarize again, keeping what
+   only the whole log showed it must (steps 2 to 4: rsm/spark/reducing.py).
 5. The state and the table are written as a snapshot at `last` through the
    replicas' snapshot store (`Cluster.write_snapshot`): the header's
    position is the entry holding `last` (its epoch, time and (ledger,
@@ -41,11 +42,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import itertools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from pyspark.sql import SparkSession
 
@@ -59,11 +59,12 @@ from rsm.errors import InvalidConfig, NotReducible, Truncated
 from rsm.snapshots.loader import machine_name
 from rsm.spark.cluster import Cluster, LogPartition
 from rsm.spark.options import ClusterOptions, SplitOptions
-from rsm.spark.part_pass import PartPass, Position, holds_any, part_pass
+from rsm.spark.part_pass import PartPass, Position, part_pass
 from rsm.spark.planning import Bounds, Interval
-from rsm.spark.reduction import CombineRequest, load_named_reducer, load_reducer
+from rsm.spark.reducing import TaskRun, reduce_tasks
+from rsm.spark.reduction import load_named_reducer, load_reducer
 from rsm.spark.rows import CorruptEntry
-from rsm.spark.session_pass import session_pass, with_outcomes
+from rsm.spark.session_pass import with_outcomes
 
 REPLICA_ID: Final = "rsm-spark"
 """The `replica_id` of a bulk snapshot's header and manifest."""
@@ -88,7 +89,8 @@ class SnapshotReport:
     """The index of the snapshot reduced on top of (None: from index 1)."""
     tasks: int
     rerun_tasks: int
-    """Tasks run again without the commands the table did not let through."""
+    """Tasks run again: without the commands the table did not let through, or keeping
+    what the reducer asked to keep (rsm/spark/reducing.py)."""
     seconds: float
     stages_s: dict[str, float]
     """Wall-clock seconds of each step: plan, read (the tasks), sessions, rerun, combine,
@@ -111,6 +113,8 @@ class _Task:
     end: int
     partitions: tuple[LogPartition, ...]
     skipped: frozenset[int]
+    keep: frozenset[Any]
+    """`PartCommands.keep`."""
 
 
 def bulk_snapshot(
@@ -168,49 +172,41 @@ def bulk_snapshot(
         )
     stage("plan")
     tasks = [
-        _Task(options, target, start, end, group, frozenset()) for group in _deal(plan, parallelism)
+        _Task(options, target, start, end, group, frozenset(), frozenset())
+        for group in _deal(plan, parallelism)
     ]
-    passes = _run_tasks(spark, tasks)
-    tasks_cpu_s = sum(part.cpu_s for part in passes)
-    stage("read")
+    tasks_cpu_s = 0.0
+
+    def run(runs: Sequence[TaskRun]) -> list[PartPass]:
+        nonlocal tasks_cpu_s
+        chosen = [
+            dataclasses.replace(tasks[task.number], skipped=task.skipped, keep=task.keep)
+            for task in runs
+        ]
+        passes = _run_tasks(spark, chosen)
+        tasks_cpu_s += sum(part.cpu_s for part in passes)
+        return passes
+
     with _without_gc():
-        passed = session_pass(
-            itertools.chain.from_iterable(part.sessions.rows() for part in passes),
-            config,
-            None if restored is None else restored.sessions,
+        reduction = reduce_tasks(
+            run,
+            len(tasks),
+            reducer=reducer,
+            config=config,
+            last_index=end - 1,
+            start=None if restored is None else (restored.machine, restored.sessions),
+            on_step=stage,
         )
-    stage("sessions")
-    rerun = [number for number, part in enumerate(passes) if holds_any(part, passed.skipped)]
-    if rerun:
-        again = _run_tasks(
-            spark, [dataclasses.replace(tasks[number], skipped=passed.skipped) for number in rerun]
-        )
-        for number, part in zip(rerun, again, strict=True):
-            passes[number] = part
-            tasks_cpu_s += part.cpu_s
-    stage("rerun")
-    refusal = next((part.refusal for part in passes if part.refusal is not None), None)
-    if refusal is not None:
-        raise NotReducible(refusal)
-    position = next((part.position for part in reversed(passes) if part.position), None)
+    passed, reduced = reduction.passed, reduction.reduced
+    position = next((part.position for part in reversed(reduction.passes) if part.position), None)
     if position is None or position.index != end - 1:
         raise NotReducible(f"index {end - 1} was not read")
-    with _without_gc():
-        reduced = reducer.combine(
-            CombineRequest(
-                [part.summary for part in passes],
-                end - 1,
-                passed.wanted,
-                None if restored is None else restored.machine,
-            )
-        )
     machine = reduced.machine
     if type(machine) is not machine_class:
         raise InvalidConfig(
             f"{target} gave a {type(machine).__qualname__}, not a {machine_class.__qualname__}"
         )
     session_table = with_outcomes(passed, reduced.outcomes, config)
-    stage("combine")
     header = _header(app, position, machine_class, session_table.clock_ms, len(session_table))
     with Cluster.open(options) as cluster:
         manifest = cluster.write_snapshot(machine, header, session_table, config)
@@ -225,7 +221,7 @@ def bulk_snapshot(
         skipped=len(passed.skipped),
         from_snapshot=None if restored is None else restored.manifest.index,
         tasks=len(tasks),
-        rerun_tasks=len(rerun),
+        rerun_tasks=reduction.reruns,
         seconds=round(time.perf_counter() - started, 3),
         stages_s=stages,
         driver_cpu_s=driver_cpu,
@@ -279,6 +275,7 @@ def _read_task(task: _Task) -> PartPass:
             task.end,
             reducer.summarize,
             task.skipped,
+            keep=task.keep,
         )
     return dataclasses.replace(part, cpu_s=time.process_time() - cpu_before)
 

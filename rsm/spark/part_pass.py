@@ -9,7 +9,8 @@ its items have consecutive indexes.
 
 * `SessionColumns`: the first index; per batch, its time and how many of
   its items are kept; per item, in index order, its session fields (no
-  session, or a leader-start marker: client -1, seq and ack 0), the
+  session: client NO_SESSION, a leader-start marker: MARKER; seq and ack
+  0 for both), the
   client ids once each in `client_ids`.  What the driver's session pass
   needs (rsm/spark/session_pass.py), in a form that pickles as a few
   arrays;
@@ -25,11 +26,14 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from rsm.core.log_format import Batch, CommandItem
 from rsm.errors import NotReducible
 from rsm.spark.reduction import PartCommands
+
+NO_SESSION: Final = -1
+MARKER: Final = -2
 
 
 @dataclass(slots=True)
@@ -38,7 +42,8 @@ class SessionColumns:
     batch_times_ms: array[int] = field(default_factory=lambda: array("q"))
     batch_items: array[int] = field(default_factory=lambda: array("q"))
     clients: array[int] = field(default_factory=lambda: array("l"))
-    """Position in `client_ids`; -1: no session (a command without one, or a marker)."""
+    """Position in `client_ids`; NO_SESSION: a command without one; MARKER: a leader-start
+    marker."""
     seqs: array[int] = field(default_factory=lambda: array("q"))
     acks: array[int] = field(default_factory=lambda: array("q"))
     client_ids: list[bytes] = field(default_factory=list)
@@ -47,6 +52,17 @@ class SessionColumns:
     def last_index(self) -> int:
         """The last index held (first_index - 1 when none)."""
         return self.first_index + len(self.clients) - 1
+
+    def clock(self, skipped: frozenset[int]) -> Iterator[tuple[int, int]]:
+        """`(index, time_ms)` of each command a replica applies (markers and `skipped` left
+        out), in index order."""
+        clients = self.clients
+        index = self.first_index
+        for time_ms, count in zip(self.batch_times_ms, self.batch_items, strict=True):
+            for position in range(index - self.first_index, index - self.first_index + count):
+                if clients[position] != MARKER and index not in skipped:
+                    yield index, time_ms
+                index += 1
 
     def rows(self) -> Iterator[tuple[int, int, bytes | None, int | None, int | None]]:
         """`(index, time_ms, client_id, seq, ack_seq)` per item, as `session_pass` takes them."""
@@ -110,11 +126,13 @@ def part_pass(
     end: int,
     summarize: Callable[[PartCommands], Any],
     skipped: frozenset[int],
+    *,
+    keep: frozenset[Any] = frozenset(),
 ) -> PartPass:
     """The task's pass over `entries`, `(ledger_id, entry_id, batch)` in log order, keeping
-    indexes `[start, end)` (see the module docstring)."""
+    indexes `[start, end)` (see the module docstring); `keep` is `PartCommands.keep`."""
     columns = SessionColumns()
-    codes: dict[bytes | None, int] = {None: -1}
+    codes: dict[Any, int] = {None: NO_SESSION, MARKER: MARKER}
     batches: list[Batch] = []
     position = None
     for ledger_id, entry_id, batch in entries:
@@ -134,11 +152,16 @@ def part_pass(
         columns.batch_times_ms.append(batch.timestamp_ms)
         columns.batch_items.append(len(kept))
         position = Position(first + high - 1, batch.epoch, ledger_id, entry_id, batch.timestamp_ms)
-    columns.client_ids.extend(client for client in codes if client is not None)
+    columns.client_ids.extend(client for client in codes if type(client) is bytes)
     if position is None:
         return PartPass(columns, None, None, None)
     part = PartCommands(
-        batches, max(start, columns.first_index), position.index + 1, skipped, open_indexes(columns)
+        batches,
+        max(start, columns.first_index),
+        position.index + 1,
+        skipped,
+        open_indexes(columns),
+        keep,
     )
     try:
         return PartPass(columns, position, summarize(part), None)
@@ -146,15 +169,13 @@ def part_pass(
         return PartPass(columns, position, None, str(error))
 
 
-def _session_fields(
-    items: tuple[Any, ...], codes: dict[bytes | None, int], columns: SessionColumns
-) -> None:
+def _session_fields(items: tuple[Any, ...], codes: dict[Any, int], columns: SessionColumns) -> None:
     """Append the session fields of `items` to `columns`, numbering new clients in `codes`."""
     try:
         client_ids = [item.client_id for item in items]
     except AttributeError:  # a leader-start marker among them
-        client_ids = [item.client_id if type(item) is CommandItem else None for item in items]
-    columns.clients.extend([codes.setdefault(client, len(codes) - 1) for client in client_ids])
+        client_ids = [item.client_id if type(item) is CommandItem else MARKER for item in items]
+    columns.clients.extend([codes.setdefault(client, len(codes) - 2) for client in client_ids])
     columns.seqs.extend([getattr(item, "seq", 0) or 0 for item in items])
     columns.acks.extend([getattr(item, "ack_seq", 0) or 0 for item in items])
 

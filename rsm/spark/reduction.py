@@ -12,7 +12,9 @@ A reducer is a `SparkReducer`, two functions:
   task's summary in log order, applied to `request.start` (a snapshot's
   state, or None: the empty state), made into a fresh instance of the
   class holding exactly the state replay reaches at `request.last_index`,
-  with the outcomes the session table keeps (`request.wanted`).
+  with the outcomes the session table keeps (`request.wanted`); or a
+  `Rerun`, when the summaries lack something only the whole log shows
+  (what to keep), to have every task summarized again.
 
 The framework does the rest (rsm/spark/bulk_snapshot.py): reading and
 decoding, the session table, leaving out the commands it did not let
@@ -39,7 +41,7 @@ naming its reducer loads without it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +85,8 @@ class PartCommands:
     """Indexes of commands the session table did not let through: a replica applies nothing
     for them, and neither may the reducer."""
     open: frozenset[int]
+    keep: frozenset[Any] = frozenset()
+    """What the reducer's `combine` asked the tasks to keep (`Rerun.keep`); empty at first."""
 
     def commands(self) -> Iterator[tuple[int, Batch, CommandItem]]:
         """`(index, its batch, the command)` of each command, in index order (leader-start
@@ -107,6 +111,21 @@ class CombineRequest:
     start: StateMachine | None = None
     """The state the summaries apply to: a snapshot's, restored, at the index before the
     first summarized (None: the empty state, from index 1)."""
+    clocks: Sequence[Iterable[tuple[int, int]]] = ()
+    """One per task, in log order: `(index, time_ms)` of every command a replica applies
+    (markers and commands the session table did not let through left out), in index
+    order."""
+    keep: frozenset[Any] = frozenset()
+    """What the summaries were made keeping (`Rerun.keep`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """What `combine` returns to have every task summarized again, keeping `keep` (given to
+    `summarize` as `PartCommands.keep`, to `combine` as `CombineRequest.keep`); a combine
+    given the same `keep` again must not return it."""
+
+    keep: frozenset[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +139,7 @@ class Reduced:
 @dataclass(frozen=True, slots=True)
 class SparkReducer:
     summarize: Callable[[PartCommands], Any]
-    combine: Callable[[CombineRequest], Reduced]
+    combine: Callable[[CombineRequest], Reduced | Rerun]
 
 
 def load_reducer(machine_class: type[StateMachine]) -> SparkReducer:

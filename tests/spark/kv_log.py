@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +41,11 @@ CLIENTS = (b"kv-client-1", b"kv-client-2", b"kv-client-3", b"kv-client-4")
 Command = tuple[str, list[bytes]]
 
 
-def kv_commands(count: int, seed: int, extra: Command | None = None) -> list[Command]:
-    """`count` commands over a few keys (see the module docstring); `extra` in the middle."""
+def kv_commands(
+    count: int, seed: int, extra: Command | None = None, *, ttl: bool = False
+) -> list[Command]:
+    """`count` commands over a few keys (see the module docstring); `extra` in the middle;
+    with `ttl`, also the commands that give TTLs (`ttl_commands`)."""
     rng = random.Random(seed)
     keys = [f"k{number}".encode() for number in range(24)]
 
@@ -71,10 +74,40 @@ def kv_commands(count: int, seed: int, extra: Command | None = None) -> list[Com
         lambda: ("unlink", [key()]),
         lambda: ("set", [key()]),  # a wrong argument count: fails, changes nothing
     ]
+    if ttl:
+        makers += ttl_commands(rng, key, value)
     commands: list[Command] = [rng.choice(makers)() for _ in range(count)]
     if extra is not None:
         commands.insert(count // 2, extra)
     return commands
+
+
+def ttl_commands(
+    rng: random.Random, key: Callable[[], bytes], value: Callable[[], bytes]
+) -> list[Callable[[], Command]]:
+    """Makers of the commands that give or drop TTLs, their times from a second to a minute
+    (entries are a second apart, so keys expire before the log's end and after), a few of
+    them already past or malformed."""
+
+    def seconds() -> bytes:
+        return b"%d" % rng.randrange(1, 60)
+
+    def at_ms() -> bytes:
+        return b"%d" % (T0_MS + 1000 * rng.randrange(-5, 400))
+
+    return [
+        lambda: ("expire", [key(), seconds()]),
+        lambda: ("pexpire", [key(), b"%d" % rng.randrange(1, 60_000), b"GT"]),
+        lambda: ("expireat", [key(), b"%d" % (int(at_ms()) // 1000), b"NX"]),
+        lambda: ("pexpireat", [key(), at_ms()]),
+        lambda: ("set", [key(), value(), b"EX", seconds()]),
+        lambda: ("set", [key(), value(), b"PXAT", at_ms()]),
+        lambda: ("setex", [key(), seconds(), value()]),
+        lambda: ("psetex", [key(), b"%d" % rng.randrange(1, 60_000), value()]),
+        lambda: ("getex", [key(), b"EX", seconds()]),
+        lambda: ("persist", [key()]),
+        lambda: ("expire", [key(), b"soon"]),  # not a number: fails
+    ]
 
 
 def blind_commands(count: int, seed: int) -> list[Command]:

@@ -1,18 +1,19 @@
 """The key-value store's Spark reducer against replay, without Spark: the same passes in process.
 
 Each log is cut into tasks at seeded places; each task's batches go through
-`part_pass` with the reducer's `summarize`, the session pass decides what
-replicas apply, the tasks holding a command it did not let through pass
-again without it, and `combine` gives the state, as `rsm spark snapshot`
-does on executors and the driver (tests/spark/test_bulk_snapshot.py runs it
-on Spark).  The state (dict orders and tombstones included), the session
-table and the state hash must be replay's.
+`part_pass` with the reducer's `summarize`, and the driver's steps
+(`reduce_tasks`: the session pass, the tasks passing again, `combine`) give
+the state, as `rsm spark snapshot` does on executors and the driver
+(tests/spark/test_bulk_snapshot.py runs it on Spark).  The state (dict
+orders, TTLs and tombstones included, and the `snapshot()` bytes), the
+session table and the state hash must be replay's.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -25,9 +26,9 @@ from rsm.core.commands import apply_batch
 from rsm.core.log_format import Batch, decode_batch
 from rsm.core.sessions import SessionTable
 from rsm.errors import NotReducible
-from rsm.spark.part_pass import PartPass, holds_any, part_pass
-from rsm.spark.reduction import CombineRequest
-from rsm.spark.session_pass import new_table, session_pass, with_outcomes
+from rsm.spark.part_pass import PartPass, part_pass
+from rsm.spark.reducing import TaskRun, reduce_tasks
+from rsm.spark.session_pass import new_table, with_outcomes
 from tests.spark.kv_log import KvLog, blind_commands, interleaved, kv_commands
 
 CONFIG = ReplicaConfig()
@@ -48,33 +49,32 @@ def _bulk(
     first = batches[0].first_index
     end = batches[-1].first_index + len(batches[-1].items)
 
-    def run(group: list[Batch], skipped: frozenset[int]) -> PartPass:
-        entries = ((1, number, batch) for number, batch in enumerate(group))
-        return part_pass(entries, first, end, REDUCER.summarize, skipped)
+    def run(runs: Sequence[TaskRun]) -> list[PartPass]:
+        return [
+            part_pass(
+                ((1, number, batch) for number, batch in enumerate(groups[task.number])),
+                first,
+                end,
+                REDUCER.summarize,
+                task.skipped,
+                keep=task.keep,
+            )
+            for task in runs
+        ]
 
-    passes = [run(group, frozenset()) for group in groups]
-    passed = session_pass(
-        itertools.chain.from_iterable(part.sessions.rows() for part in passes),
-        CONFIG,
-        None if start is None else start[1],
+    reduction = reduce_tasks(
+        run,
+        len(groups),
+        reducer=REDUCER,
+        config=CONFIG,
+        last_index=end - 1,
+        start=start,
+        on_step=lambda _step: None,
     )
-    rerun = [number for number, part in enumerate(passes) if holds_any(part, passed.skipped)]
-    for number in rerun:
-        passes[number] = run(groups[number], passed.skipped)
-    for part in passes:
-        if part.refusal is not None:
-            raise NotReducible(part.refusal)
-    reduced = REDUCER.combine(
-        CombineRequest(
-            [part.summary for part in passes],
-            end - 1,
-            passed.wanted,
-            None if start is None else start[0],
-        )
-    )
-    machine = reduced.machine
+    machine = reduction.reduced.machine
     assert isinstance(machine, KVStore)
-    return machine, with_outcomes(passed, reduced.outcomes, CONFIG), len(rerun)
+    table = with_outcomes(reduction.passed, reduction.reduced.outcomes, CONFIG)
+    return machine, table, reduction.reruns
 
 
 def _replay(
@@ -94,6 +94,7 @@ def _state(machine: KVStore, sessions: Any) -> tuple[Any, ...]:
         machine.expire_at_ms,
         sessions.to_plain(),
         machine.state_hash(),
+        b"".join(machine.snapshot()),
     )
 
 
@@ -155,10 +156,43 @@ def test_a_log_of_blind_commands_alone_keeps_only_the_open_ones() -> None:
     assert _state(machine, sessions) == _state(*_replay(batches))
 
 
-def test_a_command_the_reducer_cannot_reduce_is_refused_naming_it() -> None:
-    batches = _batches(kv_commands(40, seed=4, extra=("expire", [b"k1", b"10"])))
+@pytest.mark.parametrize(("seed", "tasks"), [(21, 1), (22, 2), (23, 5)])
+def test_ttls_are_reduced_to_replays_expiries(seed: int, tasks: int) -> None:
+    batches = _batches(
+        interleaved(kv_commands(900, seed=seed, ttl=True), blind_commands(600, seed + 10), seed),
+        blind_commands(300, seed + 20),
+        kv_commands(300, seed=seed + 30, ttl=True),
+    )
 
-    with pytest.raises(NotReducible, match=r"^index \d+: .* does not reduce EXPIRE"):
+    machine, sessions, rerun = _bulk(batches, tasks, seed)
+
+    replayed, replayed_sessions = _replay(batches)
+    assert _state(machine, sessions) == _state(replayed, replayed_sessions)
+    assert rerun >= tasks  # the keys given TTLs were found, and every task passed again
+    assert replayed.expire_at_ms  # some keys expire after the last index
+    expired = [key for key, (_index, at) in replayed.tombstones.items() if at is not None]
+    assert expired  # and some before it, deleted for expiring
+    assert list(machine.expire_at_ms) == list(replayed.expire_at_ms)
+
+
+def test_ttls_of_a_starting_snapshot_go_on_expiring() -> None:
+    batches = _batches(
+        kv_commands(500, seed=31, ttl=True),
+        interleaved(kv_commands(300, 32), blind_commands(300, 33), 3),
+    )
+    cut = len(batches) // 2
+    snapshot = _replay(batches[:cut])
+    assert snapshot[0].expire_at_ms
+
+    machine, sessions, _rerun = _bulk(batches[cut:], 2, 31, _copy(*snapshot))
+
+    assert _state(machine, sessions) == _state(*_replay(batches[cut:], _copy(*snapshot)))
+
+
+def test_a_command_the_reducer_cannot_reduce_is_refused_naming_it() -> None:
+    batches = _batches(kv_commands(40, seed=4, extra=("rename", [b"k1", b"k2"])))
+
+    with pytest.raises(NotReducible, match=r"^index \d+: .* does not reduce RENAME"):
         _bulk(batches, 2, 4)
 
 
