@@ -24,7 +24,8 @@ ledger, the chunks `stream_snapshot` makes, the manifest registered by
 compare-and-set), so it is a snapshot like any replica's.
 
 Executors (`log_entries`, `ledger_entries`): the partition's entries, in chunks of
-`limits.spark_read_chunk_entries`, decoded with the framework's own
+`limits.spark_read_chunk_entries`, the next chunk asked for while the
+caller uses the current one, decoded with the framework's own
 `decode_entry` (which also checks each batch carries its segment's epoch).
 An entry that cannot be read or decoded raises `EntryUnreadable` naming the
 ledger, the entry and the bookies of its write set; with `mode=PERMISSIVE`
@@ -36,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -272,10 +274,22 @@ class Cluster:
         self, handle: ReadHandle, first: int, last: int, permissive: bool
     ) -> Iterator[list[LedgerEntry | CorruptEntry]]:
         chunk = limits.spark_read_chunk_entries
-        for chunk_first in range(first, last + 1, chunk):
+        starts = range(first, last + 1, chunk)
+
+        def read(chunk_first: int) -> Future[Sequence[LedgerEntry]]:
             chunk_last = min(last, chunk_first + chunk - 1)
+            return self._portal.start_task_soon(handle.read_entries, chunk_first, chunk_last)
+
+        ahead = read(starts[0]) if starts else None
+        for number, chunk_first in enumerate(starts):
+            chunk_last = min(last, chunk_first + chunk - 1)
+            current = ahead
+            assert current is not None
+            # The next chunk is asked for before this one is used: the bookies serve it
+            # while the caller decodes.
+            ahead = read(starts[number + 1]) if number + 1 < len(starts) else None
             try:
-                yield list(self._portal.call(handle.read_entries, chunk_first, chunk_last))
+                yield list(current.result())
             except BookieError:
                 # Find the entries at fault, so the error (or the rows) names them.
                 yield [
