@@ -1,582 +1,577 @@
 """The key-value store's Spark reducer (`KVStore.spark_reducer`): its state computed by key.
 
 For logs of the commands `kvstore.store.reduction` accepts (each confined to
-the keys it names, no TTLs), the state after an index is, key by key, what
-that key's own commands make of it, applied in index order.  Keys fall in
-two kinds, decided in Spark SQL from the `arguments` column (parsed in the
-JVM, `args` an array of strings):
+the keys it names), the state after an index is, key by key, what that
+key's own commands make of it, applied in index order, and, for keys with
+a TTL, what the active expiry of every command deletes from the front of
+the expiry queue.
 
-* a **blind** command is a SET of exactly a key and a value, an MSET of
-  pairs, or a DEL or UNLINK whose outcome the session table does not keep,
-  with every key and value within the store's bounds, no keyword argument
-  and no argument written as `{"hex": ...}` (the store logs only byte
-  strings): it sets or deletes its keys whatever they held.  A **simple**
-  key is one only blind commands name; every other key is **complex** (so
-  every key that is not UTF-8 is complex, and so is a UTF-8 key whose text
-  is that of one).
-* Simple keys are reduced in the JVM, by one aggregation over the commands'
-  (index, position of the key among the command's keys) "ops", each
-  ordered by one number, `at` = index * 2^20 + position (a blind command
-  names fewer than 2^20 keys): a key's value is its last set's, its
-  version that set's index; it was created by its first set after its last
-  delete; when its last op deletes it, its
-  tombstone is the first delete after its last set (none if it never held
-  a value); a key whose sets and deletes interleave takes one more
-  aggregation, over such keys only.  Only the final records reach Python.
-* Complex keys are reduced in Python: every row naming one (and every
-  command that is not blind naming no key, so that an unreducible one is
-  refused) goes to the parts owning its complex keys, part
-  `crc32(key) mod P` (P twice Spark's default parallelism; a row naming
-  no key goes to part 0).  Each Spark partition applies its rows in index
-  order, once per index, to one fresh `KVStore` through
-  `rsm.spark.apply_logged` (the replicas' apply, at the command's logged
-  index, time and epoch), skipping what the session table did not let
-  through, and gives back, per complex key of its parts, its value,
-  version and creation (index, position) or its tombstone (index,
-  position); per deletion, one count; and the outcomes the session table
-  keeps (for DEL and UNLINK, the count of owned keys each deleted, summed
-  on the driver).  Why that is exact: a key's commands all reach its
-  part, in log order, and nothing else changes a key (no TTL, no
-  multi-key move); a multi-key command is applied whole, so it validates
-  all its arguments the same everywhere, and only the owned keys are kept.
-* The outcomes the table keeps of blind commands (SET and MSET) do not
-  depend on the state: the driver applies each to an empty store.
+On executors (`summarize`), each task's commands, in index order:
 
-The driver then builds the state: `values` and `versions` in the order
-replay inserted them (by creation index, then position among the
-command's keys), `tombstones` in deletion order the same way, no TTLs; the
-derived indexes and the hash are rebuilt by `restore`'s own
-`_rebuild_derived`.  A command the reducer does not accept fails the job
-with `NotReducible`, as do more deletions than
-`limits.watch_tombstones_max`, past which replay forgets tombstones in an
-order that depends on every key.
+* A **blind** command sets or deletes its keys whatever they held: a SET
+  of exactly a key and a value, an MSET of pairs, a DEL or UNLINK that is
+  not open (its outcome, a count, depends on the state), all of byte
+  strings within the store's bounds, no keyword argument, fewer than
+  2**POSITION_BITS of them.  The outcome of an open blind SET or MSET is
+  the same whatever the state: the task applies it to an empty store.
+  Every key a command that is not blind names is **kept** in the task, and
+  so is every key of a blind command naming a kept key (until no more
+  are): the task keeps, in order, every command naming a kept key.
+* Every other key's blind ops (set or delete, ordered by `at`) become one
+  run: their net effect, whatever the key held before (the last set's
+  value and index, the first set after the last delete, the first delete
+  after the last set, the first delete, how many deletes followed a set,
+  and flags).  Runs leave the task as the columns of `Runs`.
+
+On the driver (`combine`), in log order, over the starting state (a
+snapshot's, whose keys come before the log's, in its orders): the runs of
+keys no task kept are folded into one `Record` per key (value, version,
+creation, tombstone).  Keys some task kept are reduced by applying: one
+`KVStore` applies the kept commands, at their logged index, time and epoch,
+and takes the runs of those keys from the other tasks as the set or delete
+they amount to (within one task a key is kept or run, never both, and a
+kept command's keys are all kept, so both touch disjoint keys and their
+order within a task does not matter).  Kept commands give the outcomes the
+session table keeps of commands that are not blind (every wanted index is
+open in its task).
+
+TTLs.  A key that a command may give a TTL (`gives_ttl`), or that has one
+in the starting state, must never be a run: whether and when it expires
+depends on every command's time.  So when one is a run in some task,
+`combine` answers `Rerun` with those keys, and every task summarizes again
+keeping them (all their commands kept, in order).  The store of kept keys
+(`_Tracked`, which notes what it deletes and which TTLs it gives) then
+takes, in index order, each kept command and, at the index and time of
+every other command a replica applies (`CombineRequest.clocks`), the
+active expiry that command runs (a PERSIST of a key no store holds).  The
+keys active expiry deletes are numbered at positions below TICK_SLOTS, so
+their tombstones come before those of the command's own keys, as in
+replay.  Runs impose their set or delete only on keys that never have a
+TTL, at time 0, where active expiry deletes nothing.
+
+The state is then built: `values` and `versions` in the order replay
+inserted them (by creation `at`), `expire_at_ms` in the order the TTLs
+were given, `tombstones` by deletion `at` (with the expiry time of an
+expired key); the derived indexes and the hash are rebuilt by
+`_rebuild_derived`.  A command the reducer does not accept
+fails with `NotReducible`, as do more deletions (the starting state's
+tombstones included) than `limits.watch_tombstones_max`, past which replay
+forgets tombstones in an order that depends on every key.
 """
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterable, Iterator
-from typing import Any, Final
-
-import cbor2
-import pyarrow as pa
-from pyspark.sql import Column, DataFrame, SparkSession, Window
-from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+from array import array
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
 
 from kvstore import limits
 from kvstore.state_machine import KVStore
-from kvstore.store.reduction import (
-    EVERY_ARGUMENT,
-    EVERY_OTHER_ARGUMENT,
-    SINGLE_KEY,
-    command_keys,
-)
+from kvstore.store.reduction import EVERY_ARGUMENT, command_keys, gives_ttl
 from rsm.errors import NotReducible
-from rsm.spark import Outcome, Reduced, ReduceRequest, apply_logged, byte_arguments
-
-KEY: Final = "key"
-TOMBSTONE: Final = "tombstone"
-OUTCOME: Final = "outcome"
-DELETIONS: Final = "deletions"
-SET_OP: Final = "s"
-DELETE_OP: Final = "d"
-
-_HEX_ARGUMENT: Final = '{"hex":'
-"""How the `arguments` column starts a byte string that is not UTF-8."""
-_ARGS_END: Final = "]}"
-"""How the `arguments` column of a command without keyword arguments ends."""
-_POSITIONS: Final = 1 << 20
-"""`at` = index * _POSITIONS + position: a blind command names fewer keys."""
-_ROW_COLUMNS: Final = ("index", "time_ms", "epoch", "command", "arguments")
-_ROUTED = StructType(
-    [
-        StructField("part", LongType()),
-        StructField("index", LongType()),
-        StructField("time_ms", LongType()),
-        StructField("epoch", LongType()),
-        StructField("command", StringType()),
-        StructField("arguments", StringType()),
-    ]
+from rsm.spark import (
+    CombineRequest,
+    LoggedCommand,
+    Outcome,
+    PartCommands,
+    Reduced,
+    Rerun,
+    SparkReducer,
+    apply_logged,
 )
-_FOLDED = StructType(
-    [
-        StructField("kind", StringType()),
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("index", LongType()),
-        StructField("position", LongType()),
-        StructField("created", LongType()),
-        StructField("count", LongType()),
-    ]
-)
-_FOLDED_ARROW: Final = to_arrow_schema(_FOLDED)
+
+POSITION_BITS: Final = 20
+"""An op's place in its key's order is `at` = index << POSITION_BITS | position (the key's
+position among its command's keys); a blind command names fewer than 2**POSITION_BITS."""
+NOWHERE: Final = -1
+"""An `at` (or a time) that is not there."""
+TICK_SLOTS: Final = limits.active_expiry_keys_max
+"""The positions below which the keys a command's active expiry deletes are numbered, before
+its own keys' (`at` = index << POSITION_BITS | TICK_SLOTS + position)."""
+ENDS_SET: Final = 1
+HAS_SET: Final = 2
+HAS_DELETE: Final = 4
+LEADING_DELETE: Final = 8
+"""A run's flags: its last op sets; some op sets; some op deletes; its first op deletes."""
+
+_SET: Final = "set"
+_DELETE: Final = "del"
+_MSET: Final = "mset"
 
 
-def reduce(request: ReduceRequest) -> Reduced:
-    """The state after `request.last_index` (see the module docstring)."""
-    log = request.log
-    spark = log.sparkSession
-    commands = _commands(log, spark, request.skipped, request.wanted)
-    ops = _ops(commands)
-    simple = _SimpleKeys()
-    complex_keys: set[str] = set()
-    keyless = False
-    for summary in _summaries(ops):
-        key = summary["key"]
-        if summary["complex"]:
-            if key is None:
-                keyless = True
-            else:
-                complex_keys.add(key)
-        elif key is not None:
-            simple.add(summary)
-    if simple.interleaved:
-        simple.resolve(ops)
-    keys, tombstones = simple.keys, simple.tombstones
-    outcomes = _blind_outcomes(log, spark, request.wanted)
-    deletions = 0
-    complex_frame = spark.createDataFrame(
-        pa.table({"key": pa.array(sorted(complex_keys), pa.string())})
+@dataclass(slots=True)
+class Runs:
+    """Keys' runs, one per key, as columns (they pickle as a few arrays)."""
+
+    keys: list[bytes] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    """The last set's value (None: no set)."""
+    flags: array[int] = field(default_factory=lambda: array("q"))
+    versions: array[int] = field(default_factory=lambda: array("q"))
+    """The last set's index."""
+    created: array[int] = field(default_factory=lambda: array("q"))
+    """The first set after the last delete, or the first set (`at`)."""
+    buried: array[int] = field(default_factory=lambda: array("q"))
+    """The first delete after the last set (`at`)."""
+    first_deletes: array[int] = field(default_factory=lambda: array("q"))
+    deletions: array[int] = field(default_factory=lambda: array("q"))
+    """Deletes that followed a set."""
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        """`(key, value, flags, version, created, buried, first delete, deletions)` per key."""
+        return zip(
+            self.keys,
+            self.values,
+            self.flags,
+            self.versions,
+            self.created,
+            self.buried,
+            self.first_deletes,
+            self.deletions,
+            strict=True,
+        )
+
+
+class Record(NamedTuple):
+    """What a key ends as: a value (its version, creation and TTL), or a tombstone (`at`s)."""
+
+    value: bytes | None
+    version: int
+    created: int
+    tombstone: int
+    expire_at: int = NOWHERE
+    """Its TTL's time (ms)."""
+    ttl_at: int = NOWHERE
+    """When its TTL was given (`at`): the order of `expire_at_ms`."""
+    expired_at: int = NOWHERE
+    """For a tombstone of an expired key, its expiry time."""
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    runs: Runs
+    kept_keys: frozenset[bytes]
+    kept: list[LoggedCommand]
+    outcomes: dict[int, Outcome]
+    """Of the open blind SETs and MSETs."""
+    ttl_keys: frozenset[bytes]
+    """Keys a command of the task may have given a TTL."""
+
+
+def _blind_args(name: str, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether a command not open is blind (see the module docstring)."""
+    if kwargs or not args or len(args) >= (1 << POSITION_BITS) - TICK_SLOTS:
+        return False
+    if any(type(arg) is not bytes for arg in args):
+        return False
+    if name in EVERY_ARGUMENT:
+        return True
+    if name == _SET:
+        pairs = len(args) == 2
+    elif name == _MSET:
+        pairs = len(args) % 2 == 0
+    else:
+        return False
+    return (
+        pairs
+        and all(len(key) <= limits.key_bytes_max_default for key in args[::2])
+        and all(len(value) <= limits.value_bytes_max_default for value in args[1::2])
     )
-    if complex_keys or keyless:
-        rows = _complex_rows(commands, ops, complex_frame)
-        folded = _fold_complex(rows, frozenset(complex_keys), request.skipped, request.wanted)
-        deletions = _gather(folded, keys, tombstones, outcomes)
-    if deletions + simple.delete_ops > limits.watch_tombstones_max:
-        deletions += _exact_deletions(ops.join(F.broadcast(complex_frame), "key", "left_anti"))
+
+
+def summarize(part: PartCommands) -> Summary:
+    """One task's summary (see the module docstring)."""
+    open_indexes = part.open
+    key_max, value_max = limits.key_bytes_max_default, limits.value_bytes_max_default
+    runs: dict[bytes, list[Any]] = {}
+    outcomes: dict[int, Outcome] = {}
+    kept_keys: set[bytes] = set()
+    kept_indexes: set[int] = set()
+    ttl_keys: set[bytes] = set()
+    multi_key: list[list[bytes]] = []
+    for index, batch, item in part.commands():
+        name, args = item.name, item.args
+        if (
+            name == _SET
+            and len(args) == 2
+            and not item.kwargs
+            and type(key := args[0]) is bytes
+            and type(value := args[1]) is bytes
+            and len(key) <= key_max
+            and len(value) <= value_max
+        ):
+            run = runs.get(key)
+            if run is None:
+                at = index << POSITION_BITS | TICK_SLOTS
+                runs[key] = [ENDS_SET | HAS_SET, value, index, at, NOWHERE, NOWHERE, 0]
+            else:  # `_op`'s set, inline: most commands are plain SETs
+                flags = run[0]
+                if not flags & ENDS_SET:
+                    run[3] = index << POSITION_BITS | TICK_SLOTS
+                run[0] = flags | ENDS_SET | HAS_SET
+                run[1] = value
+                run[2] = index
+            if index in open_indexes:
+                outcomes[index] = _alone(LoggedCommand.of(index, batch, item))
+            continue
+        deleting = name in EVERY_ARGUMENT
+        if not _blind_args(name, args, item.kwargs) or (deleting and index in open_indexes):
+            named = command_keys(name, args, index)
+            kept_keys.update(named)
+            kept_indexes.add(index)
+            if gives_ttl(name, args):
+                ttl_keys.update(named)
+            continue
+        keys = _keys(name, args)
+        if len(keys) > 1:
+            multi_key.append(keys)
+        for position, key in enumerate(keys):
+            value = None if deleting else args[2 * position + 1]
+            _op(runs, key, index << POSITION_BITS | TICK_SLOTS + position, index, value)
+        if index in open_indexes:
+            outcomes[index] = _alone(LoggedCommand.of(index, batch, item))
+    kept_keys.update(part.keep & runs.keys())
+    kept = _kept(part, kept_keys, kept_indexes, multi_key) if kept_keys else []
+    for key in kept_keys:
+        runs.pop(key, None)
+    return Summary(_columns(runs), frozenset(kept_keys), kept, outcomes, frozenset(ttl_keys))
+
+
+def _kept(
+    part: PartCommands, kept_keys: set[bytes], kept_indexes: set[int], multi_key: list[list[bytes]]
+) -> list[LoggedCommand]:
+    """The commands naming a kept key, in order, once `kept_keys` has every key of a blind
+    command naming one (added here)."""
+    growing = True
+    while growing:
+        growing = False
+        for keys in multi_key:
+            if not kept_keys.issuperset(keys) and not kept_keys.isdisjoint(keys):
+                kept_keys.update(keys)
+                growing = True
+    return [
+        LoggedCommand.of(index, batch, item)
+        for index, batch, item in part.commands()
+        if index in kept_indexes or not kept_keys.isdisjoint(_keys(item.name, item.args))
+    ]
+
+
+def _keys(name: str, args: list[bytes]) -> list[bytes]:
+    """The keys of a blind command."""
+    return args if name in EVERY_ARGUMENT else args[::2]
+
+
+def _alone(command: LoggedCommand) -> Outcome:
+    """The outcome of blind SET or MSET `command`, which does not depend on the state."""
+    return apply_logged(KVStore(), command)
+
+
+def _op(runs: dict[bytes, list[Any]], key: bytes, at: int, index: int, value: bytes | None) -> None:
+    """The next op on `key`: a set of `value` at `at`, or a delete (None).  A run is the list
+    [flags, value, version, created, buried, first delete, deletions]."""
+    run = runs.get(key)
+    if value is not None:
+        if run is None:
+            runs[key] = [ENDS_SET | HAS_SET, value, index, at, NOWHERE, NOWHERE, 0]
+            return
+        flags = run[0]
+        if not flags & ENDS_SET:
+            run[3] = at
+        run[0] = flags | ENDS_SET | HAS_SET
+        run[1] = value
+        run[2] = index
+    elif run is None:
+        runs[key] = [HAS_DELETE | LEADING_DELETE, None, 0, NOWHERE, NOWHERE, at, 0]
+    else:
+        flags = run[0]
+        if flags & ENDS_SET:
+            run[6] += 1
+            run[4] = at
+        if run[5] == NOWHERE:
+            run[5] = at
+        run[0] = (flags & ~ENDS_SET) | HAS_DELETE
+
+
+def _columns(runs: dict[bytes, list[Any]]) -> Runs:
+    columns = Runs()
+    columns.keys.extend(runs)
+    rows = runs.values()
+    columns.values.extend([run[1] for run in rows])
+    for column, field_number in (
+        (columns.flags, 0),
+        (columns.versions, 2),
+        (columns.created, 3),
+        (columns.buried, 4),
+        (columns.first_deletes, 5),
+        (columns.deletions, 6),
+    ):
+        column.extend([run[field_number] for run in rows])
+    return columns
+
+
+def after(prior: Record | None, run: tuple[Any, ...]) -> tuple[Record | None, int]:
+    """What a key holding `prior` (None: never held anything) holds after `run` (a row of
+    `Runs`), and how many deletions that made."""
+    _key, value, flags, version, created, buried, first_delete, deletions = run
+    exists = prior is not None and prior.value is not None
+    if exists and flags & LEADING_DELETE:
+        deletions += 1
+    if flags & ENDS_SET:
+        if exists and not flags & HAS_DELETE:
+            assert prior is not None
+            created = prior.created
+        return Record(value, version, created, NOWHERE), deletions
+    if flags & HAS_SET:
+        return Record(None, 0, NOWHERE, buried), deletions
+    if exists:
+        return Record(None, 0, NOWHERE, first_delete), deletions
+    return prior, deletions
+
+
+class _Tracked(KVStore):
+    """A store noting, in order, the keys it deletes (and their expiry time, for an expired
+    one) and the keys it gives a TTL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._deleted: list[tuple[bytes, int | None]] = []
+        self._timed: list[bytes] = []
+
+    def _delete(self, key: bytes, *, expired_at_ms: int | None = None) -> None:
+        self._deleted.append((key, expired_at_ms))
+        super()._delete(key, expired_at_ms=expired_at_ms)
+
+    def _expire(self, key: bytes, expire_at_ms: int, now_ms: int) -> None:
+        super()._expire(key, expire_at_ms, now_ms)
+        if key in self.expire_at_ms:
+            self._timed.append(key)
+
+
+_NO_KEY: Final = b"\0" * (limits.key_bytes_max_default + 1)
+"""A key no store holds (every write checks the bound): PERSIST of it only runs active
+expiry."""
+
+
+class _Applied:
+    """The kept keys, reduced by applying commands to one store."""
+
+    def __init__(self, wanted: frozenset[int]) -> None:
+        self.machine = _Tracked()
+        self.wanted = wanted
+        self.records: dict[bytes, Record] = {}
+        """What each kept key holds, with its creation, TTL and tombstone."""
+        self.outcomes: dict[int, Outcome] = {}
+        self.deletions = 0
+
+    def seed(self, key: bytes, record: Record) -> None:
+        """`key` holds `record` in the starting state."""
+        self.records[key] = record
+        if record.value is not None:
+            self._impose(_SET, [key, record.value], record.version)
+            if record.expire_at != NOWHERE:
+                self._impose("pexpireat", [key, b"%d" % record.expire_at], record.version)
+
+    def command(self, command: LoggedCommand) -> None:
+        """Apply kept `command`, its active expiry included."""
+        machine, records = self.machine, self.records
+        values = machine.values
+        index = command.index
+        mine: dict[bytes, int] = {}
+        for position, key in enumerate(command_keys(command.name, command.args, index)):
+            mine.setdefault(key, position)
+        before = {key: key in values for key in mine}
+        machine._deleted.clear()
+        machine._timed.clear()
+        outcome = apply_logged(machine, command)
+        gone = self._buried(index)
+        timed = set(machine._timed)
+        for key, position in mine.items():
+            if key not in values:
+                continue
+            at = index << POSITION_BITS | TICK_SLOTS + position
+            prior = records.get(key)
+            created = at if prior is None or not before[key] or key in gone else prior.created
+            expire_at = machine.expire_at_ms.get(key, NOWHERE)
+            ttl_at = NOWHERE
+            if expire_at != NOWHERE:
+                ttl_at = at if key in timed or prior is None else prior.ttl_at
+            records[key] = Record(
+                values[key],
+                machine.versions[key],
+                created,
+                NOWHERE,
+                expire_at,
+                ttl_at,
+            )
+        if index in self.wanted:
+            self.outcomes[index] = outcome
+
+    def tick(self, index: int, time_ms: int) -> None:
+        """The active expiry of command `index`, logged at `time_ms`, not kept here."""
+        machine = self.machine
+        if not machine.expire_at_ms:
+            return
+        machine._deleted.clear()
+        apply_logged(machine, LoggedCommand(index, time_ms, 0, "persist", [_NO_KEY], {}))
+        self._buried(index)
+
+    def _buried(self, index: int) -> set[bytes]:
+        """Tombstone records for what `machine` deleted at `index`, in order; those keys."""
+        gone: set[bytes] = set()
+        for slot, (key, expired_at) in enumerate(self.machine._deleted):
+            gone.add(key)
+            self.deletions += 1
+            self.records[key] = Record(
+                None,
+                0,
+                NOWHERE,
+                index << POSITION_BITS | slot,
+                expired_at=NOWHERE if expired_at is None else expired_at,
+            )
+        return gone
+
+    def run(self, run: tuple[Any, ...]) -> None:
+        """Impose `run` on its key (which never has a TTL), as the set or delete it amounts
+        to."""
+        key = run[0]
+        prior = self.records.get(key)
+        record, deletions = after(prior, run)
+        self.deletions += deletions
+        if record is None or record is prior:
+            return
+        self.records[key] = record
+        if record.value is not None:
+            self._impose(_SET, [key, record.value], record.version)
+        else:
+            index = record.tombstone >> POSITION_BITS
+            if key not in self.machine.values:
+                self._impose(_SET, [key, b""], index)
+            self._impose(_DELETE, [key], index)
+
+    def _impose(self, name: str, args: list[bytes], index: int) -> None:
+        """Apply `name(*args)` as if at `index`, at time 0 (so its active expiry deletes
+        nothing)."""
+        outcome = apply_logged(self.machine, LoggedCommand(index, 0, 0, name, args, {}))
+        assert outcome.ok, outcome
+
+
+def combine(request: CombineRequest) -> Reduced | Rerun:
+    """The state after `request.last_index` (see the module docstring)."""
+    summaries: list[Summary] = list(request.summaries)
+    start = KVStore() if request.start is None else request.start
+    assert isinstance(start, KVStore)
+    ttl_keys = frozenset(start.expire_at_ms).union(*(summary.ttl_keys for summary in summaries))
+    if ttl_keys and any(key in ttl_keys for summary in summaries for key in summary.runs.keys):
+        return Rerun(request.keep | ttl_keys)
+    kept_keys = frozenset[bytes]().union(*(summary.kept_keys for summary in summaries))
+    wanted = request.wanted
+    applied = _Applied(wanted)
+    outcomes: dict[int, Outcome] = {}
+    records = _records(start)
+    for key in kept_keys & records.keys():
+        applied.seed(key, records.pop(key))
+    deletions = len(start.tombstones)
+    clocks = request.clocks if ttl_keys else [()] * len(summaries)
+    for summary, clock in zip(summaries, clocks, strict=True):
+        for run in summary.runs:
+            key = run[0]
+            if key in kept_keys:
+                applied.run(run)
+                continue
+            prior = records.get(key)
+            if prior is None and run[2] & ENDS_SET:  # `after`, for the most common case
+                records[key] = Record(run[1], run[3], run[4], NOWHERE)
+                deletions += run[7]
+                continue
+            record, gone = after(prior, run)
+            deletions += gone
+            if record is not None:
+                records[key] = record
+        if ttl_keys:
+            kept = {command.index: command for command in summary.kept}
+            for index, time_ms in clock:
+                command = kept.get(index)
+                if command is None:
+                    applied.tick(index, time_ms)
+                else:
+                    applied.command(command)
+        else:
+            for command in summary.kept:
+                applied.command(command)
+        outcomes.update(
+            (index, outcome) for index, outcome in summary.outcomes.items() if index in wanted
+        )
+    deletions += applied.deletions
     if deletions > limits.watch_tombstones_max:
         raise NotReducible(
             f"{deletions} deletions, more than {limits.watch_tombstones_max}: the key-value "
             "store's reducer does not reduce the order in which WATCH forgets them (replay does)"
         )
+    records.update(applied.records)
+    outcomes.update(applied.outcomes)
+    return Reduced(_machine(records.items(), start), outcomes)
+
+
+def _records(start: KVStore) -> dict[bytes, Record]:
+    """The keys of a starting state, as records whose creations, TTLs and tombstones come
+    before any of the log's, in the state's orders (numbers below NOWHERE)."""
+    records: dict[bytes, Record] = {}
+    before = NOWHERE - len(start.values)
+    ttl_before = NOWHERE - len(start.expire_at_ms)
+    ttl_ranks = {key: rank for rank, key in enumerate(start.expire_at_ms)}
+    for rank, (key, value) in enumerate(start.values.items()):
+        expire_at = start.expire_at_ms.get(key)
+        records[key] = Record(
+            value,
+            start.versions[key],
+            before + rank,
+            NOWHERE,
+            NOWHERE if expire_at is None else expire_at,
+            NOWHERE if expire_at is None else ttl_before + ttl_ranks[key],
+        )
+    before = NOWHERE - len(start.tombstones)
+    for rank, key in enumerate(start.tombstones):
+        records[key] = Record(None, 0, NOWHERE, before + rank)
+    return records
+
+
+def _machine(records: Collection[tuple[bytes, Record]], start: KVStore) -> KVStore:
+    """A store holding `records` over `start`, in replay's insertion orders."""
+    values = sorted(
+        [
+            (record.created, key, value, record.version)
+            for key, record in records
+            if (value := record.value) is not None
+        ]
+    )
+    timed = sorted(
+        [
+            (record.ttl_at, key, record.expire_at)
+            for key, record in records
+            if record.value is not None and record.expire_at != NOWHERE
+        ]
+    )
+    tombstones = sorted(
+        [
+            (record.tombstone, key, record.expired_at)
+            for key, record in records
+            if record.tombstone != NOWHERE
+        ]
+    )
     machine = KVStore()
-    keys.sort()
-    machine.values = {key: value for _created, _position, key, value, _version in keys}
-    machine.versions = {key: version for _created, _position, key, _value, version in keys}
-    tombstones.sort()
-    machine.tombstones = {key: (index, None) for index, _position, key in tombstones}
-    machine._rebuild_derived()
-    return Reduced(machine, outcomes)
-
-
-def _commands(
-    log: DataFrame, spark: SparkSession, skipped: frozenset[int], wanted: frozenset[int]
-) -> DataFrame:
-    """The command rows the session table let through, with their parsed `args`, their
-    `keys` (null for a command `command_keys` refuses) and whether they are `blind`."""
-    commands = log.where(F.col("command").isNotNull()).select(
-        "index",
-        F.unix_millis("leader_time").alias("time_ms"),
-        "epoch",
-        "command",
-        "arguments",
-        F.from_json("arguments", "args ARRAY<STRING>")["args"].alias("args"),
-    )
-    if skipped:
-        commands = commands.join(F.broadcast(_indexes(spark, skipped)), "index", "left_anti")
-    wanted_frame = _indexes(spark, wanted).withColumn("wanted", F.lit(True))
-    commands = commands.join(F.broadcast(wanted_frame), "index", "left_outer")
-    command, args = F.col("command"), F.col("args")
-    keys = (
-        F.when(command.isin(*SINGLE_KEY), F.slice(args, 1, 1))
-        .when(command.isin(*EVERY_ARGUMENT), args)
-        .when(command.isin(*EVERY_OTHER_ARGUMENT), F.filter(args, lambda _item, i: i % 2 == 0))
-    )
-    return commands.select(
-        *_ROW_COLUMNS, "args", keys.alias("keys"), _blind(command, args).alias("blind")
-    )
-
-
-def _blind(command: Column, args: Column) -> Column:
-    """Whether a command row is blind (see the module docstring)."""
-    count = F.size(args)
-
-    def fits(column: Column, bound: int) -> Column:
-        return F.octet_length(column) <= bound
-
-    pair_fits = fits(F.try_element_at(args, F.lit(1)), limits.key_bytes_max_default) & fits(
-        F.try_element_at(args, F.lit(2)), limits.value_bytes_max_default
-    )
-    pairs_fit = F.forall(
-        F.filter(args, lambda _item, i: i % 2 == 0),
-        lambda key: fits(key, limits.key_bytes_max_default),
-    ) & F.forall(
-        F.filter(args, lambda _item, i: i % 2 == 1),
-        lambda value: fits(value, limits.value_bytes_max_default),
-    )
-    blind = (
-        F.when((command == "set") & (count == 2), pair_fits)
-        .when(
-            command.isin(*EVERY_OTHER_ARGUMENT),
-            (count >= 2) & (count % 2 == 0) & (count < _POSITIONS) & pairs_fit,
-        )
-        .when(command.isin(*EVERY_ARGUMENT), F.col("wanted").isNull() & (count < _POSITIONS))
-        .otherwise(F.lit(False))
-    )
-    arguments = F.col("arguments")
-    plain = ~arguments.contains(_HEX_ARGUMENT) & arguments.endswith(_ARGS_END)
-    return F.coalesce(blind & plain, F.lit(False))
-
-
-def _indexes(spark: SparkSession, indexes: Iterable[int]) -> DataFrame:
-    return spark.createDataFrame(pa.table({"index": pa.array(sorted(indexes), pa.int64())}))
-
-
-def _ops(commands: DataFrame) -> DataFrame:
-    """One row per key a command names (`key` null for a command naming none): its command's
-    `index`, its `op`, set or delete, at `at` (`_at`; in order for a blind command's keys);
-    a set's `value`."""
-    command, args = F.col("command"), F.col("args")
-    return commands.select(
-        "index",
-        "blind",
-        F.posexplode_outer("keys").alias("position", "key"),
-        "command",
-        "args",
-    ).select(
-        "index",
-        "blind",
-        "key",
-        (F.col("index") * _POSITIONS + F.coalesce(F.col("position"), F.lit(0))).alias("at"),
-        F.when(command.isin(*EVERY_ARGUMENT), DELETE_OP).otherwise(SET_OP).alias("op"),
-        F.when(command == "set", F.try_element_at(args, F.lit(2)))
-        .when(
-            command.isin(*EVERY_OTHER_ARGUMENT), F.try_element_at(args, 2 * F.col("position") + 2)
-        )
-        .alias("value"),
-    )
-
-
-def _at(at: int) -> tuple[int, int]:
-    """The (index, position among its command's keys) of an op at `at`."""
-    return divmod(at, _POSITIONS)
-
-
-def _when(op: str) -> Column:
-    """`at` for an op of kind `op`, else null."""
-    return F.when(F.col("op") == op, F.col("at"))
-
-
-def _summaries(ops: DataFrame) -> list[dict[str, Any]]:
-    """Per key (null: the commands naming none), one aggregation: whether it is `complex`,
-    its first and last set and delete (`at`), its last set's value and its count of delete
-    ops."""
-    sets, deletes = _when(SET_OP), _when(DELETE_OP)
-    summary = ops.groupBy("key").agg(
-        F.max((~F.col("blind")).cast("int")).alias("complex"),
-        F.max_by("value", sets).alias("value"),
-        F.count(deletes).alias("deletes"),
-        F.min(sets).alias("first_set"),
-        F.max(sets).alias("last_set"),
-        F.min(deletes).alias("first_delete"),
-        F.max(deletes).alias("last_delete"),
-    )
-    table: pa.Table = summary.toArrow()
-    summaries: list[dict[str, Any]] = table.to_pylist()
-    return summaries
-
-
-class _SimpleKeys:
-    """The simple keys' records, from their summaries: a key whose sets and deletes
-    interleave (a delete between two sets, or a set between two deletes, where it matters)
-    waits for `resolve`."""
-
-    def __init__(self) -> None:
-        self.keys: list[tuple[int, int, bytes, bytes, int]] = []
-        """(creation index, position, key, value, version)."""
-        self.tombstones: list[tuple[int, int, bytes]] = []
-        """(deletion index, position, key)."""
-        self.delete_ops = 0
-        """A bound on their deletions."""
-        self.interleaved: dict[str, dict[str, Any]] = {}
-        """Key -> summary, for `resolve`."""
-
-    def add(self, summary: dict[str, Any]) -> None:
-        key = summary["key"]
-        self.delete_ops += summary["deletes"]
-        last_set, last_delete = summary["last_set"], summary["last_delete"]
-        if last_set is None:
-            return  # never held a value: its deletes deleted nothing
-        if last_delete is None or last_delete < summary["first_set"]:
-            self._value(summary, summary["first_set"])
-        elif last_delete > last_set and summary["first_delete"] > last_set:
-            self.tombstones.append((*_at(summary["first_delete"]), key.encode()))
-        else:
-            self.interleaved[key] = summary
-
-    def _value(self, summary: dict[str, Any], created: int) -> None:
-        version, _position = _at(summary["last_set"])
-        self.keys.append(
-            (*_at(created), summary["key"].encode(), summary["value"].encode(), version)
-        )
-
-    def resolve(self, ops: DataFrame) -> None:
-        """The interleaved keys' creation (the first set after their last delete) or
-        tombstone (the first delete after their last set), in one more aggregation."""
-        interleaved = self.interleaved.values()
-        bounds = ops.sparkSession.createDataFrame(
-            pa.table(
-                {
-                    name: pa.array([summary[name] for summary in interleaved], type)
-                    for name, type in (
-                        ("key", pa.string()),
-                        ("last_set", pa.int64()),
-                        ("last_delete", pa.int64()),
-                    )
-                }
-            )
-        )
-        at = F.col("at")
-        found = (
-            ops.join(F.broadcast(bounds), "key")
-            .groupBy("key")
-            .agg(
-                F.min(F.when(at > F.col("last_delete"), _when(SET_OP))).alias("created"),
-                F.min(F.when(at > F.col("last_set"), _when(DELETE_OP))).alias("buried"),
-            )
-        )
-        for row in found.toArrow().to_pylist():
-            summary = self.interleaved[row["key"]]
-            if summary["last_set"] > summary["last_delete"]:
-                self._value(summary, row["created"])
-            else:
-                self.tombstones.append((*_at(row["buried"]), row["key"].encode()))
-        self.interleaved = {}
-
-
-def _complex_rows(commands: DataFrame, ops: DataFrame, complex_frame: DataFrame) -> DataFrame:
-    """The command rows naming a complex key, and those not blind naming none."""
-    naming = ops.join(F.broadcast(complex_frame), "key", "left_semi").select("index").distinct()
-    return commands.where(
-        ~F.col("blind") & F.coalesce(F.size("keys") <= 0, F.lit(True))
-    ).unionByName(commands.join(naming, "index", "left_semi"))
-
-
-def _exact_deletions(simple: DataFrame) -> int:
-    """How many of the simple keys' delete ops deleted a value (a set came just before)."""
-    previous = F.lag("op").over(Window.partitionBy("key").orderBy("at"))
-    return (
-        simple.where(F.col("key").isNotNull())
-        .select("op", previous.alias("previous"))
-        .where((F.col("op") == DELETE_OP) & (F.col("previous") == SET_OP))
-        .count()
-    )
-
-
-def _blind_outcomes(
-    log: DataFrame, spark: SparkSession, wanted: frozenset[int]
-) -> dict[int, Outcome]:
-    """The outcomes the session table keeps of blind commands: each applied to an empty
-    store, since they do not depend on the state (the others' come from `_fold`)."""
-    outcomes: dict[int, Outcome] = {}
-    if not wanted:
-        return outcomes
-    rows = (
-        _commands(
-            log.join(F.broadcast(_indexes(spark, wanted)), "index", "left_semi"),
-            spark,
-            frozenset(),
-            wanted,
-        )
-        .where(F.col("blind"))
-        .select(*_ROW_COLUMNS)
-        .collect()
-    )
-    for row in rows:
-        index = row["index"]
-        args = byte_arguments(row["arguments"], index)
-        outcomes[index] = apply_logged(
-            KVStore(),
-            row["command"],
-            args,
-            {},
-            index=index,
-            time_ms=row["time_ms"],
-            epoch=row["epoch"],
-        )
-    return outcomes
-
-
-def _fold_complex(
-    rows: DataFrame, complex_keys: frozenset[str], skipped: frozenset[int], wanted: frozenset[int]
-) -> list[Any]:
-    """What the Spark partitions give back for the complex keys (see the module docstring)."""
-    parts = 2 * rows.sparkSession.sparkContext.defaultParallelism
-
-    def route(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            columns: dict[str, list[Any]] = {field.name: [] for field in _ROUTED}
-            for row in batch.to_pylist():
-                keys = command_keys(
-                    row["command"], byte_arguments(row["arguments"], row["index"]), row["index"]
-                )
-                owned = {_part(key, parts) for key in keys if _is_complex(key, complex_keys)}
-                for part in sorted(owned or {0}):
-                    columns["part"].append(part)
-                    for name in _ROW_COLUMNS:
-                        columns[name].append(row[name])
-            yield pa.RecordBatch.from_pydict(columns)
-
-    def fold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = (row for batch in batches for row in batch.to_pylist())
-        yield pa.RecordBatch.from_pylist(
-            list(_fold(rows, parts, complex_keys, skipped, wanted)), schema=_FOLDED_ARROW
-        )
-
-    return (
-        rows.select(*_ROW_COLUMNS)
-        .mapInArrow(route, _ROUTED)
-        .repartition(parts, "part")
-        .sortWithinPartitions("index")
-        .mapInArrow(fold, _FOLDED)
-        .collect()
-    )
-
-
-def _is_complex(key: bytes, complex_keys: frozenset[str]) -> bool:
-    """Whether `key` is complex: not UTF-8 (a hex argument), or its text is a complex key."""
-    try:
-        return key.decode() in complex_keys
-    except UnicodeDecodeError:
-        return True
-
-
-def _part(key: bytes, parts: int) -> int:
-    return zlib.crc32(key) % parts
-
-
-def _fold(
-    rows: Iterator[dict[str, Any]],
-    parts: int,
-    complex_keys: frozenset[str],
-    skipped: frozenset[int],
-    wanted: frozenset[int],
-) -> Iterator[dict[str, Any]]:
-    """What one Spark partition gives back (see the module docstring)."""
-    machine = KVStore()
-    values = machine.values
-    owned: set[bytes] = set()
-    created: dict[bytes, tuple[int, int]] = {}
-    buried: dict[bytes, int] = {}
-    deletions = 0
-    pending: list[dict[str, Any]] = []
-
-    def apply(group: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-        nonlocal deletions
-        row = group[0]
-        index = row["index"]
-        if index in skipped:
-            return
-        command = row["command"]
-        args = byte_arguments(row["arguments"], index)
-        here = {member["part"] for member in group}
-        mine: dict[bytes, int] = {}
-        for position, key in enumerate(command_keys(command, args, index)):
-            if _part(key, parts) in here and _is_complex(key, complex_keys):
-                mine.setdefault(key, position)
-        before = [key in values for key in mine]
-        outcome = apply_logged(
-            machine, command, args, {}, index=index, time_ms=row["time_ms"], epoch=row["epoch"]
-        )
-        gone = 0
-        for (key, position), existed in zip(mine.items(), before, strict=True):
-            owned.add(key)
-            exists = key in values
-            if exists and not existed:
-                created[key] = (index, position)
-            elif existed and not exists:
-                buried[key] = position
-                gone += 1
-        deletions += gone
-        if index in wanted:
-            count = gone if command in EVERY_ARGUMENT else None
-            yield _row(OUTCOME, index=index, value=cbor2.dumps(outcome.to_plain()), count=count)
-
-    for row in rows:
-        if pending and pending[0]["index"] != row["index"]:
-            yield from apply(pending)
-            pending = []
-        pending.append(row)
-    if pending:
-        yield from apply(pending)
-    if machine.tombstones_forgotten_index:
-        raise NotReducible(
-            f"more than {limits.watch_tombstones_max} deletions: the key-value store's reducer "
-            "does not reduce the order in which WATCH forgets them (replay does)"
-        )
-    for key in owned:
-        if key in values:
-            index, position = created[key]
-            yield _row(
-                KEY,
-                key=key,
-                value=values[key],
-                index=machine.versions[key],
-                position=position,
-                created=index,
-            )
-        elif key in machine.tombstones:
-            index, expired_at_ms = machine.tombstones[key]
-            assert expired_at_ms is None  # no TTLs
-            yield _row(TOMBSTONE, key=key, index=index, position=buried[key])
-    yield _row(DELETIONS, count=deletions)
-
-
-def _row(
-    kind: str,
-    *,
-    key: bytes | None = None,
-    value: bytes | None = None,
-    index: int | None = None,
-    position: int | None = None,
-    created: int | None = None,
-    count: int | None = None,
-) -> dict[str, Any]:
-    return {
-        "kind": kind,
-        "key": key,
-        "value": value,
-        "index": index,
-        "position": position,
-        "created": created,
-        "count": count,
+    machine.values = {key: value for _created, key, value, _version in values}
+    machine.versions = {key: version for _created, key, _value, version in values}
+    machine.expire_at_ms = {key: expire_at for _at, key, expire_at in timed}
+    machine.tombstones = {
+        key: (at >> POSITION_BITS, None if expired_at == NOWHERE else expired_at)
+        if at > NOWHERE
+        else start.tombstones[key]
+        for at, key, expired_at in tombstones
     }
+    machine.tombstones_forgotten_index = start.tombstones_forgotten_index
+    machine._rebuild_derived()
+    return machine
 
 
-def _gather(
-    folded: list[Any],
-    keys: list[tuple[int, int, bytes, bytes, int]],
-    tombstones: list[tuple[int, int, bytes]],
-    outcomes: dict[int, Outcome],
-) -> int:
-    """Add the complex keys' records of `folded` to `keys`, `tombstones` and `outcomes`; how
-    many deletions they made."""
-    counts: dict[int, int] = {}
-    deletions = 0
-    for row in folded:
-        kind = row["kind"]
-        if kind == KEY:
-            keys.append(
-                (
-                    row["created"],
-                    row["position"],
-                    bytes(row["key"]),
-                    bytes(row["value"]),
-                    row["index"],
-                )
-            )
-        elif kind == TOMBSTONE:
-            tombstones.append((row["index"], row["position"], bytes(row["key"])))
-        elif kind == OUTCOME:
-            outcome = Outcome.from_plain(cbor2.loads(bytes(row["value"])))
-            index = row["index"]
-            if row["count"] is not None and outcome.ok:
-                counts[index] = counts.get(index, 0) + row["count"]
-            outcomes.setdefault(index, outcome)
-        else:
-            deletions += row["count"]
-    for index, count in counts.items():
-        outcomes[index] = outcomes[index]._replace(value=count)
-    return deletions
+REDUCER: Final = SparkReducer(summarize, combine)

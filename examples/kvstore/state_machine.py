@@ -64,7 +64,7 @@ class KVStore(
     """Redis's string commands, replicated.  See the module docstring for its parts and
     `kvstore.store.state` for the state and expiry."""
 
-    spark_reducer = "kvstore.spark_reducer:reduce"
+    spark_reducer = "kvstore.spark_reducer:REDUCER"
     """`rsm spark snapshot` computes the state by key in Spark (`kvstore.spark_reducer`)."""
 
     spark_arguments: ClassVar[Mapping[str, str]] = {

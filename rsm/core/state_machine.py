@@ -69,17 +69,18 @@ offer `show_key(key)`: that key's content as text for a person reading a
 diff or a key's history (default: None, not offered).
 
 Bulk snapshots in Spark.  Optionally, a class names a Spark reducer in the
-class attribute `spark_reducer`, as `"module:function"` (a string, so that
-nothing here imports Spark): `rsm spark snapshot` then computes the state
-at the log's readable end in Spark instead of replaying the log, and
-registers it as a snapshot that replicas start from (docs/spark.md, "Bulk
-snapshot").  The function takes an `rsm.spark.ReduceRequest` (the log as a
-DataFrame of `rsm-log` rows up to that index, the commands the session
-table did not let through, the indexes whose outcomes it keeps) and returns
-an `rsm.spark.Reduced`: a fresh instance holding exactly the state replay
-reaches there (equal `snapshot()` bytes), and those outcomes.  A log it
-cannot reduce exactly must make it raise `rsm.errors.NotReducible`, never
-give a state replay would not reach.  Default: None (no bulk snapshot).
+class attribute `spark_reducer`, as `"module:name"` of an
+`rsm.spark.SparkReducer` (a string, so that nothing here imports Spark):
+`rsm spark snapshot` then computes the state at the log's readable end in
+Spark instead of replaying the log, and registers it as a snapshot that
+replicas start from (docs/spark.md, "Bulk snapshot").  Its `summarize`
+makes each Spark task's share of the commands (those the session table let
+through) into a summary, on executors; its `combine` makes the summaries,
+in log order, into a fresh instance holding exactly the state replay
+reaches there (equal `snapshot()` bytes) and the outcomes the session table
+keeps.  A log it cannot reduce exactly must make it raise
+`rsm.errors.NotReducible`, never give a state replay would not reach.
+Default: None (no bulk snapshot).
 
 Typed arguments in Spark.  Optionally, `spark_arguments` maps logged command
 keys to a Spark DDL list of fields, one per argument in order
@@ -344,7 +345,8 @@ class StateMachine:
     _rsm_queries: ClassVar[dict[str, Operation]] = {}
     _rsm_context: Context | None = None
     spark_reducer: ClassVar[str | None] = None
-    """Optional: `"module:function"` of the class's Spark reducer (see the module docstring)."""
+    """Optional: `"module:name"` of the class's `rsm.spark.SparkReducer` (see the module
+    docstring)."""
     spark_arguments: ClassVar[Mapping[str, str]] = {}
     """Optional: logged command key -> Spark DDL of its arguments (see the module docstring)."""
 

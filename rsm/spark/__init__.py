@@ -12,8 +12,9 @@ first use, so that importing `rsm.spark.cli` without PySpark installed can say
 so instead of failing.
 
 For an application's Spark reducer (`StateMachine.spark_reducer`, the bulk
-snapshot): `ReduceRequest`, `Reduced`, `apply_logged` and `byte_arguments`
-(rsm/spark/reduction.py), and `Outcome`, which load without PySpark.
+snapshot): `SparkReducer`, `PartCommands`, `LoggedCommand`, `CombineRequest`,
+`Reduced`, `Rerun` and `apply_logged` (rsm/spark/reduction.py), and `Outcome`, which
+load without PySpark.
 """
 
 from __future__ import annotations
@@ -21,14 +22,25 @@ from __future__ import annotations
 from typing import Any
 
 from rsm.core.sessions import Outcome
-from rsm.spark.reduction import Reduced, ReduceRequest, apply_logged, byte_arguments
+from rsm.spark.reduction import (
+    CombineRequest,
+    LoggedCommand,
+    PartCommands,
+    Reduced,
+    Rerun,
+    SparkReducer,
+    apply_logged,
+)
 
 __all__ = [
+    "CombineRequest",
+    "LoggedCommand",
     "Outcome",
-    "ReduceRequest",
+    "PartCommands",
     "Reduced",
+    "Rerun",
+    "SparkReducer",
     "apply_logged",
-    "byte_arguments",
     "register",
     "session",
 ]

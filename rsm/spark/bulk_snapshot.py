@@ -1,54 +1,76 @@
 """`rsm spark snapshot`: an application's state computed in Spark, registered as a snapshot.
 
-For a class that declares a Spark reducer (`StateMachine.spark_reducer`):
+For a class that declares a Spark reducer (`StateMachine.spark_reducer`,
+rsm/spark/reduction.py), on the driver unless said otherwise:
 
-1. The log is read once, from index 1 to its readable end, the last index
-   `last` of the last readable entry, and cached.  A log truncated below
-   index 1 is `Truncated`, naming the missing range and the registered
-   snapshot that covers it (a reducer starts from the empty state).
-2. `session_pass` (rsm/spark/session_pass.py) decides, from the session
-   columns in index order on the driver, which commands a replica applies
-   and the session table after `last`.
-3. The reducer computes the state after `last` from the log (skipping what
-   the table did not let through) and the outcomes the table keeps.
-4. The state and the table are written as a snapshot at `last` through the
+1. The read of indexes `[first, last]` is planned once
+   (`Cluster.plan_log`), `last` the last index of the last readable entry,
+   and its partitions dealt into one group of consecutive partitions per
+   Spark task.  `first` is 1, or for a log truncated below index 1, one
+   past the newest registered snapshot the log goes on from, whose state
+   and session table are loaded through the snapshot store
+   (`Cluster.restore_snapshot`) and reduced on top of; without one, the
+   log is `Truncated`, naming the missing range.
+2. Each task, on an executor, reads its entries straight from the bookies
+   (one ZooKeeper session and ledger client per task), decodes them with
+   the framework's decoder and makes them into session columns and the
+   reducer's summary (`part_pass`, rsm/spark/part_pass.py); no row goes
+   through Spark SQL.
+3. `session_pass` (rsm/spark/session_pass.py) decides from the session
+   columns, in index order, from the starting snapshot's table if any,
+   which commands a replica applies and the session table after `last`.
+   Summaries were made with every command let through; the tasks holding a
+   command the table did not let through are run again, leaving those out
+   (a summary depends only on its own task's commands).
+4. The reducer combines the summaries, in log order, over the starting
+   snapshot's state if any, into the state after `last` and the outcomes
+   the table keeps; or asks every task to summarize again, keeping what
+   only the whole log showed it must (steps 2 to 4: rsm/spark/reducing.py).
+5. The state and the table are written as a snapshot at `last` through the
    replicas' snapshot store (`Cluster.write_snapshot`): the header's
    position is the entry holding `last` (its epoch, time and (ledger,
    entry)), `replica_id` is `rsm-spark`.  Replicas load it like one of
    their own (the newest snapshot above what they applied).
 
 The snapshot is what replay reaches at `last` when the reducer is exact,
-which is the reducer's promise (it refuses with `NotReducible` otherwise).
+which is the reducer's promise (it refuses with `NotReducible` otherwise;
+the refusal of the earliest task is the one raised).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import gc
 import time
-import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
 from bookie import limits as bookie_limits
+from rsm import limits
 from rsm.config import ReplicaConfig
+from rsm.core.log_format import Batch
 from rsm.core.snapshot_format import CODEC_CUSTOM, CODEC_DEFAULT, SnapshotHeader
 from rsm.core.state_machine import StateMachine
 from rsm.errors import InvalidConfig, NotReducible, Truncated
 from rsm.snapshots.loader import machine_name
-from rsm.spark.cluster import Cluster
-from rsm.spark.jobs import read_log
-from rsm.spark.options import ClusterOptions
-from rsm.spark.reduction import Reduced, Reducer, ReduceRequest, load_reducer
-from rsm.spark.session_pass import SessionPass, session_pass, with_outcomes
+from rsm.spark.cluster import Cluster, LogPartition
+from rsm.spark.options import ClusterOptions, SplitOptions
+from rsm.spark.part_pass import PartPass, Position, part_pass
+from rsm.spark.planning import Bounds, Interval
+from rsm.spark.reducing import TaskRun, reduce_tasks
+from rsm.spark.reduction import load_named_reducer, load_reducer
+from rsm.spark.rows import CorruptEntry
+from rsm.spark.session_pass import with_outcomes
 
 REPLICA_ID: Final = "rsm-spark"
 """The `replica_id` of a bulk snapshot's header and manifest."""
 
-_PANDAS_WARNING: Final = "PySpark does not yet fully support pandas"
-_SESSION_COLUMNS: Final = ("index", "leader_time", "client_id", "client_seq", "client_ack_seq")
-_POSITION_COLUMNS: Final = ("epoch", "ledger_id", "entry_id")
+_PARTITIONS_PER_TASK: Final = 4
+"""Planned partitions per Spark task: smaller pieces balance the tasks' work."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +85,36 @@ class SnapshotReport:
     sessions: int
     skipped: int
     """Commands the session table did not let through (retries of applied ones, ...)."""
+    from_snapshot: int | None
+    """The index of the snapshot reduced on top of (None: from index 1)."""
+    tasks: int
+    rerun_tasks: int
+    """Tasks run again: without the commands the table did not let through, or keeping
+    what the reducer asked to keep (rsm/spark/reducing.py)."""
     seconds: float
+    stages_s: dict[str, float]
+    """Wall-clock seconds of each step: plan, read (the tasks), sessions, rerun, combine,
+    write."""
+    driver_cpu_s: dict[str, float]
+    """CPU seconds of this process in each step."""
+    tasks_cpu_s: float
+    """CPU seconds of the tasks' Python (reads and reruns, all tasks together), as each
+    measured its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    """What one Spark task reads (indexes `[start, end)` of `partitions`) and leaves out."""
+
+    options: ClusterOptions
+    reducer: str
+    """`StateMachine.spark_reducer`."""
+    start: int
+    end: int
+    partitions: tuple[LogPartition, ...]
+    skipped: frozenset[int]
+    keep: frozenset[Any]
+    """`PartCommands.keep`."""
 
 
 def bulk_snapshot(
@@ -80,47 +131,86 @@ def bulk_snapshot(
     `config` holds the replicas' session settings (default: the defaults).
     """
     started = time.perf_counter()
+    stages: dict[str, float] = {}
+    driver_cpu: dict[str, float] = {}
+    clock = [started, time.process_time()]
+
+    def stage(name: str) -> None:
+        now, cpu = time.perf_counter(), time.process_time()
+        stages[name] = round(now - clock[0], 3)
+        driver_cpu[name] = round(cpu - clock[1], 3)
+        clock[:] = [now, cpu]
+
     config = ReplicaConfig() if config is None else config
     reducer = load_reducer(machine_class)
-    with Cluster.open(ClusterOptions(zk, ledger_root)) as cluster:
+    target = machine_class.spark_reducer
+    assert target is not None
+    options = ClusterOptions(zk, ledger_root)
+    parallelism = spark.sparkContext.defaultParallelism
+    with Cluster.open(options) as cluster:
         log = cluster.log(app)
         end = cluster.readable_end(app)
+        restored = None
         if log.first_index > 1:
-            raise _truncated(app, log.first_index, cluster.covering_snapshot(app, log.first_index))
-        if end <= 1:
-            raise InvalidConfig(f"{app!r} has logged nothing readable yet")
-        frame = read_log(spark, zk, app, ledger_root=ledger_root, endingIndex=str(end)).cache()
-        try:
-            with warnings.catch_warnings():
-                # PySpark's Arrow paths (toArrow, mapInArrow) check the pandas version and
-                # warn about pandas 3, which they do not use.
-                warnings.filterwarnings("ignore", _PANDAS_WARNING, FutureWarning)
-                last_row, passed, reduced = _reduce(frame, end - 1, reducer, config)
-        finally:
-            frame.unpersist()
-        machine = reduced.machine
-        if type(machine) is not machine_class:
-            raise InvalidConfig(
-                f"{machine_class.spark_reducer} gave a {type(machine).__qualname__}, not a "
-                f"{machine_class.__qualname__}"
+            restored = cluster.restore_snapshot(
+                app, machine_class(), config, at_least=log.first_index - 1, below=end
             )
-        session_table = with_outcomes(passed, reduced.outcomes, config)
-        header = SnapshotHeader(
-            app=app,
-            index=end - 1,
-            time_ms=last_row["time_ms"],
-            epoch=last_row["epoch"],
-            cursor=(last_row["ledger_id"], last_row["entry_id"]),
-            machine=machine_name(machine_class),
-            codec=CODEC_DEFAULT
-            if machine_class.snapshot is StateMachine.snapshot
-            else CODEC_CUSTOM,
-            clock_ms=session_table.clock_ms,
-            sessions=len(session_table),
-            replica_id=REPLICA_ID,
-            created_ms=int(time.time() * 1000),
+            if restored is None:
+                raise _truncated(app, log.first_index)
+        start = 1 if restored is None else restored.manifest.index + 1
+        if end <= start:
+            after = "" if restored is None else f" after the snapshot at index {start - 1}"
+            raise InvalidConfig(f"{app!r} has logged nothing readable{after} yet")
+        plan = cluster.plan_log(
+            app,
+            Bounds(index=Interval(start, end)),
+            SplitOptions(
+                min_partitions=parallelism * _PARTITIONS_PER_TASK,
+                max_entries_per_partition=limits.spark_entries_per_partition_max_default,
+                arrow=True,
+            ),
         )
+    stage("plan")
+    tasks = [
+        _Task(options, target, start, end, group, frozenset(), frozenset())
+        for group in _deal(plan, parallelism)
+    ]
+    tasks_cpu_s = 0.0
+
+    def run(runs: Sequence[TaskRun]) -> list[PartPass]:
+        nonlocal tasks_cpu_s
+        chosen = [
+            dataclasses.replace(tasks[task.number], skipped=task.skipped, keep=task.keep)
+            for task in runs
+        ]
+        passes = _run_tasks(spark, chosen)
+        tasks_cpu_s += sum(part.cpu_s for part in passes)
+        return passes
+
+    with _without_gc():
+        reduction = reduce_tasks(
+            run,
+            len(tasks),
+            reducer=reducer,
+            config=config,
+            last_index=end - 1,
+            start=None if restored is None else (restored.machine, restored.sessions),
+            on_step=stage,
+        )
+    passed, reduced = reduction.passed, reduction.reduced
+    position = next((part.position for part in reversed(reduction.passes) if part.position), None)
+    if position is None or position.index != end - 1:
+        raise NotReducible(f"index {end - 1} was not read")
+    machine = reduced.machine
+    if type(machine) is not machine_class:
+        raise InvalidConfig(
+            f"{target} gave a {type(machine).__qualname__}, not a {machine_class.__qualname__}"
+        )
+    session_table = with_outcomes(passed, reduced.outcomes, config)
+    header = _header(app, position, machine_class, session_table.clock_ms, len(session_table))
+    with Cluster.open(options) as cluster:
         manifest = cluster.write_snapshot(machine, header, session_table, config)
+    stage("write")
     return SnapshotReport(
         app=app,
         index=manifest.index,
@@ -129,43 +219,100 @@ def bulk_snapshot(
         size_bytes=manifest.size_bytes,
         sessions=len(session_table),
         skipped=len(passed.skipped),
+        from_snapshot=None if restored is None else restored.manifest.index,
+        tasks=len(tasks),
+        rerun_tasks=reduction.reruns,
         seconds=round(time.perf_counter() - started, 3),
+        stages_s=stages,
+        driver_cpu_s=driver_cpu,
+        tasks_cpu_s=round(tasks_cpu_s, 3),
     )
 
 
-def _truncated(app: str, first_index: int, covering: int | None) -> Truncated:
-    where = (
-        "no registered snapshot covers it"
-        if covering is None
-        else f"the snapshot at index {covering} covers it (replicas start from it)"
+def _deal(plan: Sequence[LogPartition], tasks: int) -> list[tuple[LogPartition, ...]]:
+    """`plan` cut into at most `tasks` groups of consecutive partitions, of near-equal count."""
+    count = max(1, min(tasks, len(plan)))
+    size, longer = divmod(len(plan), count)
+    groups: list[tuple[LogPartition, ...]] = []
+    first = 0
+    for number in range(count):
+        length = size + (1 if number < longer else 0)
+        groups.append(tuple(plan[first : first + length]))
+        first += length
+    return groups
+
+
+@contextlib.contextmanager
+def _without_gc() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block: the passes build millions of
+    small objects that live to its end, which the collector would walk again and again.
+    They hold no cycles to collect."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run_tasks(spark: SparkSession, tasks: list[_Task]) -> list[PartPass]:
+    """Each task's pass, in order, one Spark task each."""
+    passes: list[PartPass] = (
+        spark.sparkContext.parallelize(tasks, len(tasks)).map(_read_task).collect()
     )
+    return passes
+
+
+def _read_task(task: _Task) -> PartPass:
+    """On an executor: the pass over the task's partitions (rsm/spark/part_pass.py)."""
+    cpu_before = time.process_time()
+    reducer = load_named_reducer(task.reducer, task.reducer)
+    with Cluster.open(task.options) as cluster, _without_gc():
+        part = part_pass(
+            _entries(cluster, task.partitions),
+            task.start,
+            task.end,
+            reducer.summarize,
+            task.skipped,
+            keep=task.keep,
+        )
+    return dataclasses.replace(part, cpu_s=time.process_time() - cpu_before)
+
+
+def _entries(
+    cluster: Cluster, partitions: Sequence[LogPartition]
+) -> Iterator[tuple[int, int, Batch]]:
+    """`(ledger id, entry id, batch)` of each entry of `partitions`, in order."""
+    for partition in partitions:
+        for chunk in cluster.log_entries(partition):
+            for entry in chunk:
+                assert not isinstance(entry, CorruptEntry)  # read without mode=PERMISSIVE
+                entry_id, batch, _size = entry
+                yield partition.segment.ledger_id, entry_id, batch
+
+
+def _header(
+    app: str, position: Position, machine_class: type[StateMachine], clock_ms: int, sessions: int
+) -> SnapshotHeader:
+    return SnapshotHeader(
+        app=app,
+        index=position.index,
+        time_ms=position.time_ms,
+        epoch=position.epoch,
+        cursor=(position.ledger_id, position.entry_id),
+        machine=machine_name(machine_class),
+        codec=CODEC_DEFAULT if machine_class.snapshot is StateMachine.snapshot else CODEC_CUSTOM,
+        clock_ms=clock_ms,
+        sessions=sessions,
+        replica_id=REPLICA_ID,
+        created_ms=int(time.time() * 1000),
+    )
+
+
+def _truncated(app: str, first_index: int) -> Truncated:
     return Truncated(
-        f"indexes [1, {first_index}) of {app!r} were truncated away; {where}: a bulk snapshot "
-        "reduces the log from index 1"
+        f"indexes [1, {first_index}) of {app!r} were truncated away and no registered snapshot "
+        "covers them: a bulk snapshot reduces the log from index 1 or from a snapshot the log "
+        "goes on from"
     )
-
-
-def _reduce(
-    frame: DataFrame, last: int, reducer: Reducer, config: ReplicaConfig
-) -> tuple[dict[str, Any], SessionPass, Reduced]:
-    """The entry holding `last` (its epoch, ledger, entry and time), the session pass and
-    the reducer's answer (steps 2 and 3).  The session columns come to the driver unsorted
-    and are sorted there: Spark's sort would cost a sampling job and a shuffle."""
-    columns = frame.select(
-        *_SESSION_COLUMNS[:1],
-        F.unix_millis("leader_time").alias("leader_time"),
-        *_SESSION_COLUMNS[2:],
-        *_POSITION_COLUMNS,
-    ).toArrow()
-    table = columns.sort_by("index")
-    if table.num_rows == 0 or table.column("index")[-1].as_py() != last:
-        raise NotReducible(f"index {last} was not read")
-    position = {name: table.column(name)[-1].as_py() for name in _POSITION_COLUMNS}
-    position["time_ms"] = table.column("leader_time")[-1].as_py()
-    passed = session_pass(
-        zip(*(table.column(name).to_pylist() for name in _SESSION_COLUMNS), strict=True), config
-    )
-    reduced = reducer(
-        ReduceRequest(log=frame, last_index=last, skipped=passed.skipped, wanted=passed.wanted)
-    )
-    return position, passed, reduced

@@ -154,8 +154,11 @@ def _snapshot(jobs: Any, bulk_snapshot: Any, arguments: argparse.Namespace) -> i
     if arguments.json:
         print(json.dumps(vars_of(report), sort_keys=True))
     else:
+        start = (
+            "" if report.from_snapshot is None else f" on top of the one at {report.from_snapshot}"
+        )
         print(
-            f"registered a snapshot of {report.app} at index {report.index} (ledger "
+            f"registered a snapshot of {report.app} at index {report.index}{start} (ledger "
             f"{report.ledger_id}, {report.size_bytes} bytes, {report.sessions} sessions, state "
             f"hash {report.state_hash}) in {report.seconds} s"
         )

@@ -17,13 +17,15 @@ the first time (an open ledger's end is pinned to the LAC seen when
 planning).  Ledgers are opened with the framework's ledger password
 (`ReplicaConfig.ledger_password`).
 
-The bulk snapshot (`write_snapshot`, on the driver): a reduced state goes
+The bulk snapshot (on the driver): `restore_snapshot` loads the snapshot a
+truncated log goes on from, as replicas load one; a reduced state goes
 through the replicas' own snapshot store (rsm/snapshots/store.py: a pending
 ledger, the chunks `stream_snapshot` makes, the manifest registered by
 compare-and-set), so it is a snapshot like any replica's.
 
 Executors (`log_entries`, `ledger_entries`): the partition's entries, in chunks of
-`limits.spark_read_chunk_entries`, decoded with the framework's own
+`limits.spark_read_chunk_entries`, the next chunk asked for while the
+caller uses the current one, decoded with the framework's own
 `decode_entry` (which also checks each batch carries its segment's epoch).
 An entry that cannot be read or decoded raises `EntryUnreadable` naming the
 ledger, the entry and the bookies of its write set; with `mode=PERMISSIVE`
@@ -35,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -65,6 +68,7 @@ from rsm.errors import (
 from rsm.host import split_zk
 from rsm.runtime.log import LogStore, SegmentReader, decode_entry
 from rsm.snapshots.capture import CaptureResult, stream_snapshot
+from rsm.snapshots.loader import Restored, load
 from rsm.snapshots.store import SnapshotStore, manifest_of, pending_ledger, read_snapshots
 from rsm.spark.options import ClusterOptions, SplitOptions
 from rsm.spark.planning import Bounds, Interval, Span, split
@@ -170,6 +174,18 @@ class Cluster:
         below `first_index`, still goes on; None when there is none."""
         return self._portal.call(self._covering_snapshot, app, first_index)
 
+    def restore_snapshot(
+        self, app: str, machine: StateMachine, config: ReplicaConfig, *, at_least: int, below: int
+    ) -> Restored | None:
+        """The newest registered snapshot of `app` at an index in `[at_least, below)`,
+        restored into `machine` (fresh) through the replicas' snapshot store and checked as
+        they check one (rsm/snapshots/loader.py); None when there is none."""
+        return self._portal.call(
+            functools.partial(
+                self._restore_snapshot, app, machine, config, at_least=at_least, below=below
+            )
+        )
+
     def readable_end(self, app: str) -> int:
         """One past the last index readable now without fencing (the log's first index when
         nothing is): a CLOSED last segment's end, else the batch at its ledger's LAC."""
@@ -258,10 +274,22 @@ class Cluster:
         self, handle: ReadHandle, first: int, last: int, permissive: bool
     ) -> Iterator[list[LedgerEntry | CorruptEntry]]:
         chunk = limits.spark_read_chunk_entries
-        for chunk_first in range(first, last + 1, chunk):
+        starts = range(first, last + 1, chunk)
+
+        def read(chunk_first: int) -> Future[Sequence[LedgerEntry]]:
             chunk_last = min(last, chunk_first + chunk - 1)
+            return self._portal.start_task_soon(handle.read_entries, chunk_first, chunk_last)
+
+        ahead = read(starts[0]) if starts else None
+        for number, chunk_first in enumerate(starts):
+            chunk_last = min(last, chunk_first + chunk - 1)
+            current = ahead
+            assert current is not None
+            # The next chunk is asked for before this one is used: the bookies serve it
+            # while the caller decodes.
+            ahead = read(starts[number + 1]) if number + 1 < len(starts) else None
             try:
-                yield list(self._portal.call(handle.read_entries, chunk_first, chunk_last))
+                yield list(current.result())
             except BookieError:
                 # Find the entries at fault, so the error (or the rows) names them.
                 yield [
@@ -322,6 +350,17 @@ class Cluster:
         except NoNode:
             raise NoSuchApplication(app) from None
         return log
+
+    async def _restore_snapshot(
+        self, app: str, machine: StateMachine, config: ReplicaConfig, *, at_least: int, below: int
+    ) -> Restored | None:
+        layout = AppLayout.of(app)
+        value, _version = await read_snapshots(self._store, layout)
+        usable = [m for m in value.newest_first() if at_least <= m.index < below]
+        if not usable:
+            return None
+        store = SnapshotStore(self._store, self._ledgers, layout, config)
+        return await load(store, usable[0], machine, config)
 
     async def _covering_snapshot(self, app: str, first_index: int) -> int | None:
         """The index of the oldest registered snapshot from which the log still goes on."""

@@ -15,6 +15,10 @@ barrier) expires at its time too, but the next batch's expiry, at a time
 no earlier, drops the same sessions, and no command comes between; so only
 the batches holding rows matter, up to the last one.
 
+A pass may start from a snapshot's table (`start`): its kept outcomes are
+real ones, so they become stand-ins too, with negative numbers, and
+`carried` holds them until `with_outcomes` puts them back.
+
 Invariants: the table is the one a replica holds after the batch of the
 last row; `skipped` and `wanted` are disjoint.
 """
@@ -22,7 +26,7 @@ last row; `skipped` and `wanted` are disjoint.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rsm.config import ReplicaConfig
@@ -37,7 +41,9 @@ class SessionPass:
     skipped: frozenset[int]
     """Indexes of the commands the table did not let through."""
     wanted: frozenset[int]
-    """Indexes of the commands whose outcomes the table keeps."""
+    """Indexes of the commands whose outcomes the table keeps (of `rows`)."""
+    carried: Mapping[int, Outcome] = field(default_factory=dict)
+    """Stand-in number (negative) -> an outcome of the starting table the table still keeps."""
 
 
 def new_table(config: ReplicaConfig) -> SessionTable:
@@ -50,11 +56,15 @@ def new_table(config: ReplicaConfig) -> SessionTable:
 
 
 def session_pass(
-    rows: Iterable[tuple[int, int, bytes | None, int | None, int | None]], config: ReplicaConfig
+    rows: Iterable[tuple[int, int, bytes | None, int | None, int | None]],
+    config: ReplicaConfig,
+    start: SessionTable | None = None,
 ) -> SessionPass:
     """The table after `rows`: `(index, time_ms, client_id, seq, ack_seq)` of every logged
-    item, in index order (client_id None: a command without a session, or a marker)."""
-    table = new_table(config)
+    item, in index order (client_id None: a command without a session, or a marker), from
+    table `start` (None: an empty one)."""
+    carried: dict[int, Outcome] = {}
+    table = new_table(config) if start is None else _stand_ins(start, config, carried)
     skipped: set[int] = set()
     time_seen = None
     for index, time_ms, client_id, seq, ack_seq in rows:
@@ -69,10 +79,24 @@ def session_pass(
             table.record(client_id, seq, Outcome(RsmStatus.OK, index))
         else:
             skipped.add(index)
-    wanted = frozenset(
-        outcome[1] for session in table.plain_sessions() for _seq, outcome in session[3]
-    )
-    return SessionPass(table, frozenset(skipped), wanted)
+    kept = [outcome[1] for session in table.plain_sessions() for _seq, outcome in session[3]]
+    wanted = frozenset(number for number in kept if number > 0)
+    still = {number: carried[number] for number in kept if number < 0}
+    return SessionPass(table, frozenset(skipped), wanted, still)
+
+
+def _stand_ins(
+    start: SessionTable, config: ReplicaConfig, carried: dict[int, Outcome]
+) -> SessionTable:
+    """`start` with each kept outcome replaced by a stand-in numbered -1, -2, ..., noted in
+    `carried`."""
+    plain: dict[str, Any] = start.to_plain()
+    for session in plain["sessions"]:
+        for result in session[3]:
+            number = -1 - len(carried)
+            carried[number] = Outcome.from_plain(result[1])
+            result[1] = Outcome(RsmStatus.OK, number).to_plain()
+    return _table(plain, config)
 
 
 def with_outcomes(
@@ -86,15 +110,20 @@ def with_outcomes(
             "more), which the session table keeps"
         )
     plain: dict[str, Any] = passed.table.to_plain()
+    every = {**outcomes, **passed.carried}
     plain["sessions"] = [
         [
             client_id,
             last_active_ms,
             floor_seq,
-            [[seq, outcomes[index].to_plain()] for seq, (_ok, index) in results],
+            [[seq, every[number].to_plain()] for seq, (_ok, number) in results],
         ]
         for client_id, last_active_ms, floor_seq, results in plain["sessions"]
     ]
+    return _table(plain, config)
+
+
+def _table(plain: dict[str, Any], config: ReplicaConfig) -> SessionTable:
     return SessionTable.from_plain(
         plain,
         ttl_ms=config.session_ttl_ms,

@@ -6,16 +6,16 @@ MSET, APPEND, SETRANGE, the counters, CAS, PERSIST, DEL, UNLINK), some of
 them failing (a counter on a text, a wrong argument count), from four client
 sessions and without one, with retries logged again (duplicates that the
 session table must skip); `blind_commands` those that set or delete their
-keys whatever they held.  `KvLogWriter` appends them in batches to CLOSED
-segments, each segment a new leader's (epoch, leader-start marker first),
-and publishes the log znode.
+keys whatever they held.  `KvLog` makes them into batches of segments, each
+segment a new leader's (epoch, leader-start marker first); `KvLogWriter`
+appends those to CLOSED ledgers and publishes the log znode.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +41,11 @@ CLIENTS = (b"kv-client-1", b"kv-client-2", b"kv-client-3", b"kv-client-4")
 Command = tuple[str, list[bytes]]
 
 
-def kv_commands(count: int, seed: int, extra: Command | None = None) -> list[Command]:
-    """`count` commands over a few keys (see the module docstring); `extra` in the middle."""
+def kv_commands(
+    count: int, seed: int, extra: Command | None = None, *, ttl: bool = False
+) -> list[Command]:
+    """`count` commands over a few keys (see the module docstring); `extra` in the middle;
+    with `ttl`, also the commands that give TTLs (`ttl_commands`)."""
     rng = random.Random(seed)
     keys = [f"k{number}".encode() for number in range(24)]
 
@@ -71,17 +74,47 @@ def kv_commands(count: int, seed: int, extra: Command | None = None) -> list[Com
         lambda: ("unlink", [key()]),
         lambda: ("set", [key()]),  # a wrong argument count: fails, changes nothing
     ]
+    if ttl:
+        makers += ttl_commands(rng, key, value)
     commands: list[Command] = [rng.choice(makers)() for _ in range(count)]
     if extra is not None:
         commands.insert(count // 2, extra)
     return commands
 
 
+def ttl_commands(
+    rng: random.Random, key: Callable[[], bytes], value: Callable[[], bytes]
+) -> list[Callable[[], Command]]:
+    """Makers of the commands that give or drop TTLs, their times from a second to a minute
+    (entries are a second apart, so keys expire before the log's end and after), a few of
+    them already past or malformed."""
+
+    def seconds() -> bytes:
+        return b"%d" % rng.randrange(1, 60)
+
+    def at_ms() -> bytes:
+        return b"%d" % (T0_MS + 1000 * rng.randrange(-5, 400))
+
+    return [
+        lambda: ("expire", [key(), seconds()]),
+        lambda: ("pexpire", [key(), b"%d" % rng.randrange(1, 60_000), b"GT"]),
+        lambda: ("expireat", [key(), b"%d" % (int(at_ms()) // 1000), b"NX"]),
+        lambda: ("pexpireat", [key(), at_ms()]),
+        lambda: ("set", [key(), value(), b"EX", seconds()]),
+        lambda: ("set", [key(), value(), b"PXAT", at_ms()]),
+        lambda: ("setex", [key(), seconds(), value()]),
+        lambda: ("psetex", [key(), b"%d" % rng.randrange(1, 60_000), value()]),
+        lambda: ("getex", [key(), b"EX", seconds()]),
+        lambda: ("persist", [key()]),
+        lambda: ("expire", [key(), b"soon"]),  # not a number: fails
+    ]
+
+
 def blind_commands(count: int, seed: int) -> list[Command]:
-    """`count` commands that set or delete their keys whatever they held (the reducer's
-    simple keys, `b0` .. `b29`, reduced in Spark SQL): SET, MSET with repeated keys and keys
+    """`count` commands that set or delete their keys whatever they held (`b0` .. `b29`,
+    which the reducer reduces to one run per key and task): SET, MSET with repeated keys and keys
     out of order, DEL and UNLINK with repeated keys, often interleaved on one key; now and
-    then an MSET naming one of `kv_commands`' keys too (the reducer's complex keys), a key
+    then an MSET naming one of `kv_commands`' keys too (which the reducer keeps), a key
     that is not UTF-8, and a UTF-8 key whose text is the one the log writes for it."""
     rng = random.Random(seed)
     keys = [f"b{number}".encode() for number in range(30)]
@@ -118,33 +151,29 @@ def interleaved(first: list[Command], second: list[Command], seed: int) -> list[
 
 
 @dataclass
-class KvLogWriter:
-    """Writes an application's log segment by segment (see the module docstring)."""
+class KvLog:
+    """The entries of an application's log, segment by segment (see the module docstring);
+    no I/O, so that tests without bookies reduce the same logs."""
 
-    store: ZkMetadataStore
-    ledgers: LedgerClient
-    app: str
     rng: random.Random = field(default_factory=lambda: random.Random(7))
     index: int = 1
     entry_number: int = 0
     epoch: int = 0
-    segments: list[Segment] = field(default_factory=list)
     seqs: dict[bytes, int] = field(default_factory=dict)
     logged: list[tuple[bytes, int, int, Command]] = field(default_factory=list)
     """(client, seq, ack_seq, command) of every command logged with a session."""
-    version: int = -1
 
-    async def segment(self, commands: list[Command]) -> None:
-        """A new leader's CLOSED segment holding `commands` (and retries of earlier ones)."""
+    def segment(self, commands: list[Command]) -> list[bytes]:
+        """The entries of a new leader's segment holding `commands` (and retries of earlier
+        ones), from the next index."""
         self.epoch += 1
-        handle = await self.ledgers.create_ledger(3, 3, 2, password=PASSWORD)
-        first_index = self.index
         items: list[bytes] = [encode_leader_start(f"replica-{self.epoch}")]
         pending = list(commands)
+        entries: list[bytes] = []
         while pending or items:
             while pending and len(items) < self.rng.randrange(1, 6):
                 items.append(self._item(pending.pop(0)))
-            await handle.append(
+            entries.append(
                 encode_batch(
                     epoch=self.epoch,
                     first_index=self.index,
@@ -156,30 +185,7 @@ class KvLogWriter:
             self.index += len(items)
             self.entry_number += 1
             items = []
-        await handle.close()
-        self.segments.append(
-            Segment(handle.ledger_id, self.epoch, first_index, SegmentState.CLOSED, self.index - 1)
-        )
-        value = encode_log(Log(self.epoch, tuple(self.segments)))
-        layout = AppLayout.of(self.app)
-        if self.version < 0:
-            await self.store.create(layout.log, value, make_parents=True)
-            self.version = 0
-        else:
-            versioned = await self.store.get(layout.log)
-            assert decode_log(versioned.value).segments == tuple(self.segments[:-1])
-            await self.store.set(layout.log, value, versioned.version)
-
-    async def truncate_first_segment(self) -> int:
-        """Drop the first segment from the log znode, as truncation behind a snapshot does;
-        the log's new first index."""
-        self.segments.pop(0)
-        layout = AppLayout.of(self.app)
-        versioned = await self.store.get(layout.log)
-        await self.store.set(
-            layout.log, encode_log(Log(self.epoch, tuple(self.segments))), versioned.version
-        )
-        return self.segments[0].first_index
+        return entries
 
     def _item(self, command: Command) -> bytes:
         name, args = command
@@ -199,6 +205,55 @@ class KvLogWriter:
     @staticmethod
     def _encode(name: str, args: list[bytes], client: bytes, seq: int, ack_seq: int) -> Any:
         return encode_command(name, args, client_id=client, seq=seq, ack_seq=ack_seq)
+
+
+@dataclass
+class KvLogWriter:
+    """Writes an application's log (a `KvLog`) on bookies, segment by segment."""
+
+    store: ZkMetadataStore
+    ledgers: LedgerClient
+    app: str
+    log: KvLog = field(default_factory=KvLog)
+    segments: list[Segment] = field(default_factory=list)
+    version: int = -1
+
+    @property
+    def index(self) -> int:
+        """The next index."""
+        return self.log.index
+
+    async def segment(self, commands: list[Command]) -> None:
+        """A new leader's CLOSED segment holding `commands` (and retries of earlier ones)."""
+        first_index = self.log.index
+        handle = await self.ledgers.create_ledger(3, 3, 2, password=PASSWORD)
+        for entry in self.log.segment(commands):
+            await handle.append(entry)
+        await handle.close()
+        epoch = self.log.epoch
+        self.segments.append(
+            Segment(handle.ledger_id, epoch, first_index, SegmentState.CLOSED, self.index - 1)
+        )
+        value = encode_log(Log(epoch, tuple(self.segments)))
+        layout = AppLayout.of(self.app)
+        if self.version < 0:
+            await self.store.create(layout.log, value, make_parents=True)
+            self.version = 0
+        else:
+            versioned = await self.store.get(layout.log)
+            assert decode_log(versioned.value).segments == tuple(self.segments[:-1])
+            await self.store.set(layout.log, value, versioned.version)
+
+    async def truncate_first_segment(self) -> int:
+        """Drop the first segment from the log znode, as truncation behind a snapshot does;
+        the log's new first index."""
+        self.segments.pop(0)
+        layout = AppLayout.of(self.app)
+        versioned = await self.store.get(layout.log)
+        await self.store.set(
+            layout.log, encode_log(Log(self.log.epoch, tuple(self.segments))), versioned.version
+        )
+        return self.segments[0].first_index
 
 
 @contextlib.contextmanager

@@ -55,5 +55,14 @@ def test_spark_bench_prints_one_json_object(zookeeper: LocalZooKeeper, tmp_path:
     assert report["config"]["master"] == "local[2]"
     assert set(report["target"]) == {"name", "commands_per_s_min", "commands_per_s", "met"}
     assert report["bulk_snapshot"]["same_state_hash"] is True
+    assert set(report["bulk_snapshot"]["bulk_stages_s"]) == {
+        "plan",
+        "read",
+        "sessions",
+        "rerun",
+        "combine",
+        "write",
+    }
+    assert report["bulk_snapshot"]["bulk_over_replay"] > 0
     assert report["bulk_snapshot"]["bulk_cpu_s"] > 0  # Spark's JVM works, whatever the log
     assert isinstance(report["bulk_snapshot"]["replay_cpu_s"], float)

@@ -3,8 +3,8 @@
 The rule `tests/test_layering.py` enforces for the framework's cores (on each
 module and everything it imports), applied to every module of the key-value
 store outside its shells (`runtime/`: the server, the router, the node;
-`spark_reducer`, which runs Spark jobs), its command line (`tools/`) and its
-test support (`testing/`).
+`spark_reducer`, whose `rsm.spark` side loads reducers by name), its
+command line (`tools/`) and its test support (`testing/`).
 """
 
 from __future__ import annotations
