@@ -266,7 +266,7 @@ class ClientConnection:
             return
         endpoint = self._endpoint
         request_id = request.request_id
-        if self._checks and self._refused(request):
+        if (self._checks or type(request) is AuthRequest) and self._refused(request):
             return
         if self._pending >= limits.connection_pending_requests_max:
             op = _OPS[type(request)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,6 +24,7 @@ from rsm.core.log_format import LeaderInfo, encode_leader
 from rsm.core.protocol import CallRequest, Op, QueryRequest
 from rsm.core.sessions import Outcome
 from rsm.errors import NotLeader, OutcomeUnknown, SessionExpired, StatusError, Timeout
+from rsm.link import TOKEN_FILE_VARIABLE
 from rsm.runtime.applier import Answerer
 from rsm.runtime.server import ReplicaServer
 
@@ -243,3 +245,17 @@ async def test_a_call_of_an_expired_session_moves_only_if_nothing_of_it_may_be_l
         False,
     ]
     assert replica.calls[2][2] == 0, "the old session's ack_seq: seqs 1 and 2 were open"
+
+
+async def test_a_client_with_a_token_is_served_by_a_replica_that_requires_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica without client tokens answers AUTH OK (moving clients to tokens first is the
+    documented migration), and the calls behind it are served."""
+    token_file = tmp_path / "token"
+    token_file.write_text("a-client-token-0123456789")
+    monkeypatch.setenv(TOKEN_FILE_VARIABLE, str(token_file))
+    async with scripted_client([]) as (client, replica):
+        assert await client.call("add", 1) == 1
+        assert await client.call("add", 1) == 2
+    assert len(replica.calls) == 2
