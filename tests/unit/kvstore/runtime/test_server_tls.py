@@ -4,7 +4,6 @@ or a missing client certificate are refused, counted, and other clients go on.""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +21,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from bookie.net.tls import TlsListen, TlsServer, server_context
+from tests.integration.support.tools import required_tool
 from tests.tls_certs import Certificates
 from tests.unit.bookie.server.support import wait_for
 from tests.unit.kvstore.runtime.test_server import INFO, StoreRouter
@@ -92,10 +92,10 @@ async def test_refusals_are_errors_for_the_client_and_counted(certs: Certificate
         assert await _set_get(tls_port, **good) == b"v"
 
 
-@pytest.mark.skipif(shutil.which("redis-cli") is None, reason="redis-cli is not installed")
 async def test_redis_cli_with_tls(certs: Certificates, tmp_path: Path) -> None:
+    redis_cli = required_tool("redis-cli")
     async with serving_tls(certs, require_client_cert=False) as (_, tls_port, _tls):
-        command = ["redis-cli", "--tls", "--cacert", str(certs.ca), "-p", str(tls_port)]
+        command = [redis_cli, "--tls", "--cacert", str(certs.ca), "-p", str(tls_port)]
         result = await anyio.run_process([*command, "set", "cli", "yes"], check=False)
         assert result.stdout.strip() == b"OK", result
         result = await anyio.run_process([*command, "get", "cli"], check=False)
