@@ -406,14 +406,21 @@ class LeaderTerm:
 
     def read_now(self, name: str, args: list[Any], kwargs: dict[str, Any] | None) -> Outcome | None:
         """A linearizable read's outcome at once, under the lease; None when it needs a round."""
+        time_ms = self.lease_time_ms()
+        if time_ms is None:
+            return None
+        return self._applier.query(name, args, kwargs, time_ms=time_ms)
+
+    def lease_time_ms(self) -> int | None:
+        """The leader's clock for a read answered now under the lease (its renewal asked
+        for when due); None when the lease is not held and a read needs a round."""
         lease = self._lease.check(self._lease_clock_s())
         if lease == LEASE_NOT_HELD:
             return None
         if lease == LEASE_HELD_RENEW and not self._renew_lease:
             self._renew_lease = True
             self._wake_reads()
-        time_ms = self._batcher.advance_time(self._wall_clock_ms())
-        return self._applier.query(name, args, kwargs, time_ms=time_ms)
+        return self._batcher.advance_time(self._wall_clock_ms())
 
     def submit_read(self, read: Read) -> None:
         """Answer a linearizable read now under the lease, or queue it for the next round."""

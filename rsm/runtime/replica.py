@@ -530,6 +530,24 @@ class Replica:
             self.stats.reads += 1
         return outcome
 
+    def lease_time_ms(self) -> int | None:
+        """When a linearizable read may be answered at once from `machine`'s state: the
+        time (ms) to read it at, as a query's `Context.time_ms` would be; None when not
+        (not leading, or the read lease needs a confirmation round: use `handle_query`).
+
+        For an application that answers its hottest reads itself, without a query's
+        dispatch by name and its `Outcome`: it reads `machine` in the same callback, at
+        this time, and changes nothing.  The guarantee is `read_now`'s; counted as a read."""
+        term = self._term
+        if term is None or not term.accepting:
+            return None
+        time_ms = term.lease_time_ms()
+        if time_ms is None:
+            return None
+        self.stats.reads += 1
+        applied_ms = self._applier.position.time_ms
+        return time_ms if time_ms > applied_ms else applied_ms
+
     def read_applied(
         self, name: str, args: list[Any], *, time_ms: int, waited_s: float = 0.0
     ) -> Outcome:

@@ -109,6 +109,7 @@ Reply: TypeAlias = (
 """A value the encoder writes (see the module docstring)."""
 
 _CR: Final = 0x0D
+_LF: Final = 0x0A
 _STAR: Final = 0x2A
 _DOLLAR: Final = 0x24
 _ZERO: Final = 0x30
@@ -116,6 +117,9 @@ _PLAIN_COUNT_DIGITS_MAX: Final = 18
 """Up to this many digits, a count is below 2**63 whatever they are."""
 
 
+_LONE_GET_PREFIXES: Final = (b"*2\r\n$3\r\nGET\r\n$", b"*2\r\n$3\r\nget\r\n$")
+_LONE_GET_PREFIX_BYTES: Final = len(_LONE_GET_PREFIXES[0])
+_GET_BYTES: Final = len(b"GET")
 _SMALL_COUNTS: Final = {b"%d" % count: count for count in range(1024)}
 """Counts in their usual form up to 1023, by their text: one dict lookup instead of
 `_plain_count`'s checks and `int`."""
@@ -215,6 +219,38 @@ class RespParser:
             buffer += data
         else:
             self._buffer = bytearray(buffer[position:]) + data
+
+    def lone_get(self, data: bytes) -> bytes | None:
+        """The key, when `data` is exactly one GET request (`GET` or `get`, multibulk with
+        plain counts, lines ending in CRLF) and the parser is between commands with nothing
+        buffered: then `feed(data)` and `next_command()` would return `[GET, key]` and then
+        None, and the caller may answer it without them (nothing is fed).  None otherwise:
+        feed `data` as usual."""
+        if (
+            not data.startswith(_LONE_GET_PREFIXES)
+            or self._remaining
+            or self._position != len(self._buffer)
+            or self._error is not None
+        ):
+            return None
+        line_end = data.find(b"\r\n", _LONE_GET_PREFIX_BYTES)
+        if line_end < 0:
+            return None
+        raw = data[_LONE_GET_PREFIX_BYTES:line_end]
+        length = _SMALL_COUNTS.get(raw)
+        if length is None:
+            length = _plain_count(raw)
+        if (
+            length is None
+            or length > self.bulk_bytes_max
+            or length + _GET_BYTES > self.request_bytes_max
+        ):
+            return None
+        start = line_end + 2
+        end = start + length
+        if len(data) != end + 2 or data[end] != _CR or data[end + 1] != _LF:
+            return None
+        return data[start:end]
 
     def next_command(self) -> list[bytes] | None:
         """The next complete command's arguments, or None when more bytes are needed."""
@@ -468,6 +504,13 @@ _NULL_ARRAY_BYTES: Final = b"*-1\r\n"
 _NULL: Final = b"_\r\n"
 _SMALL_INTEGERS: Final = tuple(b":%d\r\n" % value for value in range(16))
 _VERBATIM_FORMAT: Final = b"txt:"
+
+
+def encode_bulk(value: bytes | None, resp3: bool = False) -> bytes:
+    """A bulk string's reply (or null's) alone, as `encode_reply` encodes it."""
+    if value is None:
+        return _NULL if resp3 else _NULL_BULK
+    return b"$%d\r\n%b\r\n" % (len(value), value)
 
 
 def encode_reply(reply: Reply, out: bytearray, resp3: bool = False) -> None:

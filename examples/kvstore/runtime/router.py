@@ -80,13 +80,14 @@ import itertools
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import anyio
 import anyio.abc
 
 from kvstore import limits
-from rsm import Consistency
+from kvstore.state_machine import KVStore
+from rsm import Consistency, StateMachine
 from rsm.client import Backoff, Command, Decision, RetryPolicy, Session, new_client_id
 from rsm.errors import OutcomeUnknown, RsmStatus, StatusError, Timeout, Unavailable
 from rsm.host import Answerer, CallRequest, Outcome, QueryRequest
@@ -116,6 +117,14 @@ class LocalReplica(Protocol):
     def read_now(self, name: str, args: list[Any]) -> Outcome | None:
         """A linearizable read answered at once (a leader under its read lease), or None."""
         ...
+
+    def lease_time_ms(self) -> int | None:
+        """The time to read `machine` at for a linearizable read answered now (a leader
+        under its read lease), or None."""
+        ...
+
+    @property
+    def machine(self) -> StateMachine: ...
 
     def read_applied(
         self, name: str, args: list[Any], *, time_ms: int, waited_s: float = 0.0
@@ -370,6 +379,20 @@ class Router:
         if lane.parked or lane.unanswered_calls or lane.index_reads:
             return None
         return self._replica.read_now(name, args)
+
+    def read_time_ms(self, lane: Lane) -> int | None:
+        """For a linearizable read the connection answers itself from `state`, at once: the
+        time to read it at, when `read_now` would answer (the local leader under its read
+        lease, no earlier command of the lane waiting); else None (use `read`)."""
+        if lane.parked or lane.unanswered_calls or lane.index_reads:
+            return None
+        return self._replica.lease_time_ms()
+
+    @property
+    def state(self) -> KVStore:
+        """The local replica's store, for the reads `read_time_ms` lets through: read at
+        once, never changed."""
+        return cast(KVStore, self._replica.machine)
 
     def flush(self) -> None:
         """A run of commands was handed over: let the local leader cut its batch once this

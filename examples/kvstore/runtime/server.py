@@ -22,6 +22,12 @@ Either way:
   write of at most about `limits.send_bytes_max`; from the first command that must wait,
   the rest of the chunk goes the way above, in order.  This is a GET's usual
   path on the leader, and it skips the tickets and the reply queue;
+* shorter still, a chunk that is exactly one GET (`RespParser.lone_get`), from
+  a connection without ACL rules, MULTI or READONLY, is answered from the
+  local leader's store at the time `Router.read_time_ms` gives under the read
+  lease (`KVState.value_at`, as the query would), without the parser's, the
+  dispatch's and the query's layers: a client without pipelining sends just
+  that;
 * replies that are ready, in request order, are encoded, joined and written
   to the transport in one call: at the end of a chunk for immediate replies;
   for the router's answers, at once when the answer leaves no reply of the
@@ -113,9 +119,10 @@ from kvstore.connection.dispatch import (
 )
 from kvstore.connection.server_commands import ClientState, ServerStatus
 from kvstore.errors import ProtocolError, RedisError
-from kvstore.protocol.resp import Reply, RespParser, encode_reply
+from kvstore.protocol.resp import Reply, RespParser, encode_bulk, encode_reply
 from kvstore.runtime.process_info import process_status
 from kvstore.runtime.router import Lane, Receiver
+from kvstore.state_machine import KVStore
 from rsm import limits as rsm_limits
 from rsm.host import Outcome
 
@@ -161,6 +168,11 @@ class Router(Protocol):
     ) -> None: ...
 
     def read_now(self, lane: Lane, name: str, args: list[Any]) -> Outcome | None: ...
+
+    def read_time_ms(self, lane: Lane) -> int | None: ...
+
+    @property
+    def state(self) -> KVStore: ...
 
     def flush(self) -> None: ...
 
@@ -451,10 +463,13 @@ class RespConnection(FramedProtocol):
             return
         parser = self._parser
         if not self._unfed and len(data) <= parser.room_bytes:
-            parser.feed(data)  # the common case: no copy into `_unfed` and out again
             if not self._replies and not self._reading_paused and not self.writing_paused:
-                self._answer_at_once()
+                key = parser.lone_get(data)
+                if key is None or not self._get_at_once(key):
+                    parser.feed(data)  # the common case: no copy into `_unfed` and out again
+                    self._answer_at_once()
                 return
+            parser.feed(data)
         else:
             self._unfed += data
         self._service()
@@ -676,6 +691,26 @@ class RespConnection(FramedProtocol):
             self._carry_out(action)
             router.flush()
         self._service()
+
+    def _get_at_once(self, key: bytes) -> bool:
+        """A chunk that is one GET, with nothing owed: answered here from the local
+        leader's state under its read lease (`Router.read_time_ms`), as `_answer_at_once`
+        would answer it, without the parser's, the dispatch's and the query's layers.
+        False, with nothing done, when the connection's state or the router say not now
+        (ACL rules, MULTI, READONLY, no lease, an earlier command waiting)."""
+        client = self.client
+        if client.restriction is not None or client.in_transaction or client.stale_reads:
+            return False
+        router = self._router
+        lane = self._lane
+        assert lane is not None
+        time_ms = router.read_time_ms(lane)
+        if time_ms is None:
+            return False
+        calls = client.stats.calls
+        calls["get"] = calls.get("get", 0) + 1
+        self.write(encode_bulk(router.state.value_at(key, time_ms), client.resp3))
+        return True
 
     def _dispatch(self, args: list[bytes]) -> None:
         self._carry_out(plan(args, self.client, self._view))

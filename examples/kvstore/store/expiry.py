@@ -87,7 +87,7 @@ class ExpiryCommands(KVState):
 
     def _time_left(self, key: bytes, *, milliseconds: bool, absolute: bool) -> int:
         now_ms = self._query_time_ms()
-        if self._peek(key, now_ms) is None:
+        if self.value_at(key, now_ms) is None:
             return -2
         expire_at_ms = self.expire_at_ms.get(key)
         if expire_at_ms is None:

@@ -92,13 +92,13 @@ class KeyCommands(KVState):
     @query
     def type(self, key: bytes) -> str:
         """TYPE key: "string", or "none" for a missing key."""
-        return "none" if self._peek(key, self._query_time_ms()) is None else "string"
+        return "none" if self.value_at(key, self._query_time_ms()) is None else "string"
 
     # --- helpers ------------------------------------------------------------------------------
 
     def _count_live(self, keys: Sequence[bytes]) -> int:
         now_ms = self._query_time_ms()
-        return sum(1 for key in keys if self._peek(key, now_ms) is not None)
+        return sum(1 for key in keys if self.value_at(key, now_ms) is not None)
 
     def _rename(self, key: bytes, new_key: bytes, *, replace: bool) -> bool:
         """RENAME (`replace`) and RENAMENX, checked in Redis's order; whether it renamed."""

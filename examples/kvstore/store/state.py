@@ -53,7 +53,7 @@ keys they touch (lazy expiry: `_lookup`), and every command also deletes up
 to `limits.active_expiry_keys_max` due keys from the front of
 `_expiry_queue` (active expiry: `_command_time_ms`), so unread keys do not
 stay forever.  Queries change nothing: they treat an expired key as absent
-(`_peek`).  Like Redis, DBSIZE counts keys not deleted yet, expired or not.
+(`value_at`).  Like Redis, DBSIZE counts keys not deleted yet, expired or not.
 
 Keys are at most `key_bytes_max` bytes and values `value_bytes_max` (every
 write checks); these settings decide results, so they must be equal on
@@ -180,9 +180,11 @@ class KVState:
             return None
         return self.values.get(key)
 
-    def _peek(self, key: bytes, now_ms: int) -> bytes | None:
-        """The live value of `key` for a query, which changes nothing."""
-        if self._expired(key, now_ms):
+    def value_at(self, key: bytes, now_ms: int) -> bytes | None:
+        """The live value of `key` at `now_ms` (an expired key reads as absent); changes
+        nothing: queries read through it, and the server's GETs under the read lease."""
+        expire_at_ms = self.expire_at_ms.get(key)
+        if expire_at_ms is not None and expire_at_ms <= now_ms:
             return None
         return self.values.get(key)
 

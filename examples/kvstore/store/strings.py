@@ -163,18 +163,18 @@ class StringCommands(KVState):
     @query
     def get(self, key: bytes) -> bytes | None:
         """GET key: the value, or None."""
-        return self._peek(key, self._query_time_ms())
+        return self.value_at(key, self._query_time_ms())
 
     @query
     def mget(self, *keys: bytes) -> list[bytes | None]:
         """MGET key [key ...]: each value, or None."""
         now_ms = self._query_time_ms()
-        return [self._peek(key, now_ms) for key in keys]
+        return [self.value_at(key, now_ms) for key in keys]
 
     @query
     def strlen(self, key: bytes) -> int:
         """STRLEN key: the value's length; 0 for a missing key."""
-        value = self._peek(key, self._query_time_ms())
+        value = self.value_at(key, self._query_time_ms())
         return 0 if value is None else len(value)
 
     @query
@@ -186,7 +186,7 @@ class StringCommands(KVState):
         """
         first = numbers.require_int(start)
         last = numbers.require_int(end)
-        value = self._peek(key, self._query_time_ms()) or b""
+        value = self.value_at(key, self._query_time_ms()) or b""
         if first < 0 and last < 0 and first > last:
             return b""
         length = len(value)

@@ -214,6 +214,64 @@ def test_the_one_pass_reading_of_whole_commands_agrees_with_the_general_one(
         assert outcome_of(data, cuts) == fast
 
 
+@st.composite
+def near_gets(draw: st.DrawFn) -> bytes:
+    """GET requests, alone or not, damaged like `damaged_streams` damages commands."""
+    name = draw(st.sampled_from([b"GET", b"get", b"Get", b"GETX", b"SET"]))
+    commands = [[name, draw(st.binary(max_size=10))]]
+    if draw(st.booleans()):
+        commands.append([b"GET", draw(st.binary(max_size=3))])
+    data = bytearray(b"".join(multibulk(*command) for command in commands))
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.integers(0, len(data)))
+        damage = draw(st.sampled_from([b"\r", b"\n", b"0", b"9", b"$", b"x", b""]))
+        data[at : at + 1] = damage
+    if draw(st.booleans()):
+        del data[draw(st.integers(0, len(data))) :]
+    return bytes(data)
+
+
+@settings(max_examples=500)
+@given(
+    before=st.sampled_from([b"", b"*1\r\n$4\r\nPING\r\n", b"*2\r\n$3\r\nGET\r\n"]), data=near_gets()
+)
+def test_a_lone_get_is_recognised_only_where_the_parser_would_read_that_get_alone(
+    before: bytes, data: bytes
+) -> None:
+    parser = RespParser(bulk_bytes_max=8, request_bytes_max=10)
+    parser.feed(before)
+    while parser.next_command() is not None:
+        pass
+    key = parser.lone_get(data)
+    if key is None:
+        return
+    assert parser.buffered_bytes == 0, "nothing was fed"
+    parser.feed(data)
+    command = parser.next_command()
+    assert command is not None
+    assert command[0].upper() == b"GET"
+    assert command[1:] == [key]
+    assert parser.next_command() is None
+    assert parser.buffered_bytes == 0
+
+
+def test_lone_gets_and_what_is_left_to_the_parser() -> None:
+    parser = RespParser(bulk_bytes_max=8, request_bytes_max=10)
+    assert parser.lone_get(multibulk(b"GET", b"key")) == b"key"
+    assert parser.lone_get(multibulk(b"get", b"")) == b""
+    assert parser.lone_get(multibulk(b"GET", b"k\r\ney")) == b"k\r\ney"
+    assert parser.lone_get(multibulk(b"Get", b"key")) is None, "other spellings"
+    assert parser.lone_get(multibulk(b"GET", b"key") * 2) is None, "a pipeline"
+    assert parser.lone_get(multibulk(b"GET", b"key")[:-1]) is None, "a cut request"
+    assert parser.lone_get(b"*2\r\n$3\r\nGET\r\n$03\r\nkey\r\n") is None, "a leading zero"
+    assert parser.lone_get(b"*2\r\n$3\r\nGET\r\n$3\r\nkeyXY") is None, "no CRLF after it"
+    assert parser.lone_get(multibulk(b"GET", b"k" * 9)) is None, "over bulk_bytes_max"
+    assert parser.lone_get(b"GET key\r\n") is None, "inline"
+    parser.feed(b"*2\r\n$3\r\nGET\r\n")
+    assert parser.next_command() is None
+    assert parser.lone_get(multibulk(b"GET", b"key")) is None, "in the middle of a command"
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

@@ -26,6 +26,7 @@ from anyio.abc import SocketAttribute
 from kvstore import limits
 from kvstore.runtime.router import Lane, Receiver
 from kvstore.runtime.server import ReplicaInfo, RespConnection, RespServer, ServerConfig
+from kvstore.state_machine import KVStore
 
 from bookie.testing.simnet import SimNetwork
 from rsm.core.exactly_once import Session
@@ -81,6 +82,18 @@ class StoreRouter:
         self.requests.append((name, args))
         self.reads_now += 1
         return self.replica.query(name, *args)
+
+    def read_time_ms(self, lane: Lane) -> int | None:
+        """`read_now` for the GETs the connection answers itself, from `state`, at the
+        clock's time."""
+        if self.held is not None and not self.reads_at_once:
+            return None
+        self.reads_now += 1
+        return max(self.replica.time_ms, self.replica.applied.time_ms)  # the leader's clock
+
+    @property
+    def state(self) -> KVStore:
+        return self.replica.store
 
     def flush(self) -> None:
         self.flushes += 1
@@ -380,6 +393,41 @@ async def test_replies_known_at_once_leave_in_one_write_without_the_routers_deli
         assert transport.writes == [b"$1\r\n1\r\n+PONG\r\n$-1\r\n"]
         assert router.reads_now == 2
         assert router.held is None
+
+
+async def test_a_lone_get_is_answered_from_the_state_without_a_query() -> None:
+    async with hand_driven_connection() as (router, connection, transport):
+        router.replica.command("set", b"a", b"1")
+        router.replica.command("set", b"t", b"v", b"PX", b"10")
+        router.replica.advance_ms(20)  # t expired, and nothing logged since to delete it
+        for key in (b"a", b"missing", b"t"):
+            connection.data_received(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key))
+        assert transport.writes == [b"$1\r\n1\r\n", b"$-1\r\n", b"$-1\r\n"]
+        assert router.reads_now == 3
+        assert router.requests == [], "no query went through the router"
+        assert connection.client.stats.calls == {"get": 3}
+        connection.data_received(b"HELLO 3\r\n")
+        transport.writes.clear()
+        connection.data_received(b"*2\r\n$3\r\nget\r\n$7\r\nmissing\r\n")
+        assert transport.writes == [b"_\r\n"], "RESP3's null"
+
+
+async def test_a_lone_get_takes_the_usual_path_in_a_transaction_or_behind_a_reply() -> None:
+    get_a = b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n"
+    async with hand_driven_connection() as (router, connection, transport):
+        connection.data_received(b"MULTI\r\n")
+        connection.data_received(get_a)
+        assert transport.writes == [b"+OK\r\n", b"+QUEUED\r\n"]
+        connection.data_received(b"EXEC\r\n")
+        assert transport.writes[-1] == b"*1\r\n$-1\r\n"
+        assert router.reads_now == 0
+        router.hold()
+        connection.data_received(b"SET a 1\r\n")
+        connection.data_received(get_a)
+        assert transport.writes[3:] == [], "the GET waits behind the SET's reply"
+        router.release()
+        await wait_all_tasks_blocked()
+        assert b"".join(transport.writes[3:]) == b"+OK\r\n$1\r\n1\r\n"
 
 
 async def test_from_the_first_command_that_waits_the_rest_keeps_its_order() -> None:
