@@ -365,7 +365,7 @@ class Replica:
                     app=self.app,
                     replica_id=replica_id,
                     address=address,
-                    tls_address=tls_address,
+                    **({"tls_address": tls_address} if tls_address is not None else {}),
                 )
                 try:
                     yield self

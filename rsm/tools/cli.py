@@ -398,7 +398,7 @@ async def _serve(
             app=replica.app,
             replica_id=replica.replica_id,
             address=replica.address,
-            tls_address=replica.tls_address,
+            **({"tls_address": port} if (port := replica.tls_address) is not None else {}),
             **({"admin": admin} if admin is not None else {}),
             pid=os.getpid(),
         )

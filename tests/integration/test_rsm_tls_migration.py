@@ -72,6 +72,11 @@ async def test_replicas_move_to_tls_one_at_a_time_while_clients_write(
                 replicas = await tls.replicas()
                 assert replicas == {ids[name]: f"{HOST}:{tls_ports[name]}" for name in NAMES}
                 assert await plain.replicas() == {ids[name]: ids[name] for name in NAMES}
+                # Linearizable reads on either kind of port see every write before them.
+                acknowledged = load.total_acknowledged
+                seen = await plain.query("get")
+                assert seen >= acknowledged > 0
+                assert await tls.query("get") >= seen
             before = load.total_acknowledged
             load.switch(secure)
             await load.wait_acknowledged(before + ADDS_BETWEEN_STEPS)

@@ -370,7 +370,7 @@ async def _serve_node(
             app=node.app,
             replica_id=node.replica.replica_id,
             address=node.replica.address,
-            tls_address=node.replica.tls_address,
+            **({"tls_address": at} if (at := node.replica.tls_address) is not None else {}),
             resp=node.resp_address,
             **({"admin": admin} if admin is not None else {}),
             **({"resp_tls": tls_port} if (tls_port := _tls_port(node)) is not None else {}),
