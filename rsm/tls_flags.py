@@ -31,7 +31,9 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+from bookie.address import parse_address
 from bookie.client.config import ClientConfig
+from bookie.errors import InvalidAddress
 from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.net.tls import client_context, server_context
 from rsm.client import tcp_connector, tls_connector
@@ -115,6 +117,13 @@ def replica_tls(arguments: argparse.Namespace) -> ReplicaTls:
             "--tls-listen adds a TLS port beside a plain --listen; with --tls-replicas, "
             "--listen speaks TLS itself: give one or the other"
         )
+    for flag, address in (("--tls-listen", listen), ("--tls-advertise", arguments.tls_advertise)):
+        if address is None:
+            continue
+        try:
+            parse_address(address, port_zero=flag == "--tls-listen")
+        except InvalidAddress as error:
+            raise InvalidConfig(f"{flag} {address!r}: {error}") from error
     serves_tls = replicas or listen is not None
     if not (serves_tls or bookies or admin):
         return ReplicaTls()

@@ -71,6 +71,8 @@ def test_a_tls_port_beside_the_plain_one(tmp_path: Path) -> None:
         (["--tls-listen", "127.0.0.1:0"], "need --tls-cert-file"),
         (["--tls-advertise", "h:1"], "--tls-advertise needs --tls-listen"),
         (["--tls-replicas", "--tls-listen", "h:1"], "one or the other"),
+        (["--tls-listen", "nowhere"], "--tls-listen 'nowhere'"),
+        (["--tls-listen", "h:1", "--tls-advertise", "h:0"], "--tls-advertise 'h:0'"),
         (["--tls-bookies"], "need --tls-ca-file"),
         (["--tls-admin", "--tls-cert-file", "x.pem", "--tls-allowed-clients", "a"], "needs"),
         (["--tls-admin", "--tls-cert-file", "missing.pem"], "cannot read certificate file"),
@@ -107,6 +109,8 @@ def test_rsm_commands_exit_2_on_bad_tls_flags(capsys: pytest.CaptureFixture[str]
         "--tls-replicas, --tls-listen and --tls-admin need --tls-cert-file"
         in capsys.readouterr().err
     )
+    assert cli.main([*run, "--tls-listen", "nowhere"]) == cli.EXIT_USAGE
+    assert "--tls-listen 'nowhere'" in capsys.readouterr().err
     status = ["status", "--app", "x", "--zk", "127.0.0.1:1", "--tls-cert-file", "c.pem"]
     assert cli.main(status) == cli.EXIT_USAGE
     assert "need --tls-ca-file" in capsys.readouterr().err
