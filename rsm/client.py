@@ -10,7 +10,10 @@ Discovery.  The client watches the application's `leader` znode and sends
 commands (and linearizable queries) to the address it names; a replica that
 is not the leader answers NotLeader with the leader's address when it knows
 it, and the client goes there at once.  Other queries go to a replica picked
-at random from `replicas/`.
+at random from `replicas/`.  A client whose connector speaks TLS
+(`tls_connector`) dials the replicas' TLS ports, any other their plain ports
+(a replica may publish both, rsm/core/log_format.py); a leader without the
+port the client needs is `NoAddressForTransport`, naming it, at once.
 
 Retries.  The session and what follows each attempt are decided by
 `rsm/core/exactly_once.py`; this module does the I/O.  Every retryable error
@@ -79,7 +82,7 @@ from bookie.net.tls import connect_tls
 from rsm import limits
 from rsm.core.exactly_once import Backoff, Command, Decision, RetryPolicy, Session, new_client_id
 from rsm.core.layout import RSM_ROOT, AppLayout
-from rsm.core.log_format import decode_candidate, decode_leader
+from rsm.core.log_format import CandidateInfo, decode_candidate, decode_leader
 from rsm.core.protocol import (
     CallRequest,
     Consistency,
@@ -93,6 +96,7 @@ from rsm.core.protocol import (
 from rsm.errors import (
     InvalidConfig,
     MalformedValue,
+    NoAddressForTransport,
     NoSuchApplication,
     RsmStatus,
     StatusError,
@@ -110,6 +114,7 @@ __all__ = [
     "RetryPolicy",
     "Session",
     "SyncClient",
+    "TlsConnector",
     "connect",
     "connect_sync",
     "new_client_id",
@@ -127,19 +132,30 @@ async def tcp_connector(address: str) -> anyio.abc.ByteStream:
     return await anyio.connect_tcp(target.host, target.port)
 
 
-def tls_connector(context: ssl.SSLContext) -> Connector:
-    """A connector over TLS to "host:port" (replicas started with `tls`), each replica's
-    certificate checked against `context`'s CAs and its host; `OSError` saying what went
-    wrong, as `tcp_connector`'s."""
+class TlsConnector:
+    """A connector over TLS to "host:port", a replica's TLS port, its certificate checked
+    against `context`'s CAs and its host; `OSError` saying what went wrong, as
+    `tcp_connector`'s.  A client given one dials the replicas' TLS ports."""
 
-    async def connect_tls_to(address: str) -> anyio.abc.ByteStream:
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.context = context
+
+    async def __call__(self, address: str) -> anyio.abc.ByteStream:
         try:
             target = parse_address(address)
         except InvalidAddress as error:
             raise OSError(f"replica address {address!r} is not host:port") from error
-        return await connect_tls(target.host, target.port, context)
+        return await connect_tls(target.host, target.port, self.context)
 
-    return connect_tls_to
+
+def tls_connector(context: ssl.SSLContext) -> Connector:
+    """A `TlsConnector` with `context` (a `bookie.net.tls.client_context`)."""
+    return TlsConnector(context)
+
+
+def uses_tls(connector: Connector) -> bool:
+    """Whether `connector` speaks TLS, so that the replicas' TLS ports are the ones to dial."""
+    return isinstance(connector, TlsConnector)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +247,7 @@ class Client:
         self._layout = AppLayout.of(app, rsm_root)
         self._store = store
         self._connector = connector
+        self._tls = uses_tls(connector)
         self._rng = rng
         self._config = config
         self._task_group = task_group
@@ -242,6 +259,8 @@ class Client:
         self._request_ids = itertools.count(1)
         self._links: dict[str, Link] = {}
         self._leader_address: str | None = None
+        self._leader_unreachable: NoAddressForTransport | None = None
+        """Set while the published leader has no port of the client's transport."""
         self._hint: str | None = None
         self._leader_changed = anyio.Event()
         self._members: list[str] = []
@@ -343,8 +362,18 @@ class Client:
         return value
 
     async def replicas(self) -> dict[str, str]:
-        """Replica id -> address of every replica registered now."""
-        members: dict[str, str] = {}
+        """Replica id -> address of every replica registered now that has a port of this
+        client's transport (TLS or plain; `members` has them all)."""
+        return {
+            replica_id: address
+            for replica_id, info in (await self.members()).items()
+            if (address := info.tls_address if self._tls else info.address) is not None
+        }
+
+    async def members(self) -> dict[str, CandidateInfo]:
+        """Replica id -> the `replicas/<id>` value (both its addresses) of every replica
+        registered now."""
+        members: dict[str, CandidateInfo] = {}
         store = self._store
         try:
             names = await store.children(self._layout.replicas)
@@ -355,8 +384,13 @@ class Client:
                 info = decode_candidate((await store.get(self._layout.replica(name))).value)
             except (NoNode, MalformedValue):
                 continue
-            members[info.replica_id] = info.address
+            members[info.replica_id] = info
         return members
+
+    def dial_address(self, info: CandidateInfo) -> str:
+        """The address of `info`'s replica this client dials; `NoAddressForTransport` if it
+        has no port of the client's transport."""
+        return info.dial(tls=self._tls)
 
     # --- requests -----------------------------------------------------------------------------
 
@@ -501,7 +535,10 @@ class Client:
 
     async def _choose(self, to_leader: bool) -> str | None:
         if to_leader:
-            return self._hint or self._leader_address
+            address = self._hint or self._leader_address
+            if address is None and self._leader_unreachable is not None:
+                raise self._leader_unreachable
+            return address
         if not self._members:
             self._members = sorted((await self.replicas()).values())
         if not self._members:
@@ -553,11 +590,15 @@ class Client:
                 try:
                     current = await store.get(path)
                     version = current.version
-                    self._leader_address = decode_leader(current.value).address
+                    self._leader_address, self._leader_unreachable = None, None
+                    try:
+                        self._leader_address = decode_leader(current.value).dial(tls=self._tls)
+                    except NoAddressForTransport as error:
+                        self._leader_unreachable = error
                     self._app_exists = True
                 except (NoNode, MalformedValue):
                     version = NO_NODE_VERSION
-                    self._leader_address = None
+                    self._leader_address, self._leader_unreachable = None, None
                     if not self._app_exists:
                         self._app_exists = await store.exists(self._layout.log) is not None
                 changed, self._leader_changed = self._leader_changed, anyio.Event()

@@ -296,6 +296,21 @@ class NoSuchApplication(InvalidConfig):
         self.app = app
 
 
+class NoAddressForTransport(InvalidConfig):
+    """A replica publishes no port for the client's transport: a client with TLS met a
+    replica without a TLS port, or a plain client one with only a TLS port
+    (docs/security.md, "Moving replicas to TLS")."""
+
+    def __init__(self, replica_id: str, *, tls: bool) -> None:
+        wanted, hint = (
+            ("TLS", "give it --tls-listen, or connect without TLS")
+            if tls
+            else ("plain", "it serves TLS only: connect with --tls-ca-file")
+        )
+        super().__init__(f"replica {replica_id} has no {wanted} port ({hint})")
+        self.replica_id = replica_id
+
+
 class NotReducible(InvalidConfig):
     """A log holds what an application's Spark reducer cannot reduce exactly (`rsm spark
     snapshot`): the message names the first such index and command, and why.  Replay (the

@@ -194,17 +194,26 @@ async def application_status(
     leader: dict[str, Any] | None = None
     try:
         info = decode_leader((await store.get(layout.leader)).value)
-        leader = {"replica_id": info.replica_id, "address": info.address, "epoch": info.epoch}
+        leader = {
+            "replica_id": info.replica_id,
+            "address": info.address,
+            "tls_address": info.tls_address,
+            "epoch": info.epoch,
+        }
     except (NoNode, MalformedValue):
         pass
     open_segment = log.open_segment
     timeout_s = limits.status_answer_timeout_ms / 1000
     replicas: list[dict[str, Any]] = []
-    for replica_id, address in sorted((await client.replicas()).items()):
-        entry: dict[str, Any] = {"replica_id": replica_id, "address": address}
+    for replica_id, member in sorted((await client.members()).items()):
+        entry: dict[str, Any] = {
+            "replica_id": replica_id,
+            "address": member.address,
+            "tls_address": member.tls_address,
+        }
         try:
             with anyio.fail_after(timeout_s):
-                entry.update(await client.status(address))
+                entry.update(await client.status(client.dial_address(member)))
         except TimeoutError:
             entry["error"] = f"no answer within {timeout_s:g} s"
         except RsmError as error:
@@ -293,10 +302,19 @@ def under_replication_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def shown_addresses(entry: dict[str, Any]) -> str:
+    """A replica's plain and TLS addresses as a status report shows them ("host:port",
+    "host:port tls host:port", "tls host:port")."""
+    address, tls_address = entry.get("address"), entry.get("tls_address")
+    if tls_address is None or tls_address == address:
+        return str(address)
+    return f"tls {tls_address}" if address is None else f"{address} tls {tls_address}"
+
+
 def status_heading(report: dict[str, Any]) -> tuple[str, str]:
     """The leader ("id (address)" or "none") and the log's line of an `application_status`."""
     leader = report["leader"]
-    leader_text = f"{leader['replica_id']} ({leader['address']})" if leader else "none"
+    leader_text = f"{leader['replica_id']} ({shown_addresses(leader)})" if leader else "none"
     segments = report["segments"]
     open_segment = report["open_segment"]
     open_text = (

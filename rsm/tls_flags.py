@@ -7,9 +7,13 @@ certificate when it connects to other replicas or to bookies with TLS.
 `--tls-ca-file` holds the CAs it trusts, both ways.  What runs on TLS:
 
 * `--tls-replicas`: the replica's port (`--listen`) speaks TLS, and the
-  process connects to other replicas with TLS (every replica of an
-  application must agree); `--tls-allowed-clients` names the client
-  certificates served there, `--tls-require-client-cert` makes it mutual;
+  process connects to other replicas with TLS, to their TLS ports;
+* `--tls-listen HOST:PORT` (and `--tls-advertise`, the address told to
+  others): a second, TLS, port beside a plain `--listen`, for moving a store
+  to TLS one replica at a time (docs/security.md); the process connects to
+  other replicas' plain ports, as its own `--listen` is plain;
+* on the replica's TLS port, either way, `--tls-allowed-clients` names the
+  client certificates served, `--tls-require-client-cert` makes it mutual;
 * `--tls-bookies`: the ledger client connects to the bookies' TLS listeners;
 * `--tls-admin`: the admin API (`--admin`) is served over HTTPS, as the
   replica's port is.
@@ -27,7 +31,9 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+from bookie.address import parse_address
 from bookie.client.config import ClientConfig
+from bookie.errors import InvalidAddress
 from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.net.tls import client_context, server_context
 from rsm.client import tcp_connector, tls_connector
@@ -40,7 +46,11 @@ class ReplicaTls:
     """What of a replica process runs on TLS, with its contexts (None: plain)."""
 
     server: ssl.SSLContext | None = None
-    """The replica's port's context, with `--tls-replicas`."""
+    """The replica's TLS port's context, with `--tls-replicas` or `--tls-listen`."""
+    listen: str | None = None
+    """The TLS port beside a plain `--listen` (`--tls-listen`), if any."""
+    advertise: str | None = None
+    """The address told to others for `listen` (`--tls-advertise`), if not `listen`."""
     allowed_names: frozenset[str] | None = None
     client: ssl.SSLContext | None = None
     """For connections to other replicas (with `server`) and to bookies."""
@@ -49,8 +59,8 @@ class ReplicaTls:
     """The admin API's server context (HTTPS), if any."""
 
     def connector(self) -> Connector:
-        """How the process connects to other replicas."""
-        if self.server is None:
+        """How the process connects to other replicas: as its own `--listen` speaks."""
+        if self.server is None or self.listen is not None:
             return tcp_connector
         assert self.client is not None
         return tls_connector(self.client)
@@ -64,7 +74,19 @@ def add_replica_tls_arguments(parser: argparse.ArgumentParser) -> argparse._Argu
     """The flags of a command that runs a replica, in their own group (returned, for a
     command's own TLS flags)."""
     tls = parser.add_argument_group("TLS (docs/security.md)")
-    tls.add_argument("--tls-replicas", action="store_true", help="the replica's port speaks TLS")
+    tls.add_argument(
+        "--tls-replicas", action="store_true", help="the replica's port (--listen) speaks TLS"
+    )
+    tls.add_argument(
+        "--tls-listen",
+        metavar="HOST:PORT",
+        help="a second port for the replica protocol, with TLS, beside a plain --listen",
+    )
+    tls.add_argument(
+        "--tls-advertise",
+        metavar="HOST:PORT",
+        help="the address of --tls-listen told to others (default: --tls-listen's)",
+    )
     tls.add_argument("--tls-bookies", action="store_true", help="connect to bookies with TLS")
     tls.add_argument("--tls-admin", action="store_true", help="serve --admin over HTTPS")
     tls.add_argument("--tls-cert-file", type=Path, help="PEM certificate chain (and key)")
@@ -73,12 +95,12 @@ def add_replica_tls_arguments(parser: argparse.ArgumentParser) -> argparse._Argu
     tls.add_argument(
         "--tls-require-client-cert",
         action="store_true",
-        help="the replica's port refuses clients without a certificate --tls-ca-file verifies",
+        help="the replica's TLS port refuses clients without a certificate --tls-ca-file verifies",
     )
     tls.add_argument(
         "--tls-allowed-clients",
         metavar="NAMES",
-        help="comma-separated client certificate common names the replica's port serves",
+        help="comma-separated client certificate common names the replica's TLS port serves",
     )
     return tls
 
@@ -87,13 +109,29 @@ def replica_tls(arguments: argparse.Namespace) -> ReplicaTls:
     """The settings `add_replica_tls_arguments`'s flags ask for; `InvalidConfig` saying
     what is wrong."""
     replicas, bookies, admin = arguments.tls_replicas, arguments.tls_bookies, arguments.tls_admin
-    if not (replicas or bookies or admin):
+    listen: str | None = arguments.tls_listen
+    if arguments.tls_advertise is not None and listen is None:
+        raise InvalidConfig("--tls-advertise needs --tls-listen")
+    if listen is not None and replicas:
+        raise InvalidConfig(
+            "--tls-listen adds a TLS port beside a plain --listen; with --tls-replicas, "
+            "--listen speaks TLS itself: give one or the other"
+        )
+    for flag, address in (("--tls-listen", listen), ("--tls-advertise", arguments.tls_advertise)):
+        if address is None:
+            continue
+        try:
+            parse_address(address, port_zero=flag == "--tls-listen")
+        except InvalidAddress as error:
+            raise InvalidConfig(f"{flag} {address!r}: {error}") from error
+    serves_tls = replicas or listen is not None
+    if not (serves_tls or bookies or admin):
         return ReplicaTls()
     cert_file: Path | None = arguments.tls_cert_file
     key_file: Path | None = arguments.tls_key_file
     ca_file: Path | None = arguments.tls_ca_file
-    if cert_file is None and (replicas or admin):
-        raise InvalidConfig("--tls-replicas and --tls-admin need --tls-cert-file")
+    if cert_file is None and (serves_tls or admin):
+        raise InvalidConfig("--tls-replicas, --tls-listen and --tls-admin need --tls-cert-file")
     if ca_file is None and (replicas or bookies):
         raise InvalidConfig("--tls-replicas and --tls-bookies need --tls-ca-file")
     names = arguments.tls_allowed_clients
@@ -101,7 +139,7 @@ def replica_tls(arguments: argparse.Namespace) -> ReplicaTls:
         raise InvalidConfig("--tls-allowed-clients needs --tls-require-client-cert")
     try:
         server = None
-        if replicas or admin:
+        if serves_tls or admin:
             assert cert_file is not None
             server = server_context(
                 cert_file, key_file, ca_file, require_client_cert=arguments.tls_require_client_cert
@@ -110,7 +148,9 @@ def replica_tls(arguments: argparse.Namespace) -> ReplicaTls:
     except BookieInvalidConfig as error:
         raise InvalidConfig(str(error)) from error
     return ReplicaTls(
-        server=server if replicas else None,
+        server=server if serves_tls else None,
+        listen=listen,
+        advertise=arguments.tls_advertise,
         allowed_names=(
             None if names is None else frozenset(name.strip() for name in names.split(","))
         ),
@@ -121,8 +161,9 @@ def replica_tls(arguments: argparse.Namespace) -> ReplicaTls:
 
 
 def add_client_tls_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of a command that talks to replicas started with `--tls-replicas`."""
-    tls = parser.add_argument_group("TLS, for replicas started with --tls-replicas")
+    """The flags of a command that talks to replicas' TLS ports (`--tls-replicas`,
+    `--tls-listen`)."""
+    tls = parser.add_argument_group("TLS: talk to the replicas' TLS ports")
     tls.add_argument("--tls-ca-file", type=Path, help="PEM CAs the replicas' certificates are from")
     tls.add_argument("--tls-cert-file", type=Path, help="PEM client certificate chain (and key)")
     tls.add_argument("--tls-key-file", type=Path, help="PEM private key, if not in the chain")

@@ -46,7 +46,8 @@ class Candidate:
     name: str
     sequence: int
     replica_id: str
-    address: str
+    address: str | None
+    tls_address: str | None = None
 
 
 def candidate_sequence(name: str) -> int | None:
@@ -67,7 +68,7 @@ def candidates(children: Mapping[str, CandidateInfo]) -> list[Candidate]:
     for name, info in children.items():
         sequence = candidate_sequence(name)
         if sequence is not None:
-            found.append(Candidate(name, sequence, info.replica_id, info.address))
+            found.append(Candidate(name, sequence, info.replica_id, info.address, info.tls_address))
     found.sort(key=lambda candidate: (candidate.sequence, candidate.name))
     return found
 

@@ -4,10 +4,15 @@ Pure.  Everything of application `<app>` sits under `/rsm/<app>`
 (`docs/architecture.md`, "ZooKeeper layout of one application")::
 
     /rsm/<app>/log                 the segments (rsm/core/log_format.py); changed only by CAS
-    /rsm/<app>/election/n-<seq>    ephemeral sequential candidacies {replica_id, address}
-    /rsm/<app>/leader              ephemeral {replica_id, address, epoch}: discovery
+    /rsm/<app>/election/n-<seq>    ephemeral sequential candidacies
+                                   {replica_id, address, tls_address}
+    /rsm/<app>/leader              ephemeral {replica_id, address, tls_address, epoch}:
+                                   discovery
     /rsm/<app>/handoff             {target, epoch}: who should lead that epoch; empty: nobody
-    /rsm/<app>/replicas/<id>       ephemeral {address}: membership for status and tools
+    /rsm/<app>/replicas/<id>       ephemeral {replica_id, address, tls_address}: membership
+                                   for status and tools
+    (address: the plain port, tls_address: the TLS port; either may be absent, formats
+    in rsm/core/log_format.py)
     /rsm/<app>/snapshots           registered snapshots, pending ones, ledgers to delete
                                    (rsm/core/snapshot_manifest.py); changed only by CAS
 

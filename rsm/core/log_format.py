@@ -52,17 +52,28 @@ Items::
     [1, replica_id]                                     the leader-start marker
         replica_id text                  the replica that took over
 
-Znode values are CBOR maps with a version key "v" (always 1 here), encoded
-canonically (RFC 8949 §4.2.1: sorted keys, shortest forms) so equal values
-give equal bytes::
+Znode values are CBOR maps with a version key "v", encoded canonically
+(RFC 8949 §4.2.1: sorted keys, shortest forms) so equal values give equal
+bytes::
 
     log         {"v": 1, "epoch": uint, "segments": [[ledger_id, epoch, first_index,
                                                       state, last_index], ...]}
                 state 1 = OPEN, 3 = CLOSED; last_index is -1 while OPEN
                 (see log_state.py for the invariants checked on decode)
     leader      {"v": 1, "replica_id": text, "address": text, "epoch": uint}
+             or {"v": 2, "replica_id": text, ["address": text,] "tls_address": text,
+                 "epoch": uint}
     candidate   {"v": 1, "replica_id": text, "address": text}
+             or {"v": 2, "replica_id": text, ["address": text,] "tls_address": text}
     handoff     {"v": 1, "target": text, "epoch": uint}
+
+The `leader` znode, candidacies and `replicas/<id>` (a candidate value) say
+where a replica serves its protocol: "address" is its plain port,
+"tls_address" its TLS port.  A replica with a plain port only writes version
+1, byte for byte what readers that know only version 1 expect; a replica
+with a TLS port writes version 2, which carries "tls_address" always and
+"address" when the replica also has a plain port.  Readers accept both; a
+version 1 value's address is a plain one.  Addresses are 1..256 characters.
 
 Unknown keys, missing keys, wrong types and out-of-range values are all
 `MalformedValue`.
@@ -81,9 +92,11 @@ import cbor2
 from bookie.errors import preview
 from rsm import limits
 from rsm.core.log_state import Log, Segment, SegmentState, check_invariants, violation
-from rsm.errors import BadArguments, BadRequest, MalformedValue
+from rsm.errors import BadArguments, BadRequest, MalformedValue, NoAddressForTransport
 
 FORMAT_VERSION: Final = 1
+TLS_FORMAT_VERSION: Final = 2
+"""The version of `leader` and candidate values that carry a TLS address."""
 BATCH_TAG: Final = 1
 ITEM_COMMAND: Final = 0
 ITEM_LEADER_START: Final = 1
@@ -158,21 +171,42 @@ class Batch:
         return self.first_index + len(self.items)
 
 
+def dial_address(
+    replica_id: str, address: str | None, tls_address: str | None, *, tls: bool
+) -> str:
+    """The address a client that speaks TLS (`tls`) or plain TCP dials to reach replica
+    `replica_id`; `NoAddressForTransport` naming the replica if it has no such port."""
+    chosen = tls_address if tls else address
+    if chosen is None:
+        raise NoAddressForTransport(replica_id, tls=tls)
+    return chosen
+
+
 @dataclass(frozen=True, slots=True)
 class LeaderInfo:
-    """The `leader` znode: how clients find the leader, and of which epoch."""
+    """The `leader` znode: how clients find the leader, and of which epoch.  `address` (its
+    plain port) or `tls_address` (its TLS port) is set, or both."""
 
     replica_id: str
-    address: str
+    address: str | None
     epoch: int
+    tls_address: str | None = None
+
+    def dial(self, *, tls: bool) -> str:
+        return dial_address(self.replica_id, self.address, self.tls_address, tls=tls)
 
 
 @dataclass(frozen=True, slots=True)
 class CandidateInfo:
-    """The data of one `election/n-<seq>` candidacy."""
+    """The data of one `election/n-<seq>` candidacy, and of one `replicas/<id>`.  `address`
+    (its plain port) or `tls_address` (its TLS port) is set, or both."""
 
     replica_id: str
-    address: str
+    address: str | None
+    tls_address: str | None = None
+
+    def dial(self, *, tls: bool) -> str:
+        return dial_address(self.replica_id, self.address, self.tls_address, tls=tls)
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,28 +551,41 @@ def _decode_state_hash(raw: Any) -> StateHash | None:
 # --- znode values -----------------------------------------------------------------------------
 
 
-def _dump_map(value: dict[str, Any]) -> bytes:
-    return cbor2.dumps({"v": FORMAT_VERSION, **value}, canonical=True)
+def _dump_map(value: dict[str, Any], version: int = FORMAT_VERSION) -> bytes:
+    return cbor2.dumps({"v": version, **value}, canonical=True)
+
+
+Checks = Mapping[str, Callable[[Any], bool]]
+"""A map's fields and the check of each; a field whose check accepts None may be left out."""
 
 
 def _load_map(
-    data: bytes, what: str, checks: Mapping[str, Callable[[Any], bool]]
-) -> dict[str, Any]:
-    """The fields of a versioned znode map, each checked; the "v" key is removed."""
+    data: bytes, what: str, checks: Checks, versions: Mapping[int, Checks] | None = None
+) -> tuple[int, dict[str, Any]]:
+    """The version and the fields of a versioned znode map, each checked; the "v" key is
+    removed.  `checks` are the fields of every version; `versions` adds the fields of each
+    version it accepts (default: version `FORMAT_VERSION`, no further fields)."""
     value = _load(data, what)
     if type(value) is not dict:
         raise MalformedValue(f"{what} is not a map")
     version = value.pop("v", None)
-    if type(version) is not int or version != FORMAT_VERSION:
-        raise MalformedValue(f"{what} has version {preview(version, 40)}, not {FORMAT_VERSION}")
-    if value.keys() != checks.keys():
+    known = versions or {FORMAT_VERSION: {}}
+    if type(version) is not int or version not in known:
         raise MalformedValue(
-            f"{what} has keys {preview(sorted(map(preview, value)), 200)}, not {sorted(checks)}"
+            f"{what} has version {preview(version, 40)}, not {' or '.join(map(str, known))}"
         )
-    for key, check in checks.items():
-        if not check(value[key]):
+    fields = {**checks, **known[version]}
+    required = {key for key, check in fields.items() if not check(None)}
+    if not required <= value.keys() <= fields.keys():
+        optional = sorted(fields.keys() - required)
+        raise MalformedValue(
+            f"{what} has keys {preview(sorted(map(preview, value)), 200)}, not {sorted(required)}"
+            + (f" and optionally {optional}" if optional else "")
+        )
+    for key, check in fields.items():
+        if key in value and (value[key] is None or not check(value[key])):
             raise MalformedValue(f"{what} field {key} = {preview(value[key])} is not valid")
-    return value
+    return version, value
 
 
 def encode_log(log: Log) -> bytes:
@@ -552,7 +599,7 @@ def encode_log(log: Log) -> bytes:
 
 def decode_log(data: bytes) -> Log:
     """The log a znode value holds, with every invariant of log_state checked."""
-    fields = _load_map(data, "log znode", {"epoch": _u63, "segments": _is_list})
+    _, fields = _load_map(data, "log znode", {"epoch": _u63, "segments": _is_list})
     segments: list[Segment] = []
     for position, raw in enumerate(fields["segments"]):
         if (
@@ -571,31 +618,61 @@ def decode_log(data: bytes) -> Log:
     return log
 
 
+def _optional_address(v: Any) -> bool:
+    return v is None or _address(v)
+
+
+_ADDRESS_VERSIONS: Final[Mapping[int, Checks]] = {
+    FORMAT_VERSION: {"address": _address},
+    TLS_FORMAT_VERSION: {"address": _optional_address, "tls_address": _address},
+}
+
+
+def _dump_addresses(fields: dict[str, Any], address: str | None, tls_address: str | None) -> bytes:
+    """A leader or candidate value: version 1 without a TLS address, else version 2."""
+    if tls_address is None:
+        assert _address(address)
+        return _dump_map({**fields, "address": address})
+    assert _address(tls_address)
+    assert _optional_address(address)
+    if address is not None:
+        fields = {**fields, "address": address}
+    return _dump_map({**fields, "tls_address": tls_address}, TLS_FORMAT_VERSION)
+
+
+def _load_addresses(data: bytes, what: str, checks: Checks) -> dict[str, Any]:
+    """The fields of a leader or candidate value of either version."""
+    _, fields = _load_map(data, what, checks, _ADDRESS_VERSIONS)
+    return fields
+
+
 def encode_leader(leader: LeaderInfo) -> bytes:
     assert _replica_id(leader.replica_id)
-    assert _address(leader.address)
     assert _positive(leader.epoch)
-    return _dump_map(
-        {"replica_id": leader.replica_id, "address": leader.address, "epoch": leader.epoch}
+    return _dump_addresses(
+        {"replica_id": leader.replica_id, "epoch": leader.epoch},
+        leader.address,
+        leader.tls_address,
     )
 
 
 def decode_leader(data: bytes) -> LeaderInfo:
-    fields = _load_map(
-        data, "leader znode", {"replica_id": _replica_id, "address": _address, "epoch": _positive}
+    fields = _load_addresses(data, "leader znode", {"replica_id": _replica_id, "epoch": _positive})
+    return LeaderInfo(
+        fields["replica_id"], fields.get("address"), fields["epoch"], fields.get("tls_address")
     )
-    return LeaderInfo(fields["replica_id"], fields["address"], fields["epoch"])
 
 
 def encode_candidate(candidate: CandidateInfo) -> bytes:
     assert _replica_id(candidate.replica_id)
-    assert _address(candidate.address)
-    return _dump_map({"replica_id": candidate.replica_id, "address": candidate.address})
+    return _dump_addresses(
+        {"replica_id": candidate.replica_id}, candidate.address, candidate.tls_address
+    )
 
 
 def decode_candidate(data: bytes) -> CandidateInfo:
-    fields = _load_map(data, "candidate znode", {"replica_id": _replica_id, "address": _address})
-    return CandidateInfo(fields["replica_id"], fields["address"])
+    fields = _load_addresses(data, "candidate znode", {"replica_id": _replica_id})
+    return CandidateInfo(fields["replica_id"], fields.get("address"), fields.get("tls_address"))
 
 
 def encode_handoff(handoff: Handoff) -> bytes:
@@ -605,5 +682,5 @@ def encode_handoff(handoff: Handoff) -> bytes:
 
 
 def decode_handoff(data: bytes) -> Handoff:
-    fields = _load_map(data, "handoff znode", {"target": _replica_id, "epoch": _positive})
+    _, fields = _load_map(data, "handoff znode", {"target": _replica_id, "epoch": _positive})
     return Handoff(fields["target"], fields["epoch"])

@@ -5,7 +5,7 @@ The pure rule is `rsm/core/election.py`: the candidate named by a fresh
 sequence number.  This module does the ZooKeeper part around it:
 
 * **Candidacy**: an ephemeral sequential `election/n-<seq>` with
-  `{replica_id, address}`, created by `stand` (the replica stands only once
+  `{replica_id, address, tls_address}`, created by `stand` (the replica stands only once
   it is caught up) and deleted by `withdraw`; it vanishes by itself when the
   replica's ZooKeeper session ends.
 * **Evaluation**: `evaluate` reads the candidates, the handoff and the log's
@@ -13,7 +13,7 @@ sequence number.  This module does the ZooKeeper part around it:
   the three changes (level-triggered watches on what was read) or when the
   replica wakes it (a session event, a change of its own state).
 * **Leader znode**: `publish` writes the ephemeral `leader` {replica_id,
-  address, epoch} once a new leader's marker is applied, replacing a stale
+  address, tls_address, epoch} once a new leader's marker is applied, replacing a stale
   one left by a predecessor whose session has not expired yet (never a newer
   one); `unpublish` deletes it only if it is still this replica's, for this
   epoch.  `follow_leader` keeps `leader` up to date for NotLeader hints and
@@ -81,7 +81,8 @@ class Leadership:
         log_store: LogStore,
         *,
         replica_id: str,
-        address: str,
+        address: str | None,
+        tls_address: str | None = None,
         retry_delay_ms: int,
     ) -> None:
         self._store = store
@@ -89,6 +90,9 @@ class Leadership:
         self._layout = log_store.layout
         self.replica_id = replica_id
         self.address = address
+        """The replica's plain port, if it has one."""
+        self.tls_address = tls_address
+        """The replica's TLS port, if it has one."""
         self._retry_delay_s = retry_delay_ms / 1000
         self.candidacy: str | None = None
         """The name of this replica's candidacy znode, while it has one."""
@@ -108,7 +112,7 @@ class Leadership:
 
     async def stand(self) -> str:
         """Create this replica's candidacy; its znode name."""
-        value = encode_candidate(CandidateInfo(self.replica_id, self.address))
+        value = encode_candidate(CandidateInfo(self.replica_id, self.address, self.tls_address))
         path = await self._store.create(
             self._layout.candidate_prefix, value, ephemeral=True, sequential=True
         )
@@ -219,7 +223,7 @@ class Leadership:
         """
         store = self._store
         path = self._layout.leader
-        value = encode_leader(LeaderInfo(self.replica_id, self.address, epoch))
+        value = encode_leader(LeaderInfo(self.replica_id, self.address, epoch, self.tls_address))
         for _attempt in range(limits.leader_publish_attempts_max):
             try:
                 await store.create(path, value, ephemeral=True)
@@ -309,7 +313,7 @@ class Leadership:
         """Create `replicas/<id>`, replacing one a previous run of this replica left behind."""
         store = self._store
         path = self._layout.replica(self.replica_id)
-        value = encode_candidate(CandidateInfo(self.replica_id, self.address))
+        value = encode_candidate(CandidateInfo(self.replica_id, self.address, self.tls_address))
         for _attempt in range(limits.leader_publish_attempts_max):
             try:
                 await store.create(path, value, ephemeral=True)

@@ -85,7 +85,7 @@ from rsm.core import log_state
 from rsm.core.commands import AppliedPosition
 from rsm.core.election import Candidate
 from rsm.core.layout import RSM_ROOT, AppLayout, check_replica_id
-from rsm.core.log_format import Handoff, encode_handoff, encode_log
+from rsm.core.log_format import Handoff, LeaderInfo, encode_handoff, encode_log
 from rsm.core.protocol import CallRequest, Consistency, Op, QueryRequest
 from rsm.core.roles import (
     CancelFollow,
@@ -162,6 +162,25 @@ class _TimedAnswerer:
 _LEASE_WAIT_STEP_S = 0.001
 
 
+async def _bind(
+    listen: str, advertise: str | None, *, tls: bool
+) -> tuple[anyio.abc.Listener[anyio.abc.ByteStream], str]:
+    """A TCP listener on `listen` ("host:port", port 0: any free one) and the address it is
+    advertised as; `InvalidConfig` naming the flag (`tls`: the TLS port's) when unusable."""
+    what, flag = ("TLS listen", "--tls-advertise") if tls else ("listen", "--advertise")
+    try:
+        address = parse_address(listen, port_zero=True)
+    except InvalidAddress as error:
+        raise InvalidConfig(f"{what} address {listen!r} is not host:port") from error
+    if advertise is None and address.host in ("0.0.0.0", "::"):
+        raise InvalidConfig(f"listening on {address.host} needs {flag}: the address to tell others")
+    listener: anyio.abc.Listener[anyio.abc.ByteStream] = await anyio.create_tcp_listener(
+        local_host=address.host, local_port=address.port
+    )
+    port = listener.extra(SocketAttribute.local_port)
+    return listener, advertise or str(Address(address.host, port))
+
+
 class Replica:
     """One replica of application `app`; see the module docstring.
 
@@ -180,7 +199,15 @@ class Replica:
     `tls` (a server context, `bookie.net.tls.server_context`) the TCP listener
     on `listen` speaks TLS, serving only clients whose certificate subject
     common name is in `tls_allowed_names` when that is given; refusals are
-    counted in `tls_listener`.
+    counted in `tls_listener`.  With `tls` and `tls_listen` ("host:port"), the
+    replica serves plain TCP on `listen` and TLS on `tls_listen` (advertised
+    as `tls_advertise`, by default the listening address), side by side, with
+    the same client tokens: a store moves to TLS one replica at a time.  The
+    discovery znodes carry both addresses (rsm/core/log_format.py); the
+    addresses the replica hands in-process callers (`address`, NotLeader
+    hints, `wait_leader_change`) are of the kind its `listen` port speaks,
+    and each listener's NotLeader answers name the leader's port of its own
+    kind.
     """
 
     def __init__(
@@ -203,11 +230,21 @@ class Replica:
         client_tokens: TokenTable | None = None,
         tls: ssl.SSLContext | None = None,
         tls_allowed_names: Collection[str] | None = None,
+        tls_listen: str | None = None,
+        tls_advertise: str | None = None,
     ) -> None:
         if listener is not None and advertise is None:
             raise InvalidConfig("a replica given its listener must be given its advertise address")
+        if tls_listen is None and tls_advertise is not None:
+            raise InvalidConfig("a TLS advertise address needs a TLS listen address")
+        if tls_listen is not None and tls is None:
+            raise InvalidConfig("a TLS listen address needs a TLS server context")
         self.app = app
         self._tls = tls
+        self._tls_listen = tls_listen
+        self._tls_advertise = tls_advertise
+        self._main_tls = tls is not None and tls_listen is None
+        """Whether the `listen` port speaks TLS (else it is plain)."""
         self._tls_allowed_names = tls_allowed_names
         self.tls_listener: TlsStreamListener | None = None
         """The TLS listener (its counts of accepted and refused handshakes), if any."""
@@ -230,6 +267,7 @@ class Replica:
         them), and its refusals."""
         self._advertise = advertise
         self._listener = listener
+        self._address: str | None = None
         self._requested_id = replica_id
         self._rng = rng if rng is not None else random.Random()
         self._wall_clock_ms = wall_clock_ms
@@ -275,7 +313,12 @@ class Replica:
             self._lease_clock_s = asyncio.get_running_loop().time
         await self._log_store.ensure_layout()
         listener, address = await self._open_listener()
+        tls_server: ReplicaServer | None = None
+        tls_address: str | None = address if self._main_tls else None
         try:
+            if self._tls_listen is not None:
+                tls_listener, tls_address = await self._open_tls_listener(self._tls_listen)
+                tls_server = ReplicaServer(self, tls_listener, self.client_auth, hints_tls=True)
             replica_id = check_replica_id(self._requested_id or address)
             snapshots = self._snapshots = SnapshotService(
                 app=self.app,
@@ -290,18 +333,24 @@ class Replica:
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await listener.aclose()
+                if self.tls_listener is not None:
+                    await self.tls_listener.aclose()
             raise
         leadership = self._leadership = Leadership(
             self._store,
             self._log_store,
             replica_id=replica_id,
-            address=address,
+            address=None if self._main_tls else address,
+            tls_address=tls_address,
             retry_delay_ms=self.config.retry_delay_ms,
         )
+        self._address = address
         try:
             async with anyio.create_task_group() as task_group:
                 self._task_group = task_group
                 task_group.start_soon(ReplicaServer(self, listener, self.client_auth).serve)
+                if tls_server is not None:
+                    task_group.start_soon(tls_server.serve)
                 await leadership.register()
                 task_group.start_soon(leadership.follow_leader)
                 task_group.start_soon(self._session_loop)
@@ -316,6 +365,7 @@ class Replica:
                     app=self.app,
                     replica_id=replica_id,
                     address=address,
+                    **({"tls_address": tls_address} if tls_address is not None else {}),
                 )
                 try:
                     yield self
@@ -334,24 +384,24 @@ class Replica:
         if self._listener is not None:
             assert self._advertise is not None
             return self._listener, self._advertise
-        try:
-            listen = parse_address(self._listen, port_zero=True)
-        except InvalidAddress as error:
-            raise InvalidConfig(f"listen address {self._listen!r} is not host:port") from error
-        listener: anyio.abc.Listener[anyio.abc.ByteStream] = await anyio.create_tcp_listener(
-            local_host=listen.host, local_port=listen.port
+        listener, address = await _bind(self._listen, self._advertise, tls=False)
+        if self._main_tls:
+            listener = self._tls_wrapped(listener)
+        return listener, address
+
+    async def _open_tls_listener(
+        self, tls_listen: str
+    ) -> tuple[anyio.abc.Listener[anyio.abc.ByteStream], str]:
+        """The second, TLS, listener beside a plain `listen` port, and its advertised address."""
+        listener, address = await _bind(tls_listen, self._tls_advertise, tls=True)
+        return self._tls_wrapped(listener), address
+
+    def _tls_wrapped(self, listener: anyio.abc.Listener[anyio.abc.ByteStream]) -> TlsStreamListener:
+        assert self._tls is not None
+        self.tls_listener = TlsStreamListener(
+            listener, self._tls, name="replica", allowed_names=self._tls_allowed_names
         )
-        port = listener.extra(SocketAttribute.local_port)
-        if self._advertise is None and listen.host in ("0.0.0.0", "::"):
-            await listener.aclose()
-            raise InvalidConfig(
-                f"listening on {listen.host} needs --advertise: the address to tell others"
-            )
-        if self._tls is not None:
-            listener = self.tls_listener = TlsStreamListener(
-                listener, self._tls, name="replica", allowed_names=self._tls_allowed_names
-            )
-        return listener, self._advertise or str(Address(listen.host, port))
+        return self.tls_listener
 
     # --- state --------------------------------------------------------------------------------
 
@@ -381,7 +431,28 @@ class Replica:
 
     @property
     def address(self) -> str:
-        return self._election.address
+        """The advertised address of the `listen` port (TLS or plain, as it speaks)."""
+        assert self._address is not None, "the replica is not running"
+        return self._address
+
+    @property
+    def tls_address(self) -> str | None:
+        """The advertised address of the replica's TLS port, if it has one."""
+        return self._election.tls_address
+
+    def leader_address(self, *, tls: bool) -> str | None:
+        """The address of the leader's TLS port (`tls`) or plain port, as this replica last
+        saw the `leader` znode; None when no other replica leads or it has no such port."""
+        leader = self._election.leader
+        if leader is None or leader.replica_id == self.replica_id:
+            return None
+        return leader.tls_address if tls else leader.address
+
+    def _kind_of_main(self, leader: LeaderInfo | None) -> str | None:
+        """`leader`'s address of the kind the `listen` port speaks, if it has one."""
+        if leader is None:
+            return None
+        return leader.tls_address if self._main_tls else leader.address
 
     @property
     def role(self) -> Role:
@@ -460,14 +531,15 @@ class Replica:
         return {
             "app": self.app,
             "replica_id": leadership.replica_id,
-            "address": leadership.address,
+            "address": self._address,
+            "tls_address": leadership.tls_address,
             "role": self._roles.role.value,
             "serving": self.is_leader,
             "epoch": self.epoch,
             "applied_index": position.index,
             "applied_time_ms": position.time_ms,
             "leader_id": leader.replica_id if leader is not None else None,
-            "leader_address": leader.address if leader is not None else None,
+            "leader_address": self._kind_of_main(leader),
             "leader_epoch": leader.epoch if leader is not None else None,
             "candidate": leadership.candidacy is not None,
             "caught_up": self._roles.caught_up,
@@ -572,10 +644,7 @@ class Replica:
             term.pump()
 
     def _not_leader(self) -> Outcome:
-        leader = self._election.leader
-        hint = None
-        if leader is not None and leader.replica_id != self.replica_id:
-            hint = leader.address
+        hint = self.leader_address(tls=self._main_tls)
         return Outcome.failure(NotLeader(f"replica {self.replica_id} is not the leader", hint))
 
     # --- in-process API -----------------------------------------------------------------------
@@ -948,8 +1017,7 @@ class Replica:
         """Wait until this replica next sees the published leader change (a takeover or a
         handover anywhere); the new leader's address, None while none is published.  For a
         server that holds or forwards commands for the leader."""
-        leader = await self._election.leader_changed()
-        return None if leader is None else leader.address
+        return self._kind_of_main(await self._election.leader_changed())
 
     async def transfer_leadership(self, to: str | None = None) -> dict[str, Any]:
         """Hand leadership to replica `to` (None: any caught-up candidate); see `_hand_over`.
@@ -1047,7 +1115,7 @@ class Replica:
             "rsm.handed_over",
             epoch=term.epoch,
             target=None if target is None else target.replica_id,
-            address=None if target is None else target.address,
+            address=None if target is None else target.address or target.tls_address,
         )
 
     async def _stop_gracefully(self) -> None:

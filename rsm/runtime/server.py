@@ -15,7 +15,8 @@ a `ClientConnection`, which runs two loops on its stream:
 
 What a request gets is the replica's business (`Endpoint`): a non-leader
 answers CALL and linearizable QUERY with NotLeader and the leader's address
-when it knows it; read_your_writes waits on any replica; stale answers at once.
+when it knows it (on a TLS listener beside a plain one, the leader's TLS port);
+read_your_writes waits on any replica; stale answers at once.
 STATUS is answered here from `Endpoint.status`; TRANSFER_LEADERSHIP runs in a
 task of its connection (it waits for the handover).
 
@@ -112,6 +113,10 @@ class Endpoint(Protocol):
 
     async def take_snapshot(self) -> dict[str, Any]: ...
 
+    def leader_address(self, *, tls: bool) -> str | None:
+        """The address of the leader's TLS or plain port, when known and it has one."""
+        ...
+
 
 class ClientAuth:
     """Whom a server serves (its token table, if any) and how often it refused."""
@@ -128,17 +133,21 @@ class ClientAuth:
 
 class ReplicaServer:
     """Serves client connections for one replica until its task is cancelled; with `auth`
-    holding tokens, only clients that presented one."""
+    holding tokens, only clients that presented one.  `hints_tls`: the TLS listener beside a
+    plain one, whose NotLeader answers name the leader's TLS port."""
 
     def __init__(
         self,
         endpoint: Endpoint,
         listener: anyio.abc.Listener[anyio.abc.ByteStream],
         auth: ClientAuth | None = None,
+        *,
+        hints_tls: bool = False,
     ):
         self._endpoint = endpoint
         self._listener = listener
         self._auth = ClientAuth(None) if auth is None else auth
+        self._hints_tls = hints_tls
         self._admission = ConnectionAdmission(
             total_max=limits.server_connections_max,
             per_address_max=limits.server_connections_per_address_max,
@@ -159,7 +168,9 @@ class ReplicaServer:
                 return
             _stop_eager_reading(stream)
             try:
-                await ClientConnection(stream, self._endpoint, self._auth).run()
+                await ClientConnection(
+                    stream, self._endpoint, self._auth, hints_tls=self._hints_tls
+                ).run()
             finally:
                 self._admission.release(host)
 
@@ -184,8 +195,18 @@ def _stop_eager_reading(stream: anyio.abc.ByteStream) -> None:
 class ClientConnection:
     """One client connection (see the module docstring); it is the `Answerer` of its requests."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, endpoint: Endpoint, auth: ClientAuth) -> None:
+    def __init__(
+        self,
+        stream: anyio.abc.ByteStream,
+        endpoint: Endpoint,
+        auth: ClientAuth,
+        *,
+        hints_tls: bool = False,
+    ) -> None:
         self._stream = stream
+        self._hints_tls = hints_tls
+        """Whether NotLeader answers name the leader's TLS port instead of the replica's
+        hint (which is of the kind of the replica's main port)."""
         self._endpoint = endpoint
         self._auth = auth
         self._checks = auth.tokens is not None
@@ -225,6 +246,8 @@ class ClientConnection:
         self._pending -= 1
         if op == Op.QUERY:
             self._waiting_reads.pop(request_id, None)
+        if self._hints_tls and outcome.status == RsmStatus.NOT_LEADER:
+            outcome = outcome._replace(detail=self._endpoint.leader_address(tls=True))
         frame = encode_response(op, request_id, outcome, index)
         self._send(frame)
 

@@ -112,6 +112,7 @@ from rsm.host import (
     replica_metadata,
     replication_lines,
     run_replica_main,
+    shown_addresses,
     status_heading,
     under_replication_lines,
 )
@@ -383,6 +384,8 @@ async def _serve(
             client_tokens=read_client_tokens(arguments.client_tokens_file),
             tls=tls.server,
             tls_allowed_names=tls.allowed_names,
+            tls_listen=tls.listen,
+            tls_advertise=tls.advertise,
         ) as replica,
         admin_server(
             replica, store, arguments.admin, tls=tls.admin, tls_allowed_names=tls.allowed_names
@@ -395,6 +398,7 @@ async def _serve(
             app=replica.app,
             replica_id=replica.replica_id,
             address=replica.address,
+            **({"tls_address": port} if (port := replica.tls_address) is not None else {}),
             **({"admin": admin} if admin is not None else {}),
             pid=os.getpid(),
         )
@@ -474,12 +478,14 @@ def render_status(report: dict[str, Any]) -> str:
     rows = [("REPLICA", "ADDRESS", "ROLE", "EPOCH", "APPLIED", "LAG", "CANDIDATE")]
     for entry in report["replicas"]:
         if "error" in entry:
-            rows.append((entry["replica_id"], entry["address"], entry["error"], "", "", "", ""))
+            rows.append(
+                (entry["replica_id"], shown_addresses(entry), entry["error"], "", "", "", "")
+            )
             continue
         rows.append(
             (
                 entry["replica_id"],
-                entry["address"],
+                shown_addresses(entry),
                 entry["role"],
                 str(entry["epoch"]),
                 str(entry["applied_index"]),

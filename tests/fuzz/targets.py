@@ -333,6 +333,9 @@ _ZNODES = (
     b"\x00" + log_format.encode_log(_LOG),
     b"\x01" + log_format.encode_leader(log_format.LeaderInfo("r1", "127.0.0.1:9000", 4)),
     b"\x02" + log_format.encode_candidate(log_format.CandidateInfo("r2", "127.0.0.1:9001")),
+    b"\x01"
+    + log_format.encode_leader(log_format.LeaderInfo("r1", "127.0.0.1:9000", 4, "127.0.0.1:9100")),
+    b"\x02" + log_format.encode_candidate(log_format.CandidateInfo("r2", None, "127.0.0.1:9101")),
     b"\x03" + log_format.encode_handoff(log_format.Handoff("r2", 4)),
     b"\x04" + encode_snapshots(SnapshotsValue((_MANIFEST,), (), (299,))),
 )

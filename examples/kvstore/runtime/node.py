@@ -130,9 +130,13 @@ class KvNode:
         access: AccessControl | None = None,
         tls: ssl.SSLContext | None = None,
         tls_allowed_names: Collection[str] | None = None,
+        tls_listen: str | None = None,
+        tls_advertise: str | None = None,
     ) -> None:
         """`resp_tls`: a second RESP port, for TLS; `tls` and `tls_allowed_names`: the
-        replica's port on TLS (`rsm.Replica`; `connector` must then connect with TLS)."""
+        replica's port on TLS (`rsm.Replica`; `connector` must then connect with TLS),
+        or with `tls_listen` (and `tls_advertise`) a second, TLS, port beside the plain
+        `listen` (`connector` then connects without TLS)."""
         if resp_listener is not None and resp_advertise is None:
             raise InvalidConfig("a node given its RESP listener must be given its RESP address")
         self.app = app
@@ -162,6 +166,8 @@ class KvNode:
             client_tokens=client_tokens,
             tls=tls,
             tls_allowed_names=tls_allowed_names,
+            tls_listen=tls_listen,
+            tls_advertise=tls_advertise,
         )
         self._resp_listen = resp_listen
         self._resp_advertise = resp_advertise

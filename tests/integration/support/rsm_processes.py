@@ -9,7 +9,8 @@ named event appears and fails at once, with the last log lines, if the process
 exits first; nothing sleeps.  Leaving the block SIGKILLs whatever still runs.
 
 `CounterLoad` drives the counter with concurrent clients, each one `rsm.Client`
-(one exactly-once session) calling `add(client, seq)` in a loop, and records
+(one exactly-once session; a new one when `switch` moves the clients to
+another connector) calling `add(client, seq)` in a loop, and records
 every call in a `HistoryRecorder` (kinds "add" and "read" of the checker's
 `Counter` model).  `check_exactly_once` compares what the clients were told
 with the counter's `audit`: every acknowledged increment applied exactly once.
@@ -40,6 +41,7 @@ import anyio.abc
 from bookie.local.zookeeper import LocalZooKeeper, free_port
 from rsm.client import Client, ClientConfig, connect, tcp_connector
 from rsm.errors import RsmError
+from rsm.link import Connector
 from rsm.testing.history import HistoryRecorder
 
 from .processes import HOST, LOG_LINES_SHOWN, WAIT_S, BookieCluster
@@ -278,11 +280,16 @@ class RsmProcesses:
         return await wait_for(leader)
 
     @contextlib.asynccontextmanager
-    async def client(self, **options: Any) -> AsyncIterator[Client]:
-        """An rsm client of the application (ZooKeeper discovery); `options` go to
-        `ClientConfig`."""
+    async def client(
+        self, *, connector: Connector | None = None, **options: Any
+    ) -> AsyncIterator[Client]:
+        """An rsm client of the application (ZooKeeper discovery), over `connector` (TCP by
+        default); `options` go to `ClientConfig`."""
         async with connect(
-            self.app, zk=self.zookeeper.connect_string, config=ClientConfig(**options)
+            self.app,
+            zk=self.zookeeper.connect_string,
+            connector=connector,
+            config=ClientConfig(**options),
         ) as client:
             yield client
 
@@ -321,9 +328,18 @@ async def wait_for(probe: Callable[[], Any], timeout_s: float = WAIT_S) -> Any:
 class CounterLoad:
     """Concurrent clients adding to the `AuditCounter`; see the module docstring."""
 
-    def __init__(self, cluster: RsmProcesses, clients: int, **options: Any) -> None:
+    def __init__(
+        self,
+        cluster: RsmProcesses,
+        clients: int,
+        *,
+        connector: Connector | None = None,
+        **options: Any,
+    ) -> None:
+        """`clients` clients over `connector` (TCP by default), with `ClientConfig(**options)`."""
         self._cluster = cluster
         self._clients = clients
+        self._connector = connector
         self._options = options
         self.recorder = HistoryRecorder(anyio.current_time)
         self.acknowledged: dict[str, list[int]] = {}
@@ -355,23 +371,33 @@ class CounterLoad:
             while self.total_acknowledged < count:
                 await self._progress.wait()
 
+    def switch(self, connector: Connector | None) -> None:
+        """Have each client go on over `connector` (None: TCP) from its next call: it opens
+        a new client, a new session, and goes on with its seqs."""
+        self._connector = connector
+
     async def _run(self, name: str) -> None:
-        acknowledged = self.acknowledged.setdefault(name, [])
-        unknown = self.unknown.setdefault(name, [])
-        async with self._cluster.client(**self._options) as client:
-            seq = 0
-            while not self._stopping:
-                seq += 1
-                try:
-                    with self.recorder.invoke(name, "add", 1) as call:
-                        call.ok(await client.call("add", name, seq))
-                except RsmError as error:
-                    self.errors[type(error).__name__] += 1
-                    unknown.append(seq)
-                else:
-                    acknowledged.append(seq)
-                progress, self._progress = self._progress, anyio.Event()
-                progress.set()
+        self.acknowledged.setdefault(name, [])
+        self.unknown.setdefault(name, [])
+        seq = 0
+        while not self._stopping:
+            connector = self._connector
+            async with self._cluster.client(connector=connector, **self._options) as client:
+                while not self._stopping and self._connector is connector:
+                    seq += 1
+                    await self._add(client, name, seq)
+
+    async def _add(self, client: Client, name: str, seq: int) -> None:
+        try:
+            with self.recorder.invoke(name, "add", 1) as call:
+                call.ok(await client.call("add", name, seq))
+        except RsmError as error:
+            self.errors[type(error).__name__] += 1
+            self.unknown[name].append(seq)
+        else:
+            self.acknowledged[name].append(seq)
+        progress, self._progress = self._progress, anyio.Event()
+        progress.set()
 
 
 def check_exactly_once(audit: dict[str, Any], load: CounterLoad) -> None:

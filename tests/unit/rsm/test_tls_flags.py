@@ -45,10 +45,34 @@ def test_what_runs_on_tls(tmp_path: Path) -> None:
     assert everything.connector() is not tcp_connector
 
 
+def test_a_tls_port_beside_the_plain_one(tmp_path: Path) -> None:
+    certs = Certificates.make(tmp_path)
+    both = replica_tls(_parse("--tls-listen", "127.0.0.1:0", "--tls-cert-file", str(certs.server)))
+    assert both.server is not None
+    assert both.listen == "127.0.0.1:0"
+    assert both.advertise is None
+    # Its own --listen is plain: it reaches the other replicas on their plain ports.
+    assert both.connector() is tcp_connector
+    advertised = replica_tls(
+        _parse(
+            "--tls-listen", "0.0.0.0:7001", "--tls-advertise", "10.0.0.1:7001",
+            "--tls-cert-file", str(certs.server), "--tls-ca-file", str(certs.ca),
+            "--tls-require-client-cert", "--tls-allowed-clients", "a",
+        )
+    )  # fmt: skip
+    assert advertised.advertise == "10.0.0.1:7001"
+    assert advertised.allowed_names == frozenset({"a"})
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
         (["--tls-replicas", "--tls-ca-file", "ca.pem"], "need --tls-cert-file"),
+        (["--tls-listen", "127.0.0.1:0"], "need --tls-cert-file"),
+        (["--tls-advertise", "h:1"], "--tls-advertise needs --tls-listen"),
+        (["--tls-replicas", "--tls-listen", "h:1"], "one or the other"),
+        (["--tls-listen", "nowhere"], "--tls-listen 'nowhere'"),
+        (["--tls-listen", "h:1", "--tls-advertise", "h:0"], "--tls-advertise 'h:0'"),
         (["--tls-bookies"], "need --tls-ca-file"),
         (["--tls-admin", "--tls-cert-file", "x.pem", "--tls-allowed-clients", "a"], "needs"),
         (["--tls-admin", "--tls-cert-file", "missing.pem"], "cannot read certificate file"),
@@ -81,7 +105,12 @@ def test_rsm_commands_exit_2_on_bad_tls_flags(capsys: pytest.CaptureFixture[str]
         "--app", "x", "--zk", "127.0.0.1:1", "--listen", "127.0.0.1:0",
     ]  # fmt: skip
     assert cli.main([*run, "--tls-replicas"]) == cli.EXIT_USAGE
-    assert "--tls-replicas and --tls-admin need --tls-cert-file" in capsys.readouterr().err
+    assert (
+        "--tls-replicas, --tls-listen and --tls-admin need --tls-cert-file"
+        in capsys.readouterr().err
+    )
+    assert cli.main([*run, "--tls-listen", "nowhere"]) == cli.EXIT_USAGE
+    assert "--tls-listen 'nowhere'" in capsys.readouterr().err
     status = ["status", "--app", "x", "--zk", "127.0.0.1:1", "--tls-cert-file", "c.pem"]
     assert cli.main(status) == cli.EXIT_USAGE
     assert "need --tls-ca-file" in capsys.readouterr().err

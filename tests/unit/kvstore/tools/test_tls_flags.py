@@ -52,6 +52,22 @@ def test_every_part_on_tls(tmp_path: Path) -> None:
     assert replica.connector() is not tcp_connector
 
 
+def test_tls_ports_beside_the_plain_ones(tmp_path: Path) -> None:
+    """The state of a node in the middle of a move to TLS: a TLS RESP port and a TLS
+    framework port, each beside its plain one; forwarding stays on plain TCP."""
+    certs = Certificates.make(tmp_path)
+    tls = node_tls(
+        _parse(
+            "--resp-tls", "127.0.0.1:0", "--tls-listen", "127.0.0.1:0",
+            "--tls-cert-file", str(certs.server), "--tls-ca-file", str(certs.ca),
+        )
+    )  # fmt: skip
+    assert tls.resp is not None
+    assert tls.replica.server is not None
+    assert tls.replica.listen == "127.0.0.1:0"
+    assert tls.replica.connector() is tcp_connector
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -22,7 +22,7 @@ from rsm.core.log_format import (
     StateHash,
 )
 from rsm.core.log_state import Log, Segment, SegmentState
-from rsm.errors import BadArguments, BadRequest, MalformedValue
+from rsm.errors import BadArguments, BadRequest, MalformedValue, NoAddressForTransport
 from tests.unit.rsm.core.strategies import U63, batches, logs, raw_item, replica_ids
 
 
@@ -267,6 +267,60 @@ def test_coordination_values_round_trip(replica_id: str, address: str, epoch: in
     assert ef.decode_handoff(ef.encode_handoff(handoff)) == handoff
 
 
+@given(
+    replica_ids,
+    st.none() | st.text(min_size=1, max_size=40),
+    st.text(min_size=1, max_size=40),
+    st.integers(1, U63),
+)
+def test_values_with_a_tls_address_round_trip(
+    replica_id: str, address: str | None, tls_address: str, epoch: int
+) -> None:
+    leader = LeaderInfo(replica_id, address, epoch, tls_address)
+    assert ef.decode_leader(ef.encode_leader(leader)) == leader
+    candidate = CandidateInfo(replica_id, address, tls_address)
+    assert ef.decode_candidate(ef.encode_candidate(candidate)) == candidate
+
+
+def test_a_plain_only_replica_writes_version_1_byte_for_byte() -> None:
+    # What readers that know only version 1 decode: unchanged by the TLS field.
+    assert ef.encode_candidate(CandidateInfo("r1", "h:1")) == cbor2.dumps(
+        {"v": 1, "replica_id": "r1", "address": "h:1"}, canonical=True
+    )
+    assert ef.encode_leader(LeaderInfo("r1", "h:1", 3)) == cbor2.dumps(
+        {"v": 1, "replica_id": "r1", "address": "h:1", "epoch": 3}, canonical=True
+    )
+
+
+def test_a_replica_with_a_tls_port_writes_version_2() -> None:
+    both = ef.encode_leader(LeaderInfo("r1", "h:1", 3, "h:2"))
+    assert cbor2.loads(both) == {
+        "v": 2,
+        "replica_id": "r1",
+        "address": "h:1",
+        "tls_address": "h:2",
+        "epoch": 3,
+    }
+    assert both == cbor2.dumps(cbor2.loads(both), canonical=True)
+    tls_only = ef.encode_candidate(CandidateInfo("r1", None, "h:2"))
+    assert cbor2.loads(tls_only) == {"v": 2, "replica_id": "r1", "tls_address": "h:2"}
+
+
+def test_old_values_decode_as_plain_addresses() -> None:
+    old = cbor2.dumps({"v": 1, "replica_id": "r1", "address": "h:1", "epoch": 2})
+    leader = ef.decode_leader(old)
+    assert leader == LeaderInfo("r1", "h:1", 2, None)
+    assert leader.dial(tls=False) == "h:1"
+
+
+def test_a_client_is_told_which_replica_lacks_its_transport() -> None:
+    with pytest.raises(NoAddressForTransport, match="replica r1 has no TLS port"):
+        LeaderInfo("r1", "h:1", 2).dial(tls=True)
+    with pytest.raises(NoAddressForTransport, match="replica r2 has no plain port"):
+        CandidateInfo("r2", None, "h:2").dial(tls=False)
+    assert CandidateInfo("r2", "h:1", "h:2").dial(tls=True) == "h:2"
+
+
 def znode(**fields: Any) -> bytes:
     return cbor2.dumps(fields)
 
@@ -304,6 +358,17 @@ OPEN_SEGMENT = [7, 1, 1, 1, -1]
         (ef.decode_leader, znode(v=1, replica_id="", address="a", epoch=1), "replica_id"),
         (ef.decode_candidate, znode(v=1, replica_id="r", address=""), "address"),
         (ef.decode_candidate, znode(v=1, replica_id="r", address="a" * 257), "address"),
+        (ef.decode_leader, znode(v=3, replica_id="r", address="a", epoch=1), "not 1 or 2"),
+        (ef.decode_leader, znode(v=2, replica_id="r", address="a", epoch=1), "keys"),
+        (
+            ef.decode_leader,
+            znode(v=2, replica_id="r", address=None, tls_address="t", epoch=1),
+            "field address",
+        ),
+        (ef.decode_candidate, znode(v=1, replica_id="r", tls_address="t"), "keys"),
+        (ef.decode_candidate, znode(v=2, replica_id="r", tls_address=""), "tls_address"),
+        (ef.decode_candidate, znode(v=2, replica_id="r", tls_address="t", x=1), "keys"),
+        (ef.decode_handoff, znode(v=2, target="r", epoch=1), "version"),
         (ef.decode_handoff, znode(v=1, target=5, epoch=1), "target"),
         (ef.decode_handoff, znode(v=1, target="r", epoch=True), "epoch"),
     ],

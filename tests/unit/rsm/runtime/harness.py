@@ -18,7 +18,7 @@ import random
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -66,6 +66,8 @@ class _Spec:
     seed: int
     wall_clock_ms: Callable[[], int]
     on_role: Callable[[Role], None] | None
+    options: dict[str, Any]
+    """Further `Replica` arguments (TLS, client tokens)."""
 
 
 @dataclass(eq=False)
@@ -97,8 +99,10 @@ class Replicas:
         config: ReplicaConfig | None = None,
         wall_clock_ms: Callable[[], int] = system_wall_clock_ms,
         on_role: Callable[[Role], None] | None = None,
+        **options: Any,
     ) -> Replica:
-        """Start replica `name` of `app`; return it once it runs (not necessarily caught up)."""
+        """Start replica `name` of `app`; return it once it runs (not necessarily caught up).
+        `options` are further `Replica` arguments."""
         spec = _Spec(
             name,
             app,
@@ -107,6 +111,7 @@ class Replicas:
             next(self._seeds),
             wall_clock_ms,
             on_role,
+            options,
         )
         return await self._task_group.start(self._run, spec)  # type: ignore[no-any-return]
 
@@ -130,6 +135,7 @@ class Replicas:
                     rng=random.Random(spec.seed),
                     wall_clock_ms=spec.wall_clock_ms,
                     on_role=spec.on_role,
+                    **spec.options,
                 ) as replica,
             ):
                 running = Running(replica, store, scope)

@@ -10,6 +10,7 @@ import pytest
 
 from rsm import host, limits
 from rsm.core.layout import AppLayout
+from rsm.core.log_format import CandidateInfo
 from rsm.errors import InvalidConfig
 from rsm.runtime.log import LogStore
 from rsm.tools import cli
@@ -103,12 +104,16 @@ def test_usage_errors_exit_with_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 class SilentReplicaClient:
-    """A client of app "app" whose one registered replica never answers STATUS."""
+    """A plain client of app "app" whose registered replicas are one that never answers
+    STATUS and one with a TLS port only."""
 
     app = "app"
 
-    async def replicas(self) -> dict[str, str]:
-        return {"a": "h:1"}
+    async def members(self) -> dict[str, CandidateInfo]:
+        return {"a": CandidateInfo("a", "h:1"), "b": CandidateInfo("b", None, "h:2")}
+
+    def dial_address(self, info: CandidateInfo) -> str:
+        return info.dial(tls=False)
 
     async def status(self, replica: str | None = None) -> dict[str, Any]:
         await anyio.sleep_forever()
@@ -116,7 +121,7 @@ class SilentReplicaClient:
 
 
 @pytest.mark.anyio
-async def test_a_replica_that_does_not_answer_its_status_gets_a_row_saying_so(
+async def test_a_replica_that_does_not_answer_or_cannot_be_reached_gets_a_row_saying_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(limits, "status_answer_timeout_ms", 50)
@@ -124,5 +129,20 @@ async def test_a_replica_that_does_not_answer_its_status_gets_a_row_saying_so(
         await LogStore(store, AppLayout.of("app")).ensure_layout()
         report = await host.application_status(store, SilentReplicaClient())  # type: ignore[arg-type]
     assert report["replicas"] == [
-        {"replica_id": "a", "address": "h:1", "error": "no answer within 0.05 s"}
+        {
+            "replica_id": "a",
+            "address": "h:1",
+            "tls_address": None,
+            "error": "no answer within 0.05 s",
+        },
+        {
+            "replica_id": "b",
+            "address": None,
+            "tls_address": "h:2",
+            "error": "NoAddressForTransport: replica b has no plain port (it serves TLS only: "
+            "connect with --tls-ca-file)",
+        },
     ]
+    table = cli.render_status(report)
+    assert "h:1" in table
+    assert "tls h:2" in table
