@@ -23,11 +23,11 @@ Either way:
   the rest of the chunk goes the way above, in order.  This is a GET's usual
   path on the leader, and it skips the tickets and the reply queue;
 * shorter still, a chunk that is exactly one GET (`RespParser.lone_get`), from
-  a connection without ACL rules, MULTI or READONLY, is answered from the
-  local leader's store at the time `Router.read_time_ms` gives under the read
-  lease (`KVState.value_at`, as the query would), without the parser's, the
-  dispatch's and the query's layers: a client without pipelining sends just
-  that;
+  a connection without ACL rules, MULTI or READONLY, skips the parser's and
+  the dispatch's layers (a client without pipelining sends just that): it is
+  answered from the local leader's store at the time `Router.read_time_ms`
+  gives under the read lease (`KVState.value_at`, as the query would), without
+  the query's layers either; elsewhere (a follower) it is the router's read;
 * replies that are ready, in request order, are encoded, joined and written
   to the transport in one call: at the end of a chunk for immediate replies;
   for the router's answers, at once when the answer leaves no reply of the
@@ -693,23 +693,27 @@ class RespConnection(FramedProtocol):
         self._service()
 
     def _get_at_once(self, key: bytes) -> bool:
-        """A chunk that is one GET, with nothing owed: answered here from the local
-        leader's state under its read lease (`Router.read_time_ms`), as `_answer_at_once`
-        would answer it, without the parser's, the dispatch's and the query's layers.
-        False, with nothing done, when the connection's state or the router say not now
-        (ACL rules, MULTI, READONLY, no lease, an earlier command waiting)."""
+        """A chunk that is one GET, with nothing owed, from a connection without ACL rules,
+        MULTI or READONLY (else False, nothing done): handed on as `_answer_at_once` would
+        hand it, without the parser's and the dispatch's layers.  Under the local leader's
+        read lease (`Router.read_time_ms`) it is answered here from the leader's state,
+        without the query's layers either; otherwise it is the router's read."""
         client = self.client
         if client.restriction is not None or client.in_transaction or client.stale_reads:
             return False
         router = self._router
         lane = self._lane
         assert lane is not None
-        time_ms = router.read_time_ms(lane)
-        if time_ms is None:
-            return False
         calls = client.stats.calls
         calls["get"] = calls.get("get", 0) + 1
-        self.write(encode_bulk(router.state.value_at(key, time_ms), client.resp3))
+        time_ms = router.read_time_ms(lane)
+        if time_ms is not None:
+            self.write(encode_bulk(router.state.value_at(key, time_ms), client.resp3))
+            return True
+        ticket = self._owe()
+        self._commands[ticket] = "get"
+        router.read(lane, "get", [key], self, ticket, stale=False)
+        self._service()
         return True
 
     def _dispatch(self, args: list[bytes]) -> None:

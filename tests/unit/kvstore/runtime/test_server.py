@@ -412,6 +412,20 @@ async def test_a_lone_get_is_answered_from_the_state_without_a_query() -> None:
         assert transport.writes == [b"_\r\n"], "RESP3's null"
 
 
+async def test_a_lone_get_without_the_lease_is_the_routers_read() -> None:
+    async with hand_driven_connection() as (router, connection, transport):
+        router.replica.command("set", b"a", b"1")
+        router.hold()  # as at a follower: no read is answered at once
+        connection.data_received(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n")
+        assert router.requests == [("get", [b"a"])]
+        assert transport.writes == []
+        connection.data_received(b"PING\r\n")  # waits behind the GET's reply
+        router.release()
+        await wait_all_tasks_blocked()
+        assert b"".join(transport.writes) == b"$1\r\n1\r\n+PONG\r\n"
+        assert connection.client.stats.calls == {"get": 1, "ping": 1}
+
+
 async def test_a_lone_get_takes_the_usual_path_in_a_transaction_or_behind_a_reply() -> None:
     get_a = b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n"
     async with hand_driven_connection() as (router, connection, transport):
