@@ -392,6 +392,7 @@ async def test_replies_known_at_once_leave_in_one_write_without_the_routers_deli
         connection.data_received(b"GET a\r\nPING\r\nGET b\r\n")
         assert transport.writes == [b"$1\r\n1\r\n+PONG\r\n$-1\r\n"]
         assert router.reads_now == 2
+        assert router.requests == [], "the GETs read the store itself, not a query"
         assert router.held is None
 
 
