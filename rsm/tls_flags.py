@@ -36,6 +36,7 @@ from bookie.client.config import ClientConfig
 from bookie.errors import InvalidAddress
 from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.net.tls import client_context, server_context
+from bookie.net.tls_flags import add_bookie_tls_arguments
 from rsm.client import tcp_connector, tls_connector
 from rsm.errors import InvalidConfig
 from rsm.link import Connector
@@ -87,11 +88,8 @@ def add_replica_tls_arguments(parser: argparse.ArgumentParser) -> argparse._Argu
         metavar="HOST:PORT",
         help="the address of --tls-listen told to others (default: --tls-listen's)",
     )
-    tls.add_argument("--tls-bookies", action="store_true", help="connect to bookies with TLS")
     tls.add_argument("--tls-admin", action="store_true", help="serve --admin over HTTPS")
-    tls.add_argument("--tls-cert-file", type=Path, help="PEM certificate chain (and key)")
-    tls.add_argument("--tls-key-file", type=Path, help="PEM private key, if not in the chain")
-    tls.add_argument("--tls-ca-file", type=Path, help="PEM CAs trusted for peers' certificates")
+    add_bookie_tls_arguments(tls)
     tls.add_argument(
         "--tls-require-client-cert",
         action="store_true",

@@ -12,6 +12,7 @@ entry are UNREACHABLE with the first failure as the detail.
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable
 
 import anyio
@@ -34,13 +35,16 @@ class CopyReader:
         digest: Digest,
         address_of: Callable[[str], str | None],
         stack: contextlib.AsyncExitStack,
+        *,
         timeout_ms: int,
+        tls: ssl.SSLContext | None,
     ) -> None:
         self._metadata = metadata
         self._digest = digest
         self._address_of = address_of
         self._stack = stack
         self._timeout_ms = timeout_ms
+        self._tls = tls
         self._connections: dict[str, BookieConnection | str] = {}
         """Bookie id -> its connection, or why there is none."""
 
@@ -53,12 +57,14 @@ class CopyReader:
         address_of: Callable[[str], str | None],
         *,
         timeout_ms: int = limits.read_timeout_ms_default,
+        tls: ssl.SSLContext | None = None,
     ) -> AsyncIterator[CopyReader]:
         """A reader of `metadata`'s ledger; `address_of` maps a bookie id to where it is
-        registered (None: not registered).  Connections close when the block ends."""
+        registered (None: not registered), `tls` is the context to connect with there
+        (None: plain TCP).  Connections close when the block ends."""
         async with contextlib.AsyncExitStack() as stack:
             digest = Digest(metadata.digest_type, password)
-            yield cls(metadata, digest, address_of, stack, timeout_ms)
+            yield cls(metadata, digest, address_of, stack, timeout_ms=timeout_ms, tls=tls)
 
     async def read(self, entry_id: int) -> list[Copy]:
         """Every copy of `entry_id`, in the order of its write set."""
@@ -109,7 +115,7 @@ class CopyReader:
                 target = bookie_address(address)
                 outcome = await self._stack.enter_async_context(
                     BookieConnection.connect(
-                        target.host, target.port, connect_timeout_ms=self._timeout_ms
+                        target.host, target.port, connect_timeout_ms=self._timeout_ms, tls=self._tls
                     )
                 )
             except BookieError as error:

@@ -25,6 +25,7 @@ import contextlib
 import hashlib
 import hmac
 import random
+import ssl
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 
@@ -156,6 +157,11 @@ class LedgerClient:
     def bookie_address(self, bookie_id: str) -> str | None:
         """Where the client connects to `bookie_id` (its last registered address)."""
         return self._context.pool.address(bookie_id)
+
+    @property
+    def tls(self) -> ssl.SSLContext | None:
+        """The context of its connections to bookies (None: plain TCP)."""
+        return self._context.config.tls
 
     # --- ledgers ------------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ from bookie.core.reader import (
 )
 from bookie.errors import (
     BookieError,
+    BookieUnavailable,
     InvalidEntryRange,
     MetadataError,
     NoSuchLedgerError,
@@ -193,6 +194,8 @@ class ReadHandle:
         def on_answer(bookie_id: str, entry_id: int, outcome: Response | BookieError) -> None:
             if type(outcome) is ReadResponse:
                 core.on_read_response(bookie_id, entry_id, outcome, loop_clock_ms())
+            elif isinstance(outcome, BookieUnavailable):
+                core.on_unreachable(bookie_id, entry_id, str(outcome), loop_clock_ms())
             else:
                 core.on_read_timeout(bookie_id, entry_id, loop_clock_ms())
             carry_out()
@@ -246,6 +249,8 @@ class ReadHandle:
         def on_answer(bookie_id: str, outcome: Response | BookieError) -> None:
             if type(outcome) is ReadLacResponse:
                 core.on_read_lac_response(bookie_id, outcome)
+            elif isinstance(outcome, BookieUnavailable):
+                core.on_read_lac_unreachable(bookie_id, str(outcome))
             else:
                 core.on_read_lac_timeout(bookie_id)
             carry_out()

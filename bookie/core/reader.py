@@ -20,7 +20,9 @@ Three machines:
    outstanding and the first valid packet wins).
 3. An entry fails when every member has answered without a valid packet:
    `NoSuchEntry` if all said they do not hold it, `DigestMismatch` if only
-   corrupt copies came back, else `EntryNotAvailable`.  The read stops there.
+   corrupt copies came back, `BookieUnavailable` (with the first reason) if
+   none could be reached at all (`on_unreachable`: a refused TLS handshake,
+   say), else `EntryNotAvailable`.  The read stops there.
 4. Payloads are delivered strictly in entry order (`EntriesRead` runs); every
    answer's LAC (the bookie's, and the one in a verified packet header)
    raises the reader's LAC, which never decreases.
@@ -185,6 +187,7 @@ class _EntryRead:
         "outstanding",
         "no_entries",
         "mismatches",
+        "unreachable",
         "asked_at_ms",
         "payload",
     )
@@ -198,6 +201,8 @@ class _EntryRead:
         """Positions (in `replicas`) asked and not answered, as a bit mask."""
         self.no_entries = 0
         self.mismatches = 0
+        self.unreachable: list[str] = []
+        """Why the replicas that could not be reached at all could not, in order."""
         self.asked_at_ms = 0
         self.payload: bytes | None = None
 
@@ -315,6 +320,13 @@ class RangeRead:
         if entry is not None:
             self._fall_back(entry, now_ms)
 
+    def on_unreachable(self, bookie_id: str, entry_id: int, reason: str, now_ms: int) -> None:
+        """The READ of `entry_id` could not be sent: `bookie_id` cannot be reached (`reason`)."""
+        entry = self._answered(bookie_id, entry_id)
+        if entry is not None:
+            entry.unreachable.append(f"{bookie_id}: {reason}")
+            self._fall_back(entry, now_ms)
+
     def tick(self, now_ms: int) -> None:
         """Timer input: ask the next replica of every entry slower than the speculative timeout."""
         if self._finished:
@@ -369,6 +381,10 @@ class RangeRead:
             error = NoSuchEntry(f"no replica holds {where}")
         elif entry.mismatches and entry.mismatches + entry.no_entries == replicas:
             error = DigestMismatch(f"only corrupt copies of {where}")
+        elif len(entry.unreachable) == replicas:
+            error = BookieUnavailable(
+                f"no bookie holding {where} could be reached: {entry.unreachable[0]}"
+            )
         else:
             error = EntryNotAvailable(
                 f"no valid copy of {where}: {entry.no_entries} absent, "
@@ -413,6 +429,7 @@ class LacRead:
         "_last_add_confirmed",
         "_finished",
         "_effects",
+        "_unreachable",
     )
 
     def __init__(
@@ -427,6 +444,8 @@ class LacRead:
         self._last_add_confirmed = -1
         self._finished = False
         self._effects: list[LacReadEffect] = []
+        self._unreachable: list[str] = []
+        """Why the bookies that could not be reached at all could not, in order."""
 
     def take_effects(self) -> list[LacReadEffect]:
         effects = self._effects[:]
@@ -448,6 +467,12 @@ class LacRead:
 
     def on_read_lac_timeout(self, bookie_id: str) -> None:
         if self._unanswered(bookie_id) is not None:
+            self._decide()
+
+    def on_read_lac_unreachable(self, bookie_id: str, reason: str) -> None:
+        """`bookie_id` cannot be reached (`reason`, which a failed read names)."""
+        if self._unanswered(bookie_id) is not None:
+            self._unreachable.append(f"{bookie_id}: {reason}")
             self._decide()
 
     def _unanswered(self, bookie_id: str) -> int | None:
@@ -489,11 +514,12 @@ class LacRead:
             return
         if self._answered_mask.bit_count() == len(self._index_of):
             self._finished = True
+            unreachable = f"; unreachable: {self._unreachable[0]}" if self._unreachable else ""
             self._effects.append(
                 LacReadFailed(
                     BookieUnavailable(
                         f"too few valid LAC answers for ledger {self._metadata.ledger_id}: "
-                        f"{valid.bit_count()} of {len(self._index_of)}"
+                        f"{valid.bit_count()} of {len(self._index_of)}{unreachable}"
                     )
                 )
             )

@@ -8,6 +8,9 @@ Network commands talk to a running bookie with the single-bookie client
   header fields, digest check and a payload preview;
 * `listentries ADDRESS LEDGER`: which entries the bookie holds, as ranges.
 
+Given a TLS context (`--tls-bookies`, bookie/net/tls_flags.py), they connect
+with TLS: ADDRESS is then the bookie's TLS listener.
+
 Offline commands read a bookie's directories without writing anything, so
 they are safe on a running bookie and on one that refuses to start
 (bookie/storage/inspect.py):
@@ -30,6 +33,7 @@ the message and exits with the code.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -71,11 +75,14 @@ class ShellError(Exception):
 
 
 async def _with_connection(
-    address: Address, timeout_ms: int, action: Callable[[BookieConnection], Any]
+    address: Address,
+    timeout_ms: int,
+    tls: ssl.SSLContext | None,
+    action: Callable[[BookieConnection], Any],
 ) -> Any:
     try:
         async with BookieConnection.connect(
-            address.host, address.port, connect_timeout_ms=timeout_ms
+            address.host, address.port, connect_timeout_ms=timeout_ms, tls=tls
         ) as connection:
             return await action(connection)
     except StatusError as error:
@@ -88,7 +95,12 @@ async def _with_connection(
         ) from error
 
 
-def bookie_info(address: Address, timeout_ms: int = limits.read_timeout_ms_default) -> Result:
+def bookie_info(
+    address: Address,
+    timeout_ms: int = limits.read_timeout_ms_default,
+    *,
+    tls: ssl.SSLContext | None = None,
+) -> Result:
     async def ask(connection: BookieConnection) -> Result:
         response = await connection.bookie_info(timeout_ms=timeout_ms)
         return {
@@ -98,7 +110,7 @@ def bookie_info(address: Address, timeout_ms: int = limits.read_timeout_ms_defau
             "read_only": response.read_only,
         }
 
-    result: Result = anyio.run(_with_connection, address, timeout_ms, ask)
+    result: Result = anyio.run(_with_connection, address, timeout_ms, tls, ask)
     return result
 
 
@@ -111,6 +123,7 @@ def read_entry(
     password: bytes = b"",
     preview_bytes: int = 64,
     timeout_ms: int = limits.read_timeout_ms_default,
+    tls: ssl.SSLContext | None = None,
 ) -> Result:
     """One entry as the bookie stores it; the digest is checked when it can be.
 
@@ -149,12 +162,16 @@ def read_entry(
         result["payload_preview"] = bytes(payload[:preview_bytes]).hex()
         return result
 
-    result: Result = anyio.run(_with_connection, address, timeout_ms, ask)
+    result: Result = anyio.run(_with_connection, address, timeout_ms, tls, ask)
     return result
 
 
 def list_entries(
-    address: Address, ledger_id: int, timeout_ms: int = limits.read_timeout_ms_default
+    address: Address,
+    ledger_id: int,
+    timeout_ms: int = limits.read_timeout_ms_default,
+    *,
+    tls: ssl.SSLContext | None = None,
 ) -> Result:
     async def ask(connection: BookieConnection) -> Result:
         response = await connection.list_entries(ledger_id, timeout_ms=timeout_ms)
@@ -166,7 +183,7 @@ def list_entries(
             "entries": sum(last - first + 1 for first, last in ranges),
         }
 
-    result: Result = anyio.run(_with_connection, address, timeout_ms, ask)
+    result: Result = anyio.run(_with_connection, address, timeout_ms, tls, ask)
     return result
 
 

@@ -42,6 +42,7 @@ import os
 import shlex
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,6 +57,7 @@ from bookie.errors import InvalidConfig, MetadataUnavailable
 from bookie.logs import FORMATS, configure, emit
 from bookie.meta import paths
 from bookie.meta.zk import ZkMetadataStore
+from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
 from bookie.runtime_tuning import tune_for_throughput
 from bookie.server.config import (
     KEYS,
@@ -197,6 +199,7 @@ def _autorecovery_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
     )
     standalone.add_argument("--password", help="a ledger password it may use, besides ''")
     standalone.add_argument("--log-format", choices=FORMATS, default="json")
+    add_bookie_tls_arguments(standalone)
 
 
 def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -208,10 +211,14 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         parser.add_argument("--json", action="store_true", help="print one JSON object")
         return parser
 
-    info = tool("bookieinfo", "disk space and read-only flag of a running bookie")
-    info.add_argument("address", help="host:port of the bookie")
-    entry = tool("readentry", "one entry of a ledger, read from a running bookie")
-    entry.add_argument("address", help="host:port of the bookie")
+    def bookie_tool(name: str, description: str) -> argparse.ArgumentParser:
+        parser = tool(name, description)
+        parser.add_argument("address", help="host:port of the bookie (its TLS listener's: TLS)")
+        add_bookie_tls_arguments(parser)
+        return parser
+
+    bookie_tool("bookieinfo", "disk space and read-only flag of a running bookie")
+    entry = bookie_tool("readentry", "one entry of a ledger, read from a running bookie")
     entry.add_argument("ledger_id", type=int)
     entry.add_argument("entry_id", type=int, help="entry id, or -1 for the last one")
     entry.add_argument(
@@ -222,8 +229,7 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     entry.add_argument("--password", default="", help="the ledger's password (HMAC digests)")
     entry.add_argument("--preview-bytes", type=int, default=64, help="payload bytes to show")
-    entries = tool("listentries", "which entries of a ledger a running bookie holds")
-    entries.add_argument("address", help="host:port of the bookie")
+    entries = bookie_tool("listentries", "which entries of a ledger a running bookie holds")
     entries.add_argument("ledger_id", type=int)
     mark = tool("lastmark", "checkpoint marks of a bookie's ledger directories (offline)")
     mark_source = mark.add_mutually_exclusive_group(required=True)
@@ -265,11 +271,13 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     ledger.add_argument("--password", default="", help="the ledger's password")
     ledger.add_argument("--preview-bytes", type=int, default=16, help="payload bytes to show")
+    add_bookie_tls_arguments(ledger)
     simple = cluster_tool("simpletest", "create a ledger, write entries, read them back, delete it")
     simple.add_argument("--ensemble", type=int, default=3, help="ensemble size E")
     simple.add_argument("--write-quorum", type=int, default=2, help="write quorum Qw")
     simple.add_argument("--ack-quorum", type=int, default=2, help="ack quorum Qa")
     simple.add_argument("--entries", type=int, default=100, help="entries to write")
+    add_bookie_tls_arguments(simple)
     cluster_tool(
         "listunderreplicated", "ledgers marked under-replicated, what they miss, who repairs them"
     )
@@ -371,6 +379,11 @@ def _autorecovery(arguments: argparse.Namespace) -> int:
         problem = "--poll-interval-ms and --presence-interval-ms must be at least 1"
     elif arguments.id is not None and not paths.is_valid_name(arguments.id):
         problem = f"--id {arguments.id!r}: no '/', not empty, '.' or '..'"
+    tls = None
+    try:
+        tls = bookie_tls_context(arguments)
+    except InvalidConfig as error:
+        problem = problem or str(error)
     if problem is not None:
         emit(logger, logging.ERROR, "autorecovery.invalid_arguments", reason=problem)
         return EXIT_USAGE
@@ -385,6 +398,7 @@ def _autorecovery(arguments: argparse.Namespace) -> int:
         rate_entries_per_s=arguments.rate_entries_per_s,
         rate_bytes_per_s=arguments.rate_bytes_per_s,
         passwords=_passwords(arguments.password),
+        tls=tls,
     )
     try:
         anyio.run(_run_autorecovery, arguments.zk, settings)
@@ -444,10 +458,12 @@ def _shell(arguments: argparse.Namespace, words: list[str]) -> int:
 
 def _run_tool(arguments: argparse.Namespace) -> dict[str, object]:
     tool = arguments.tool
+    # Only the tools that talk to bookies take the TLS flags.
+    tls = bookie_tls_context(arguments) if "tls_bookies" in arguments else None
     if tool in cluster.HUMAN:
-        return _run_cluster_tool(arguments)
+        return _run_cluster_tool(arguments, tls)
     if tool == "bookieinfo":
-        return bookie_info(_address(arguments.address))
+        return bookie_info(_address(arguments.address), tls=tls)
     if tool == "readentry":
         return read_entry(
             _address(arguments.address),
@@ -456,9 +472,10 @@ def _run_tool(arguments: argparse.Namespace) -> dict[str, object]:
             digest_type=DigestType[arguments.digest.upper()],
             password=arguments.password.encode(),
             preview_bytes=arguments.preview_bytes,
+            tls=tls,
         )
     if tool == "listentries":
-        return list_entries(_address(arguments.address), arguments.ledger_id)
+        return list_entries(_address(arguments.address), arguments.ledger_id, tls=tls)
     if tool == "lastmark":
         ledger_dirs = (
             list(_offline_config(arguments.config).ledger_dirs)
@@ -474,9 +491,11 @@ def _run_tool(arguments: argparse.Namespace) -> dict[str, object]:
     return read_journal(path, ledger_id=arguments.ledger, limit=arguments.limit)
 
 
-def _run_cluster_tool(arguments: argparse.Namespace) -> dict[str, object]:
+def _run_cluster_tool(
+    arguments: argparse.Namespace, tls: ssl.SSLContext | None
+) -> dict[str, object]:
     tool = arguments.tool
-    where = cluster.Cluster(arguments.zk, arguments.zk_root)
+    where = cluster.Cluster(arguments.zk, arguments.zk_root, tls)
     if tool == "listbookies":
         return cluster.bookies(where)
     if tool == "listledgers":

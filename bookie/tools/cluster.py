@@ -48,6 +48,7 @@ unreachable cluster (2) from a failure found while working (1).
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,7 @@ from typing import Any
 import anyio
 
 from bookie import limits
+from bookie.client.config import ClientConfig
 from bookie.client.copies import CopyReader
 from bookie.client.ledger_client import LedgerClient
 from bookie.client.read_handle import ReadHandle
@@ -63,6 +65,7 @@ from bookie.core.copies import CopyState, odd_copies
 from bookie.core.metadata import LedgerMetadata
 from bookie.errors import (
     BookieError,
+    BookieUnavailable,
     InvalidConfig,
     MetadataUnavailable,
     NoNode,
@@ -89,10 +92,12 @@ from bookie.wire.packet import DigestType
 
 @dataclass(frozen=True, slots=True)
 class Cluster:
-    """Where a cluster's metadata is: ZooKeeper hosts ("host:port[,...]") and root znode."""
+    """Where a cluster's metadata is: ZooKeeper hosts ("host:port[,...]") and root znode;
+    how its bookies are reached (`tls`: their TLS listeners with this context)."""
 
     zk_servers: str
     zk_root: str = limits.metadata_root_default
+    tls: ssl.SSLContext | None = None
 
     def __post_init__(self) -> None:
         if not self.zk_servers or "/" in self.zk_servers:
@@ -138,18 +143,22 @@ async def _metadata(cluster: Cluster) -> AsyncIterator[MetadataStore]:
 async def _client(cluster: Cluster) -> AsyncIterator[LedgerClient]:
     async with (
         _metadata(cluster) as store,
-        LedgerClient.open(store, root=cluster.zk_root) as client,
+        LedgerClient.open(
+            store, root=cluster.zk_root, config=ClientConfig(tls=cluster.tls)
+        ) as client,
     ):
         yield client
 
 
 def _run(action: Callable[[], Any]) -> Result:
     """Run a command's coroutine; a failure it did not foresee is still one line, not a
-    traceback (bad input: a configuration error, such as bad ZooKeeper credentials)."""
+    traceback (bad input: a configuration error, such as bad ZooKeeper credentials, or
+    bookies that cannot be reached, such as a TLS handshake refused, are usage errors)."""
     try:
         result: Result = anyio.run(action)
     except BookieError as error:
-        code = EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_PROBLEM
+        unusable = isinstance(error, InvalidConfig | BookieUnavailable)
+        code = EXIT_USAGE if unusable else EXIT_PROBLEM
         raise ShellError(f"{type(error).__name__}: {error}", code) from error
     return result
 
@@ -345,7 +354,7 @@ async def _compare_copies(
     result: Result,
 ) -> None:
     start, stop = entries
-    async with CopyReader.open(metadata, password, client.bookie_address) as reader:
+    async with CopyReader.open(metadata, password, client.bookie_address, tls=client.tls) as reader:
         for entry_id in range(start, stop + 1):
             copies = await reader.read(entry_id)
             odd = odd_copies(copies)

@@ -15,7 +15,9 @@ outside the bounds are never opened.  The entry ranges are then cut by
 `planning.split`, once: a retried task reads exactly the entries it read
 the first time (an open ledger's end is pinned to the LAC seen when
 planning).  Ledgers are opened with the framework's ledger password
-(`ReplicaConfig.ledger_password`).
+(`ReplicaConfig.ledger_password`).  With `ClusterOptions.tls_ca_file` (the
+option `tlsCaFile`) the driver and every executor reach the bookies through
+their TLS listeners, each building its TLS context from the files.
 
 The bulk snapshot (on the driver): `restore_snapshot` loads the snapshot a
 truncated log goes on from, as replicas load one; a reduced state goes
@@ -39,15 +41,19 @@ import functools
 from collections.abc import AsyncIterator, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
+from bookie.client.config import ClientConfig
 from bookie.client.ledger_client import LedgerClient
 from bookie.client.read_handle import LedgerEntry, ReadHandle
 from bookie.core.quorum import Quorum
 from bookie.errors import BookieError, DigestMismatch, NoNode, NoSuchLedgerError
+from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.meta.api import MetadataStore
 from bookie.meta.zk import ZkMetadataStore
+from bookie.net.tls import client_context
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core import snapshot_manifest
@@ -112,10 +118,9 @@ class Cluster:
         hosts, chroot = split_zk(options.zk)
         with (
             start_blocking_portal() as portal,
-            portal.wrap_async_context_manager(_connect(hosts, chroot, options.ledger_root)) as (
-                store,
-                ledgers,
-            ),
+            portal.wrap_async_context_manager(
+                _connect(hosts, chroot, options.ledger_root, _ledger_config(options))
+            ) as (store, ledgers),
         ):
             yield cls(portal, store, ledgers, options.ledger_root)
 
@@ -436,13 +441,26 @@ _FAR = 1 << 63
 """Past every index: the end of an OPEN segment, not known yet."""
 
 
+def _ledger_config(options: ClusterOptions) -> ClientConfig:
+    """The ledger client's settings: TLS to the bookies with `tls_ca_file`; `InvalidConfig`
+    naming the file that cannot be used."""
+    if options.tls_ca_file is None:
+        return ClientConfig()
+    paths = (options.tls_ca_file, options.tls_cert_file, options.tls_key_file)
+    ca_file, cert_file, key_file = (None if path is None else Path(path) for path in paths)
+    try:
+        return ClientConfig(tls=client_context(ca_file, cert_file, key_file))
+    except BookieInvalidConfig as error:
+        raise InvalidConfig(str(error)) from None
+
+
 @contextlib.asynccontextmanager
 async def _connect(
-    hosts: str, chroot: str | None, ledger_root: str
+    hosts: str, chroot: str | None, ledger_root: str, config: ClientConfig
 ) -> AsyncIterator[tuple[MetadataStore, LedgerClient]]:
     async with (
         ZkMetadataStore.connect(hosts, root=chroot) as store,
-        LedgerClient.open(store, root=ledger_root) as ledgers,
+        LedgerClient.open(store, root=ledger_root, config=config) as ledgers,
     ):
         yield store, ledgers
 

@@ -9,6 +9,10 @@ Spark hands a source its options as text (keys compared without case).
     zk                      ZooKeeper HOST:PORT[,...][/chroot]        required
     app                     the application's name                    required
     ledgerRoot              the ledger cluster's metadata root        /ledgers
+    tlsCaFile               PEM CAs of the bookies' certificates: read the bookies
+                            through their TLS listeners (a path every executor can read)  none
+    tlsCertFile             PEM client certificate chain (mutual TLS; needs tlsCaFile)    none
+    tlsKeyFile              its private key, if not in tlsCertFile                        none
     startingIndex           first index read: N >= 1 or `earliest`    earliest
     endingIndex             index where the read stops (excluded): N or `latest`   latest
     startingTimestamp       keep commands logged at or after T (ms since the Unix epoch)
@@ -29,7 +33,7 @@ Spark hands a source its options as text (keys compared without case).
                             read naming it, `PERMISSIVE` gives a row naming it in the
                             column `_corrupt` (rsm/spark/rows.py)                  FAILFAST
 
-`ledger` takes `zk`, `ledgerRoot`, `minPartitions`, `maxEntriesPerPartition`,
+`ledger` takes `zk`, `ledgerRoot`, the `tls*` options, `minPartitions`, `maxEntriesPerPartition`,
 `arrow`, `mode`, and `ledgers`: comma-separated ledger ids (default: every ledger).
 """
 
@@ -56,10 +60,15 @@ _FALSE = ("false", "0", "no")
 
 @dataclass(frozen=True, slots=True)
 class ClusterOptions:
-    """Where the ledgers and the application's znodes are."""
+    """Where the ledgers and the application's znodes are, and how the bookies are reached:
+    with `tls_ca_file`, their TLS listeners (paths, not contexts: options travel to the
+    executors pickled, and each opens the files itself)."""
 
     zk: str
     ledger_root: str
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +156,19 @@ def _required(options: Mapping[str, str], key: str) -> str:
 
 
 def _cluster(options: Mapping[str, str]) -> ClusterOptions:
+    ca_file, cert_file, key_file = (
+        options.get(key, "").strip() or None for key in ("tlscafile", "tlscertfile", "tlskeyfile")
+    )
+    if ca_file is None and (cert_file is not None or key_file is not None):
+        raise InvalidConfig("options tlsCertFile and tlsKeyFile need tlsCaFile")
+    if key_file is not None and cert_file is None:
+        raise InvalidConfig("option tlsKeyFile needs tlsCertFile")
     return ClusterOptions(
         zk=_required(options, "zk"),
         ledger_root=options.get("ledgerroot", bookie_limits.metadata_root_default),
+        tls_ca_file=ca_file,
+        tls_cert_file=cert_file,
+        tls_key_file=key_file,
     )
 
 

@@ -10,8 +10,9 @@ it takes from here, and from nowhere else inside `rsm.tools`:
 * `key_history(...)`: `rsm blame`, every command that changed one key;
 * `query_at(...)`: one of the class's queries on the state at an index, by
   replay from the newest snapshot at or below it (`QueryAt`);
-* `source_options_of(app=..., zk=..., ledger_root=..., log_file=...)`: what
-  both take to name the log (a cluster, or an exported file);
+* `source_options_of(app=..., zk=..., ledger_root=..., log_file=..., tls=...)`:
+  what both take to name the log (a cluster, its bookies reached with the TLS
+  context `tls`, or an exported file);
 * for `--json`, `SCHEMA_VERSION` (the key "schema" of every object the tools
   print) and `plain_value` (a decoded value as JSON carries it: bytes as text
   when UTF-8, else `{"hex": ...}`).
@@ -22,6 +23,7 @@ library behind them.
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 from rsm.tools.investigate import run as run_command
@@ -40,8 +42,14 @@ __all__ = [
 
 
 def source_options_of(
-    *, app: str | None, zk: str | None, ledger_root: str, log_file: str | None
+    *,
+    app: str | None,
+    zk: str | None,
+    ledger_root: str,
+    log_file: str | None,
+    tls: ssl.SSLContext | None = None,
 ) -> dict[str, Any]:
     """The log a tool reads: application `app` on the cluster at `zk` (bookie metadata under
-    `ledger_root`), or the exported file `log_file`."""
-    return {"app": app, "zk": zk, "ledger_root": ledger_root, "log_file": log_file}
+    `ledger_root`, bookies reached with `tls`, None: plain TCP), or the exported file
+    `log_file`."""
+    return {"app": app, "zk": zk, "ledger_root": ledger_root, "log_file": log_file, "tls": tls}

@@ -86,10 +86,13 @@ from typing import Any, Final
 import anyio
 
 from bookie import limits as bookie_limits
+from bookie.client.config import ClientConfig as LedgerClientConfig
 from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError
+from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
+from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
 from rsm import limits
 from rsm.admin import add_admin_argument, admin_server
 from rsm.client import Client, ClientConfig, connect
@@ -165,7 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _backend_run(_COMMANDS[command], arguments)
     except (RsmError, BookieError) as error:
         _print_error(error, as_json=getattr(arguments, "json", False))
-        return EXIT_USAGE if isinstance(error, InvalidConfig) else EXIT_FAILED
+        usage = isinstance(error, InvalidConfig | BookieInvalidConfig)
+        return EXIT_USAGE if usage else EXIT_FAILED
 
 
 def _print_error(error: RsmError | BookieError, *, as_json: bool) -> None:
@@ -256,6 +260,7 @@ def _parser() -> argparse.ArgumentParser:
     _common(inspected)
     inspected.add_argument("--index", type=int, help="the snapshot's index (default: newest)")
     inspected.add_argument("--ledger-root", default=bookie_limits.metadata_root_default)
+    add_bookie_tls_arguments(inspected, files=False)
     investigate.add_snapshot_verify(snapshot_commands)
     investigate.add_parsers(commands)
     return parser
@@ -565,7 +570,8 @@ async def _read_snapshots(
             if arguments.index is None
             else f"no snapshot of {layout.app!r} at index {arguments.index}"
         )
-    async with LedgerClient.open(store, root=arguments.ledger_root) as ledgers:
+    config = LedgerClientConfig(tls=bookie_tls_context(arguments))
+    async with LedgerClient.open(store, root=arguments.ledger_root, config=config) as ledgers:
         return await inspect(SnapshotStore(store, ledgers, layout, ReplicaConfig()), manifest)
 
 

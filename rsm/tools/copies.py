@@ -69,7 +69,9 @@ async def compare_segment(
     handle = await source.handle(segment)
     metadata = handle.metadata
     problems: list[Problem] = []
-    async with CopyReader.open(metadata, password, source.ledgers.bookie_address) as reader:
+    async with CopyReader.open(
+        metadata, password, source.ledgers.bookie_address, tls=source.ledgers.tls
+    ) as reader:
         for entry_id in range(handle.last_add_confirmed + 1):
             copies = await reader.read(entry_id)
             problems += judge(segment.ledger_id, entry_id, copies, metadata.ack_quorum)

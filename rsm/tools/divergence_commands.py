@@ -9,6 +9,7 @@ from typing import Any, Final
 
 import anyio
 
+from bookie.net.tls_flags import bookie_tls_context
 from rsm.config import ReplicaConfig
 from rsm.core.state_machine import StateMachine
 from rsm.errors import InvalidConfig, RsmError
@@ -253,7 +254,12 @@ async def bisect(arguments: argparse.Namespace) -> int:
 
 
 def _source_options_bisect(arguments: argparse.Namespace) -> dict[str, Any]:
-    return {"app": arguments.app, "zk": arguments.zk, "ledger_root": arguments.ledger_root}
+    return {
+        "app": arguments.app,
+        "zk": arguments.zk,
+        "ledger_root": arguments.ledger_root,
+        "tls": bookie_tls_context(arguments),
+    }
 
 
 def _bisect_words(arguments: argparse.Namespace, description: str, index: int) -> list[str]:

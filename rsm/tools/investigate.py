@@ -53,6 +53,7 @@ from bookie.errors import (
     NotEnoughBookies,
     leaf_error,
 )
+from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.runtime_tuning import tune_for_throughput
 from rsm.errors import InvalidConfig, MalformedValue, RsmError, Truncated
 from rsm.host import quiet_kazoo
@@ -210,7 +211,10 @@ def run(arguments: argparse.Namespace, argv: Sequence[str]) -> int:
 def _classify(error: Exception) -> tuple[int | None, str]:
     """The exit status and message of an error, or None for a bug (let the traceback show)."""
     text = f"{type(error).__name__}: {error}"
-    if isinstance(error, InvalidConfig | Truncated | MetadataUnavailable | NoSuchLedgerError):
+    if isinstance(
+        error,
+        InvalidConfig | BookieInvalidConfig | Truncated | MetadataUnavailable | NoSuchLedgerError,
+    ):
         return EXIT_USAGE, text
     if isinstance(error, ClientError) and not isinstance(error, NoSuchLedgerError):
         return EXIT_USAGE if _unreachable(error) else EXIT_PROBLEM, text

@@ -1,7 +1,8 @@
 """What the investigation commands share: their options, exit statuses, positions, outcomes.
 
-* A SOURCE is `--app NAME --zk HOSTS [--ledger-root PATH]` or `--log FILE`
-  (`source_options`, `source_arguments`); a class is `--class MODULE:CLASS`
+* A SOURCE is `--app NAME --zk HOSTS [--ledger-root PATH]` (with the bookie TLS
+  flags of bookie/net/tls_flags.py) or `--log FILE` (`source_options`,
+  `source_arguments`); a class is `--class MODULE:CLASS`
   with `--app-dir` and the replicas' settings that decide what is applied
   (`machine_options`, `replica_config`).
 * Exit statuses: `EXIT_OK` clean, `EXIT_PROBLEM` a problem found,
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from bookie import limits as bookie_limits
+from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core.sessions import Outcome
@@ -44,6 +46,7 @@ def source_options(parser: argparse.ArgumentParser, *, many_logs: bool = False) 
     else:
         parser.add_argument("--log", dest="log_file", help="an exported log file")
     parser.add_argument("--json", action="store_true", help="JSON output")
+    add_bookie_tls_arguments(parser)
 
 
 def machine_options(parser: argparse.ArgumentParser, flag: str, *, dest: str) -> None:
@@ -90,6 +93,7 @@ def source_arguments(arguments: argparse.Namespace) -> dict[str, Any]:
         "app": arguments.app,
         "zk": arguments.zk,
         "ledger_root": arguments.ledger_root,
+        "tls": bookie_tls_context(arguments),
     }
 
 

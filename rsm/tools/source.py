@@ -34,6 +34,7 @@ ZooKeeper or a bookie; a range below the log's truncation point is
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,6 +46,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from bookie import limits as bookie_limits
+from bookie.client.config import ClientConfig
 from bookie.client.ledger_client import LedgerClient
 from bookie.client.read_handle import ReadHandle
 from bookie.errors import BookieError, NoNode
@@ -197,9 +199,16 @@ class ClusterSource:
     @classmethod
     @contextlib.asynccontextmanager
     async def connect(
-        cls, zk: str, app: str, *, ledger_root: str, config: ReplicaConfig | None = None
+        cls,
+        zk: str,
+        app: str,
+        *,
+        ledger_root: str,
+        config: ReplicaConfig | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> AsyncIterator[ClusterSource]:
-        """Connect to ZooKeeper and the bookies, read the log znode: `NoSuchApplication` at once
+        """Connect to ZooKeeper and the bookies (with `tls`, their TLS listeners), read the
+        log znode: `NoSuchApplication` at once
         when the application does not exist, `MetadataUnavailable` when ZooKeeper gives no
         session within `limits.cli_zk_connect_timeout_ms` (a person waits for the tools)."""
         config = ReplicaConfig() if config is None else config
@@ -209,7 +218,9 @@ class ClusterSource:
                 log, _version = await LogStore(store, layout).read()
             except NoNode:
                 raise NoSuchApplication(app) from None
-            async with LedgerClient.open(store, root=ledger_root) as ledgers:
+            async with LedgerClient.open(
+                store, root=ledger_root, config=ClientConfig(tls=tls)
+            ) as ledgers:
                 description = f"--app {app} --zk {zk}"
                 if ledger_root != bookie_limits.metadata_root_default:
                     description += f" --ledger-root {ledger_root}"
@@ -514,8 +525,10 @@ async def open_source(
     zk: str | None,
     ledger_root: str,
     config: ReplicaConfig | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> AsyncIterator[LogSource]:
-    """The file when `log_file` is given, else the cluster of `app` at `zk`."""
+    """The file when `log_file` is given, else the cluster of `app` at `zk` (its bookies
+    reached with `tls`, None: plain TCP)."""
     if log_file is not None:
         if app is not None or zk is not None:
             raise InvalidConfig("give either --log FILE or --app and --zk, not both")
@@ -523,5 +536,7 @@ async def open_source(
         return
     if app is None or zk is None:
         raise InvalidConfig("give --app NAME and --zk HOSTS (or --log FILE, an exported log)")
-    async with ClusterSource.connect(zk, app, ledger_root=ledger_root, config=config) as source:
+    async with ClusterSource.connect(
+        zk, app, ledger_root=ledger_root, config=config, tls=tls
+    ) as source:
         yield source

@@ -14,7 +14,6 @@ import shutil
 import ssl
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +32,8 @@ from bookie.net.tls import client_context
 from rsm.client import tls_connector
 from tests.tls_certs import Certificates
 from tests.unit.kvstore.local_store import Store, running_store, wait_for
+
+from .support.admin_http import metric_sum
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
 
@@ -67,17 +68,6 @@ def _tls_client(store: Store, name: str, **options: object) -> redis.Redis:
     )
 
 
-def _metric(url: str, name: str) -> float:
-    """The sum of a metric's samples on a Prometheus page (0 when absent)."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name) and not line.startswith("#")
-    )
-
-
 def _logged(path: Path, *needles: str) -> int:
     return sum(all(n in line for n in needles) for line in path.read_text().splitlines())
 
@@ -101,7 +91,7 @@ def test_a_write_and_a_read_through_tls(store: Store) -> None:
         assert result.stdout.strip() == b"through a follower", result
     # The replicas' ledger clients use the bookies' TLS listeners.
     for bookie in store.cluster.bookies.bookies:
-        assert _metric(bookie.admin_url, "bookie_tls_accepted_total") >= 1
+        assert metric_sum(bookie.admin_url, "bookie_tls_accepted_total") >= 1
 
 
 def test_refusals_are_counted_and_the_store_goes_on(store: Store, others: Certificates) -> None:
@@ -120,7 +110,7 @@ def test_refusals_are_counted_and_the_store_goes_on(store: Store, others: Certif
     bookie = store.cluster.bookies.bookies[0]
     tls_port = bookie.tls_port
     assert tls_port is not None
-    refused_before = _metric(bookie.admin_url, "bookie_tls_refused_total")
+    refused_before = metric_sum(bookie.admin_url, "bookie_tls_refused_total")
 
     async def identify(context: ssl.SSLContext) -> None:
         async with BookieConnection.connect(HOST, tls_port, tls=context) as connection:
@@ -129,7 +119,7 @@ def test_refusals_are_counted_and_the_store_goes_on(store: Store, others: Certif
     with pytest.raises(BookieUnavailable, match="TLS"):
         anyio.run(identify, client_context(certs.ca))
     anyio.run(identify, client_context(certs.ca, certs.client))
-    wait_for(lambda: _metric(bookie.admin_url, "bookie_tls_refused_total") > refused_before)
+    wait_for(lambda: metric_sum(bookie.admin_url, "bookie_tls_refused_total") > refused_before)
 
     # A replica's framework port: a client certificate of another CA is refused.
     address = store.cluster.replica(leader).address
@@ -146,8 +136,8 @@ def test_refusals_are_counted_and_the_store_goes_on(store: Store, others: Certif
         anyio.run(connect_with_rogue_certificate)
     wait_for(lambda: _logged(log, '"tls.refused"', '"server": "replica"') >= 1)
     admin_url = store.cluster.replica(leader).admin_url
-    assert _metric(admin_url, "rsm_tls_refused_total") >= 1
-    assert _metric(admin_url, "rsm_tls_accepted_total") >= 1
+    assert metric_sum(admin_url, "rsm_tls_refused_total") >= 1
+    assert metric_sum(admin_url, "rsm_tls_accepted_total") >= 1
 
     # The store goes on serving, through a follower (a write forwarded over TLS).
     follower = next(name for name in store.names if name != leader)

@@ -23,6 +23,9 @@ Applications:
 * `corrupt`: one CLOSED segment whose entry 1 is not a batch.
 * `truncated`: a log whose first segment starts at index 50, and a snapshot
   registered at index 49.
+
+Each bookie also serves a TLS listener (server certificate only: clients are
+not asked for one), for the reads with the `tls*` options.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import anyio
 from bookie.client.config import ClientConfig
 from bookie.client.ledger_client import LedgerClient
 from bookie.client.write_handle import WriteHandle
-from bookie.local.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper, free_port
 from bookie.meta.zk import ZkMetadataStore
 from rsm.config import ReplicaConfig
 from rsm.core.layout import AppLayout
@@ -54,7 +57,8 @@ from rsm.core.log_format import (
 )
 from rsm.core.log_state import Log, Segment, SegmentState
 from rsm.core.snapshot_manifest import Manifest, SnapshotsValue, encode_snapshots
-from tests.integration.support.processes import BookieCluster
+from tests.integration.support.processes import HOST, BookieCluster
+from tests.tls_certs import Certificates
 
 T0_MS = 1_700_000_000_000
 CLIENT = b"client-0000000001"
@@ -86,6 +90,8 @@ class KnownCluster:
     writers: dict[str, Writer]
     bookie_ids: list[str]
     store: ZkMetadataStore
+    certs: Certificates
+    """The bookies' TLS listeners (next to their plain ones) serve `certs.server`."""
 
     async def take_over(self, role: str) -> None:
         """A new leader: the OPEN segment closed at its end, a new one of the next epoch."""
@@ -267,8 +273,16 @@ async def _publish(store: ZkMetadataStore, app: str, log: Log) -> None:
 async def known_cluster(
     zookeeper: LocalZooKeeper, directory: Path, zk_root: str, suffix: str
 ) -> AsyncIterator[KnownCluster]:
+    certs = Certificates.make(directory / "certs")
     async with BookieCluster(zookeeper, zk_root, directory) as cluster:
-        setups = [cluster.add_bookie(ledger_dirs=1) for _ in range(3)]
+        tls = {"tls_cert_file": str(certs.server), "tls_ca_file": str(certs.ca)}
+        setups = [
+            cluster.add_bookie(
+                ledger_dirs=1,
+                config={"tls_listen_address": f"{HOST}:{free_port(HOST)}", **tls},
+            )
+            for _ in range(3)
+        ]
         async with anyio.create_task_group() as group:
             for setup in setups:
                 group.start_soon(functools.partial(cluster.start, setup, wait_for="bookie.ready"))
@@ -332,4 +346,5 @@ async def known_cluster(
                 writers=writers,
                 bookie_ids=sorted(ledgers.writable_bookies),
                 store=store,
+                certs=certs,
             )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
@@ -55,3 +58,27 @@ def test_an_unknown_ledger_is_named(spark: SparkSession, known: KnownCluster) ->
             .load()
             .collect()
         )
+
+
+def test_tls_options_read_through_the_bookies_tls_listeners(
+    spark: SparkSession, known: KnownCluster
+) -> None:
+    expected = known.expected["known"]
+    ids = ",".join(str(ledger_id) for ledger_id in expected.ledgers)
+
+    def read(ca_file: Path) -> list[Any]:
+        return (
+            spark.read.format("ledger")
+            .option("zk", known.zk)
+            .option("ledgerRoot", known.ledger_root)
+            .option("ledgers", ids)
+            .option("tlsCaFile", str(ca_file))
+            .load()
+            .collect()
+        )
+
+    rows = read(known.certs.ca)
+    assert {(row.ledger_id, row.entry_id): bytes(row.payload) for row in rows} == expected.payloads
+    # A CA that did not sign the bookies' certificates: a plain read would not notice it.
+    with pytest.raises(PySparkException, match="TLS: the peer's certificate was refused"):
+        read(known.certs.rogue_ca)

@@ -85,6 +85,8 @@ from bookie.local.cluster import ClusterError, LocalBookie, admin_heading, admin
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies
+from bookie.net.tls import client_context
+from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
 from kvstore import limits
 from kvstore.connection.acl import AccessControl
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
@@ -266,6 +268,7 @@ def _log_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--app", help=f"the store's name (default: {DEFAULT_APP})")
     parser.add_argument("--ledger-root", default=LEDGER_ROOT, help="the bookies' root znode")
     parser.add_argument("--json", action="store_true", help="JSON output")
+    add_bookie_tls_arguments(parser)
 
 
 def _run(command: Any, arguments: argparse.Namespace) -> int:
@@ -518,14 +521,20 @@ def _log_of(arguments: argparse.Namespace) -> dict[str, Any]:
             app=None, zk=None, ledger_root=arguments.ledger_root, log_file=arguments.log
         )
     zk, app = arguments.zk, arguments.app
+    tls = bookie_tls_context(arguments)
     if zk is None:
+        data_dir = arguments.data_dir or Path("data")
         try:
-            saved = read_saved(arguments.data_dir or Path("data"))
+            saved = read_saved(data_dir)
         except ClusterError as error:
             raise InvalidConfig(str(error)) from None
         zk, app = saved["zk"], app or saved["app"]
+        if saved.get("tls") and tls is None:
+            # A store made by `kvstore up --tls`: its bookies' TLS listeners, as its client.
+            certificates = development_certificates(data_dir / TLS_DIRECTORY)
+            tls = client_context(certificates.ca, certificates.client)
     return source_options_of(
-        app=app or DEFAULT_APP, zk=zk, ledger_root=arguments.ledger_root, log_file=None
+        app=app or DEFAULT_APP, zk=zk, ledger_root=arguments.ledger_root, log_file=None, tls=tls
     )
 
 

@@ -124,3 +124,15 @@ def sample(families: dict[str, Metric], name: str, **labels: str) -> float:
             if each.name == name and all(each.labels.get(k) == v for k, v in labels.items()):
                 return float(each.value)
     return 0.0
+
+
+def metric_sum(url: str, name: str) -> float:
+    """The sum of a metric's samples on the Prometheus page of the admin server at `url`
+    (0 when absent)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name) and not line.startswith("#")
+    )

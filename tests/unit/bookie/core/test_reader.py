@@ -167,6 +167,26 @@ def test_rule3_entry_fails_when_every_replica_answered_without_a_valid_copy(
     assert read.take_effects() == [], "nothing after a failure"
 
 
+def test_rule3_an_entry_no_replica_could_be_reached_for_says_why() -> None:
+    read = range_read(0, 1)
+    read.take_effects()
+    read.on_unreachable("b1", 0, "TLS: the peer's certificate was refused", 0)
+    read.on_unreachable("b2", 0, "refused", 0)
+    assert not read.finished
+    read.on_read_timeout("b3", 0, 0)
+    (failed,) = read.take_effects()[-1:]
+    assert isinstance(failed, ReadFailed)
+    assert isinstance(failed.error, EntryNotAvailable), "one replica only timed out"
+    read = range_read(0, 1)
+    read.take_effects()
+    for bookie in ("b1", "b2", "b3"):
+        read.on_unreachable(bookie, 0, f"TLS refused by {bookie}", 0)
+    (failed,) = read.take_effects()[-1:]
+    assert isinstance(failed, ReadFailed)
+    assert isinstance(failed.error, BookieUnavailable)
+    assert str(failed.error).endswith("could be reached: b1: TLS refused by b1")
+
+
 @given(st.permutations(range(6)))
 def test_rule4_payloads_are_delivered_in_entry_order(order: list[int]) -> None:
     read = range_read(10, 15)
@@ -272,6 +292,20 @@ def test_rule5_corrupt_and_failed_answers_do_not_count() -> None:
     (failed,) = read.take_effects()
     assert isinstance(failed, LacReadFailed)
     assert isinstance(failed.error, BookieUnavailable)
+
+
+def test_rule5_a_failed_lac_read_names_the_first_bookie_it_could_not_reach() -> None:
+    read = LacRead(make_metadata(), DIGEST)
+    read.start()
+    read.take_effects()
+    read.on_read_lac_timeout("b1")
+    read.on_read_lac_unreachable("b2", "TLS: the peer's certificate was refused")
+    read.on_read_lac_unreachable("b3", "refused")
+    (failed,) = read.take_effects()
+    assert isinstance(failed, LacReadFailed)
+    assert str(failed.error).endswith(
+        "0 of 3; unreachable: b2: TLS: the peer's certificate was refused"
+    )
 
 
 def test_rule5_try_read_completes_on_the_first_valid_answer() -> None:
