@@ -1,5 +1,6 @@
-"""Shared fixtures: a real ZooKeeper server for the whole test session, and a
-fresh metadata root per test so tests never see each other's znodes."""
+"""Shared fixtures: a real ZooKeeper server for the whole test session (and, for the tests
+that ask, a second one serving TLS only), and a fresh metadata root per test so tests
+never see each other's znodes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bookie.local.zookeeper import LocalZooKeeper
+from bookie.local.certificates import DevelopmentCertificates, development_certificates
+from bookie.local.zookeeper import LocalZooKeeper, ZooKeeperTls
 
 _roots = itertools.count(1)
 
@@ -27,6 +29,25 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalZooKeep
     server.start()
     try:
         yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_zookeeper(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LocalZooKeeper, DevelopmentCertificates]]:
+    """A real standalone ZooKeeper serving mutual TLS only (no plain port), started for the
+    first test that asks, and its certificates: `node` is the server's, `client` a
+    client's, `ca` what both are from."""
+    certificates = development_certificates(tmp_path_factory.mktemp("zookeeper-tls-certs"))
+    server = LocalZooKeeper(
+        tmp_path_factory.mktemp("zookeeper-tls"),
+        tls=ZooKeeperTls(certificates.node, certificates.ca, require_client_cert=True),
+    )
+    server.start()
+    try:
+        yield server, certificates
     finally:
         server.stop()
 

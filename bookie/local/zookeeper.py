@@ -8,6 +8,12 @@ a fake: it runs `org.apache.zookeeper.server.quorum.QuorumPeerMain` from
 The tick is short by default (100 ms) so tests can use session timeouts well
 under a second (ZooKeeper bounds them to 2..20 ticks unless told otherwise; we
 widen the upper bound so production-like timeouts also work).
+
+Given `tls` (`ZooKeeperTls`), the server listens with TLS only: its port is a
+`secureClientPort` served by the Netty connection factory (Debian's package
+leaves netty-codec out of the jar's class path: it is added here), with PEM
+key and trust stores (`ssl.keyStore.type=PEM`: the key, then the certificate
+chain, in one file); there is no plain port.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from collections.abc import Container
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -28,6 +36,8 @@ ZOOKEEPER_JARS = (
     Path("/usr/share/zookeeper/lib/zookeeper.jar"),
 )
 ZOOKEEPER_CONF_DIR = Path("/etc/zookeeper/conf")
+NETTY_CODEC_JAR = Path("/usr/share/java/netty-codec.jar")
+"""What the Netty connection factory (TLS) needs beyond the jar's own class path."""
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
 
@@ -48,19 +58,42 @@ def free_port(host: str = "127.0.0.1", *, taken: Container[int] = ()) -> int:
             return port
 
 
-def _zookeeper_classpath() -> str:
+@dataclass(frozen=True, slots=True)
+class ZooKeeperTls:
+    """A server on TLS only: its private key then certificate chain in one PEM file, the
+    PEM CAs its clients' certificates are checked against, and whether clients must
+    present one."""
+
+    key_and_chain: Path
+    ca: Path
+    require_client_cert: bool = False
+
+
+def _zookeeper_classpath(*, tls: bool) -> str:
     for jar in ZOOKEEPER_JARS:
         if jar.exists():
             parts = [str(ZOOKEEPER_CONF_DIR), str(jar)]
+            if tls:
+                parts.append(str(NETTY_CODEC_JAR))
             return os.pathsep.join(parts)
     raise ZooKeeperUnavailable(
         "ZooKeeper is not installed: run `make bootstrap` (installs Debian's zookeeper package)"
     )
 
 
-def four_letter_word(host: str, port: int, word: str, timeout_s: float = 1.0) -> str:
-    """Send a ZooKeeper four-letter command (`srvr`, `ruok`, ...) and return the answer."""
-    with socket.create_connection((host, port), timeout=timeout_s) as conn:
+def four_letter_word(
+    host: str,
+    port: int,
+    word: str,
+    timeout_s: float = 1.0,
+    tls: ssl.SSLContext | None = None,
+) -> str:
+    """Send a ZooKeeper four-letter command (`srvr`, `ruok`, ...) and return the answer
+    (with `tls`, over TLS)."""
+    with contextlib.ExitStack() as stack:
+        conn = stack.enter_context(socket.create_connection((host, port), timeout=timeout_s))
+        if tls is not None:
+            conn = stack.enter_context(tls.wrap_socket(conn, server_hostname=host))
         conn.sendall(word.encode())
         chunks = []
         while chunk := conn.recv(4096):
@@ -79,8 +112,10 @@ class LocalZooKeeper:
         port: int | None = None,
         tick_time_ms: int = 100,
         max_session_timeout_ms: int = 120_000,
+        tls: ZooKeeperTls | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.tls = tls
         self.host = host
         self.port = port
         self.tick_time_ms = tick_time_ms
@@ -107,8 +142,7 @@ class LocalZooKeeper:
                 [
                     f"tickTime={self.tick_time_ms}",
                     f"dataDir={self.data_dir / 'data'}",
-                    f"clientPort={port}",
-                    f"clientPortAddress={self.host}",
+                    *self._port_lines(port),
                     f"minSessionTimeout={2 * self.tick_time_ms}",
                     f"maxSessionTimeout={self.max_session_timeout_ms}",
                     "admin.enableServer=false",
@@ -125,13 +159,39 @@ class LocalZooKeeper:
         )
         return config
 
+    def _port_lines(self, port: int) -> list[str]:
+        tls = self.tls
+        if tls is None:
+            return [f"clientPort={port}", f"clientPortAddress={self.host}"]
+        return [
+            f"secureClientPort={port}",
+            f"secureClientPortAddress={self.host}",
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"ssl.keyStore.location={tls.key_and_chain}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={tls.ca}",
+            "ssl.trustStore.type=PEM",
+            f"ssl.clientAuth={'need' if tls.require_client_cert else 'none'}",
+        ]
+
+    def _probe_context(self) -> ssl.SSLContext | None:
+        """How the readiness probe talks to a TLS-only server (its CA, a client
+        certificate if it needs one: its own chain serves)."""
+        tls = self.tls
+        if tls is None:
+            return None
+        context = ssl.create_default_context(cafile=tls.ca)
+        if tls.require_client_cert:
+            context.load_cert_chain(tls.key_and_chain)
+        return context
+
     def start(self) -> LocalZooKeeper:
         """Start the server and return once it serves requests."""
         assert self._process is None, "already started"
         java = shutil.which("java")
         if java is None:
             raise ZooKeeperUnavailable("no `java` on PATH: run `make bootstrap`")
-        classpath = _zookeeper_classpath()
+        classpath = _zookeeper_classpath(tls=self.tls is not None)
         attempts = 1 if self.port is not None else 5
         last_error = ""
         for _ in range(attempts):
@@ -169,11 +229,12 @@ class LocalZooKeeper:
     def _wait_serving(self, port: int) -> bool:
         assert self._process is not None
         deadline = time.monotonic() + START_TIMEOUT_S
+        context = self._probe_context()
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 return False
             with contextlib.suppress(OSError):
-                conf = four_letter_word(self.host, port, "conf")
+                conf = four_letter_word(self.host, port, "conf", tls=context)
                 if self._is_ours(conf):
                     return True
                 self._foreign_port = port if "dataDir=" in conf else None

@@ -38,6 +38,12 @@ Credentials: a session given a `ZkDigest` (by default the one
 it and creates every znode, the root included, with its ACL;
 `secure_tree` gives existing znodes that ACL.
 
+TLS: a session given a `ZkTls` (by default the one `BOOKIE_ZK_TLS_CA_FILE`
+and its companions describe, `bookie.meta.zk_tls`) speaks TLS to the
+servers' `secureClientPort`; a session that cannot be established says
+whether it tried with TLS or without, the usual cause of a session that never
+comes (a plain client at a TLS port, or the reverse).
+
 `expire_session()` is a test hook that makes the server expire the session
 for real (ephemeral nodes deleted by ZooKeeper itself), by the standard trick
 of opening a second connection with the same session id and password and
@@ -105,6 +111,7 @@ from bookie.meta.api import (
 )
 from bookie.meta.session_events import SessionEventFeed, SessionEvents
 from bookie.meta.zk_digest import ZK_DIGEST_FILE_ENV, ZkDigest, digest_from_environment
+from bookie.meta.zk_tls import ZK_TLS_CA_FILE_ENV, ZkTls, zk_tls_from_environment
 
 _ERRORS: Final[dict[type[BaseException], type[MetadataError]]] = {
     NoNodeError: NoNode,
@@ -268,9 +275,11 @@ class ZkMetadataStore:
         bridge: _LoopBridge,
         gate: _ReconnectGate,
         digest: ZkDigest | None = None,
+        tls: ZkTls | None = None,
     ) -> None:
         self._client = client
         self._digest = digest
+        self._tls = tls
         self._hosts = hosts
         self._root = root
         self._session_timeout_ms = session_timeout_ms
@@ -297,18 +306,22 @@ class ZkMetadataStore:
         operation_timeout_ms: int = limits.zk_operation_timeout_ms_default,
         connect_timeout_ms: int | None = None,
         digest: ZkDigest | None = None,
+        tls: ZkTls | None = None,
     ) -> AsyncIterator[ZkMetadataStore]:
         """Open a session on `hosts` ("host:port,host:port") and keep it until the block ends.
 
         The session authenticates with `digest` (default: `BOOKIE_ZK_DIGEST_FILE`'s,
         `bookie.meta.zk_digest`) and creates every znode with its ACL; without
-        credentials, znodes are open to anyone.  Raises `MetadataUnavailable` if no
+        credentials, znodes are open to anyone.  With `tls` (default:
+        `BOOKIE_ZK_TLS_CA_FILE`'s, `bookie.meta.zk_tls`) the session speaks TLS.  Raises
+        `MetadataUnavailable` if no
         session is established within `connect_timeout_ms` (default:
         `operation_timeout_ms`).  Closing ends the session, so every ephemeral node
         of it vanishes at once.
         """
         assert "/" not in hosts, "pass the chroot as `root`, not in `hosts`"
         digest = digest if digest is not None else digest_from_environment()
+        tls = tls if tls is not None else zk_tls_from_environment()
         root = paths.ROOT if root is None else root
         paths.check_path(root)
         gate = _ReconnectGate()
@@ -328,6 +341,7 @@ class ZkMetadataStore:
             ),
             auth_data=None if digest is None else digest.auth_data(),
             default_acl=None if digest is None else digest.acl(),
+            **({} if tls is None else tls.kazoo_options()),
         )
         bridge = _LoopBridge(anyio.lowlevel.current_token())
         # A thread rather than a task: a task group here would wrap every
@@ -343,6 +357,7 @@ class ZkMetadataStore:
             bridge=bridge,
             gate=gate,
             digest=digest,
+            tls=tls,
         )
         try:
             await store._start(
@@ -360,8 +375,15 @@ class ZkMetadataStore:
         try:
             await anyio.to_thread.run_sync(self._client.start, timeout_ms / 1000)
         except KazooTimeoutError as error:
+            how = (
+                f"over TLS ({ZK_TLS_CA_FILE_ENV} is set): does the server serve TLS there, "
+                "with a certificate from that CA for this host name?"
+                if self._tls is not None
+                else f"without TLS ({ZK_TLS_CA_FILE_ENV} is not set): is it the server's "
+                "plain port?"
+            )
             raise MetadataUnavailable(
-                f"no ZooKeeper session with {self._hosts} within {timeout_ms} ms"
+                f"no ZooKeeper session with {self._hosts} within {timeout_ms} ms, {how}"
             ) from error
         self._session_id = self._session_id_now()
         if self._root != paths.ROOT:
@@ -581,7 +603,10 @@ class ZkMetadataStore:
             self._gate.close()
             try:
                 intruder = KazooClient(
-                    hosts=self._hosts, client_id=client_id, timeout=self._session_timeout_ms / 1000
+                    hosts=self._hosts,
+                    client_id=client_id,
+                    timeout=self._session_timeout_ms / 1000,
+                    **({} if self._tls is None else self._tls.kazoo_options()),
                 )
                 intruder.start(self._operation_timeout_s)
                 intruder.stop()

@@ -14,6 +14,7 @@ import pytest
 from kvstore.tools import cli as kvstore_cli
 
 from bookie.local.zookeeper import LocalZooKeeper
+from bookie.meta.zk_tls import ZK_TLS_CA_FILE_ENV
 from rsm import limits
 from rsm.tools import cli as rsm_cli
 from rsm.tools.options import EXIT_USAGE
@@ -101,7 +102,8 @@ async def test_an_unreachable_zookeeper_is_one_line_after_the_documented_wait(
     assert out == ""
     assert err == (
         f"{prefix}: MetadataUnavailable: no ZooKeeper session with {zk} within "
-        f"{limits.cli_zk_connect_timeout_ms} ms\n"
+        f"{limits.cli_zk_connect_timeout_ms} ms, without TLS ({ZK_TLS_CA_FILE_ENV} is not set): "
+        "is it the server's plain port?\n"
     )
     assert not [record for record in caplog.records if record.name.startswith("kazoo")]
     assert limits.cli_zk_connect_timeout_ms <= waited_ms < 2 * limits.cli_zk_connect_timeout_ms
