@@ -43,7 +43,7 @@ import contextlib
 import dataclasses
 import gc
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -58,7 +58,7 @@ from rsm.core.state_machine import StateMachine
 from rsm.errors import InvalidConfig, NotReducible, Truncated
 from rsm.snapshots.loader import machine_name
 from rsm.spark.cluster import Cluster, LogPartition
-from rsm.spark.options import ClusterOptions, SplitOptions
+from rsm.spark.options import ClusterOptions, SplitOptions, cluster_options
 from rsm.spark.part_pass import PartPass, Position, part_pass
 from rsm.spark.planning import Bounds, Interval
 from rsm.spark.reducing import TaskRun, reduce_tasks
@@ -125,10 +125,12 @@ def bulk_snapshot(
     *,
     ledger_root: str = bookie_limits.metadata_root_default,
     config: ReplicaConfig | None = None,
+    tls_options: Mapping[str, str] | None = None,
 ) -> SnapshotReport:
     """Reduce `app`'s log with `machine_class`'s reducer and register the snapshot (above).
 
-    `config` holds the replicas' session settings (default: the defaults).
+    `config` holds the replicas' session settings (default: the defaults); `tls_options`
+    the sources' `tls*` options (docs/spark.md), for bookies reached with TLS.
     """
     started = time.perf_counter()
     stages: dict[str, float] = {}
@@ -145,7 +147,7 @@ def bulk_snapshot(
     reducer = load_reducer(machine_class)
     target = machine_class.spark_reducer
     assert target is not None
-    options = ClusterOptions(zk, ledger_root)
+    options = cluster_options({"zk": zk, "ledgerRoot": ledger_root, **(tls_options or {})})
     parallelism = spark.sparkContext.defaultParallelism
     with Cluster.open(options) as cluster:
         log = cluster.log(app)

@@ -7,6 +7,11 @@
     rsm spark snapshot --app NAME --zk HOSTS --machine MODULE:CLASS [--app-dir DIR]
                      [--ledger-root /ledgers] [--master local[*]] [--json]
 
+Each takes the bookie TLS flags (`--tls-bookies --tls-ca-file CA
+[--tls-cert-file CERT] [--tls-key-file KEY]`, bookie/net/tls_flags.py), given
+to the sources as their `tls*` options: the files must be readable where the
+executors run.
+
 `export` writes the log to Parquet (rsm/spark/jobs.py has the layout);
 `--since-last` exports only what the last export of PATH did not hold, and
 rerunning it is harmless.  `audit` runs QUERY with the log as the view
@@ -36,6 +41,7 @@ from typing import Any, Final
 from bookie import errors as bookie_errors
 from bookie import limits as bookie_limits
 from bookie.errors import BookieError
+from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
 from rsm import errors, limits
 from rsm.errors import InvalidConfig, RsmError
 from rsm.host import aligned
@@ -129,6 +135,20 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ledger-root", default=bookie_limits.metadata_root_default)
     parser.add_argument("--master", default="local[*]", help="Spark master URL")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    add_bookie_tls_arguments(parser)
+
+
+def _tls_options(arguments: argparse.Namespace) -> dict[str, str]:
+    """The sources' `tls*` options the TLS flags give (checked here, before Spark starts:
+    `InvalidConfig` naming the flag or the file)."""
+    if bookie_tls_context(arguments) is None:
+        return {}
+    files = {
+        "tlsCaFile": arguments.tls_ca_file,
+        "tlsCertFile": arguments.tls_cert_file,
+        "tlsKeyFile": arguments.tls_key_file,
+    }
+    return {option: str(path) for option, path in files.items() if path is not None}
 
 
 def _spark(jobs: Any, arguments: argparse.Namespace) -> Any:
@@ -144,12 +164,14 @@ def _snapshot(jobs: Any, bulk_snapshot: Any, arguments: argparse.Namespace) -> i
     add_app_dir(arguments.app_dir)
     machine_class = load_machine(arguments.machine)
     bulk_snapshot.load_reducer(machine_class)  # no reducer: said before Spark starts
+    tls_options = _tls_options(arguments)
     report = bulk_snapshot.bulk_snapshot(
         _spark(jobs, arguments),
         arguments.zk,
         arguments.app,
         machine_class,
         ledger_root=arguments.ledger_root,
+        tls_options=tls_options,
     )
     if arguments.json:
         print(json.dumps(vars_of(report), sort_keys=True))
@@ -166,6 +188,7 @@ def _snapshot(jobs: Any, bulk_snapshot: Any, arguments: argparse.Namespace) -> i
 
 
 def _run(jobs: Any, arguments: argparse.Namespace) -> int:
+    tls_options = _tls_options(arguments)
     spark = _spark(jobs, arguments)
     if arguments.command == "export":
         report = jobs.export(
@@ -176,6 +199,7 @@ def _run(jobs: Any, arguments: argparse.Namespace) -> int:
             since_last=arguments.since_last,
             block_commands=arguments.block_commands,
             ledger_root=arguments.ledger_root,
+            **tls_options,
         )
         if arguments.json:
             print(json.dumps(vars_of(report), sort_keys=True))
@@ -187,7 +211,12 @@ def _run(jobs: Any, arguments: argparse.Namespace) -> int:
             )
         return EXIT_OK
     frame = jobs.audit(
-        spark, arguments.zk, arguments.app, arguments.sql, ledger_root=arguments.ledger_root
+        spark,
+        arguments.zk,
+        arguments.app,
+        arguments.sql,
+        ledger_root=arguments.ledger_root,
+        **tls_options,
     )
     rows = [row.asDict(recursive=True) for row in frame.limit(arguments.limit).collect()]
     if arguments.json:

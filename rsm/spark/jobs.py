@@ -94,8 +94,10 @@ def export(
     since_last: bool = False,
     block_commands: int = limits.spark_export_block_commands_default,
     ledger_root: str = bookie_limits.metadata_root_default,
+    **options: str,
 ) -> ExportReport:
-    """Export `app`'s log to Parquet at `to` (see the module docstring)."""
+    """Export `app`'s log to Parquet at `to` (see the module docstring); `options` are more
+    `rsm-log` options (the `tls*` ones, say)."""
     if block_commands < 1:
         raise InvalidConfig(f"--block-commands {block_commands} must be at least 1")
     path = Path(to)
@@ -107,7 +109,8 @@ def export(
                 raise InvalidConfig(f"{to} holds an export of {state['app']!r}, not of {app!r}")
             block_commands = state["block_commands"]
             start = _block_start(state["next_index"], block_commands)
-    options = {} if start == 1 else {"startingIndex": str(start)}
+    if start != 1:
+        options = {**options, "startingIndex": str(start)}
     frame = read_log(spark, zk, app, ledger_root=ledger_root, **options).withColumn(
         BLOCK_COLUMN, F.expr(f"(index - 1) div {block_commands} * {block_commands} + 1")
     )
@@ -140,9 +143,10 @@ def audit(
     sql: str,
     *,
     ledger_root: str = bookie_limits.metadata_root_default,
+    **options: str,
 ) -> DataFrame:
-    """The answer of `sql`, run with `app`'s log as the view `log`."""
-    read_log(spark, zk, app, ledger_root=ledger_root).createOrReplaceTempView(VIEW)
+    """The answer of `sql`, run with `app`'s log as the view `log` (read with `options`)."""
+    read_log(spark, zk, app, ledger_root=ledger_root, **options).createOrReplaceTempView(VIEW)
     return spark.sql(sql)
 
 

@@ -2,7 +2,8 @@
 
 Spark hands a source its options as text (keys compared without case).
 `log_options` and `ledger_options` turn them into values or raise
-`InvalidConfig` naming the option and what it accepts.
+`InvalidConfig` naming the option and what it accepts; `cluster_options`
+checks only where the cluster is and how its bookies are reached.
 
 `rsm-log` (docs/spark.md has the table):
 
@@ -142,6 +143,11 @@ def ledger_options(raw: Mapping[str, str]) -> LedgerOptions:
         if any(ledger_id < 0 for ledger_id in ids):
             raise InvalidConfig(f"option ledgers={text!r:.80} has a negative id")
     return LedgerOptions(cluster=_cluster(options), ledger_ids=ids, split=_split(options))
+
+
+def cluster_options(raw: Mapping[str, str]) -> ClusterOptions:
+    """`zk`, `ledgerRoot` and the `tls*` options, checked."""
+    return _cluster(_lowered(raw))
 
 
 def _lowered(raw: Mapping[str, str]) -> dict[str, str]:

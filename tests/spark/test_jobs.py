@@ -115,6 +115,20 @@ def test_the_command_audits_and_exports(
     assert report["next_index"] == len(known.expected["known"].rows) + 1
 
 
+def test_the_command_reads_the_bookies_with_tls(
+    known: KnownCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ["--zk", known.zk, "--ledger-root", known.ledger_root, "--app", known.apps["known"]]
+    query = "SELECT count(*) AS commands FROM log"
+    tls = ["--tls-bookies", "--tls-ca-file", str(known.certs.ca)]
+    assert cli.main(["spark", "audit", *common, "--sql", query, "--json", *tls]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["commands"] == len(known.expected["known"].rows)
+    missing = ["--tls-bookies", "--tls-ca-file", str(tmp_path / "none.pem")]
+    assert cli.main(["spark", "audit", *common, "--sql", query, *missing]) == 2
+    assert "InvalidConfig: TLS: cannot read CA file" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("words", "code", "message"),
     [
