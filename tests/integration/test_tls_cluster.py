@@ -163,3 +163,23 @@ def test_kvstore_status_over_tls(store: Store) -> None:
     # status command's 2 s, which says nothing about TLS).
     serving = [r["replica_id"] for r in report["replicas"] if r.get("serving")]
     assert serving == [store.leader()], report["replicas"]
+
+
+def test_kvstore_history_of_a_tls_store_reads_its_bookies_as_its_client(store: Store) -> None:
+    with _tls_client(store, store.leader()) as client:
+        assert client.set("tls:history", "once")
+    bookies = store.cluster.bookies.bookies
+    before = [metric_sum(bookie.admin_url, "bookie_tls_accepted_total") for bookie in bookies]
+    # --data-dir of a store made with --tls: no TLS flag needed.
+    command = [sys.executable, "-m", "kvstore.tools.cli", "history", "tls:history"]
+    result = subprocess.run(
+        [*command, "--data-dir", str(store.cluster.data_dir), "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line)["command"] for line in result.stdout.splitlines()] == ["set"]
+    after = [metric_sum(bookie.admin_url, "bookie_tls_accepted_total") for bookie in bookies]
+    assert any(a > b for a, b in zip(after, before, strict=True))
