@@ -14,7 +14,8 @@ exit statuses, hosting autorecovery (bookie/autorecovery/) unless
 [--poll-interval-ms MS] [--presence-interval-ms MS] [--presence-sample-entries N]
 [--open-ledger-grace-ms MS]
 [--rate-entries-per-s N]
-[--rate-bytes-per-s N] [--password P]` runs autorecovery without a bookie (a
+[--rate-bytes-per-s N] [--password P] [--tls-bookies --tls-ca-file CA ...]` runs
+autorecovery without a bookie (a
 candidate for auditor and a replication worker) until SIGTERM or SIGINT; exit 0
 then, 2 for bad flags or a ZooKeeper that cannot be reached.
 
@@ -26,7 +27,8 @@ meaning or goes away.  Exit statuses: 0 done, 1 a problem found (the result's
 `problems`, or a failure while working), 2 bad input or a bookie or ZooKeeper
 that cannot be reached; a failure prints one line on stderr.  A report of
 problems ends with `reproduce: bookie shell ...`, the command line that shows
-them again (in JSON, its `reproduce` field).
+them again (in JSON, its `reproduce` field).  The shell commands that talk to bookies
+take the TLS flags of bookie/net/tls_flags.py.
 
 Also runnable as `python -m bookie.tools.cli`, which is how launchers start bookies
 (the same interpreter and virtualenv as theirs).
@@ -213,7 +215,9 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
 
     def bookie_tool(name: str, description: str) -> argparse.ArgumentParser:
         parser = tool(name, description)
-        parser.add_argument("address", help="host:port of the bookie (its TLS listener's: TLS)")
+        parser.add_argument(
+            "address", help="host:port of the bookie (of its TLS listener with --tls-bookies)"
+        )
         add_bookie_tls_arguments(parser)
         return parser
 

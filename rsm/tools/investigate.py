@@ -15,7 +15,8 @@ determinism, diff, blame.
     rsm blame      SOURCE --class MODULE:CLASS KEY [--from I] [--to I]
 
 SOURCE is `--app NAME --zk HOSTS [--ledger-root PATH]` (a cluster, read
-without fencing and without writing) or `--log FILE` (an exported log; `rsm
+without fencing and without writing; its bookies with TLS given the flags of
+bookie/net/tls_flags.py) or `--log FILE` (an exported log; `rsm
 bisect` takes `--log` many times).  Positions (`--from`, `--to`,
 `--break-at`, `--at`) are an index or `LEDGER:ENTRY[:SLOT]`; ranges are inclusive.
 Commands that replay take `--app-dir`, `--state-hash-every` and the session

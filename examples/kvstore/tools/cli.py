@@ -51,7 +51,9 @@ entry and slot, the leader's time, the client's session, the command and
 its arguments, the key's digest after it) with the value after it as
 redis-cli prints it; `get` answers GET KEY on the state at index `--at`,
 replayed from the newest snapshot at or before it.  Positions are an index
-or `LEDGER:ENTRY[:SLOT]`, ranges inclusive.
+or `LEDGER:ENTRY[:SLOT]`, ranges inclusive.  Both reach the bookies with TLS
+given `--tls-bookies --tls-ca-file CA [--tls-cert-file CERT]` (bookie/net/tls_flags.py),
+and by themselves for the `--data-dir` of a store made with `kvstore up --tls`.
 
 Exit status: 0 on success, 1 when the operation failed (the error on
 stderr), 2 for a usage error (for `history` and `get` also a key that never
