@@ -222,14 +222,15 @@ _MANIFEST = obj(
 
 _REPLICA_ENTRY = obj(
     replica_id="string",
-    address="string",
+    address=_OPTIONAL_TEXT,
+    tls_address=_OPTIONAL_TEXT,
     role=_OPTIONAL_TEXT,
     applied_index=_OPTIONAL_INT,
     lag=_OPTIONAL_INT,
     error=_OPTIONAL_TEXT,
 )
 _LEADER = {
-    **obj(replica_id="string", address="string", epoch="integer"),
+    **obj(replica_id="string", address=_OPTIONAL_TEXT, tls_address=_OPTIONAL_TEXT, epoch="integer"),
     "type": ["object", "null"],
 }
 _SEGMENT = obj(

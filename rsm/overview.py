@@ -41,7 +41,7 @@ from rsm.snapshots.inspect import listing
 
 logger = logging.getLogger(__name__)
 
-_REPLICA_KEYS = ("replica_id", "address", "role", "applied_index", "lag", "error")
+_REPLICA_KEYS = ("replica_id", "address", "tls_address", "role", "applied_index", "lag", "error")
 
 
 def application_json(report: dict[str, Any]) -> dict[str, Any]:
