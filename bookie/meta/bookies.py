@@ -271,8 +271,12 @@ class Registration:
                             if await self._is_ours(path, session_id):
                                 break
                         # Someone else's znode, most likely our previous process's:
-                        # ZooKeeper deletes it when that session expires.
-                        await self._store.watch(path, await self._version(path))
+                        # ZooKeeper deletes it when that session expires.  Gone
+                        # already (since the create failed): create it again now,
+                        # for a watch on an absent znode waits for its creation.
+                        version = await self._version(path)
+                        if version != NO_NODE_VERSION:
+                            await self._store.watch(path, version)
             except TimeoutError as error:
                 if self._store.session_state is not SessionState.CONNECTED:
                     # Cut off while waiting: the znode may be long gone, and its

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bookie.errors import BadMetadata, MetadataUnavailable, MetadataVersionConflict, NodeExists
-from bookie.meta.api import NO_NODE_VERSION
+from bookie.meta.api import NO_NODE_VERSION, Versioned
 from bookie.meta.bookies import (
     BookieInfo,
     Bookies,
@@ -182,6 +182,34 @@ async def test_registration_waits_out_a_stale_znode(
             assert not registered.is_set()
             previous_process.expire_session()
     assert registered.is_set()
+
+
+async def test_registration_goes_on_when_the_stale_znode_goes_between_its_reads(
+    server: MemoryMetadataServer, store: MemoryMetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous session expires after the create failed and before the znode's owner
+    is read: the owner is no one, and the znode must be created again, not waited for."""
+    previous_process = server.client()
+    await previous_process.create(
+        "/ledgers/available/b1",
+        encode_registration(INFO, previous_process.session_id),
+        ephemeral=True,
+    )
+    get = store.get
+    expired = False
+
+    async def get_after_the_expiry(path: str) -> Versioned:
+        nonlocal expired
+        if not expired:
+            expired = True
+            previous_process.expire_session()
+        return await get(path)
+
+    monkeypatch.setattr(store, "get", get_after_the_expiry)
+    with anyio.fail_after(WAIT_S):
+        async with register(store, "b1", INFO, stale_wait_ms=2_000) as registration:
+            assert registration.registered
+    assert expired
 
 
 async def test_registration_gives_up_on_a_live_duplicate(
