@@ -36,6 +36,7 @@ from tests.tls_certs import CLIENT_NAME, Certificates
 from .support.admin_http import metric_sum
 from .support.processes import HOST, BookieCluster, BookieSetup
 from .support.replay_cluster import ROOT, T0
+from .support.rsm_processes import wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
 
@@ -229,10 +230,10 @@ async def test_standalone_autorecovery_checks_the_bookies_through_tls(
     )
     async with process:
         try:
-            with anyio.fail_after(WAIT_S):
-                # The auditor's presence checks connect to every bookie, with TLS.
-                while not all(a > b for a, b in zip(cluster.accepted(), before, strict=True)):
-                    await anyio.sleep(0.1)
+            # The auditor's presence checks connect to every bookie, with TLS.
+            await wait_for(
+                lambda: all(a > b for a, b in zip(cluster.accepted(), before, strict=True))
+            )
         finally:
             process.terminate()
             with anyio.fail_after(WAIT_S):
