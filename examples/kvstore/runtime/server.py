@@ -717,9 +717,7 @@ class RespConnection(FramedProtocol):
         if time_ms is not None:
             self.write(encode_bulk(router.state.value_at(key, time_ms), client.resp3))
             return True
-        ticket = self._owe()
-        self._commands[ticket] = "get"
-        router.read(lane, "get", [key], self, ticket, stale=False)
+        self._carry_out(Read("get", [key], False))
         self._service()
         return True
 
