@@ -635,6 +635,17 @@ class Replica:
         stats.read_wait_seconds += waited_s
         return self._applier.query(name, args, None, time_ms=time_ms)
 
+    def read_applied_time_ms(self, time_ms: int, *, reads: int, waited_s: float = 0.0) -> int:
+        """For `reads` reads answered from `machine`'s applied state in one callback (the
+        `read_applied` case, for an application that reads its state itself, as with
+        `lease_time_ms`): the time to read it at, `time_ms` or the last applied entry's
+        time if later.  Counted as `reads` reads, each having waited `waited_s`."""
+        stats = self.stats
+        stats.reads += reads
+        stats.read_wait_seconds += waited_s * reads
+        applied_ms = self._applier.position.time_ms
+        return time_ms if time_ms > applied_ms else applied_ms
+
     def cancel_read(self, ticket: int) -> None:
         self._applier.cancel_read(ticket)
 

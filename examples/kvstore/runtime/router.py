@@ -23,7 +23,10 @@ leader's clock (`Replica.read_applied`).  That is linearizable: the leader
 answered after the reads arrived, from a state holding every write
 acknowledged before then, and the follower's state holds at least as much.
 A follower behind that index, or a round without an answer, forwards the
-round's reads to the leader as any other command.
+round's reads to the leader as any other command.  A connection's lone GET
+(`get_after_round`) waits for the round without an attempt of its own: it is
+answered with `KVState.value_at` and `Receiver.deliver_value`, and becomes an
+attempt only if it must be forwarded.
 
 Who leads: the router remembers the leader's framework address from the
 last `NotLeader` answer (the local replica's, which follows the `leader`
@@ -133,6 +136,11 @@ class LocalReplica(Protocol):
         waited `waited_s` for its position round)."""
         ...
 
+    def read_applied_time_ms(self, time_ms: int, *, reads: int, waited_s: float = 0.0) -> int:
+        """The time to read `machine` at for `reads` reads answered from the applied state
+        as `read_applied` would answer them (they waited `waited_s` each)."""
+        ...
+
     @property
     def applied_index(self) -> int: ...
 
@@ -144,6 +152,11 @@ class Receiver(Protocol):
 
     def deliver(self, ticket: int, outcome: Outcome, index: int) -> None:
         """The outcome of the command handed over with `ticket`; never raises, never blocks."""
+        ...
+
+    def deliver_value(self, ticket: int, value: bytes | None) -> None:
+        """The value read for the GET handed over with `ticket` (`Router.get_after_round`);
+        never raises, never blocks."""
         ...
 
 
@@ -219,12 +232,15 @@ class _Attempt(Command):
         ticket: int,
         policy: RetryPolicy,
         now_ms: float,
+        order: int | None = None,
     ) -> None:
         super().__init__(policy, now_ms, lane.session if call else None)
         self.router = router
         self.lane = lane
-        self.order = lane.next_order
-        lane.next_order += 1
+        if order is None:
+            order = lane.next_order
+            lane.next_order += 1
+        self.order = order
         self.name = name
         self.args = args
         self.call = call
@@ -256,15 +272,30 @@ def _order(attempt: _Attempt) -> int:
     return attempt.order
 
 
+_IndexGet = tuple[Lane, int, bytes, Receiver, int]
+"""A lone GET waiting for a position round: its lane, its order in the lane, its key, and
+where its value goes (receiver, ticket)."""
+
+
 class _IndexRound:
     """One position round: the leader's `position` query, asked for the linearizable reads
     that arrived at a follower before it was sent (a `rsm.link.Waiter`)."""
 
-    __slots__ = ("router", "reads", "started_s")
+    __slots__ = ("router", "reads", "gets", "gets_since_ms", "started_s")
 
-    def __init__(self, router: Router, reads: list[_Attempt], started_s: float) -> None:
+    def __init__(
+        self,
+        router: Router,
+        reads: list[_Attempt],
+        gets: list[_IndexGet],
+        gets_since_ms: float,
+        started_s: float,
+    ) -> None:
         self.router = router
         self.reads = reads
+        self.gets = gets
+        self.gets_since_ms = gets_since_ms
+        """When the first of `gets` arrived: their deadline counts from then."""
         self.started_s = started_s
 
     def answered(self, response: Response) -> None:
@@ -313,6 +344,9 @@ class Router:
         self._flush_scheduled = False
         self._index_waiting: list[_Attempt] = []
         """Linearizable reads at a follower waiting for the next position round."""
+        self._index_gets: list[_IndexGet] = []
+        """Lone GETs at a follower waiting for the next position round."""
+        self._index_gets_since_ms = 0.0
         self._index_round: _IndexRound | None = None
         self._index_scheduled = False
 
@@ -372,6 +406,32 @@ class Router:
                 now_ms=self._clock_s() * 1000,
             )
         )
+
+    def get_after_round(self, lane: Lane, key: bytes, receiver: Receiver, ticket: int) -> bool:
+        """A linearizable GET of `key` at a follower, answered from the local state after
+        the next position round (`Receiver.deliver_value`, or `deliver` if it had to go
+        to the leader); False, and nothing done, where `read` must take it (this replica
+        leads or knows no other leader, or an earlier command of the lane waits).
+
+        The lean form of `read` for a connection's lone GETs: nothing to track per GET
+        but its place in the round."""
+        if lane.parked or lane.unanswered_calls or lane.index_reads:
+            return False
+        leader = self._leader
+        replica = self._replica
+        if leader is None or leader == replica.address or replica.is_leader:
+            return False
+        gets = self._index_gets
+        if not gets:
+            self._index_gets_since_ms = self._clock_s() * 1000
+        order = lane.next_order
+        lane.next_order = order + 1
+        lane.index_reads += 1
+        gets.append((lane, order, key, receiver, ticket))
+        if self._index_round is None and not self._index_scheduled:
+            self._index_scheduled = True
+            self._call_soon(self._start_index_round)
+        return True
 
     def read_now(self, lane: Lane, name: str, args: list[Any]) -> Outcome | None:
         """A linearizable read's outcome at once, when the local leader answers it under its
@@ -557,10 +617,13 @@ class Router:
 
     def _start_index_round(self) -> None:
         self._index_scheduled = False
-        if self._index_round is not None or not self._index_waiting:
+        if self._index_round is not None or not (self._index_waiting or self._index_gets):
             return
         reads, self._index_waiting = self._index_waiting, []
-        round_ = self._index_round = _IndexRound(self, reads, self._clock_s())
+        gets, self._index_gets = self._index_gets, []
+        round_ = self._index_round = _IndexRound(
+            self, reads, gets, self._index_gets_since_ms, self._clock_s()
+        )
         leader = self._leader
         replica = self._replica
         if leader is None or replica.is_leader or leader == replica.address:
@@ -602,12 +665,60 @@ class Router:
             else:
                 attempt.indexed = True
                 self._send(attempt)
+        if round_.gets:
+            leader_ms = position[1] if answer_here and position is not None else None
+            self._index_gets_answered(round_, leader_ms, waited_s, lanes)
         for lane in lanes:
             if lane.parked and not lane.scheduled and not lane.closed:
                 self._release(lane)
-        if self._index_waiting and not self._index_scheduled:
+        if (self._index_waiting or self._index_gets) and not self._index_scheduled:
             self._index_scheduled = True
             self._call_soon(self._start_index_round)
+
+    def _index_gets_answered(
+        self,
+        round_: _IndexRound,
+        leader_ms: int | None,
+        waited_s: float,
+        lanes: list[Lane],
+    ) -> None:
+        """`_index_answered` for the round's lone GETs (adding their lanes to `lanes` once
+        nothing of them waits for a round): read here at the leader's clock `leader_ms`,
+        or (None) each forwarded as an attempt, in its lane's order."""
+        gets = round_.gets
+        if leader_ms is not None:
+            time_ms = self._replica.read_applied_time_ms(
+                leader_ms, reads=len(gets), waited_s=waited_s
+            )
+            value_at = self.state.value_at
+            for lane, _order, key, receiver, ticket in gets:
+                lane.index_reads -= 1
+                if not lane.index_reads:
+                    lanes.append(lane)
+                if not lane.closed:
+                    receiver.deliver_value(ticket, value_at(key, time_ms))
+            return
+        for lane, order, key, receiver, ticket in gets:
+            lane.index_reads -= 1
+            if not lane.index_reads:
+                lanes.append(lane)
+            if lane.closed:
+                continue
+            attempt = _Attempt(
+                self,
+                lane,
+                "get",
+                [key],
+                call=False,
+                stale=False,
+                receiver=receiver,
+                ticket=ticket,
+                policy=self._policy,
+                now_ms=round_.gets_since_ms,
+                order=order,
+            )
+            attempt.indexed = True
+            self._send(attempt)
 
     def _link(self, address: str) -> Link:
         link = self._links.get(address)

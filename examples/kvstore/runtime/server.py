@@ -27,7 +27,9 @@ Either way:
   the dispatch's layers (a client without pipelining sends just that): it is
   answered from the local leader's store at the time `Router.read_time_ms`
   gives under the read lease (`KVState.value_at`, as the query would), without
-  the query's layers either; elsewhere (a follower) it is the router's read;
+  the query's layers either; at a follower it waits for the router's next
+  position round without an attempt of its own (`Router.get_after_round`), and
+  its value comes back through `deliver_value`;
 * replies that are ready, in request order, are encoded, joined and written
   to the transport in one call: at the end of a chunk for immediate replies;
   for the router's answers, at once when the answer leaves no reply of the
@@ -170,6 +172,8 @@ class Router(Protocol):
     def read_now(self, lane: Lane, name: str, args: list[Any]) -> Outcome | None: ...
 
     def read_time_ms(self, lane: Lane) -> int | None: ...
+
+    def get_after_round(self, lane: Lane, key: bytes, receiver: Receiver, ticket: int) -> bool: ...
 
     @property
     def state(self) -> KVStore: ...
@@ -501,10 +505,7 @@ class RespConnection(FramedProtocol):
         """The router's answer for `ticket` (see `kvstore.runtime.router.Receiver`)."""
         if self._closed:
             return
-        position = ticket - self._first_ticket
-        marker = self._replies[position]
-        assert isinstance(marker, _Pending), "a ticket is answered once"
-        self._pending_count -= 1
+        position, resp3 = self._claim(ticket)
         action = self._actions.pop(ticket, None)
         name = self._commands.pop(ticket)
         reply: Reply
@@ -522,9 +523,32 @@ class RespConnection(FramedProtocol):
             assert isinstance(reply, RedisError)
             self.client.stats.fail(name, reply.message)
         out = bytearray()
-        encode_reply(reply, out, marker.resp3)
-        self._replies[position] = bytes(out)
-        self._reply_bytes += len(out)
+        encode_reply(reply, out, resp3)
+        self._answered(position, bytes(out), watch_answered)
+
+    def deliver_value(self, ticket: int, value: bytes | None) -> None:
+        """The value of the GET handed over with `ticket` by `_get_at_once` (see
+        `kvstore.runtime.router.Receiver`)."""
+        if self._closed:
+            return
+        position, resp3 = self._claim(ticket)
+        del self._commands[ticket]
+        self._answered(position, encode_bulk(value, resp3), False)
+
+    def _claim(self, ticket: int) -> tuple[int, bool]:
+        """The reply owed for `ticket` is being answered: its position in `_replies`, and
+        whether it is encoded in RESP3."""
+        position = ticket - self._first_ticket
+        marker = self._replies[position]
+        assert isinstance(marker, _Pending), "a ticket is answered once"
+        self._pending_count -= 1
+        return position, marker.resp3
+
+    def _answered(self, position: int, reply: bytes, watch_answered: bool) -> None:
+        """The reply owed at `position` of `_replies` is `reply`: write what is ready now
+        if nothing else is owed, else when the service next runs."""
+        self._replies[position] = reply
+        self._reply_bytes += len(reply)
         if not self._pending_count and not self._servicing and not watch_answered:
             # Nothing else owed is coming: write now rather than next iteration.
             self._write_ready()
@@ -704,7 +728,8 @@ class RespConnection(FramedProtocol):
         MULTI or READONLY (else False, nothing done): handed on as `_answer_at_once` would
         hand it, without the parser's and the dispatch's layers.  Under the local leader's
         read lease (`Router.read_time_ms`) it is answered here from the leader's state,
-        without the query's layers either; otherwise it is the router's read."""
+        without the query's layers either; at a follower it waits for the router's next
+        position round (`Router.get_after_round`); otherwise it is the router's read."""
         client = self.client
         if client.restriction is not None or client.in_transaction or client.stale_reads:
             return False
@@ -716,6 +741,12 @@ class RespConnection(FramedProtocol):
         time_ms = router.read_time_ms(lane)
         if time_ms is not None:
             self.write(encode_bulk(router.state.value_at(key, time_ms), client.resp3))
+            return True
+        ticket = self._first_ticket  # nothing is owed
+        if router.get_after_round(lane, key, self, ticket):
+            self._replies.append(_PENDING_RESP3 if client.resp3 else _PENDING_RESP2)
+            self._pending_count += 1
+            self._commands[ticket] = "get"
             return True
         self._carry_out(Read("get", [key], False))
         self._service()

@@ -40,6 +40,19 @@ pytestmark = pytest.mark.anyio
 WAIT_S = 10.0
 
 
+class Values:
+    """The state a follower's lone GETs read (`KVState.value_at`'s part): `values`, and each
+    read's (key, time_ms)."""
+
+    def __init__(self) -> None:
+        self.values: dict[bytes, bytes] = {}
+        self.reads: list[tuple[bytes, int]] = []
+
+    def value_at(self, key: bytes, now_ms: int) -> bytes | None:
+        self.reads.append((key, now_ms))
+        return self.values.get(key)
+
+
 class FakeReplica:
     """Leads or not; answers calls from `script` (default: OK with the seq), queries OK."""
 
@@ -57,6 +70,9 @@ class FakeReplica:
         """The time a leader's `position` query gives."""
         self.applied_reads: list[tuple[str, int]] = []
         """(query, time_ms) answered by `read_applied`."""
+        self.machine = Values()
+        self.applied_read_count = 0
+        """Reads counted by `read_applied_time_ms`."""
         self.flushes = 0
         self.stalled = False
         """Whether calls go unanswered (a leader stopped with its connections open)."""
@@ -101,6 +117,11 @@ class FakeReplica:
         self.applied_reads.append((name, time_ms))
         return Outcome(RsmStatus.OK, ["applied", name, time_ms])
 
+    def read_applied_time_ms(self, time_ms: int, *, reads: int, waited_s: float = 0.0) -> int:
+        assert waited_s >= 0
+        self.applied_read_count += reads
+        return time_ms
+
     def cancel_read(self, ticket: int) -> None:
         raise AssertionError("no read waits here")
 
@@ -135,6 +156,9 @@ class Inbox:
         self.delivered.append((ticket, outcome))
         self._changed.set()
         self._changed = anyio.Event()
+
+    def deliver_value(self, ticket: int, value: bytes | None) -> None:
+        self.deliver(ticket, Outcome(RsmStatus.OK, ["value", value]), 0)
 
     async def wait(self, count: int) -> list[tuple[int, Outcome]]:
         with anyio.fail_after(WAIT_S):
@@ -254,6 +278,85 @@ async def test_a_followers_reads_share_a_position_round_and_are_answered_from_it
         router.read(lanes[0], "get", [b"k"], inbox, 5, stale=False)
         await inbox.wait(6)
         assert [query.name for query in remote.queries] == ["position"] * 2, "a read, a round"
+
+
+async def test_a_followers_lone_gets_share_a_round_and_read_its_state_at_the_leaders_clock() -> (
+    None
+):
+    inbox = Inbox()
+    async with forwarding() as (router, local, remote):
+        local.applied_index = remote.applied_index
+        local.machine.values[b"k"] = b"v"
+        router.call(router.lane(), "set", [b"x", b"1"], inbox, 9)  # learns the leader
+        await inbox.wait(1)
+        lanes = [router.lane() for _ in range(3)]
+        for ticket, lane in enumerate(lanes):
+            assert router.get_after_round(lane, b"k" if ticket else b"none", inbox, ticket)
+        assert inbox.delivered[1:] == [], "none is answered before its round"
+        delivered = await inbox.wait(4)
+        assert [query.name for query in remote.queries] == ["position"], "one round for all"
+    assert local.machine.reads == [(b"none", remote.clock_ms)] + [(b"k", remote.clock_ms)] * 2
+    assert [(ticket, outcome.value) for ticket, outcome in delivered[1:]] == [
+        (0, ["value", None]),
+        (1, ["value", b"v"]),
+        (2, ["value", b"v"]),
+    ]
+    assert local.applied_read_count == 3, "counted as the replica's reads"
+    assert local.applied_reads == [], "no query's dispatch"
+
+
+async def test_a_lone_get_is_left_to_read_where_a_round_cannot_take_it() -> None:
+    inbox = Inbox()
+    leading = FakeReplica(leader=True)
+    async with running(router_of(leading)) as router:
+        assert not router.get_after_round(router.lane(), b"k", inbox, 0), "the leader reads"
+    async with forwarding() as (router, _, remote):
+        lane = router.lane()
+        assert not router.get_after_round(lane, b"k", inbox, 0), "no leader known yet"
+        router.call(lane, "set", [b"k", b"v"], inbox, 0)
+        assert not router.get_after_round(lane, b"k", inbox, 1), "behind its lane's write"
+        await inbox.wait(1)
+        assert router.get_after_round(lane, b"k", inbox, 1)
+        assert not router.get_after_round(lane, b"k", inbox, 2), "behind its lane's read"
+        await inbox.wait(2)
+    assert inbox.delivered[1][0] == 1
+    assert not remote.calls[1:], "nothing else was sent"
+
+
+async def test_a_lone_get_at_a_follower_behind_goes_to_the_leader_before_what_follows_it() -> None:
+    inbox = Inbox()
+    async with forwarding() as (router, local, remote):
+        local.applied_index = remote.applied_index - 1
+        router.call(router.lane(), "set", [b"x", b"1"], inbox, 9)  # learns the leader
+        await inbox.wait(1)
+        lane = router.lane()
+        assert router.get_after_round(lane, b"k", inbox, 0)
+        router.call(lane, "set", [b"k", b"v"], inbox, 1)
+        router.read(lane, "get", [b"k"], inbox, 2, stale=False)
+        delivered = await inbox.wait(4)
+    assert [(ticket, outcome.value) for ticket, outcome in delivered[1:]] == [
+        (0, ["read", "get"]),
+        (1, ["set", 1]),
+        (2, ["read", "get"]),
+    ], "answered by the leader, in the lane's order"
+    assert [query.name for query in remote.queries] == ["position", "get", "position", "get"]
+    assert [call.name for call in remote.calls] == ["set", "set"]
+    assert local.machine.reads == []
+
+
+async def test_a_lone_get_of_a_connection_that_closed_is_not_delivered() -> None:
+    inbox = Inbox()
+    async with forwarding() as (router, local, remote):
+        local.applied_index = remote.applied_index
+        router.call(router.lane(), "set", [b"x", b"1"], inbox, 9)  # learns the leader
+        await inbox.wait(1)
+        gone, staying = router.lane(), router.lane()
+        assert router.get_after_round(gone, b"k", inbox, 0)
+        assert router.get_after_round(staying, b"k", inbox, 1)
+        router.close_lane(gone)
+        delivered = await inbox.wait(2)
+        await next_turn()
+    assert [ticket for ticket, _ in delivered] == [9, 1]
 
 
 async def test_a_follower_behind_the_leaders_position_forwards_the_reads() -> None:

@@ -51,6 +51,8 @@ class StoreRouter:
         self.reads_at_once = False
         self.reads_now = 0
         """Reads answered through `read_now`, the connection's shortest path."""
+        self.round_gets: list[tuple[Receiver, int, bytes]] | None = None
+        """As at a follower (`follow`): the lone GETs waiting for `answer_round`."""
 
     def lane(self) -> Lane:
         lane = Lane(Session(b"s" * 16))
@@ -90,6 +92,22 @@ class StoreRouter:
             return None
         self.reads_now += 1
         return max(self.replica.time_ms, self.replica.applied.time_ms)  # the leader's clock
+
+    def get_after_round(self, lane: Lane, key: bytes, receiver: Receiver, ticket: int) -> bool:
+        if self.round_gets is None:
+            return False  # as at a leader: `read` takes what `read_time_ms` does not
+        self.round_gets.append((receiver, ticket, key))
+        return True
+
+    def follow(self) -> None:
+        """Answer no read at once (`hold`), and hold lone GETs for `answer_round`."""
+        self.hold()
+        self.round_gets = []
+
+    def answer_round(self) -> None:
+        gets, self.round_gets = self.round_gets or [], []
+        for receiver, ticket, key in gets:
+            receiver.deliver_value(ticket, self.state.value_at(key, self.replica.time_ms))
 
     @property
     def state(self) -> KVStore:
@@ -425,6 +443,29 @@ async def test_a_lone_get_without_the_lease_is_the_routers_read() -> None:
         await wait_all_tasks_blocked()
         assert b"".join(transport.writes) == b"$1\r\n1\r\n+PONG\r\n"
         assert connection.client.stats.calls == {"get": 1, "ping": 1}
+
+
+async def test_a_lone_get_at_a_follower_waits_for_the_round_and_keeps_its_place() -> None:
+    async with hand_driven_connection() as (router, connection, transport):
+        router.replica.command("set", b"a", b"1")
+        router.follow()
+        connection.data_received(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n")
+        connection.data_received(b"PING\r\n")  # waits behind the GET's reply
+        assert transport.writes == []
+        assert router.requests == [], "no read went through the router's `read`"
+        router.answer_round()
+        await wait_all_tasks_blocked()
+        assert b"".join(transport.writes) == b"$1\r\n1\r\n+PONG\r\n"
+        transport.writes.clear()
+        connection.data_received(b"*2\r\n$3\r\nGET\r\n$7\r\nmissing\r\n")
+        router.answer_round()
+        assert transport.writes == [b"$-1\r\n"], "written as soon as it is answered"
+        connection.data_received(b"HELLO 3\r\n")
+        transport.writes.clear()
+        connection.data_received(b"*2\r\n$3\r\nget\r\n$7\r\nmissing\r\n")
+        router.answer_round()
+        assert transport.writes == [b"_\r\n"], "RESP3's null"
+        assert connection.client.stats.calls == {"get": 3, "ping": 1, "hello": 1}
 
 
 async def test_a_lone_get_takes_the_usual_path_in_a_transaction_or_behind_a_reply() -> None:

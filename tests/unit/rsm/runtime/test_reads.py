@@ -105,6 +105,20 @@ async def test_stale_reads_answer_at_once_from_local_state() -> None:
             assert await client.query("get", consistency="stale", replica=follower.address) == 4
 
 
+async def test_reads_a_program_answers_from_a_followers_state_are_timed_and_counted() -> None:
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas)
+        follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
+        assert await leader.call("add", 4) == 4
+        await wait_until(lambda: follower.machine.value == 4)  # type: ignore[attr-defined]
+        reads, waited_s = follower.stats.reads, follower.stats.read_wait_seconds
+        applied_ms = follower.read_applied_time_ms(0, reads=3, waited_s=0.5)
+        assert applied_ms > 0, "an earlier time reads at the last applied entry's"
+        assert follower.read_applied_time_ms(applied_ms + 7, reads=1) == applied_ms + 7
+        assert follower.stats.reads == reads + 4
+        assert follower.stats.read_wait_seconds == pytest.approx(waited_s + 1.5)
+
+
 async def test_reads_under_the_read_lease_take_no_round() -> None:
     async with replica_cluster() as replicas:
         leader = await start_three(replicas, replica_config(read_lease_ms=60_000))
