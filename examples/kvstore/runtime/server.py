@@ -715,6 +715,14 @@ class RespConnection(FramedProtocol):
             if out:
                 self.write(bytes(out))
             return
+        if action is not None and not out and not parser.buffered_bytes:
+            # A chunk that was one command to hand over (a client without pipelining):
+            # the service would find nothing to take and nothing ready to write.
+            self._carry_out(action)
+            router.flush()
+            if self._blocked():
+                self._settle()
+            return
         if out:
             self._replies.append(bytes(out))
             self._reply_bytes += len(out)

@@ -334,6 +334,7 @@ class RecordingTransport:
 
     def __init__(self) -> None:
         self.writes: list[bytes] = []
+        self.reading = True
 
     def write(self, data: bytes) -> None:
         self.writes.append(bytes(data))
@@ -345,10 +346,10 @@ class RecordingTransport:
         return default
 
     def pause_reading(self) -> None:
-        pass
+        self.reading = False
 
     def resume_reading(self) -> None:
-        pass
+        self.reading = True
 
     def close(self) -> None:
         pass
@@ -563,6 +564,20 @@ async def test_connections_past_the_bound_per_address_are_refused() -> None:
             await other.send(b"PING\r\n")
             assert await receive_exactly(other, 7) == b"+PONG\r\n"
         assert await first.ping()
+
+
+async def test_a_lone_command_that_reaches_the_bound_of_replies_pauses_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits, "connection_replies_max", 1)
+    async with hand_driven_connection() as (router, connection, transport):
+        router.hold()
+        connection.data_received(b"SET a 1\r\n")
+        assert not transport.reading, "one reply owed: no more commands until it is written"
+        router.release()
+        await wait_all_tasks_blocked()
+        assert transport.writes == [b"+OK\r\n"]
+        assert transport.reading
 
 
 async def test_a_connection_owes_at_most_the_bound_of_replies(
