@@ -27,7 +27,11 @@ A replica starts from the newest valid snapshot (and replays the log after
 it), before it serves anything; it refuses to start when the log was
 truncated past every snapshot it could load.  A follower that finds the log
 truncated past its state (it was away too long) loads a snapshot the same way
-and goes on; a replica whose state is current never reloads.
+and goes on; a replica whose state is current never reloads.  Each of these
+steps that reads or writes ZooKeeper (the application's znodes, the snapshot,
+the log, the replica's registration) tries again after a transient error
+(`rsm.retry`, every `retry_delay_ms`): a connection lost for a moment on a
+loaded machine delays a start rather than ending it.
 
 Safety does not rest on any of this timing: a leader only acknowledges what
 Qa bookies acknowledged (I2), a successor fences the old ledger before it
@@ -53,9 +57,9 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -125,6 +129,8 @@ from rsm.snapshots.inspect import manifest_plain
 from rsm.snapshots.store import SnapshotStore
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class _LocalAnswer:
@@ -311,7 +317,7 @@ class Replica:
     async def _run(self) -> AsyncIterator[Replica]:
         if self._lease_clock_s is None:
             self._lease_clock_s = asyncio.get_running_loop().time
-        await self._log_store.ensure_layout()
+        await self._retry_transient("create_layout", self._log_store.ensure_layout)
         listener, address = await self._open_listener()
         tls_server: ReplicaServer | None = None
         tls_address: str | None = address if self._main_tls else None
@@ -351,7 +357,7 @@ class Replica:
                 task_group.start_soon(ReplicaServer(self, listener, self.client_auth).serve)
                 if tls_server is not None:
                     task_group.start_soon(tls_server.serve)
-                await leadership.register()
+                await self._retry_transient("register", leadership.register)
                 task_group.start_soon(leadership.follow_leader)
                 task_group.start_soon(self._session_loop)
                 task_group.start_soon(self._election_loop)
@@ -915,16 +921,8 @@ class Replica:
     async def _start_from_snapshot(self) -> None:
         """Load the newest valid snapshot, if any; refuse to start when the log was truncated
         past every snapshot that could be loaded (nothing could rebuild the state)."""
-        while True:
-            try:
-                await self.snapshots.load_newest()
-                log, _version = await self._log_store.read()
-                break
-            except Exception as error:
-                if not is_transient(error):
-                    raise
-                emit(logger, logging.WARNING, "rsm.snapshot_load_retry", error=repr(error))
-                await anyio.sleep(self.config.retry_delay_ms / 1000)
+        await self._retry_transient("load_snapshot", self.snapshots.load_newest)
+        log, _version = await self._retry_transient("read_log", self._log_store.read)
         next_index = self._applier.applied_index + 1
         if next_index < log.first_index:
             raise Truncated(
@@ -937,19 +935,26 @@ class Replica:
     async def _reload(self, cause: Truncated) -> None:
         """The log was truncated past this replica's state: load a snapshot to go on from."""
         emit(logger, logging.WARNING, "rsm.reload_snapshot", reason=str(cause))
-        while True:
-            try:
-                restored = await self.snapshots.load_newest()
-                break
-            except Exception as error:
-                if not is_transient(error):
-                    raise
-                await anyio.sleep(self.config.retry_delay_ms / 1000)
+        restored = await self._retry_transient("load_snapshot", self.snapshots.load_newest)
         if restored is None:
             raise Truncated(
                 f"{cause}; no valid snapshot is newer than this replica's state (index "
                 f"{self._applier.applied_index}), so it cannot go on"
             ) from None
+
+    async def _retry_transient(self, step: str, operation: Callable[[], Awaitable[_T]]) -> _T:
+        """`operation`'s result, trying again every `retry_delay_ms` after a transient error
+        (ZooKeeper's connection lost for a moment, a bookie busy), each logged as
+        `rsm.retry step=<step>`: a replica starting or reloading on a loaded machine
+        waits for its metadata rather than exiting.  Other errors are raised."""
+        while True:
+            try:
+                return await operation()
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                emit(logger, logging.WARNING, "rsm.retry", step=step, error=repr(error))
+                await anyio.sleep(self.config.retry_delay_ms / 1000)
 
     def _is_snapshotter(self) -> bool:
         """Whether this replica takes the scheduled snapshots now (see snapshot_policy)."""

@@ -66,6 +66,8 @@ class _Spec:
     seed: int
     wall_clock_ms: Callable[[], int]
     on_role: Callable[[Role], None] | None
+    store_view: Callable[[MetadataStore], MetadataStore] | None
+    """What the replica sees of its metadata session, if not the session itself."""
     options: dict[str, Any]
     """Further `Replica` arguments (TLS, client tokens)."""
 
@@ -99,10 +101,12 @@ class Replicas:
         config: ReplicaConfig | None = None,
         wall_clock_ms: Callable[[], int] = system_wall_clock_ms,
         on_role: Callable[[Role], None] | None = None,
+        store_view: Callable[[MetadataStore], MetadataStore] | None = None,
         **options: Any,
     ) -> Replica:
         """Start replica `name` of `app`; return it once it runs (not necessarily caught up).
-        `options` are further `Replica` arguments."""
+        `store_view` wraps its metadata session for the replica (its ledger client keeps
+        the session itself); `options` are further `Replica` arguments."""
         spec = _Spec(
             name,
             app,
@@ -111,6 +115,7 @@ class Replicas:
             next(self._seeds),
             wall_clock_ms,
             on_role,
+            store_view,
             options,
         )
         return await self._task_group.start(self._run, spec)  # type: ignore[no-any-return]
@@ -128,7 +133,7 @@ class Replicas:
                 Replica(
                     spec.machine,
                     app=spec.app,
-                    store=store,
+                    store=store if spec.store_view is None else spec.store_view(store),
                     ledgers=ledgers,
                     replica_id=spec.name,
                     config=spec.config,
