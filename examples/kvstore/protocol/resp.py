@@ -118,8 +118,10 @@ _PLAIN_COUNT_DIGITS_MAX: Final = 18
 
 
 _LONE_GET_PREFIXES: Final = (b"*2\r\n$3\r\nGET\r\n$", b"*2\r\n$3\r\nget\r\n$")
-_LONE_GET_PREFIX_BYTES: Final = len(_LONE_GET_PREFIXES[0])
-_GET_BYTES: Final = len(b"GET")
+_LONE_SET_PREFIXES: Final = (b"*3\r\n$3\r\nSET\r\n$", b"*3\r\n$3\r\nset\r\n$")
+_LONE_PREFIX_BYTES: Final = len(_LONE_GET_PREFIXES[0])
+"""Of either prefix: up to the first argument's count."""
+_NAME_BYTES: Final = len(b"GET")
 _SMALL_COUNTS: Final = {b"%d" % count: count for count in range(1024)}
 """Counts in their usual form up to 1023, by their text: one dict lookup instead of
 `_plain_count`'s checks and `int`."""
@@ -226,31 +228,54 @@ class RespParser:
         buffered: then `feed(data)` and `next_command()` would return `[GET, key]` and then
         None, and the caller may answer it without them (nothing is fed).  None otherwise:
         feed `data` as usual."""
-        if (
-            not data.startswith(_LONE_GET_PREFIXES)
-            or self._remaining
-            or self._position != len(self._buffer)
-            or self._error is not None
-        ):
+        if not data.startswith(_LONE_GET_PREFIXES) or not self._between_commands():
             return None
-        line_end = data.find(b"\r\n", _LONE_GET_PREFIX_BYTES)
+        key = self._lone_bulk(data, _LONE_PREFIX_BYTES, self.request_bytes_max - _NAME_BYTES)
+        if key is None or key[1] + 2 != len(data):
+            return None
+        return data[key[0] : key[1]]
+
+    def lone_set(self, data: bytes) -> tuple[bytes, bytes] | None:
+        """The key and the value, when `data` is exactly one SET request without options
+        (`SET` or `set`, otherwise as `lone_get` says): `feed(data)` and `next_command()`
+        would return `[SET, key, value]` and then None.  None otherwise: feed `data`."""
+        if not data.startswith(_LONE_SET_PREFIXES) or not self._between_commands():
+            return None
+        room = self.request_bytes_max - _NAME_BYTES
+        key = self._lone_bulk(data, _LONE_PREFIX_BYTES, room)
+        if key is None:
+            return None
+        key_start, key_end = key
+        value_at = key_end + 2
+        if value_at >= len(data) or data[value_at] != _DOLLAR:
+            return None
+        value = self._lone_bulk(data, value_at + 1, room - (key_end - key_start))
+        if value is None or value[1] + 2 != len(data):
+            return None
+        return data[key_start:key_end], data[value[0] : value[1]]
+
+    def _between_commands(self) -> bool:
+        """Nothing buffered, no command half read, no error pending."""
+        return not self._remaining and self._position == len(self._buffer) and self._error is None
+
+    def _lone_bulk(self, data: bytes, count_at: int, room: int) -> tuple[int, int] | None:
+        """Where the bulk string whose count begins at `count_at` (right after its `$`) lies
+        in `data`, as (start, end), when its count is plain, it is within `bulk_bytes_max`
+        and `room` (the request's bytes left) and CRLF follows it; else None."""
+        line_end = data.find(b"\r\n", count_at)
         if line_end < 0:
             return None
-        raw = data[_LONE_GET_PREFIX_BYTES:line_end]
+        raw = data[count_at:line_end]
         length = _SMALL_COUNTS.get(raw)
         if length is None:
             length = _plain_count(raw)
-        if (
-            length is None
-            or length > self.bulk_bytes_max
-            or length + _GET_BYTES > self.request_bytes_max
-        ):
+        if length is None or length > self.bulk_bytes_max or length > room:
             return None
         start = line_end + 2
         end = start + length
-        if len(data) != end + 2 or data[end] != _CR or data[end + 1] != _LF:
+        if len(data) < end + 2 or data[end] != _CR or data[end + 1] != _LF:
             return None
-        return data[start:end]
+        return start, end
 
     def next_command(self) -> list[bytes] | None:
         """The next complete command's arguments, or None when more bytes are needed."""

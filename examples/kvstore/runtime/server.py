@@ -29,7 +29,9 @@ Either way:
   gives under the read lease (`KVState.value_at`, as the query would), without
   the query's layers either; at a follower it waits for the router's next
   position round without an attempt of its own (`Router.get_after_round`), and
-  its value comes back through `deliver_value`;
+  its value comes back through `deliver_value`.  A chunk that is exactly one
+  SET without options (`RespParser.lone_set`) likewise goes to the router's
+  `call` without the parser's and the dispatch's layers;
 * replies that are ready, in request order, are encoded, joined and written
   to the transport in one call: at the end of a chunk for immediate replies;
   for the router's answers, at once when the answer leaves no reply of the
@@ -469,9 +471,13 @@ class RespConnection(FramedProtocol):
         if not self._unfed and len(data) <= parser.room_bytes:
             if not self._replies and not self._reading_paused and not self.writing_paused:
                 key = parser.lone_get(data)
-                if key is None or not self._get_at_once(key):
-                    parser.feed(data)  # the common case: no copy into `_unfed` and out again
-                    self._answer_at_once()
+                if key is not None and self._get_at_once(key):
+                    return
+                key_and_value = parser.lone_set(data)
+                if key_and_value is not None and self._set_at_once(*key_and_value):
+                    return
+                parser.feed(data)  # the common case: no copy into `_unfed` and out again
+                self._answer_at_once()
                 return
             parser.feed(data)
         else:
@@ -719,9 +725,7 @@ class RespConnection(FramedProtocol):
             # A chunk that was one command to hand over (a client without pipelining):
             # the service would find nothing to take and nothing ready to write.
             self._carry_out(action)
-            router.flush()
-            if self._blocked():
-                self._settle()
+            self._handed_over()
             return
         if out:
             self._replies.append(bytes(out))
@@ -759,6 +763,30 @@ class RespConnection(FramedProtocol):
         self._carry_out(Read("get", [key], False))
         self._service()
         return True
+
+    def _set_at_once(self, key: bytes, value: bytes) -> bool:
+        """A chunk that is one SET without options, with nothing owed, from a connection
+        without ACL rules or MULTI (else False, nothing done): handed to the router as
+        `_answer_at_once` would hand it, without the parser's and the dispatch's layers."""
+        client = self.client
+        if client.restriction is not None or client.in_transaction:
+            return False
+        lane = self._lane
+        assert lane is not None
+        calls = client.stats.calls
+        calls["set"] = calls.get("set", 0) + 1
+        ticket = self._owe()
+        self._commands[ticket] = "set"
+        self._router.call(lane, "set", [key, value], self, ticket)
+        self._handed_over()
+        return True
+
+    def _handed_over(self) -> None:
+        """A chunk's one command went to the router and the chunk held nothing else: let
+        the leader cut its batch, and pause reading if its reply reached a bound."""
+        self._router.flush()
+        if self._blocked():
+            self._settle()
 
     def _dispatch(self, args: list[bytes]) -> None:
         self._carry_out(plan(args, self.client, self._view))

@@ -215,10 +215,10 @@ def test_the_one_pass_reading_of_whole_commands_agrees_with_the_general_one(
 
 
 @st.composite
-def near_gets(draw: st.DrawFn) -> bytes:
-    """GET requests, alone or not, damaged like `damaged_streams` damages commands."""
-    name = draw(st.sampled_from([b"GET", b"get", b"Get", b"GETX", b"SET"]))
-    commands = [[name, draw(st.binary(max_size=10))]]
+def near_lone_commands(draw: st.DrawFn) -> bytes:
+    """GET and SET requests, alone or not, damaged like `damaged_streams` damages commands."""
+    name = draw(st.sampled_from([b"GET", b"get", b"Get", b"GETX", b"SET", b"set", b"Set"]))
+    commands = [[name, *draw(st.lists(st.binary(max_size=6), min_size=1, max_size=3))]]
     if draw(st.booleans()):
         commands.append([b"GET", draw(st.binary(max_size=3))])
     data = bytearray(b"".join(multibulk(*command) for command in commands))
@@ -231,11 +231,12 @@ def near_gets(draw: st.DrawFn) -> bytes:
     return bytes(data)
 
 
-@settings(max_examples=500)
+@settings(max_examples=1000)
 @given(
-    before=st.sampled_from([b"", b"*1\r\n$4\r\nPING\r\n", b"*2\r\n$3\r\nGET\r\n"]), data=near_gets()
+    before=st.sampled_from([b"", b"*1\r\n$4\r\nPING\r\n", b"*2\r\n$3\r\nGET\r\n"]),
+    data=near_lone_commands(),
 )
-def test_a_lone_get_is_recognised_only_where_the_parser_would_read_that_get_alone(
+def test_a_lone_get_or_set_is_recognised_only_where_the_parser_would_read_it_alone(
     before: bytes, data: bytes
 ) -> None:
     parser = RespParser(bulk_bytes_max=8, request_bytes_max=10)
@@ -243,14 +244,19 @@ def test_a_lone_get_is_recognised_only_where_the_parser_would_read_that_get_alon
     while parser.next_command() is not None:
         pass
     key = parser.lone_get(data)
-    if key is None:
+    key_and_value = parser.lone_set(data)
+    if key is not None:
+        assert key_and_value is None
+        expected = [b"GET", key]
+    elif key_and_value is not None:
+        expected = [b"SET", *key_and_value]
+    else:
         return
     assert parser.buffered_bytes == 0, "nothing was fed"
     parser.feed(data)
     command = parser.next_command()
     assert command is not None
-    assert command[0].upper() == b"GET"
-    assert command[1:] == [key]
+    assert [command[0].upper(), *command[1:]] == expected
     assert parser.next_command() is None
     assert parser.buffered_bytes == 0
 
@@ -270,6 +276,24 @@ def test_lone_gets_and_what_is_left_to_the_parser() -> None:
     parser.feed(b"*2\r\n$3\r\nGET\r\n")
     assert parser.next_command() is None
     assert parser.lone_get(multibulk(b"GET", b"key")) is None, "in the middle of a command"
+
+
+def test_lone_sets_and_what_is_left_to_the_parser() -> None:
+    parser = RespParser(bulk_bytes_max=8, request_bytes_max=12)
+    assert parser.lone_set(multibulk(b"SET", b"key", b"value")) == (b"key", b"value")
+    assert parser.lone_set(multibulk(b"set", b"", b"")) == (b"", b"")
+    assert parser.lone_set(multibulk(b"SET", b"k\r\n", b"\r\nv")) == (b"k\r\n", b"\r\nv")
+    assert parser.lone_set(multibulk(b"SET", b"k", b"v", b"NX")) is None, "options"
+    assert parser.lone_set(multibulk(b"SET", b"k")) is None, "a key alone"
+    assert parser.lone_set(multibulk(b"SET", b"k", b"v") * 2) is None, "a pipeline"
+    assert parser.lone_set(multibulk(b"SET", b"k", b"v")[:-1]) is None, "a cut request"
+    not_bulk = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n:1\r\nv\r\n"
+    assert parser.lone_set(not_bulk) is None, "not a bulk string"
+    assert parser.lone_set(multibulk(b"SET", b"k", b"v" * 9)) is None, "over bulk_bytes_max"
+    assert parser.lone_set(multibulk(b"SET", b"k" * 5, b"v" * 5)) is None, "over the request's"
+    assert parser.lone_set(multibulk(b"SET", b"k" * 4, b"v" * 5)) == (b"kkkk", b"vvvvv")
+    assert parser.lone_set(multibulk(b"GET", b"key")) is None
+    assert parser.lone_get(multibulk(b"SET", b"key", b"value")) is None
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ import redis.exceptions
 from anyio import wait_all_tasks_blocked
 from anyio.abc import SocketAttribute
 from kvstore import limits
+from kvstore.connection.acl import with_default_password
 from kvstore.runtime.router import Lane, Receiver
 from kvstore.runtime.server import ReplicaInfo, RespConnection, RespServer, ServerConfig
 from kvstore.state_machine import KVStore
@@ -359,13 +360,15 @@ class RecordingTransport:
 
 
 @asynccontextmanager
-async def hand_driven_connection() -> AsyncIterator[
-    tuple[StoreRouter, RespConnection, RecordingTransport]
-]:
+async def hand_driven_connection(
+    config: ServerConfig | None = None,
+) -> AsyncIterator[tuple[StoreRouter, RespConnection, RecordingTransport]]:
     """A connection fed by the test itself (no socket): the loop never runs in between."""
     router = StoreRouter()
     async with await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) as listener:
-        server = RespServer(listener, router, replica_info=lambda: INFO, config=ServerConfig())
+        server = RespServer(
+            listener, router, replica_info=lambda: INFO, config=config or ServerConfig()
+        )
         connection = RespConnection(server, 1)
         transport = RecordingTransport()
         connection.connection_made(transport)  # type: ignore[arg-type]
@@ -566,18 +569,49 @@ async def test_connections_past_the_bound_per_address_are_refused() -> None:
         assert await first.ping()
 
 
+@pytest.mark.parametrize("request_", [b"SET a 1\r\n", b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n1\r\n"])
 async def test_a_lone_command_that_reaches_the_bound_of_replies_pauses_reading(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, request_: bytes
 ) -> None:
     monkeypatch.setattr(limits, "connection_replies_max", 1)
     async with hand_driven_connection() as (router, connection, transport):
         router.hold()
-        connection.data_received(b"SET a 1\r\n")
+        connection.data_received(request_)
         assert not transport.reading, "one reply owed: no more commands until it is written"
         router.release()
         await wait_all_tasks_blocked()
         assert transport.writes == [b"+OK\r\n"]
         assert transport.reading
+
+
+async def test_lone_gets_and_sets_of_a_client_not_logged_in_are_refused() -> None:
+    config = ServerConfig(access=with_default_password(b"s3cret"))
+    async with hand_driven_connection(config) as (router, connection, transport):
+        connection.data_received(b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n1\r\n")
+        connection.data_received(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n")
+        assert transport.writes == [b"-NOAUTH Authentication required.\r\n"] * 2
+        assert router.requests == []
+        assert router.reads_now == 0
+
+
+async def test_a_lone_set_goes_to_the_router_and_its_reply_keeps_its_place() -> None:
+    set_a = b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$2\r\n10\r\n"
+    async with hand_driven_connection() as (router, connection, transport):
+        router.hold()
+        connection.data_received(set_a)
+        assert router.requests == [("set", [b"a", b"10"])]
+        assert router.flushes == 1, "the leader may cut its batch"
+        connection.data_received(b"PING\r\n")  # waits behind the SET's reply
+        assert transport.writes == []
+        router.release()
+        await wait_all_tasks_blocked()
+        assert b"".join(transport.writes) == b"+OK\r\n+PONG\r\n"
+        assert connection.client.stats.calls == {"set": 1, "ping": 1}
+        assert router.replica.store.value_at(b"a", 0) == b"10"
+        connection.data_received(b"MULTI\r\n")
+        connection.data_received(set_a)
+        assert transport.writes[-1] == b"+QUEUED\r\n", "in a transaction it is queued"
+        assert router.requests == [("set", [b"a", b"10"])]
 
 
 async def test_a_connection_owes_at_most_the_bound_of_replies(
