@@ -14,7 +14,8 @@ exit statuses, hosting autorecovery (bookie/autorecovery/) unless
 [--poll-interval-ms MS] [--presence-interval-ms MS] [--presence-sample-entries N]
 [--open-ledger-grace-ms MS]
 [--rate-entries-per-s N]
-[--rate-bytes-per-s N] [--password P] [--tls-bookies --tls-ca-file CA ...]` runs
+[--rate-bytes-per-s N] [--password P | --password-file FILE]
+[--tls-bookies --tls-ca-file CA ...]` runs
 autorecovery without a bookie (a
 candidate for auditor and a replication worker) until SIGTERM or SIGINT; exit 0
 then, 2 for bad flags or a ZooKeeper that cannot be reached.
@@ -83,6 +84,7 @@ from bookie.tools.admin import (
     read_journal,
     render,
 )
+from bookie.tools.password_flags import add_password_arguments, password_from
 from bookie.wire.packet import DigestType
 
 logger = logging.getLogger("bookie.cli")
@@ -199,7 +201,7 @@ def _autorecovery_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
     standalone.add_argument(
         "--rate-bytes-per-s", type=int, default=0, help="copy at most this many bytes/s"
     )
-    standalone.add_argument("--password", help="a ledger password it may use, besides ''")
+    add_password_arguments(standalone, what="a ledger password it may use, besides ''")
     standalone.add_argument("--log-format", choices=FORMATS, default="json")
     add_bookie_tls_arguments(standalone)
 
@@ -231,7 +233,7 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         default=DigestType.CRC32C.name.lower(),
         help="the ledger's digest type (to check the entry)",
     )
-    entry.add_argument("--password", default="", help="the ledger's password (HMAC digests)")
+    add_password_arguments(entry, what="the ledger's password (HMAC digests)")
     entry.add_argument("--preview-bytes", type=int, default=64, help="payload bytes to show")
     entries = bookie_tool("listentries", "which entries of a ledger a running bookie holds")
     entries.add_argument("ledger_id", type=int)
@@ -273,7 +275,7 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
         action="store_true",
         help="read each entry from every bookie of its write set; name the ones that disagree",
     )
-    ledger.add_argument("--password", default="", help="the ledger's password")
+    add_password_arguments(ledger, what="the ledger's password")
     ledger.add_argument("--preview-bytes", type=int, default=16, help="payload bytes to show")
     add_bookie_tls_arguments(ledger)
     simple = cluster_tool("simpletest", "create a ledger, write entries, read them back, delete it")
@@ -342,7 +344,7 @@ def _serve(arguments: argparse.Namespace) -> int:
             presence_sample_entries=config.autorecovery_presence_sample_entries,
             rate_entries_per_s=config.autorecovery_rate_entries_per_s,
             rate_bytes_per_s=config.autorecovery_rate_bytes_per_s,
-            passwords=_passwords(config.autorecovery_password),
+            passwords=_passwords((config.autorecovery_password or "").encode()),
             tls=peers_tls,
         )
         hosted = functools.partial(run_autorecovery, settings=settings)
@@ -353,8 +355,8 @@ def _serve(arguments: argparse.Namespace) -> int:
     return code
 
 
-def _passwords(extra: str | None) -> tuple[bytes, ...]:
-    return (b"",) if not extra else (b"", extra.encode())
+def _passwords(extra: bytes | None) -> tuple[bytes, ...]:
+    return (b"",) if not extra else (b"", extra)
 
 
 # --- autorecovery -----------------------------------------------------------------------------
@@ -383,9 +385,10 @@ def _autorecovery(arguments: argparse.Namespace) -> int:
         problem = "--poll-interval-ms and --presence-interval-ms must be at least 1"
     elif arguments.id is not None and not paths.is_valid_name(arguments.id):
         problem = f"--id {arguments.id!r}: no '/', not empty, '.' or '..'"
-    tls = None
+    tls = password = None
     try:
         tls = bookie_tls_context(arguments)
+        password = password_from(arguments)
     except InvalidConfig as error:
         problem = problem or str(error)
     if problem is not None:
@@ -401,7 +404,7 @@ def _autorecovery(arguments: argparse.Namespace) -> int:
         presence_sample_entries=arguments.presence_sample_entries,
         rate_entries_per_s=arguments.rate_entries_per_s,
         rate_bytes_per_s=arguments.rate_bytes_per_s,
-        passwords=_passwords(arguments.password),
+        passwords=_passwords(password),
         tls=tls,
     )
     try:
@@ -474,7 +477,7 @@ def _run_tool(arguments: argparse.Namespace) -> dict[str, object]:
             arguments.ledger_id,
             arguments.entry_id,
             digest_type=DigestType[arguments.digest.upper()],
-            password=arguments.password.encode(),
+            password=password_from(arguments) or b"",
             preview_bytes=arguments.preview_bytes,
             tls=tls,
         )
@@ -513,7 +516,7 @@ def _run_cluster_tool(
             first=arguments.first,
             last=arguments.last,
             all_bookies=arguments.all_bookies,
-            password=arguments.password.encode(),
+            password=password_from(arguments) or b"",
             preview_bytes=arguments.preview_bytes,
         )
     if tool == "listunderreplicated":

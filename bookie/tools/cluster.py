@@ -290,9 +290,9 @@ async def _open_without_recovery(
         return await client.open_ledger(ledger_id, password, recovery=False)
     except UnauthorizedLedgerAccess as error:
         message = (
-            f"{error}: --password is not its password"
+            f"{error}: the password given is not its password"
             if password
-            else f"ledger {ledger_id} has a password: pass it with --password"
+            else f"ledger {ledger_id} has a password: pass it with --password-file"
         )
         raise ShellError(message, EXIT_USAGE) from error
     except BookieError as error:

@@ -254,7 +254,7 @@ async def test_cluster_commands(zookeeper: LocalZooKeeper, zk_root: str, tmp_pat
         assert (code, error) == (
             2,
             f"bookie shell readledger: ledger {CLOSED_LEDGER} has a password: pass it with "
-            "--password\n",
+            "--password-file\n",
         )
 
         opened = await shell_json("readledger", str(OPEN_LEDGER), *password, *zk)

@@ -349,7 +349,7 @@ def test_setacls_secures_an_open_tree_once(secured: Secured) -> None:
 # --- ledgers -----------------------------------------------------------------------------------
 
 
-def test_ledgers_are_hmac_and_need_the_password(secured: Secured) -> None:
+def test_ledgers_are_hmac_and_need_the_password(secured: Secured, tmp_path: Path) -> None:
     with secured.client(secured.store.names[0]) as client:
         assert client.set("ledger", "written")
     ledgers = secured.shell_json("listledgers")["ledgers"]
@@ -358,13 +358,19 @@ def test_ledgers_are_hmac_and_need_the_password(secured: Secured) -> None:
     assert {record["digest_type"] for record in metadata} == {"hmac_sha256"}
     ledger = str(ledgers[0])
 
-    read = secured.shell_json("readledger", ledger, "--password", LEDGER_PASSWORD)
+    password_file = tmp_path / "ledger-password"
+    password_file.write_text(LEDGER_PASSWORD + "\n")  # as `echo` writes it
+    read = secured.shell_json("readledger", ledger, "--password-file", str(password_file))
     assert read["entries"], "the log's first segment holds entries"
+    assert secured.shell_json("readledger", ledger, "--password", LEDGER_PASSWORD) == read
 
     code, output = secured.shell("readledger", ledger, "--password", "wrong")
     assert code == 2, output
-    assert f"wrong password for ledger {ledger}: --password is not its password" in output
+    assert f"wrong password for ledger {ledger}: the password given is not its password" in output
     assert "Traceback" not in output
+    code, output = secured.shell("readledger", ledger)
+    assert code == 2, output
+    assert f"ledger {ledger} has a password: pass it with --password-file" in output
 
     addresses = {
         bookie["bookie_id"]: bookie["address"]
