@@ -64,7 +64,8 @@ write is answered once applied); otherwise the leader could answer it, under
 its lease, from a state without them.
 
 Invariants: every command handed to the router gets exactly one
-`Receiver.deliver`, unless its connection closed first; a write keeps its
+`Receiver.deliver` (or `deliver_value`, for a GET `get_after_round` took),
+unless its connection closed first; a write keeps its
 seq across all its attempts, except that one of which nothing may have been
 logged moves to its lane's new session after `SessionExpired`; the router
 never sends a command of a lane while an earlier one of that lane is parked,
