@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from bookie.errors import InvalidConfig
-from bookie.tools.cli import main
 from bookie.tools.password_flags import add_password_arguments, password_from
+
+WAIT_S = 60.0
 
 
 def parsed(*words: str) -> argparse.Namespace:
@@ -55,12 +58,17 @@ def test_both_flags_at_once_are_refused(tmp_path: Path, capsys: pytest.CaptureFi
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-def test_standalone_autorecovery_with_an_unreadable_password_file_exits_2(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
+def test_standalone_autorecovery_with_an_unreadable_password_file_exits_2(tmp_path: Path) -> None:
+    # In a process of its own: the command configures the process's logging.
     missing = tmp_path / "missing"
-    code = main(["autorecovery", "--zk", "127.0.0.1:1", "--password-file", str(missing)])
-    assert code == 2, "bad input, before any connection"
-    error = capfd.readouterr().err
-    assert "autorecovery.invalid_arguments" in error
-    assert "--password-file" in error
+    words = ["autorecovery", "--zk", "127.0.0.1:1", "--password-file", str(missing)]
+    done = subprocess.run(
+        [sys.executable, "-m", "bookie.tools.cli", *words],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert done.returncode == 2, "bad input, before any connection"
+    assert "autorecovery.invalid_arguments" in done.stderr
+    assert "--password-file" in done.stderr
