@@ -623,8 +623,7 @@ class Replica:
         if time_ms is None:
             return None
         self.stats.reads += 1
-        applied_ms = self._applier.position.time_ms
-        return time_ms if time_ms > applied_ms else applied_ms
+        return self._not_before_applied(time_ms)
 
     def read_applied(
         self, name: str, args: list[Any], *, time_ms: int, waited_s: float = 0.0
@@ -649,6 +648,10 @@ class Replica:
         stats = self.stats
         stats.reads += reads
         stats.read_wait_seconds += waited_s * reads
+        return self._not_before_applied(time_ms)
+
+    def _not_before_applied(self, time_ms: int) -> int:
+        """`time_ms`, or the last applied entry's time if later (as a query reads)."""
         applied_ms = self._applier.position.time_ms
         return time_ms if time_ms > applied_ms else applied_ms
 

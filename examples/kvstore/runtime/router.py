@@ -183,6 +183,11 @@ class Lane:
     """The lane's reads waiting for a position round (see `_IndexRound`): the lane's later
     commands wait behind them."""
 
+    def index_read_done(self) -> bool:
+        """One of the lane's reads left its position round; whether none waits any more."""
+        self.index_reads -= 1
+        return not self.index_reads
+
     def oldest_unanswered_call(self) -> int | None:
         return self.unanswered_calls[0] if self.unanswered_calls else None
 
@@ -652,8 +657,7 @@ class Router:
         lanes: list[Lane] = []
         for attempt in round_.reads:
             lane = attempt.lane
-            lane.index_reads -= 1
-            if not lane.index_reads:
+            if lane.index_read_done():
                 lanes.append(lane)
             if lane.closed:
                 continue
@@ -693,15 +697,13 @@ class Router:
             )
             value_at = self.state.value_at
             for lane, _order, key, receiver, ticket in gets:
-                lane.index_reads -= 1
-                if not lane.index_reads:
+                if lane.index_read_done():
                     lanes.append(lane)
                 if not lane.closed:
                     receiver.deliver_value(ticket, value_at(key, time_ms))
             return
         for lane, order, key, receiver, ticket in gets:
-            lane.index_reads -= 1
-            if not lane.index_reads:
+            if lane.index_read_done():
                 lanes.append(lane)
             if lane.closed:
                 continue

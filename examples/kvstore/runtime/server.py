@@ -754,10 +754,9 @@ class RespConnection(FramedProtocol):
         if time_ms is not None:
             self.write(encode_bulk(router.state.value_at(key, time_ms), client.resp3))
             return True
-        ticket = self._first_ticket  # nothing is owed
+        ticket = self._first_ticket  # nothing is owed: the ticket `_owe` gives next
         if router.get_after_round(lane, key, self, ticket):
-            self._replies.append(_PENDING_RESP3 if client.resp3 else _PENDING_RESP2)
-            self._pending_count += 1
+            self._owe()
             self._commands[ticket] = "get"
             return True
         self._carry_out(Read("get", [key], False))

@@ -11,7 +11,13 @@ import pytest
 from rsm.config import ReplicaConfig
 from rsm.errors import NotLeader
 from rsm.runtime.replica import Replica
-from tests.unit.rsm.runtime.harness import WAIT_S, replica_cluster, replica_config, wait_until
+from tests.unit.rsm.runtime.harness import (
+    WAIT_S,
+    Replicas,
+    replica_cluster,
+    replica_config,
+    wait_until,
+)
 from tests.unit.rsm.runtime.test_failover import start_three
 from tests.unit.rsm.runtime.test_transfer import everyone_stands
 
@@ -93,12 +99,18 @@ async def test_a_client_reads_its_own_writes_on_any_replica() -> None:
                     assert value == expected
 
 
+async def follower_that_applied_4(replicas: Replicas) -> Replica:
+    """Three replicas started, 4 added through the leader: a follower once it applied it."""
+    leader = await start_three(replicas)
+    follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
+    assert await leader.call("add", 4) == 4
+    await wait_until(lambda: follower.machine.value == 4)  # type: ignore[attr-defined]
+    return follower
+
+
 async def test_stale_reads_answer_at_once_from_local_state() -> None:
     async with replica_cluster() as replicas:
-        leader = await start_three(replicas)
-        follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
-        assert await leader.call("add", 4) == 4
-        await wait_until(lambda: follower.machine.value == 4)  # type: ignore[attr-defined]
+        follower = await follower_that_applied_4(replicas)
         # A stale read ignores any token: it never waits.
         assert await follower.query("get", consistency="stale", min_index=10**9) == 4
         async with replicas.client() as client:
@@ -107,10 +119,7 @@ async def test_stale_reads_answer_at_once_from_local_state() -> None:
 
 async def test_reads_a_program_answers_from_a_followers_state_are_timed_and_counted() -> None:
     async with replica_cluster() as replicas:
-        leader = await start_three(replicas)
-        follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
-        assert await leader.call("add", 4) == 4
-        await wait_until(lambda: follower.machine.value == 4)  # type: ignore[attr-defined]
+        follower = await follower_that_applied_4(replicas)
         reads, waited_s = follower.stats.reads, follower.stats.read_wait_seconds
         applied_ms = follower.read_applied_time_ms(0, reads=3, waited_s=0.5)
         assert applied_ms > 0, "an earlier time reads at the last applied entry's"
