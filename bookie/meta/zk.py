@@ -40,9 +40,10 @@ it and creates every znode, the root included, with its ACL;
 
 TLS: a session given a `ZkTls` (by default the one `BOOKIE_ZK_TLS_CA_FILE`
 and its companions describe, `bookie.meta.zk_tls`) speaks TLS to the
-servers' `secureClientPort`; a session that cannot be established says
-whether it tried with TLS or without, the usual cause of a session that never
-comes (a plain client at a TLS port, or the reverse).
+servers' `secureClientPort`, trusting that CA file alone; a session that
+cannot be established says whether it tried with TLS or without, the usual
+cause of a session that never comes (a plain client at a TLS port, or the
+reverse).
 
 `expire_session()` is a test hook that makes the server expire the session
 for real (ephemeral nodes deleted by ZooKeeper itself), by the standard trick
@@ -325,7 +326,7 @@ class ZkMetadataStore:
         root = paths.ROOT if root is None else root
         paths.check_path(root)
         gate = _ReconnectGate()
-        handler = SequentialThreadingHandler()
+        handler = SequentialThreadingHandler() if tls is None else tls.handler()
         # kazoo requires the handler and the retry policies to share one sleep function.
         handler.sleep_func = gate.sleep
         client = KazooClient(
@@ -341,7 +342,7 @@ class ZkMetadataStore:
             ),
             auth_data=None if digest is None else digest.auth_data(),
             default_acl=None if digest is None else digest.acl(),
-            **({} if tls is None else tls.kazoo_options()),
+            use_ssl=tls is not None,
         )
         bridge = _LoopBridge(anyio.lowlevel.current_token())
         # A thread rather than a task: a task group here would wrap every
@@ -606,7 +607,8 @@ class ZkMetadataStore:
                     hosts=self._hosts,
                     client_id=client_id,
                     timeout=self._session_timeout_ms / 1000,
-                    **({} if self._tls is None else self._tls.kazoo_options()),
+                    handler=None if self._tls is None else self._tls.handler(),
+                    use_ssl=self._tls is not None,
                 )
                 intruder.start(self._operation_timeout_s)
                 intruder.stop()

@@ -18,15 +18,27 @@ all of them, moves a cluster's ZooKeeper traffic to TLS:
 
 Unset (or empty) CA file: plain TCP, as before.  Errors: `InvalidConfig`
 naming the variable and the file, raised before any connection is tried.
+
+How a session dials (`ZkTls.handler`).  kazoo's own TLS dialling trusts the
+system's CAs besides the one it is given, and leaves the socket of a failed
+handshake to the garbage collector, so the sessions dial through a kazoo
+handler of our own instead: it makes a TCP connection and a TLS handshake
+with one `ssl.SSLContext` built once from the files, which trusts the CA file
+alone; a handshake that fails closes its socket before the error reaches
+kazoo (which then retries, as with any connection that drops).
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+
+from kazoo.handlers.threading import SequentialThreadingHandler
 
 from bookie.errors import InvalidConfig
 
@@ -43,19 +55,55 @@ class ZkTls:
     cert_file: Path | None = None
     key_file: Path | None = None
 
-    def kazoo_options(self) -> dict[str, Any]:
-        """What `KazooClient` takes for it: TLS, certificates verified, host names checked
-        (kazoo loads a client certificate only given both files)."""
-        options: dict[str, Any] = {
-            "use_ssl": True,
-            "verify_certs": True,
-            "check_hostname": True,
-            "ca": str(self.ca_file),
-        }
+    def context(self) -> ssl.SSLContext:
+        """A client context that trusts the CA file's certificates and no others, checks
+        the server's host name, and presents the client certificate if there is one;
+        `InvalidConfig` naming the variable when a file holds no usable certificate or key."""
+        try:
+            context = ssl.create_default_context(cafile=str(self.ca_file))
+        except (ssl.SSLError, OSError) as error:
+            raise InvalidConfig(
+                f"{ZK_TLS_CA_FILE_ENV}={self.ca_file}: no CA certificate in it ({error})"
+            ) from None
         if self.cert_file is not None:
-            options["certfile"] = str(self.cert_file)
-            options["keyfile"] = str(self.key_file or self.cert_file)
-        return options
+            key_file = self.key_file or self.cert_file
+            try:
+                context.load_cert_chain(self.cert_file, key_file)
+            except (ssl.SSLError, OSError) as error:
+                raise InvalidConfig(
+                    f"{ZK_TLS_CERT_FILE_ENV}={self.cert_file} with key {key_file}:"
+                    f" not a certificate chain and its key ({error})"
+                ) from None
+        return context
+
+    def handler(self) -> TlsHandler:
+        """A kazoo handler whose connections speak TLS with `context()`."""
+        return TlsHandler(self.context())
+
+
+class TlsHandler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo is untyped
+    """kazoo's threading handler, dialling TLS with one context of ours (see the module
+    docstring); kazoo's own TLS arguments are ignored."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        super().__init__()
+        self._context = context
+
+    def create_connection(
+        self,
+        address: tuple[str, int],
+        hostname: str | None = None,
+        timeout: float | None = None,
+        **ignored: Any,
+    ) -> ssl.SSLSocket:
+        raw = socket.create_connection(address, timeout)
+        try:
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # Connected: the handshake happens here, under the connection's timeout.
+            return self._context.wrap_socket(raw, server_hostname=hostname or address[0])
+        except BaseException:
+            raw.close()
+            raise
 
 
 def zk_tls_from_environment(environment: Mapping[str, str] | None = None) -> ZkTls | None:

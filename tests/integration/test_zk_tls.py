@@ -1,8 +1,8 @@
 """ZooKeeper over TLS: a ZooKeeper that serves mutual TLS only (no plain port), a bookie
 and a replica (`bookie serve`, `rsm run`) working through it with the `BOOKIE_ZK_TLS_*`
 variables set, a client and `bookie shell` too; a process without the variables, or
-with a CA that did not sign the server's certificate, is refused with one line that says
-how it tried."""
+with a CA that did not sign the server's certificate (whatever the system's CAs are), is
+refused with one line that says how it tried."""
 
 from __future__ import annotations
 
@@ -49,10 +49,12 @@ async def test_a_bookie_and_a_replica_work_through_a_tls_only_zookeeper(
         assert code == 2
         assert f"without TLS ({ZK_TLS_CA_FILE_ENV} is not set)" in err
         assert "Traceback" not in err
-        # With a CA that did not sign the server's certificate: refused, over TLS.  (In
-        # processes of their own: kazoo leaves the sockets of failed handshakes open.)
+        # With a CA that did not sign the server's certificate: refused, over TLS, even
+        # when the system's CAs (SSL_CERT_FILE) include the one that did.
         other = Certificates.make(tmp_path / "other")
         monkeypatch.setenv(ZK_TLS_CA_FILE_ENV, str(other.ca))
+        monkeypatch.setenv(ZK_TLS_CERT_FILE_ENV, str(certs.client))
+        monkeypatch.setenv("SSL_CERT_FILE", str(certs.ca))
         code, _, err = await shell("listbookies", *where, check=False)
         assert code == 2
         assert f"over TLS ({ZK_TLS_CA_FILE_ENV} is set)" in err

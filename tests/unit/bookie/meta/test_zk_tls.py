@@ -1,8 +1,14 @@
-"""`BOOKIE_ZK_TLS_*`: which ZooKeeper sessions speak TLS, with which files, and what kazoo
-is given for them."""
+"""`BOOKIE_ZK_TLS_*`: which ZooKeeper sessions speak TLS, with which files, and how they
+dial: trusting the CA file alone, closing the socket of a failed handshake."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +21,7 @@ from bookie.meta.zk_tls import (
     ZkTls,
     zk_tls_from_environment,
 )
+from tests.tls_certs import Certificates
 
 
 @pytest.fixture
@@ -30,28 +37,93 @@ def test_no_ca_file_is_plain_tcp() -> None:
     assert zk_tls_from_environment({ZK_TLS_CA_FILE_ENV: ""}) is None
 
 
-def test_a_ca_file_alone_verifies_the_server_and_checks_its_host_name(
-    files: dict[str, str],
-) -> None:
-    tls = zk_tls_from_environment({ZK_TLS_CA_FILE_ENV: files["ca"]})
-    assert tls == ZkTls(Path(files["ca"]))
-    assert tls.kazoo_options() == {
-        "use_ssl": True,
-        "verify_certs": True,
-        "check_hostname": True,
-        "ca": files["ca"],
-    }
+def test_a_ca_file_alone_makes_a_session_over_tls(files: dict[str, str]) -> None:
+    assert zk_tls_from_environment({ZK_TLS_CA_FILE_ENV: files["ca"]}) == ZkTls(Path(files["ca"]))
 
 
 def test_a_client_certificate_holds_its_key_unless_one_is_given(files: dict[str, str]) -> None:
     both = {ZK_TLS_CA_FILE_ENV: files["ca"], ZK_TLS_CERT_FILE_ENV: files["cert"]}
-    tls = zk_tls_from_environment(both)
-    assert tls is not None
-    assert tls.kazoo_options()["keyfile"] == files["cert"]
+    assert zk_tls_from_environment(both) == ZkTls(Path(files["ca"]), Path(files["cert"]))
     keyed = zk_tls_from_environment({**both, ZK_TLS_KEY_FILE_ENV: files["key"]})
-    assert keyed is not None
-    assert keyed.kazoo_options()["certfile"] == files["cert"]
-    assert keyed.kazoo_options()["keyfile"] == files["key"]
+    assert keyed == ZkTls(Path(files["ca"]), Path(files["cert"]), Path(files["key"]))
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    return Certificates.make(tmp_path_factory.mktemp("certs"))
+
+
+@contextlib.contextmanager
+def tls_server(chain: Path) -> Iterator[tuple[str, int]]:
+    """A loopback server that answers one connection's TLS handshake with `chain`, then
+    closes it."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(chain)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+
+        def serve() -> None:
+            connection, _ = listener.accept()
+            with connection, contextlib.suppress(OSError):
+                context.wrap_socket(connection, server_side=True).close()
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        yield listener.getsockname()
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+
+
+def test_the_context_checks_the_server_by_the_ca_file_and_its_host_name(
+    certs: Certificates,
+) -> None:
+    context = ZkTls(certs.ca).context()
+    assert context.verify_mode == ssl.CERT_REQUIRED
+    assert context.check_hostname
+    assert len(context.get_ca_certs()) == 1
+
+
+def test_a_session_dials_tls_trusting_the_ca_file_alone(
+    certs: Certificates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handler = ZkTls(certs.ca, certs.client).handler()
+    with tls_server(certs.server) as address:
+        connection = handler.create_connection(address, hostname="127.0.0.1", timeout=10)
+        assert connection.version() is not None
+        connection.close()
+    # The system's CAs (here: SSL_CERT_FILE) are not trusted: only the CA file is.
+    monkeypatch.setenv("SSL_CERT_FILE", str(certs.rogue_ca))
+    rogue_trusting = ZkTls(certs.ca).handler()
+    with tls_server(certs.rogue_server) as address, pytest.raises(ssl.SSLCertVerificationError):
+        rogue_trusting.create_connection(address, hostname="127.0.0.1", timeout=10)
+
+
+def open_sockets() -> set[str]:
+    """This process's open sockets ("socket:[inode]")."""
+    targets = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            targets.add(os.readlink(f"/proc/self/fd/{fd}"))
+    return {target for target in targets if target.startswith("socket:")}
+
+
+def test_a_failed_handshake_closes_its_socket(certs: Certificates) -> None:
+    handler = ZkTls(certs.rogue_ca).handler()
+    before = open_sockets()
+    with (
+        tls_server(certs.server) as address,
+        pytest.raises(ssl.SSLCertVerificationError) as refused,
+    ):
+        handler.create_connection(address, hostname="127.0.0.1", timeout=10)
+    # Even while the error (and the frames its traceback holds) is kept, as kazoo keeps it.
+    assert refused.value.__traceback__ is not None
+    assert open_sockets() == before
+
+
+def test_unusable_files_are_named(files: dict[str, str], certs: Certificates) -> None:
+    with pytest.raises(InvalidConfig, match=f"{ZK_TLS_CA_FILE_ENV}=.*: no CA certificate"):
+        ZkTls(Path(files["ca"])).context()
+    with pytest.raises(InvalidConfig, match=f"{ZK_TLS_CERT_FILE_ENV}=.*: not a certificate"):
+        ZkTls(certs.ca, Path(files["cert"])).context()
 
 
 @pytest.mark.parametrize(
