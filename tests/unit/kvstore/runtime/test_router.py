@@ -76,6 +76,9 @@ class FakeReplica:
         self.flushes = 0
         self.stalled = False
         """Whether calls go unanswered (a leader stopped with its connections open)."""
+        self.rounds_to_cut = 0
+        """How many of the next `position` queries end their connection instead of answering
+        (served by `ReplicaServer`: the link is lost under the round)."""
 
     @property
     def is_leader(self) -> bool:
@@ -96,6 +99,9 @@ class FakeReplica:
     def handle_query(self, request: QueryRequest, answerer: Answerer) -> int | None:
         self.queries.append(request)
         stale = request.consistency is Consistency.STALE
+        if request.name == "position" and self.rounds_to_cut:
+            self.rounds_to_cut -= 1
+            raise ConnectionResetError("the test cuts the link under the round")
         if self.leader and request.name == "position":
             outcome = Outcome(RsmStatus.OK, [self.applied_index, self.clock_ms])
         elif self.leader or stale:
@@ -342,6 +348,29 @@ async def test_a_lone_get_at_a_follower_behind_goes_to_the_leader_before_what_fo
     assert [query.name for query in remote.queries] == ["position", "get", "position", "get"]
     assert [call.name for call in remote.calls] == ["set", "set"]
     assert local.machine.reads == []
+
+
+async def test_a_lone_get_whose_round_loses_its_link_is_the_leaders_read_in_its_order() -> None:
+    inbox = Inbox()
+    async with forwarding() as (router, local, remote):
+        local.applied_index = remote.applied_index
+        router.call(router.lane(), "set", [b"x", b"1"], inbox, 9)  # learns the leader
+        await inbox.wait(1)
+        remote.rounds_to_cut = 1
+        lane = router.lane()
+        assert router.get_after_round(lane, b"k", inbox, 0)
+        router.call(lane, "set", [b"k", b"v"], inbox, 1)
+        delivered = await inbox.wait(3)
+    assert [(ticket, outcome.value) for ticket, outcome in delivered[1:]] == [
+        (0, ["read", "get"]),
+        (1, ["set", 1]),
+    ], "answered by the leader over a new link, before the lane's write"
+    assert remote.rounds_to_cut == 0, "the round's link was cut"
+    assert [(query.name, query.consistency) for query in remote.queries] == [
+        ("position", Consistency.LINEARIZABLE),
+        ("get", Consistency.LINEARIZABLE),
+    ]
+    assert local.machine.reads == [], "not read here: the round said nothing"
 
 
 async def test_a_lone_get_of_a_connection_that_closed_is_not_delivered() -> None:
