@@ -14,7 +14,8 @@ takes from here, and from nowhere else inside the framework:
   `quiet_kazoo` around the command, so that failure is one line without
   kazoo's line per reconnect attempt;
 * `--follower-nice` and the priority it sets (`add_follower_nice`,
-  `FollowerPriority`: a follower lowers its CPU priority, docs/operations.md);
+  `FollowerPriority`: a follower without clients lowers its CPU priority,
+  docs/operations.md);
 * `--ledger-digest`, what the ledgers a replica creates are checked with
   (`add_ledger_digest`, `ledger_digest_of`; the password comes from
   `RSM_LEDGER_PASSWORD_FILE`, `rsm.config`);
@@ -147,7 +148,8 @@ def add_follower_nice(run: argparse.ArgumentParser) -> None:
         "--follower-nice",
         type=int,
         default=limits.follower_nice_default,
-        help="CPU priority while following, when the replica leads its session (0: leave it)",
+        help="CPU priority while following without clients, when the replica leads its"
+        " session (0: leave it)",
     )
 
 

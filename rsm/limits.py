@@ -220,6 +220,14 @@ cpu_priority_retry_ms = 110
 """Pause before retrying a priority change the kernel refused as too soon (it allows one
 unprivileged autogroup change per 100 ms on the whole machine)."""
 
+follower_clients_poll_ms = 500
+"""How often a follower looks at how many clients are connected to it: one with clients
+keeps its own CPU priority (rsm/runtime/cpu_priority.py)."""
+
+follower_clients_gone_ms = 10_000
+"""How long a follower keeps its own CPU priority after its last client left, so that
+clients that come and go (a health check, a pool reconnecting) do not flip it."""
+
 # --- status reports ---------------------------------------------------------------------------
 
 status_answer_timeout_ms = 2_000

@@ -1,14 +1,24 @@
-"""A replica's CPU priority: lower while it follows, its own again while it leads.
+"""A replica's CPU priority: lower while it follows, its own again while it leads or
+serves clients.
 
-Why.  Nobody waits for a follower: it reads each log entry after the bookies
-made it durable and applies it.  Every acknowledgement waits for the leader,
-the bookies and the clients.  Where they share CPUs with the followers (the
-local cluster of `kvstore up`, small deployments), the followers' work sits
-in the same run queues, and the processes an acknowledgement waits for wait
-to run (docs/operations.md, "Followers' CPU priority", has the measurements).
-The cost: on a saturated machine followers fall further behind, and a
-follower elected leader replays more before it serves (it takes its priority
-back the moment it starts taking over).  No correctness rests on any of this.
+Why.  Nobody waits for a follower that no client is connected to: it reads
+each log entry after the bookies made it durable and applies it.  Every
+acknowledgement waits for the leader, the bookies and the clients.  Where
+they share CPUs with the followers (the local cluster of `kvstore up`, small
+deployments), the followers' work sits in the same run queues, and the
+processes an acknowledgement waits for wait to run (docs/operations.md,
+"Followers' CPU priority", has the measurements).  The cost: on a saturated
+machine followers fall further behind, and a follower elected leader replays
+more before it serves (it takes its priority back the moment it starts
+taking over).  No correctness rests on any of this.
+
+Clients do wait for a follower they are connected to (the key-value store's
+followers answer reads and pass writes on; the framework's answer stale
+reads).  So, given a count of its client connections (`watch_clients`), a
+follower keeps its own priority while it has any, and lowers it again once
+it has had none for `limits.follower_clients_gone_ms` (clients that come and
+go do not flip it); the count is looked at every
+`limits.follower_clients_poll_ms`.
 
 How.  Linux with scheduler autogroups (`kernel.sched_autogroup_enabled`, on
 in most distributions) shares CPU time first between autogroups, one per
@@ -36,9 +46,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Final
 
@@ -58,9 +69,10 @@ AUTOGROUP_SWITCH_PATH: Final = Path("/proc/sys/kernel/sched_autogroup_enabled")
 """`1` while the scheduler shares CPU time between autogroups."""
 
 
-def nice_for(role: Role, *, start_nice: int, follower_nice: int) -> int:
-    """The nice a replica in `role` wants: its starting one unless it follows."""
-    if role is Role.FOLLOWER:
+def nice_for(role: Role, *, start_nice: int, follower_nice: int, serving: bool = False) -> int:
+    """The nice a replica in `role` wants: its starting one unless it follows without
+    `serving` clients."""
+    if role is Role.FOLLOWER and not serving:
         return max(start_nice, follower_nice)
     return start_nice
 
@@ -83,10 +95,11 @@ def parse_autogroup(text: str) -> int | None:
 class FollowerPriority:
     """Keeps this process's autogroup at `follower_nice` while its replica follows.
 
-    Give `on_role` to the replica (it calls it on every role change) and run
-    `run` (or enter `running`) for as long as the replica lives.  The paths
-    and `session_leader` (whether this process leads its session; None: ask
-    the OS) are for tests.
+    Give `on_role` to the replica (it calls it on every role change), tell it
+    how to count the replica's clients (`watch_clients`), and run `run` (or
+    enter `running`) for as long as the replica lives.  The paths and
+    `session_leader` (whether this process leads its session; None: ask the
+    OS) are for tests.
     """
 
     def __init__(
@@ -107,6 +120,9 @@ class FollowerPriority:
         self._session_leader = session_leader
         self._role = Role.FOLLOWER
         self._changed: anyio.Event | None = None
+        self._clients: Callable[[], int] | None = None
+        self._clients_seen_s: float | None = None
+        """When clients were last seen connected (anyio's clock)."""
         self.applied_nice: int | None = None
         """The nice last written (or found at the start); None while not managing."""
 
@@ -123,6 +139,23 @@ class FollowerPriority:
         self._role = role
         if self._changed is not None:
             self._changed.set()
+
+    def watch_clients(self, count: Callable[[], int]) -> None:
+        """From now on, `count()` (the replica's client connections now) decides whether a
+        follower keeps its own priority (see the module docstring)."""
+        self._clients = count
+        if self._changed is not None:
+            self._changed.set()
+
+    def serving(self, now_s: float) -> bool:
+        """Whether the replica has clients at `now_s`, or had some within
+        `limits.follower_clients_gone_ms`."""
+        count = self._clients
+        if count is not None and count() > 0:
+            self._clients_seen_s = now_s
+            return True
+        seen_s = self._clients_seen_s
+        return seen_s is not None and now_s - seen_s < limits.follower_clients_gone_ms / 1000
 
     def unavailable_reason(self) -> str | None:
         """Why the priority cannot be managed here, or None if it can."""
@@ -144,7 +177,8 @@ class FollowerPriority:
         return None
 
     async def run(self) -> None:
-        """Apply the wanted priority on every role change, until cancelled."""
+        """Apply the wanted priority on every role change and as clients come and go, until
+        cancelled."""
         start_nice = self._start_nice()
         if isinstance(start_nice, str):
             emit(logger, logging.INFO, "rsm.cpu_priority_off", reason=start_nice)
@@ -152,10 +186,19 @@ class FollowerPriority:
         self.applied_nice = start_nice
         self._changed = anyio.Event()
         while True:
-            wanted = nice_for(self._role, start_nice=start_nice, follower_nice=self.follower_nice)
+            serving = self.serving(anyio.current_time())
+            wanted = nice_for(
+                self._role,
+                start_nice=start_nice,
+                follower_nice=self.follower_nice,
+                serving=serving,
+            )
             if wanted == self.applied_nice:
-                await self._changed.wait()
-                self._changed = anyio.Event()
+                poll_s = math.inf if self._clients is None else limits.follower_clients_poll_ms
+                with anyio.move_on_after(poll_s / 1000):
+                    await self._changed.wait()
+                if self._changed.is_set():
+                    self._changed = anyio.Event()
                 continue
             try:
                 self._write(wanted)
@@ -172,7 +215,14 @@ class FollowerPriority:
                 await anyio.sleep(limits.cpu_priority_retry_ms / 1000)
                 continue
             self.applied_nice = wanted
-            emit(logger, logging.INFO, "rsm.cpu_priority", role=self._role.value, nice=wanted)
+            emit(
+                logger,
+                logging.INFO,
+                "rsm.cpu_priority",
+                role=self._role.value,
+                serving_clients=serving,
+                nice=wanted,
+            )
 
     def _start_nice(self) -> int | str:
         """The autogroup's nice now, or why the priority cannot be managed."""

@@ -271,6 +271,7 @@ class Replica:
         self.client_auth = ClientAuth(client_tokens)
         """Whom the replica's server serves (`client_tokens`: only clients presenting one of
         them), and its refusals."""
+        self._servers: list[ReplicaServer] = []
         self._advertise = advertise
         self._listener = listener
         self._address: str | None = None
@@ -354,9 +355,10 @@ class Replica:
         try:
             async with anyio.create_task_group() as task_group:
                 self._task_group = task_group
-                task_group.start_soon(ReplicaServer(self, listener, self.client_auth).serve)
-                if tls_server is not None:
-                    task_group.start_soon(tls_server.serve)
+                server = ReplicaServer(self, listener, self.client_auth)
+                self._servers = [server] if tls_server is None else [server, tls_server]
+                for serving in self._servers:
+                    task_group.start_soon(serving.serve)
                 await self._retry_transient("register", leadership.register)
                 task_group.start_soon(leadership.follow_leader)
                 task_group.start_soon(self._session_loop)
@@ -440,6 +442,11 @@ class Replica:
         """The advertised address of the `listen` port (TLS or plain, as it speaks)."""
         assert self._address is not None, "the replica is not running"
         return self._address
+
+    @property
+    def client_connection_count(self) -> int:
+        """Connections open on the replica's protocol port(s) now (0 before it serves)."""
+        return sum(server.connection_count for server in self._servers)
 
     @property
     def tls_address(self) -> str | None:

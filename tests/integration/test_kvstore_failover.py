@@ -181,7 +181,7 @@ def test_followers_give_way_on_the_cpu_and_a_new_leader_takes_its_priority_back(
     store: Store,
 ) -> None:
     """Replicas started by the launcher lead their own sessions, so each lowers its
-    autogroup's priority while it follows (rsm/runtime/cpu_priority.py)."""
+    autogroup's priority while it follows without clients (rsm/runtime/cpu_priority.py)."""
     leader = store.leader()
     followers = [name for name in store.running() if name != leader]
     lowered = limits.follower_nice_default
@@ -192,6 +192,14 @@ def test_followers_give_way_on_the_cpu_and_a_new_leader_takes_its_priority_back(
     wait_for(lambda: autogroup_nice(store, successor) == 0)
     [follower] = [name for name in followers if name != successor]
     assert autogroup_nice(store, follower) == lowered
+    # A follower its clients wait for takes its own priority back.
+    client = store.client(follower, socket_timeout=WAIT_S)
+    try:
+        assert client.ping()
+        wait_for(lambda: autogroup_nice(store, follower) == 0)
+        assert client.info("replication")["rsm_role"] == "follower"
+    finally:
+        client.close()
 
 
 def test_writes_go_on_after_one_of_the_three_bookies_is_killed(store: Store) -> None:

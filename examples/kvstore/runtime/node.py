@@ -179,6 +179,11 @@ class KvNode:
         self.server: RespServer | None = None
         self._lifetime: contextlib.AbstractAsyncContextManager[KvNode] | None = None
 
+    @property
+    def client_count(self) -> int:
+        """Redis clients connected now (0 before the node serves)."""
+        return 0 if self.server is None else self.server.connection_count
+
     async def __aenter__(self) -> KvNode:
         assert self._lifetime is None, "a KvNode is entered once"
         self._lifetime = self._run()

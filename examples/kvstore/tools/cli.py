@@ -368,6 +368,7 @@ async def _serve_node(
             tls_allowed_names=tls.replica.allowed_names,
         ) as admin,
     ):
+        priority.watch_clients(lambda: node.client_count)
         emit(
             logger,
             logging.INFO,

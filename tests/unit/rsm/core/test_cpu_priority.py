@@ -1,5 +1,6 @@
-"""FollowerPriority: which nice a role wants, when the priority is left alone, and the
-kernel's refusals (EAGAIN retried, anything else ends the management).
+"""FollowerPriority: which nice a role wants, a follower with clients keeping its own,
+when the priority is left alone, and the kernel's refusals (EAGAIN retried, anything else
+ends the management).
 
 The writes go to a recorder instead of /proc; the real autogroup is exercised
 in tests/integration/test_cpu_priority.py.
@@ -65,6 +66,52 @@ def test_only_a_follower_lowers_its_priority_and_never_raises_it(
     role: Role, start: int, follower: int, wanted: int
 ) -> None:
     assert nice_for(role, start_nice=start, follower_nice=follower) == wanted
+
+
+def test_a_follower_serving_clients_keeps_its_priority() -> None:
+    assert nice_for(Role.FOLLOWER, start_nice=0, follower_nice=10, serving=True) == 0
+    assert nice_for(Role.FOLLOWER, start_nice=15, follower_nice=10, serving=True) == 15
+
+
+def test_clients_count_as_served_until_they_have_been_gone_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "follower_clients_gone_ms", 10_000)
+    priority = Recording(10, tmp_path)
+    assert not priority.serving(100.0), "nothing counts clients yet"
+    clients = [0]
+    priority.watch_clients(lambda: clients[0])
+    assert not priority.serving(100.0), "none has come"
+    clients[0] = 2
+    assert priority.serving(101.0)
+    clients[0] = 0
+    assert priority.serving(110.9), "gone for less than 10 s"
+    assert not priority.serving(111.0)
+    clients[0] = 1
+    assert priority.serving(200.0)
+
+
+@pytest.mark.anyio
+async def test_a_follower_takes_its_priority_while_clients_come_and_lowers_it_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "follower_clients_gone_ms", 50)
+    monkeypatch.setattr(limits, "follower_clients_poll_ms", 10)
+    priority = Recording(10, tmp_path)
+    clients = [0]
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(priority.run)
+        await wait_until(lambda: priority.written == [10])
+        priority.watch_clients(lambda: clients[0])
+        clients[0] = 3
+        await wait_until(lambda: priority.written == [10, 0])
+        clients[0] = 0
+        await wait_until(lambda: priority.written == [10, 0, 10])
+        clients[0] = 1
+        priority.on_role(Role.TAKING_OVER)
+        priority.on_role(Role.LEADER)
+        await wait_until(lambda: priority.written == [10, 0, 10, 0])
+        task_group.cancel_scope.cancel()
 
 
 def test_autogroup_lines_are_parsed_strictly() -> None:

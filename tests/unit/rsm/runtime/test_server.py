@@ -85,6 +85,19 @@ async def test_a_follower_answers_commands_with_the_leaders_address() -> None:
         assert answer[5] == leader.address
 
 
+async def test_a_replica_counts_the_clients_connected_to_it() -> None:
+    """What a follower's CPU priority looks at (rsm/runtime/cpu_priority.py)."""
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas)
+        follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
+        assert follower.client_connection_count == 0
+        async with await open_raw(follower) as stream:
+            await stream.send(encode_request(StatusRequest(1)))
+            assert len(await read_bodies(stream, 1)) == 1
+            assert follower.client_connection_count == 1
+        await wait_until(lambda: follower.client_connection_count == 0)
+
+
 async def test_connections_over_the_per_address_bound_are_closed_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
