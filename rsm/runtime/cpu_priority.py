@@ -194,8 +194,8 @@ class FollowerPriority:
                 serving=serving,
             )
             if wanted == self.applied_nice:
-                poll_s = math.inf if self._clients is None else limits.follower_clients_poll_ms
-                with anyio.move_on_after(poll_s / 1000):
+                poll_ms = math.inf if self._clients is None else limits.follower_clients_poll_ms
+                with anyio.move_on_after(poll_ms / 1000):
                     await self._changed.wait()
                 if self._changed.is_set():
                     self._changed = anyio.Event()
