@@ -9,17 +9,17 @@ What it runs, one run at a time on this machine:
    launcher): a ZooKeeper (unless `--zk`), three bookies (journal fsync on,
    every acknowledged write is on disk), three replicas (each in a session
    of its own, so followers without clients run at `follower_nice`:
-   rsm/runtime/cpu_priority.py).
-   Debian's `redis-benchmark` then drives the leader's Redis port with `--clients`
-   connections, 100-byte values and random keys (`-r`), for SET and GET,
-   without pipelining and with `-P --pipeline`; and, after those, SET and GET
-   without pipelining through a follower (which forwards writes and linearizable
-   reads to the leader, and keeps its own priority while it has clients).  SET is a durable replicated write (acknowledged
-   once the log entry holding it is on Qa=2 of 3 bookies' disks); GET is a
-   linearizable read, answered under the leader's read lease (the store's
-   default, 300 ms after a confirmation round in which enough bookies said the
-   leader's ledger is not fenced; no entry, no fsync; a round per read with
-   `kvstore serve --read-lease-ms 0`).
+   rsm/runtime/cpu_priority.py).  Debian's `redis-benchmark` then drives the
+   leader's Redis port with `--clients` connections, 100-byte values and
+   random keys (`-r`), for SET and GET, without pipelining and with `-P
+   --pipeline`; and, after those, SET and GET without pipelining through a
+   follower (which forwards writes and linearizable reads to the leader, and
+   keeps its own priority while it has clients).  SET is a durable replicated
+   write (acknowledged once the log entry holding it is on Qa=2 of 3
+   bookies' disks); GET is a linearizable read, answered under the leader's
+   read lease (the store's default, 300 ms after a confirmation round in
+   which enough bookies said the leader's ledger is not fenced; no entry, no
+   fsync; a round per read with `kvstore serve --read-lease-ms 0`).
 2. Baseline: Debian's `redis-server` with `appendonly yes` and `appendfsync
    always` (one node, fsync per write batch), the same redis-benchmark runs,
    interleaved with the store's: it runs beside the store (each idles while
