@@ -224,6 +224,10 @@ follower_clients_poll_ms = 500
 """How often a follower looks at how many clients are connected to it: one with clients
 keeps its own CPU priority (rsm/runtime/cpu_priority.py)."""
 
+follower_client_settle_ms = 1_000
+"""How long a connection must have been open to count as a follower's client: a probe or
+a health check that connects for one command does not."""
+
 follower_clients_gone_ms = 10_000
 """How long a follower keeps its own CPU priority after its last client left, so that
 clients that come and go (a health check, a pool reconnecting) do not flip it."""

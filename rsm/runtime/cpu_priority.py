@@ -14,11 +14,12 @@ taking over).  No correctness rests on any of this.
 
 Clients do wait for a follower they are connected to (the key-value store's
 followers answer reads and pass writes on; the framework's answer stale
-reads).  So, given a count of its client connections (`watch_clients`), a
-follower keeps its own priority while it has any, and lowers it again once
-it has had none for `limits.follower_clients_gone_ms` (clients that come and
-go do not flip it); the count is looked at every
-`limits.follower_clients_poll_ms`.
+reads).  So, told how to count its client connections (`watch_clients`), a
+follower keeps its own priority while it has one that has been open for
+`limits.follower_client_settle_ms` (a probe or health check connecting for
+one command does not count), and lowers it again once it has had none for
+`limits.follower_clients_gone_ms` (clients that come and go do not flip
+it); it looks every `limits.follower_clients_poll_ms`.
 
 How.  Linux with scheduler autogroups (`kernel.sched_autogroup_enabled`, on
 in most distributions) shares CPU time first between autogroups, one per
@@ -120,7 +121,7 @@ class FollowerPriority:
         self._session_leader = session_leader
         self._role = Role.FOLLOWER
         self._changed: anyio.Event | None = None
-        self._clients: Callable[[], int] | None = None
+        self._clients: Callable[[float], int] | None = None
         self._clients_seen_s: float | None = None
         """When clients were last seen connected (anyio's clock)."""
         self.applied_nice: int | None = None
@@ -140,18 +141,20 @@ class FollowerPriority:
         if self._changed is not None:
             self._changed.set()
 
-    def watch_clients(self, count: Callable[[], int]) -> None:
-        """From now on, `count()` (the replica's client connections now) decides whether a
-        follower keeps its own priority (see the module docstring)."""
+    def watch_clients(self, count: Callable[[float], int]) -> None:
+        """From now on, the replica's client connections decide whether a follower keeps its
+        own priority (see the module docstring): `count(since_s)` is how many are open that
+        were opened at or before `since_s` (anyio's clock)."""
         self._clients = count
         if self._changed is not None:
             self._changed.set()
 
     def serving(self, now_s: float) -> bool:
-        """Whether the replica has clients at `now_s`, or had some within
+        """Whether the replica has clients at `now_s` (open for at least
+        `limits.follower_client_settle_ms`), or had some within
         `limits.follower_clients_gone_ms`."""
         count = self._clients
-        if count is not None and count() > 0:
+        if count is not None and count(now_s - limits.follower_client_settle_ms / 1000) > 0:
             self._clients_seen_s = now_s
             return True
         seen_s = self._clients_seen_s

@@ -443,10 +443,10 @@ class Replica:
         assert self._address is not None, "the replica is not running"
         return self._address
 
-    @property
-    def client_connection_count(self) -> int:
-        """Connections open on the replica's protocol port(s) now (0 before it serves)."""
-        return sum(server.connection_count for server in self._servers)
+    def clients_connected_since(self, since_s: float) -> int:
+        """Connections open on the replica's protocol port(s) that were admitted at or
+        before `since_s` (anyio's clock; 0 before it serves)."""
+        return sum(server.connections_open_since(since_s) for server in self._servers)
 
     @property
     def tls_address(self) -> str | None:

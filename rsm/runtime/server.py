@@ -152,10 +152,16 @@ class ReplicaServer:
             total_max=limits.server_connections_max,
             per_address_max=limits.server_connections_per_address_max,
         )
+        self._admitted_s: dict[ClientConnection, float] = {}
+        """Each open connection and when it was admitted (anyio's clock)."""
 
     @property
     def connection_count(self) -> int:
         return self._admission.count
+
+    def connections_open_since(self, since_s: float) -> int:
+        """Open connections admitted at or before `since_s` (anyio's clock)."""
+        return sum(1 for admitted_s in self._admitted_s.values() if admitted_s <= since_s)
 
     async def serve(self) -> None:
         async with self._listener, anyio.create_task_group() as task_group:
@@ -168,9 +174,14 @@ class ReplicaServer:
                 return
             _stop_eager_reading(stream)
             try:
-                await ClientConnection(
+                connection = ClientConnection(
                     stream, self._endpoint, self._auth, hints_tls=self._hints_tls
-                ).run()
+                )
+                self._admitted_s[connection] = anyio.current_time()
+                try:
+                    await connection.run()
+                finally:
+                    del self._admitted_s[connection]
             finally:
                 self._admission.release(host)
 

@@ -396,7 +396,7 @@ async def _serve(
             replica, store, arguments.admin, tls=tls.admin, tls_allowed_names=tls.allowed_names
         ) as admin,
     ):
-        priority.watch_clients(lambda: replica.client_connection_count)
+        priority.watch_clients(replica.clients_connected_since)
         emit(
             logger,
             logging.INFO,

@@ -179,10 +179,10 @@ class KvNode:
         self.server: RespServer | None = None
         self._lifetime: contextlib.AbstractAsyncContextManager[KvNode] | None = None
 
-    @property
-    def client_count(self) -> int:
-        """Redis clients connected now (0 before the node serves)."""
-        return 0 if self.server is None else self.server.connection_count
+    def clients_connected_since(self, since_s: float) -> int:
+        """Redis clients connected now that were admitted at or before `since_s` (the event
+        loop's clock; 0 before the node serves)."""
+        return 0 if self.server is None else self.server.connections_open_since(since_s)
 
     async def __aenter__(self) -> KvNode:
         assert self._lifetime is None, "a KvNode is entered once"

@@ -257,7 +257,8 @@ class RespServer:
             **(self.config.settings or {}),
         }
         self.access = self.config.access or AccessControl()
-        self._connections: set[RespConnection] = set()
+        self._connections: dict[RespConnection, float] = {}
+        """Each open connection and when it was admitted (the event loop's clock)."""
         self._admission = ConnectionAdmission(
             total_max=self.config.connections_max,
             per_address_max=self.config.connections_per_address_max,
@@ -274,6 +275,10 @@ class RespServer:
     @property
     def connection_count(self) -> int:
         return len(self._connections)
+
+    def connections_open_since(self, since_s: float) -> int:
+        """Open connections admitted at or before `since_s` (the event loop's clock)."""
+        return sum(1 for admitted_s in self._connections.values() if admitted_s <= since_s)
 
     @property
     def connection_totals(self) -> tuple[int, int]:
@@ -325,13 +330,13 @@ class RespServer:
         self._connections_received += 1
         refusal = self._admission.admit(connection.peer_host)
         if refusal is None:
-            self._connections.add(connection)
+            self._connections[connection] = asyncio.get_running_loop().time()
         else:
             self._connections_rejected += 1
         return refusal
 
     def forget(self, connection: RespConnection) -> None:
-        self._connections.discard(connection)
+        self._connections.pop(connection, None)
         self._closed_commands.add(connection.client.stats)
         self._admission.release(connection.peer_host)
 

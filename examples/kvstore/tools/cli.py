@@ -368,7 +368,7 @@ async def _serve_node(
             tls_allowed_names=tls.replica.allowed_names,
         ) as admin,
     ):
-        priority.watch_clients(lambda: node.client_count)
+        priority.watch_clients(node.clients_connected_since)
         emit(
             logger,
             logging.INFO,

@@ -683,6 +683,25 @@ async def test_a_client_that_stops_reading_is_disconnected_after_the_send_timeou
         assert await other.ping(), "other connections go on"
 
 
+async def test_the_server_counts_its_connections_by_when_they_were_admitted() -> None:
+    """What a follower's CPU priority looks at (rsm/runtime/cpu_priority.py)."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = int(listener.extra(SocketAttribute.local_port))
+    server = RespServer(
+        listener, StoreRouter(), replica_info=lambda: INFO, config=ServerConfig(port=port)
+    )
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(server.serve)
+        before_s = anyio.current_time()
+        async with redis_client(port) as client:
+            assert await client.ping()
+            assert server.connections_open_since(anyio.current_time()) == 1
+            assert server.connections_open_since(before_s) == 0, "admitted after before_s"
+        await wait_for(lambda: server.connection_count == 0)
+        assert server.connections_open_since(anyio.current_time()) == 0
+        task_group.cancel_scope.cancel()
+
+
 async def test_a_listener_that_is_not_tcp_has_its_streams_served_by_the_same_connections() -> None:
     network = SimNetwork(random.Random(1))
     router = StoreRouter()

@@ -73,21 +73,33 @@ def test_a_follower_serving_clients_keeps_its_priority() -> None:
     assert nice_for(Role.FOLLOWER, start_nice=15, follower_nice=10, serving=True) == 15
 
 
-def test_clients_count_as_served_until_they_have_been_gone_a_while(
+class Connections:
+    """Open client connections, by the time each was opened."""
+
+    def __init__(self) -> None:
+        self.opened_s: list[float] = []
+
+    def count(self, since_s: float) -> int:
+        return sum(1 for opened_s in self.opened_s if opened_s <= since_s)
+
+
+def test_clients_count_once_settled_and_until_they_have_been_gone_a_while(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(limits, "follower_client_settle_ms", 1_000)
     monkeypatch.setattr(limits, "follower_clients_gone_ms", 10_000)
     priority = Recording(10, tmp_path)
     assert not priority.serving(100.0), "nothing counts clients yet"
-    clients = [0]
-    priority.watch_clients(lambda: clients[0])
+    connections = Connections()
+    priority.watch_clients(connections.count)
     assert not priority.serving(100.0), "none has come"
-    clients[0] = 2
+    connections.opened_s = [100.0]
+    assert not priority.serving(100.5), "a probe's connection, open for half a second"
     assert priority.serving(101.0)
-    clients[0] = 0
+    connections.opened_s = []
     assert priority.serving(110.9), "gone for less than 10 s"
     assert not priority.serving(111.0)
-    clients[0] = 1
+    connections.opened_s = [150.0, 199.0]
     assert priority.serving(200.0)
 
 
@@ -95,19 +107,20 @@ def test_clients_count_as_served_until_they_have_been_gone_a_while(
 async def test_a_follower_takes_its_priority_while_clients_come_and_lowers_it_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(limits, "follower_client_settle_ms", 10)
     monkeypatch.setattr(limits, "follower_clients_gone_ms", 50)
     monkeypatch.setattr(limits, "follower_clients_poll_ms", 10)
     priority = Recording(10, tmp_path)
-    clients = [0]
+    connections = Connections()
     async with anyio.create_task_group() as task_group:
         task_group.start_soon(priority.run)
         await wait_until(lambda: priority.written == [10])
-        priority.watch_clients(lambda: clients[0])
-        clients[0] = 3
+        priority.watch_clients(connections.count)
+        connections.opened_s = [anyio.current_time()] * 3
         await wait_until(lambda: priority.written == [10, 0])
-        clients[0] = 0
+        connections.opened_s = []
         await wait_until(lambda: priority.written == [10, 0, 10])
-        clients[0] = 1
+        connections.opened_s = [anyio.current_time()]
         priority.on_role(Role.TAKING_OVER)
         priority.on_role(Role.LEADER)
         await wait_until(lambda: priority.written == [10, 0, 10, 0])

@@ -90,12 +90,15 @@ async def test_a_replica_counts_the_clients_connected_to_it() -> None:
     async with replica_cluster() as replicas:
         leader = await start_three(replicas)
         follower = next(r.replica for r in replicas.running.values() if r.replica is not leader)
-        assert follower.client_connection_count == 0
+        before_s = anyio.current_time()
+        assert follower.clients_connected_since(before_s) == 0
         async with await open_raw(follower) as stream:
             await stream.send(encode_request(StatusRequest(1)))
             assert len(await read_bodies(stream, 1)) == 1
-            assert follower.client_connection_count == 1
-        await wait_until(lambda: follower.client_connection_count == 0)
+            now_s = anyio.current_time()
+            assert follower.clients_connected_since(now_s) == 1
+            assert follower.clients_connected_since(before_s) == 0, "opened after before_s"
+        await wait_until(lambda: follower.clients_connected_since(anyio.current_time()) == 0)
 
 
 async def test_connections_over_the_per_address_bound_are_closed_at_once(
