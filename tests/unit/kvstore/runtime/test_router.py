@@ -203,6 +203,13 @@ async def forwarding() -> AsyncIterator[tuple[Router, FakeReplica, FakeReplica]]
             yield router, local, remote
 
 
+async def learn_the_leader(router: Router, inbox: Inbox) -> None:
+    """Let a follower's router learn who leads, through one write answered to `inbox` with
+    ticket 9 (so the GETs under test see a known leader)."""
+    router.call(router.lane(), "set", [b"x", b"1"], inbox, 9)
+    await inbox.wait(1)
+
+
 def router_of(replica: FakeReplica, *, deadline_ms: int = 5_000, seed: int = 1) -> Router:
     import random
 
@@ -293,8 +300,7 @@ async def test_a_followers_lone_gets_share_a_round_and_read_its_state_at_the_lea
     async with forwarding() as (router, local, remote):
         local.applied_index = remote.applied_index
         local.machine.values[b"k"] = b"v"
-        router.call(router.lane(), "set", [b"x", b"1"], inbox, 9)  # learns the leader
-        await inbox.wait(1)
+        await learn_the_leader(router, inbox)
         lanes = [router.lane() for _ in range(3)]
         for ticket, lane in enumerate(lanes):
             assert router.get_after_round(lane, b"k" if ticket else b"none", inbox, ticket)
@@ -333,8 +339,7 @@ async def test_a_lone_get_at_a_follower_behind_goes_to_the_leader_before_what_fo
     inbox = Inbox()
     async with forwarding() as (router, local, remote):
         local.applied_index = remote.applied_index - 1
-        router.call(router.lane(), "set", [b"x", b"1"], inbox, 9)  # learns the leader
-        await inbox.wait(1)
+        await learn_the_leader(router, inbox)
         lane = router.lane()
         assert router.get_after_round(lane, b"k", inbox, 0)
         router.call(lane, "set", [b"k", b"v"], inbox, 1)
@@ -354,8 +359,7 @@ async def test_a_lone_get_whose_round_loses_its_link_is_the_leaders_read_in_its_
     inbox = Inbox()
     async with forwarding() as (router, local, remote):
         local.applied_index = remote.applied_index
-        router.call(router.lane(), "set", [b"x", b"1"], inbox, 9)  # learns the leader
-        await inbox.wait(1)
+        await learn_the_leader(router, inbox)
         remote.rounds_to_cut = 1
         lane = router.lane()
         assert router.get_after_round(lane, b"k", inbox, 0)
@@ -377,8 +381,7 @@ async def test_a_lone_get_of_a_connection_that_closed_is_not_delivered() -> None
     inbox = Inbox()
     async with forwarding() as (router, local, remote):
         local.applied_index = remote.applied_index
-        router.call(router.lane(), "set", [b"x", b"1"], inbox, 9)  # learns the leader
-        await inbox.wait(1)
+        await learn_the_leader(router, inbox)
         gone, staying = router.lane(), router.lane()
         assert router.get_after_round(gone, b"k", inbox, 0)
         assert router.get_after_round(staying, b"k", inbox, 1)
