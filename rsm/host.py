@@ -53,6 +53,7 @@ from bookie.meta.api import MetadataStore
 from bookie.meta.ledgers import LedgerManager
 from bookie.meta.underreplication import UnderReplication
 from bookie.meta.zk import ZkMetadataStore
+from bookie.meta.zk_tls import ZkTls
 from bookie.net.credentials import read_token_table
 from bookie.runtime_tuning import tune_for_throughput
 from bookie.wire.packet import DigestType
@@ -101,12 +102,15 @@ def split_zk(connect_string: str) -> tuple[str, str | None]:
     return hosts, ("/" + chroot.rstrip("/")) if slash and chroot.strip("/") else None
 
 
-def command_zk_store(connect_string: str) -> AbstractAsyncContextManager[ZkMetadataStore]:
+def command_zk_store(
+    connect_string: str, *, tls: ZkTls | None = None
+) -> AbstractAsyncContextManager[ZkMetadataStore]:
     """A session on `connect_string` (`HOST:PORT[,...][/chroot]`) for a command a person
-    waits for: an unreachable ZooKeeper is reported after `limits.cli_zk_connect_timeout_ms`."""
+    waits for: an unreachable ZooKeeper is reported after `limits.cli_zk_connect_timeout_ms`.
+    With `tls`, over TLS with those files (default: as `BOOKIE_ZK_TLS_*` say)."""
     hosts, chroot = split_zk(connect_string)
     return ZkMetadataStore.connect(
-        hosts, root=chroot, connect_timeout_ms=limits.cli_zk_connect_timeout_ms
+        hosts, root=chroot, connect_timeout_ms=limits.cli_zk_connect_timeout_ms, tls=tls
     )
 
 

@@ -14,7 +14,7 @@ same cluster: same ZooKeeper data and port, same bookie ports, cookies and
 ledgers (and so every application's log and snapshots); removing the
 directory while nothing runs starts the next one from nothing::
 
-    DIR/cluster.toml           ZooKeeper port and the cluster root of this cluster
+    DIR/cluster.toml           ZooKeeper port, the cluster root, and whether ZooKeeper is on TLS
     DIR/zookeeper/             ZooKeeper's own data and log
     DIR/bookie-N/bookie.toml   bookie N's configuration (its port, its directories)
     DIR/bookie-N/journal/      its journal;  DIR/bookie-N/ledgers/: entry logs and index
@@ -23,7 +23,12 @@ directory while nothing runs starts the next one from nothing::
 
 Given certificates (`LocalCluster(tls=...)`, bookie/local/certificates.py),
 each bookie created gets a mutual-TLS listener next to its plain one, on its
-port + 100 when free (its config file keeps it).
+port + 100 when free (its config file keeps it), and a cluster created with
+its own ZooKeeper runs it on mutual TLS only (`zk_tls = true` in
+cluster.toml; a cluster.toml without the key: plain).  The bookies, and
+whatever else the launcher starts with `zk_environment`, dial it with the
+node certificate (`BOOKIE_ZK_TLS_*`, bookie/meta/zk_tls.py); people and
+tools with the client certificate (`zk_client_tls`).
 
 Each bookie serves its admin HTTP API (docs/observability.md) on loopback:
 bookie N on port 8080 + N - 1 when free, else on a free port, chosen at each
@@ -40,6 +45,7 @@ import argparse
 import contextlib
 import fcntl
 import json
+import os
 import shlex
 import signal
 import socket
@@ -57,9 +63,15 @@ import anyio.to_thread
 
 from bookie import limits
 from bookie.local.certificates import CLIENT_NAME, NODE_NAME, DevelopmentCertificates
-from bookie.local.zookeeper import LocalZooKeeper, ZooKeeperUnavailable, free_port
+from bookie.local.zookeeper import (
+    LocalZooKeeper,
+    ZooKeeperTls,
+    ZooKeeperUnavailable,
+    free_port,
+)
 from bookie.meta.bookies import list_bookies, watch_bookies
 from bookie.meta.zk import ZkMetadataStore
+from bookie.meta.zk_tls import ZkTls
 from bookie.server.config import address_setting, render_toml
 
 HOST: Final = "127.0.0.1"
@@ -172,7 +184,8 @@ class LocalCluster:
         keeps its port.  `bookie_config` adds keys to the config file of each bookie
         created (`autorecovery_password`, say).  With `tls`, each bookie created also
         has a mutual-TLS listener (`TLS_PORT_OFFSET` above its port when free) serving
-        the certificates' node and client names only."""
+        the certificates' node and client names only, and a cluster created with its own
+        ZooKeeper runs it on mutual TLS only."""
         assert bookies >= 1
         self._bookie_base_port = bookie_base_port
         self.data_dir = data_dir.absolute()
@@ -185,6 +198,8 @@ class LocalCluster:
         self._tls = tls
         self.bookies: list[LocalBookie] = []
         self._zookeeper: LocalZooKeeper | None = None
+        self.zk_tls: ZkTls | None = None
+        """How this cluster's processes dial its ZooKeeper when it is on TLS (set on start)."""
         self._lock: IO[str] | None = None
         self.resumed = False
         """True when the data directory held a cluster already."""
@@ -214,6 +229,8 @@ class LocalCluster:
         self._take_lock()
         settings = self._cluster_settings()
         if self._external_zk is None:
+            if settings.get("zk_tls", False):
+                self.zk_tls = self._zk_node_tls()
             self._zookeeper = await self._start_zookeeper(int(settings["zk_port"]))
             self.zk_servers = self._zookeeper.connect_string
         self.zk_root = str(settings["zk_root"])
@@ -258,10 +275,36 @@ class LocalCluster:
                 )
             return settings
         port = ZK_PORT_PREFERRED if port_is_free(ZK_PORT_PREFERRED) else free_port(HOST)
-        settings = {"zk_port": port, "zk_root": self.zk_root}
-        # Plain TOML of two keys; bookie configs have their own writer.
-        path.write_text(f"zk_port = {port}\nzk_root = {json.dumps(settings['zk_root'])}\n")
+        zk_tls = self._tls is not None and self._external_zk is None
+        settings = {"zk_port": port, "zk_root": self.zk_root, "zk_tls": zk_tls}
+        # Plain TOML of three keys; bookie configs have their own writer.
+        path.write_text(
+            f"zk_port = {port}\nzk_root = {json.dumps(self.zk_root)}\n"
+            f"zk_tls = {json.dumps(zk_tls)}\n"
+        )
         return settings
+
+    def _zk_node_tls(self) -> ZkTls:
+        if self._tls is None:
+            raise ClusterError(
+                f"the cluster in {self.data_dir} runs its ZooKeeper on TLS: start it with "
+                "TLS (kvstore up --tls)"
+            )
+        return ZkTls(self._tls.ca, self._tls.node)
+
+    @property
+    def zk_environment(self) -> dict[str, str]:
+        """What a process this cluster starts adds to its environment to reach ZooKeeper
+        (the `BOOKIE_ZK_TLS_*` variables of `zk_tls`; none when ZooKeeper is plain)."""
+        return {} if self.zk_tls is None else self.zk_tls.environment()
+
+    @property
+    def zk_client_tls(self) -> ZkTls | None:
+        """How people and tools dial this cluster's ZooKeeper: with the client
+        certificate when it is on TLS, None when it is plain."""
+        if self.zk_tls is None or self._tls is None:
+            return None
+        return ZkTls(self._tls.ca, self._tls.client)
 
     async def _start_zookeeper(self, port: int) -> LocalZooKeeper:
         if not port_is_free(port):
@@ -270,7 +313,11 @@ class LocalCluster:
                 f"ZooKeeper running?  Stop it, or delete {self.data_dir / CLUSTER_FILE} to "
                 "pick another port (the bookies' cookies stay valid)"
             )
-        zookeeper = LocalZooKeeper(self.data_dir / "zookeeper", host=HOST, port=port)
+        tls = None
+        if self.zk_tls is not None:
+            assert self._tls is not None
+            tls = ZooKeeperTls(self._tls.node, self._tls.ca, require_client_cert=True)
+        zookeeper = LocalZooKeeper(self.data_dir / "zookeeper", host=HOST, port=port, tls=tls)
         try:
             await anyio.to_thread.run_sync(zookeeper.start)
         except ZooKeeperUnavailable as error:
@@ -343,6 +390,7 @@ class LocalCluster:
             stdout=bookie.log,
             stderr=bookie.log,
             cwd=bookie.directory,
+            env={**os.environ, **self.zk_environment},
             # Its own session: a Ctrl-C in the terminal reaches the launcher only,
             # which then stops the bookies in order.
             start_new_session=True,
@@ -355,7 +403,7 @@ class LocalCluster:
         expected = {bookie.bookie_id for bookie in waited}
         failure: list[str] = []
         async with (
-            ZkMetadataStore.connect(self.zk_servers) as store,
+            ZkMetadataStore.connect(self.zk_servers, tls=self.zk_tls) as store,
             anyio.create_task_group() as tasks,
         ):
 

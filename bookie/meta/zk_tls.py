@@ -80,6 +80,15 @@ class ZkTls:
         """A kazoo handler whose connections speak TLS with `context()`."""
         return TlsHandler(self.context())
 
+    def environment(self) -> dict[str, str]:
+        """The variables that give a child process these settings, each of the three set
+        (empty: not given), so none of the parent's own comes through."""
+        return {
+            ZK_TLS_CA_FILE_ENV: str(self.ca_file),
+            ZK_TLS_CERT_FILE_ENV: "" if self.cert_file is None else str(self.cert_file),
+            ZK_TLS_KEY_FILE_ENV: "" if self.key_file is None else str(self.key_file),
+        }
+
 
 class TlsHandler(SequentialThreadingHandler):  # type: ignore[misc]  # kazoo is untyped
     """kazoo's threading handler, dialling TLS with one context of ours (see the module

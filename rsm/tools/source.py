@@ -51,6 +51,7 @@ from bookie.client.ledger_client import LedgerClient
 from bookie.client.read_handle import ReadHandle
 from bookie.errors import BookieError, NoNode
 from bookie.meta.api import MetadataStore
+from bookie.meta.zk_tls import ZkTls
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core.layout import AppLayout
@@ -206,14 +207,16 @@ class ClusterSource:
         ledger_root: str,
         config: ReplicaConfig | None = None,
         tls: ssl.SSLContext | None = None,
+        zk_tls: ZkTls | None = None,
     ) -> AsyncIterator[ClusterSource]:
-        """Connect to ZooKeeper and the bookies (with `tls`, their TLS listeners), read the
+        """Connect to ZooKeeper (with `zk_tls`, over TLS with those files; default: as
+        `BOOKIE_ZK_TLS_*` say) and the bookies (with `tls`, their TLS listeners), read the
         log znode: `NoSuchApplication` at once
         when the application does not exist, `MetadataUnavailable` when ZooKeeper gives no
         session within `limits.cli_zk_connect_timeout_ms` (a person waits for the tools)."""
         config = ReplicaConfig() if config is None else config
         layout = AppLayout.of(app)
-        async with command_zk_store(zk) as store:
+        async with command_zk_store(zk, tls=zk_tls) as store:
             try:
                 log, _version = await LogStore(store, layout).read()
             except NoNode:
@@ -526,9 +529,11 @@ async def open_source(
     ledger_root: str,
     config: ReplicaConfig | None = None,
     tls: ssl.SSLContext | None = None,
+    zk_tls: ZkTls | None = None,
 ) -> AsyncIterator[LogSource]:
     """The file when `log_file` is given, else the cluster of `app` at `zk` (its bookies
-    reached with `tls`, None: plain TCP)."""
+    reached with `tls`, None: plain TCP; its ZooKeeper with `zk_tls`, see
+    `ClusterSource.connect`)."""
     if log_file is not None:
         if app is not None or zk is not None:
             raise InvalidConfig("give either --log FILE or --app and --zk, not both")
@@ -537,6 +542,6 @@ async def open_source(
     if app is None or zk is None:
         raise InvalidConfig("give --app NAME and --zk HOSTS (or --log FILE, an exported log)")
     async with ClusterSource.connect(
-        zk, app, ledger_root=ledger_root, config=config, tls=tls
+        zk, app, ledger_root=ledger_root, config=config, tls=tls, zk_tls=zk_tls
     ) as source:
         yield source

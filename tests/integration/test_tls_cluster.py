@@ -3,7 +3,8 @@ replicas whose framework ports are mutual TLS and whose ledger clients use the b
 TLS listeners, and TLS RESP ports.  A write and a read go through it (redis-py with
 `ssl=True`, redis-cli with `--tls`); a client with the wrong CA, or without the
 client certificate a port requires, is refused on each port, the refusal is counted
-(bookie and replica metrics) and logged, and the store goes on serving.
+(bookie and replica metrics) and logged, and the store goes on serving.  A store that
+runs its own ZooKeeper runs it on mutual TLS only.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import anyio
 import pytest
 import redis
 import redis.exceptions
+from kvstore.tools.launcher import KvSettings, LocalKvCluster
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -28,6 +30,7 @@ from bookie.client.bookie_conn import BookieConnection
 from bookie.errors import BookieUnavailable
 from bookie.local.certificates import DevelopmentCertificates
 from bookie.local.zookeeper import LocalZooKeeper
+from bookie.meta.zk_tls import ZK_TLS_CA_FILE_ENV, ZK_TLS_CERT_FILE_ENV, ZK_TLS_KEY_FILE_ENV
 from bookie.net.tls import client_context
 from rsm.client import tls_connector
 from tests.tls_certs import Certificates
@@ -38,6 +41,7 @@ from .support.admin_http import metric_sum
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
 
 HOST = "127.0.0.1"
+ZK_TLS_VARIABLES = (ZK_TLS_CA_FILE_ENV, ZK_TLS_CERT_FILE_ENV, ZK_TLS_KEY_FILE_ENV)
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +187,49 @@ def test_kvstore_history_of_a_tls_store_reads_its_bookies_as_its_client(store: S
     assert [json.loads(line)["command"] for line in result.stdout.splitlines()] == ["set"]
     after = [metric_sum(bookie.admin_url, "bookie_tls_accepted_total") for bookie in bookies]
     assert any(a > b for a, b in zip(after, before, strict=True))
+
+
+def _run(command: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        command, capture_output=True, text=True, check=False, timeout=60, env=environment
+    )
+
+
+def test_a_store_with_its_own_zookeeper_runs_it_on_tls_only(tmp_path: Path) -> None:
+    """`kvstore up --tls` without --zk: its ZooKeeper serves mutual TLS only.  The bookies,
+    the replica and the launcher reach it; `kvstore status` and `kvstore history` with
+    --data-dir too, by themselves; `bookie shell` without the variables is refused, and
+    with those the banner prints (the client certificate) gets through."""
+    settings = KvSettings(replicas=1, base_port=0, tls=True)
+    cluster = LocalKvCluster(tmp_path, settings=settings)
+    with (
+        anyio.from_thread.start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(cluster),
+    ):
+        store = Store(portal, cluster)
+        with _tls_client(store, "kv-1") as client:
+            assert client.set("zk:tls", "on")
+            assert client.get("zk:tls") == b"on"
+        assert "zk_tls = true" in (tmp_path / "cluster.toml").read_text()
+        plain = {name: value for name, value in os.environ.items() if name not in ZK_TLS_VARIABLES}
+
+        kvstore = [sys.executable, "-m", "kvstore.tools.cli"]
+        where = ["--data-dir", str(tmp_path), "--json"]
+        status = _run([*kvstore, "status", *where], plain)
+        assert status.returncode == 0, status.stderr
+        assert [r["replica_id"] for r in json.loads(status.stdout)["replicas"]] == ["kv-1"]
+        history = _run([*kvstore, "history", "zk:tls", *where], plain)
+        assert history.returncode == 0, history.stderr
+        assert [json.loads(line)["command"] for line in history.stdout.splitlines()] == ["set"]
+
+        listbookies = [sys.executable, "-m", "bookie.tools.cli", "shell", "listbookies"]
+        listbookies += ["--zk", cluster.bookies.zk_servers, "--json"]
+        refused = _run(listbookies, plain)
+        assert refused.returncode == 2
+        assert "without TLS (BOOKIE_ZK_TLS_CA_FILE is not set)" in refused.stderr
+        client_tls = cluster.bookies.zk_client_tls
+        assert client_tls is not None
+        assert client_tls.cert_file == _certs(store).client
+        listed = _run(listbookies, {**plain, **client_tls.environment()})
+        assert listed.returncode == 0, listed.stderr
+        assert len(json.loads(listed.stdout)["writable"]) == 3

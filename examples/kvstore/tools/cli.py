@@ -104,6 +104,7 @@ from kvstore.tools.launcher import (
     KvSettings,
     LocalKvCluster,
     read_saved,
+    saved_zk_client_tls,
     tls_client_connector,
 )
 from kvstore.tools.tls_flags import NodeTls, add_tls_arguments, node_tls
@@ -453,6 +454,8 @@ def _banner(cluster: LocalKvCluster) -> str:
     state = "resumed" if cluster.resumed else "new"
     bookies = cluster.bookies
     zk_kind = "local" if bookies.zk_is_local else "external"
+    if bookies.zk_tls is not None:
+        zk_kind += ", mutual TLS only"
     lines = [
         f"Key-value store up ({state}, data in {_shown(cluster.data_dir)})",
         f"  ZooKeeper  {cluster.zk:<21} {zk_kind}",
@@ -495,6 +498,14 @@ def _tls_lines(cluster: LocalKvCluster, tls: DevelopmentCertificates) -> list[st
         f"  bookies and replicas take mutual TLS only: client certificate "
         f"{_shown(tls.client)} (key inside)"
     )
+    zk_tls = cluster.bookies.zk_client_tls
+    if zk_tls is not None:
+        variables = " ".join(
+            f"{name}={shlex.quote(value)}"
+            for name, value in zk_tls.environment().items()
+            if value
+        )
+        lines.append(f"  ZooKeeper too; for bookie shell and rsm tools: export {variables}")
     return lines
 
 
@@ -525,6 +536,7 @@ def _log_of(arguments: argparse.Namespace) -> dict[str, Any]:
         )
     zk, app = arguments.zk, arguments.app
     tls = bookie_tls_context(arguments)
+    zk_tls = None
     if zk is None:
         data_dir = arguments.data_dir or Path("data")
         try:
@@ -532,12 +544,18 @@ def _log_of(arguments: argparse.Namespace) -> dict[str, Any]:
         except ClusterError as error:
             raise InvalidConfig(str(error)) from None
         zk, app = saved["zk"], app or saved["app"]
+        zk_tls = saved_zk_client_tls(data_dir, saved)
         if saved.get("tls") and tls is None:
             # A store made by `kvstore up --tls`: its bookies' TLS listeners, as its client.
             certificates = development_certificates(data_dir / TLS_DIRECTORY)
             tls = client_context(certificates.ca, certificates.client)
     return source_options_of(
-        app=app or DEFAULT_APP, zk=zk, ledger_root=arguments.ledger_root, log_file=None, tls=tls
+        app=app or DEFAULT_APP,
+        zk=zk,
+        ledger_root=arguments.ledger_root,
+        log_file=None,
+        tls=tls,
+        zk_tls=zk_tls,
     )
 
 
@@ -583,18 +601,19 @@ async def _status(arguments: argparse.Namespace) -> int:
     app = arguments.app
     zk = arguments.zk
     saved: dict[str, Any] | None = None
+    zk_tls = None
+    data_dir = Path(arguments.data_dir or "data")
     if zk is None:
-        saved = read_saved(arguments.data_dir or Path("data"))
+        saved = read_saved(data_dir)
         zk = saved["zk"]
         app = app or saved["app"]
+        zk_tls = saved_zk_client_tls(data_dir, saved)
     app = app or DEFAULT_APP
     connector = client_connector(arguments) or tcp_connector
     if saved is not None and saved.get("tls") and arguments.tls_ca_file is None:
-        connector = tls_client_connector(
-            development_certificates(Path(arguments.data_dir or "data") / TLS_DIRECTORY)
-        )
+        connector = tls_client_connector(development_certificates(data_dir / TLS_DIRECTORY))
     async with (
-        command_zk_store(zk) as store,
+        command_zk_store(zk, tls=zk_tls) as store,
         connect(app, store=store, connector=connector) as client,
     ):
         report = await application_status(store, client, ledger_root=LEDGER_ROOT)

@@ -38,7 +38,11 @@ certificates (`bookie.local.certificates`) in DIR/tls/; each bookie gets a
 mutual-TLS listener next to its plain one, and each replica a TLS RESP port
 (`base_port + 3000 + i - 1` when free; `kvstore.toml` keeps them), its
 framework port on mutual TLS, and its ledger client on the bookies' TLS
-listeners.  The plain RESP ports stay open on loopback.
+listeners.  The plain RESP ports stay open on loopback.  A store that starts
+its own ZooKeeper runs it on mutual TLS only (`bookie.local.cluster`): every
+process dials it with the node certificate, and `zk_client_tls` says how
+tools do (the client certificate; `kvstore status --data-dir` and the log
+tools use it by themselves).
 
 Invariants: at most one launcher runs per data directory (the bookie
 cluster's lock); replica processes run only while the bookie cluster does;
@@ -50,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 import tomllib
@@ -78,6 +83,7 @@ from bookie.local.cluster import (
     port_is_free,
 )
 from bookie.meta.zk import ZkMetadataStore
+from bookie.meta.zk_tls import ZkTls
 from bookie.net.tls import client_context
 from kvstore.runtime.node import DEFAULT_APP
 from rsm import limits as rsm_limits
@@ -313,7 +319,7 @@ class LocalKvCluster:
             hosts, chroot = split_zk(self.zk)
             connector = tcp_connector if self.tls is None else tls_client_connector(self.tls)
             async with (
-                ZkMetadataStore.connect(hosts, root=chroot) as store,
+                ZkMetadataStore.connect(hosts, root=chroot, tls=self.bookies.zk_tls) as store,
                 connect(self.settings.app, store=store, connector=connector) as client,
             ):
                 self._client = client
@@ -427,6 +433,7 @@ class LocalKvCluster:
             stdout=replica.log,
             stderr=replica.log,
             cwd=replica.directory,
+            env={**os.environ, **self.bookies.zk_environment},
             start_new_session=True,
         )
         if wait:
@@ -540,6 +547,15 @@ def _saved_tls(data_dir: Path) -> bool | None:
         return bool(tomllib.load(handle).get("tls", False))
 
 
+def saved_zk_client_tls(data_dir: Path, saved: Mapping[str, Any]) -> ZkTls | None:
+    """How a tool dials the ZooKeeper of the store in `data_dir` (`saved`: `read_saved`'s):
+    over TLS with the client certificate when the store runs its own on TLS, else None."""
+    if not saved.get("zk_tls"):
+        return None
+    certificates = development_certificates(data_dir / TLS_DIRECTORY)
+    return ZkTls(certificates.ca, certificates.client)
+
+
 def _toml(values: dict[str, str | bool | list[str] | list[int]]) -> str:
     """`key = value` lines; JSON's strings and arrays of strings or integers are valid TOML."""
     return "".join(f"{key} = {json.dumps(value)}\n" for key, value in values.items())
@@ -548,7 +564,7 @@ def _toml(values: dict[str, str | bool | list[str] | list[int]]) -> str:
 def read_saved(data_dir: Path) -> dict[str, Any]:
     """`kvstore.toml` and `cluster.toml` of a data directory, merged, with `bookies`: each
     bookie's address (its id) from `bookie-N/bookie.toml`, in N's order (for `kvstore
-    status`)."""
+    status`), and `zk_tls`: whether the store's own ZooKeeper is on TLS."""
     kv_file = data_dir / KV_FILE
     if not kv_file.exists():
         raise ClusterError(f"{data_dir} holds no key-value store (no {KV_FILE}); run kvstore up")
@@ -556,6 +572,7 @@ def read_saved(data_dir: Path) -> dict[str, Any]:
         saved = tomllib.load(handle)
     with (data_dir / "cluster.toml").open("rb") as handle:
         cluster = tomllib.load(handle)
+    saved["zk_tls"] = not saved["zk"] and bool(cluster.get("zk_tls", False))
     if not saved["zk"]:
         saved["zk"] = f"{HOST}:{cluster['zk_port']}"
     saved["bookies"] = []

@@ -48,6 +48,18 @@ def test_a_client_certificate_holds_its_key_unless_one_is_given(files: dict[str,
     assert keyed == ZkTls(Path(files["ca"]), Path(files["cert"]), Path(files["key"]))
 
 
+def test_a_child_process_gets_the_settings_and_none_of_its_parents(
+    files: dict[str, str],
+) -> None:
+    parent = {ZK_TLS_CA_FILE_ENV: "other-ca.pem", ZK_TLS_KEY_FILE_ENV: "other.key"}
+    for tls in (
+        ZkTls(Path(files["ca"])),
+        ZkTls(Path(files["ca"]), Path(files["cert"])),
+        ZkTls(Path(files["ca"]), Path(files["cert"]), Path(files["key"])),
+    ):
+        assert zk_tls_from_environment({**parent, **tls.environment()}) == tls
+
+
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
     return Certificates.make(tmp_path_factory.mktemp("certs"))
