@@ -8,6 +8,7 @@ import os
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,6 +129,22 @@ def test_a_failed_handshake_closes_its_socket(certs: Certificates) -> None:
         handler.create_connection(address, hostname="127.0.0.1", timeout=10)
     # Even while the error (and the frames its traceback holds) is kept, as kazoo keeps it.
     assert refused.value.__traceback__ is not None
+    assert open_sockets() == before
+
+
+def test_a_handshake_that_never_answers_times_out_and_closes_its_socket(
+    certs: Certificates,
+) -> None:
+    """A server that takes the connection and says nothing (a wedged ZooKeeper, a plain
+    port that waits for a request): the handshake ends at the connection's timeout."""
+    handler = ZkTls(certs.ca).handler()
+    before = open_sockets()
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        # The kernel completes the TCP handshake from the backlog; nobody ever answers.
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            handler.create_connection(silent.getsockname(), hostname="127.0.0.1", timeout=0.2)
+        assert time.monotonic() - started < 10
     assert open_sockets() == before
 
 
