@@ -501,9 +501,7 @@ def _tls_lines(cluster: LocalKvCluster, tls: DevelopmentCertificates) -> list[st
     zk_tls = cluster.bookies.zk_client_tls
     if zk_tls is not None:
         variables = " ".join(
-            f"{name}={shlex.quote(value)}"
-            for name, value in zk_tls.environment().items()
-            if value
+            f"{name}={shlex.quote(value)}" for name, value in zk_tls.environment().items() if value
         )
         lines.append(f"  ZooKeeper too; for bookie shell and rsm tools: export {variables}")
     return lines
