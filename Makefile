@@ -41,7 +41,7 @@ docs: bootstrap
 
 # Each benchmark prints one JSON line with its configuration and its baseline.
 bench: bootstrap
-	@for b in bookie ledger rsm recovery kvstore replay spark; do $(PY) bench/$${b}_bench.py || exit 1; done
+	@for b in bookie ledger rsm recovery kvstore replay spark wakeup; do $(PY) bench/$${b}_bench.py || exit 1; done
 
 # Long seeded simulations under faults (not part of `make test`): SEEDS seeds from
 # FIRST, STEPS nemesis steps each.  Short runs cover many scenarios; long ones
