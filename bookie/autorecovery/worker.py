@@ -9,7 +9,14 @@ worker holds it), repair it, release the lock.  A repair:
 1. reads the mark and the ledger's metadata.  A deleted ledger's mark is removed.  A
    marked bookie that is registered and lists every entry of the sealed segments it
    should hold (a lost bookie back with its disk) is missing no longer: only the others
-   are replaced below;
+   are replaced below.  One that lacks entries is replaced like a lost one (its disk
+   may be damaged), unless placement finds no spare bookie for a segment to repair:
+   then each that is registered writable and lacks entries of a CLOSED ledger (it was
+   down while they were written, and the writer, with no bookie free, went on without
+   it) gets those entries alone copied back (`lacking_in_segment`, read as in step 3
+   from members that are not missing), the metadata stays as it is, and it is missing
+   no longer (`autorecovery.refilled`).  Without that, a cluster of exactly E writable
+   bookies could never bring such a ledger back to Qw copies;
 2. picks, among the configured passwords, the one whose hash the metadata holds;
 3. for each sealed segment that names a missing bookie (`plan_repairs`: every segment
    of a closed ledger, every one but the last of an open or in-recovery one): asks
@@ -75,10 +82,12 @@ from bookie.core.rereplication import (
     RetrySchedule,
     SegmentRepair,
     copy_sources,
+    lacking_in_segment,
     left_to_writer,
     plan_repairs,
     position_entries,
     repaired_segment_transform,
+    segment_ranges,
 )
 from bookie.errors import (
     BookieError,
@@ -182,8 +191,13 @@ class ReplicationWorker:
             await self._marks.remove_mark(mark)
             emit(logger, logging.INFO, "autorecovery.mark_removed", ledger_id=ledger_id)
             return None
-        missing = await self._still_missing(metadata, mark.missing)
-        segments, copied = await self._repair_sealed(metadata, missing)
+        missing, listings = await self._still_missing(metadata, mark.missing)
+        copied = 0
+        if not await self._spares_for(metadata, missing):
+            refilled, copied = await self._refill_in_place(metadata, missing, listings)
+            missing -= refilled
+        segments, sealed_copied = await self._repair_sealed(metadata, missing)
+        copied += sealed_copied
         if left_to_writer(metadata, missing):
             metadata = await self._recover_if_writer_gone(ledger_id, missing, segments)
             more, more_copied = await self._repair_sealed(metadata, missing)
@@ -272,16 +286,82 @@ class ReplicationWorker:
 
     async def _still_missing(
         self, metadata: LedgerMetadata, marked: frozenset[str]
-    ) -> frozenset[str]:
+    ) -> tuple[frozenset[str], dict[str, Sequence[Sequence[int]]]]:
         """The bookies of `marked` that are missing still: all but those registered now that
         list every entry of the ledger's sealed segments they should hold (a lost bookie
-        that came back with its disk), so that none is replaced needlessly."""
+        that came back with its disk), so that none is replaced needlessly; and what each
+        of them that answered listed."""
         listings = await self._listings(metadata.ledger_id, marked)
-        return marked - {
+        whole = {
             bookie_id
             for bookie_id, held in listings.items()
             if not lacking_entries(metadata, bookie_id, held)
         }
+        return marked - whole, {b: held for b, held in listings.items() if b not in whole}
+
+    async def _spares_for(self, metadata: LedgerMetadata, missing: frozenset[str]) -> bool:
+        """Whether placement finds replacements for every sealed segment to repair (asked
+        with a generator of its own: the worker's draws stay those of the repair)."""
+        repairs = plan_repairs(metadata, missing)
+        if not repairs:
+            return True
+        bookies = await list_bookies(self._store, self._settings.root)
+        writable = {bookie_id: info.rack for bookie_id, info in bookies.writable.items()}
+        try:
+            for repair in repairs:
+                choose_replacements(
+                    writable,
+                    repair.ensemble,
+                    repair.positions,
+                    write_quorum=metadata.write_quorum,
+                    rng=random.Random(0),
+                    excluded=missing,
+                )
+        except NotEnoughBookies:
+            return False
+        return True
+
+    async def _refill_in_place(
+        self,
+        metadata: LedgerMetadata,
+        missing: frozenset[str],
+        listings: dict[str, Sequence[Sequence[int]]],
+    ) -> tuple[frozenset[str], int]:
+        """Copy back, to each bookie of `missing` that is registered writable and listed
+        what it holds, the entries of the CLOSED ledger it lacks (module docstring, step
+        1); return those bookies and the entries copied."""
+        if not metadata.is_closed:
+            return frozenset(), 0
+        bookies = await list_bookies(self._store, self._settings.root)
+        targets = sorted(missing & listings.keys() & bookies.writable.keys())
+        if not targets:
+            return frozenset(), 0
+        password = self._password_of(metadata)
+        addresses = client_addresses(bookies, self._settings.tls is not None)
+        copier = self._copier(metadata, password)
+        instance_id = await cluster_instance_id(self._store, self._settings.root)
+        segments = segment_ranges(metadata)
+        sources = {bookie_id for _, _, ensemble in segments for bookie_id in ensemble} - missing
+        copied = 0
+        async with contextlib.AsyncExitStack() as stack:
+            for bookie_id in sorted(sources | set(targets)):
+                await copier.connect(stack, bookie_id, addresses.get(bookie_id), instance_id)
+            for target in targets:
+                entries = 0
+                for segment in segments:
+                    lacking = lacking_in_segment(metadata.quorum, segment, target, listings[target])
+                    work = ((entry_id, target) for entry_id in lacking)
+                    entries += await copier.copy_all(work, segment[2], set(missing))
+                emit(
+                    logger,
+                    logging.INFO,
+                    "autorecovery.refilled",
+                    ledger_id=metadata.ledger_id,
+                    bookie_id=target,
+                    entries_copied=entries,
+                )
+                copied += entries
+        return frozenset(targets), copied
 
     async def _last_entry_held(self, metadata: LedgerMetadata, missing: frozenset[str]) -> int:
         """The last entry of the ledger that a surviving bookie of its last segment says it
@@ -362,6 +442,16 @@ class ReplicationWorker:
                 f"bookie ({error})"
             ) from error
 
+    def _copier(self, metadata: LedgerMetadata, password: bytes) -> _Copier:
+        return _Copier(
+            metadata,
+            password,
+            self._settings.timeout_ms,
+            self._throttle,
+            connector=self._connector,
+            tls=self._settings.tls,
+        )
+
     def _password_of(self, metadata: LedgerMetadata) -> bytes:
         for password in self._settings.passwords:
             if hmac.compare_digest(password_hash(password), metadata.password_hash):
@@ -392,14 +482,7 @@ class ReplicationWorker:
             first_entry_id=repair.first_entry_id,
         )
         unusable = set(missing) | {repair.ensemble[index] for index in repair.positions}
-        copier = _Copier(
-            metadata,
-            password,
-            self._settings.timeout_ms,
-            self._throttle,
-            connector=self._connector,
-            tls=self._settings.tls,
-        )
+        copier = self._copier(metadata, password)
         instance_id = await cluster_instance_id(self._store, self._settings.root)
         async with contextlib.AsyncExitStack() as stack:
             needed = {*repair.ensemble, *replacements.values()} - unusable
@@ -532,7 +615,7 @@ class _Copier:
         connection = self._connections.get(bookie_id)
         ledger_id = self._metadata.ledger_id
         if not isinstance(connection, BookieConnection):
-            raise RereplicationFailed(f"replacement {bookie_id}: {connection}")
+            raise RereplicationFailed(f"copy target {bookie_id}: {connection}")
         await connection.add(
             ledger_id,
             entry_id,

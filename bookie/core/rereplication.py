@@ -19,7 +19,10 @@ Pure.  The replication worker (`bookie/autorecovery/worker.py`) carries it out:
 3. `position_entries`: the entries position p holds, those whose write set contains p
    (entry e is on positions (e + i) mod E, i < Qw).  Each is read from `copy_sources`,
    the other members of its write set that are neither missing nor being replaced,
-   and written verbatim to the replacement.
+   and written verbatim to the replacement.  `lacking_in_segment`: the entries a
+   member that is back should hold and does not list (it was down while they were
+   written, its writer deferring the ensemble change); refilling it copies those
+   alone, from the same sources, and changes no metadata.
 4. `repaired_segment_transform`: the compare-and-set that replaces the bookies of that
    one sealed segment, and nothing else (a writer's ensemble change and close only
    look at and touch the last segment, so they compose with it).
@@ -34,8 +37,9 @@ Pure.  The replication worker (`bookie/autorecovery/worker.py`) carries it out:
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from bookie.core.metadata import LedgerMetadata, check_invariants
@@ -95,6 +99,27 @@ def position_entries(
     assert 0 <= position < quorum.ensemble_size
     for entry_id in range(max(first_entry_id, 0), last_entry_id + 1):
         if (position - entry_id) % quorum.ensemble_size < quorum.write_quorum:
+            yield entry_id
+
+
+def lacking_in_segment(
+    quorum: Quorum,
+    segment: tuple[int, int, tuple[str, ...]],
+    bookie_id: str,
+    held: Sequence[Sequence[int]],
+) -> Iterator[int]:
+    """The entries of `segment` (first entry, last entry, ensemble: as `segment_ranges`
+    gives them) that `bookie_id` should hold and `held` (its listing: inclusive [first,
+    last] ranges, ascending) does not name, ascending; none when it is not a member."""
+    first_entry_id, last_entry_id, ensemble = segment
+    if bookie_id not in ensemble:
+        return
+    firsts = [first for first, _ in held]
+    for entry_id in position_entries(
+        quorum, first_entry_id, last_entry_id, ensemble.index(bookie_id)
+    ):
+        found = bisect.bisect_right(firsts, entry_id) - 1
+        if found < 0 or held[found][1] < entry_id:
             yield entry_id
 
 

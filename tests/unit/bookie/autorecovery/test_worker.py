@@ -4,7 +4,9 @@ an open ledger's last segment, deleted ledgers, the pause switch and passwords l
 metadata untouched; a worker that died holding a lock
 loses it with its session.  An open ledger whose declared writer znode exists is never
 fenced; one whose writer is gone is fenced, recovered and repaired, unless no spare
-bookie could take the lost one's place."""
+bookie could take the lost one's place.  A marked bookie that is back writable but lacks
+the entries written while it was away gets them copied back in place when no spare bookie
+could take its place, and is replaced when one can."""
 
 from __future__ import annotations
 
@@ -378,3 +380,67 @@ async def test_a_marked_bookie_that_is_back_with_its_share_is_not_replaced() -> 
             assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 1
             assert await marks.list_marks() == []
             assert await client.ledger_metadata(metadata.ledger_id) == metadata, "no copy made"
+
+
+async def ledger_written_while_a_bookie_was_away(
+    cluster: LocalCluster, client: LedgerClient
+) -> tuple[LedgerMetadata, str]:
+    """A closed ledger (E3 Qw3 Qa2) whose first bookie was down for its second half: with
+    no spare bookie its writer deferred the ensemble change, so that bookie, back now,
+    lacks those entries."""
+    async with await client.create_ledger(3, 3, 2, password=PASSWORD) as ledger:
+        away = (await client.ledger_metadata(ledger.ledger_id)).ensembles[0][1][0]
+        for index in range(ENTRIES):
+            if index == ENTRIES // 2:
+                await cluster.stop_bookie(away)
+            await ledger.append(f"entry {index}".encode())
+    await cluster.restart_bookie(away)
+    metadata = await client.ledger_metadata(ledger.ledger_id)
+    assert len(metadata.ensembles) == 1, "no ensemble change: there was no spare"
+    lacking = [e for e in range(ENTRIES) if away not in cluster.holders(metadata.ledger_id, e)]
+    assert lacking == list(range(ENTRIES // 2, ENTRIES))
+    return metadata, away
+
+
+async def test_with_no_spare_a_bookie_back_without_some_entries_gets_them_in_place() -> None:
+    """The entries it lacks are copied to it from the other members, no bookie is
+    replaced and the metadata stays as it was."""
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        metadata, away = await ledger_written_while_a_bookie_was_away(cluster, client)
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, [away])
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 1
+            assert await marks.list_marks() == []
+        assert await client.ledger_metadata(metadata.ledger_id) == metadata
+        assert_fully_replicated(cluster, metadata)
+        reader = await client.open_ledger(metadata.ledger_id, PASSWORD, recovery=False)
+        assert await reader.read(0, ENTRIES - 1) == [
+            f"entry {index}".encode() for index in range(ENTRIES)
+        ]
+
+
+async def test_with_a_spare_a_bookie_back_without_some_entries_is_replaced() -> None:
+    """Its disk may have lost them: with a spare it is replaced like a lost bookie."""
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        metadata, away = await ledger_written_while_a_bookie_was_away(cluster, client)
+        spare = await cluster.add_bookie()
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, [away])
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 1
+        after = await client.ledger_metadata(metadata.ledger_id)
+        assert after.ensembles == (
+            (0, tuple(spare if b == away else b for b in metadata.ensembles[0][1])),
+        )
+        assert_fully_replicated(cluster, after)
+
+
+async def test_a_read_only_bookie_that_lacks_entries_is_not_refilled() -> None:
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        metadata, away = await ledger_written_while_a_bookie_was_away(cluster, client)
+        await cluster.set_read_only(away)
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, [away])
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 0
+            assert await marks.list_marks() == [metadata.ledger_id], "no spare: it stays"
+        assert await client.ledger_metadata(metadata.ledger_id) == metadata
+        assert away not in cluster.holders(metadata.ledger_id, ENTRIES - 1)

@@ -25,7 +25,7 @@ from bookie.client.config import ClientConfig
 from bookie.client.ledger_client import LedgerClient
 from bookie.core.bookie_handler import BookieIdentity
 from bookie.meta.api import MetadataStore
-from bookie.meta.bookies import BookieInfo, init_cluster, register
+from bookie.meta.bookies import BookieInfo, Registration, init_cluster, register
 from bookie.meta.memory import MemoryMetadataServer
 from bookie.server.server import BookieServer
 from bookie.storage.memory import MemoryLedgerStorage
@@ -62,6 +62,7 @@ class LocalBookie:
     rack: str | None
     storage: MemoryLedgerStorage = field(default_factory=MemoryLedgerStorage)
     server: BookieServer | None = None
+    registration: Registration | None = None
     scope: anyio.CancelScope | None = None
     stopped: anyio.Event = field(default_factory=anyio.Event)
 
@@ -153,6 +154,12 @@ class LocalCluster:
         bookie.stopped = anyio.Event()
         await self._task_group.start(self._run, bookie)
 
+    async def set_read_only(self, bookie_id: str) -> None:
+        """Register a running bookie as read-only (what a full disk makes it)."""
+        registration = self._bookies[bookie_id].registration
+        assert registration is not None, f"bookie {bookie_id} is not running"
+        await registration.set_read_only(True)
+
     async def _run(self, bookie: LocalBookie, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         with anyio.CancelScope() as scope:
             bookie.scope = scope
@@ -165,11 +172,14 @@ class LocalCluster:
             ):
                 syncing.start_soon(_sync_forever, bookie.storage)
                 info = BookieInfo(f"127.0.0.1:{server.port}", bookie.rack)
-                async with register(store, bookie.bookie_id, info, root=self.root):
+                async with register(
+                    store, bookie.bookie_id, info, root=self.root
+                ) as bookie.registration:
                     bookie.server = server
                     task_status.started()
                     await anyio.sleep_forever()
         bookie.server = None
+        bookie.registration = None
         bookie.scope = None
         bookie.stopped.set()
 

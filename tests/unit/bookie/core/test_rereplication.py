@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bookie.core.auditor import lacking_entries
 from bookie.core.metadata import LedgerMetadata, LedgerState, check_invariants
 from bookie.core.placement import choose_replacements
 from bookie.core.quorum import Quorum
@@ -19,6 +20,7 @@ from bookie.core.rereplication import (
     RetrySchedule,
     SegmentRepair,
     copy_sources,
+    lacking_in_segment,
     left_to_writer,
     plan_repairs,
     position_entries,
@@ -91,6 +93,37 @@ def test_every_position_holds_exactly_the_entries_whose_write_set_names_it(
             assert {p for p, entries in held.items() if entry_id in entries} == set(
                 quorum.write_set(entry_id)
             )
+
+
+def test_lacking_in_segment_names_what_a_member_should_hold_and_does_not_list() -> None:
+    quorum = Quorum(3, 2, 2)
+    segment = (0, 8, ("b0", "b1", "b2"))
+    # b0 holds entries 0, 2, 3, 5, 6, 8; it lists 0..3 and 6.
+    assert list(lacking_in_segment(quorum, segment, "b0", [[0, 3], [6, 6]])) == [5, 8]
+    assert list(lacking_in_segment(quorum, segment, "b0", [])) == [0, 2, 3, 5, 6, 8]
+    assert list(lacking_in_segment(quorum, segment, "b0", [[0, 8]])) == []
+    assert list(lacking_in_segment(quorum, segment, "b9", [])) == [], "not a member"
+
+
+@st.composite
+def listings(draw: st.DrawFn) -> list[list[int]]:
+    """Inclusive ranges, ascending and apart, as LIST_ENTRIES gives them."""
+    bounds = sorted(set(draw(st.lists(st.integers(0, 70), max_size=8))))
+    pairs = list(zip(bounds[::2], bounds[1::2], strict=False))
+    return [[first, last] for first, last in pairs]
+
+
+@given(ledgers(), st.sampled_from(POOL), listings())
+def test_lacking_in_segment_agrees_with_the_auditors_count(
+    metadata: LedgerMetadata, bookie_id: str, held: list[list[int]]
+) -> None:
+    lacking = [
+        entry_id
+        for segment in segment_ranges(metadata)
+        for entry_id in lacking_in_segment(metadata.quorum, segment, bookie_id, held)
+    ]
+    assert len(lacking) == lacking_entries(metadata, bookie_id, held)
+    assert not any(first <= entry_id <= last for entry_id in lacking for first, last in held)
 
 
 def test_plan_names_the_segments_and_positions_of_the_missing_bookies() -> None:
