@@ -8,8 +8,10 @@ worker holds it), repair it, release the lock.  A repair:
 
 1. reads the mark and the ledger's metadata.  A deleted ledger's mark is removed.  A
    marked bookie that is registered and lists every entry of the sealed segments it
-   should hold (a lost bookie back with its disk) is missing no longer: only the others
-   are replaced below.  One that lacks entries is replaced like a lost one (its disk
+   should hold (a lost bookie back with its disk) is missing no longer, unless it is in
+   the last segment of a ledger not yet CLOSED (what it lacks there, entries written
+   while it was away, is known once the ledger is closed): only the others are
+   replaced below.  One that lacks entries is replaced like a lost one (its disk
    may be damaged), unless placement finds no spare bookie for a segment to repair:
    then each that is registered writable and lacks entries of a CLOSED ledger (it was
    down while they were written, and the writer, with no bookie free, went on without
@@ -290,12 +292,15 @@ class ReplicationWorker:
         """The bookies of `marked` that are missing still: all but those registered now that
         list every entry of the ledger's sealed segments they should hold (a lost bookie
         that came back with its disk), so that none is replaced needlessly; and what each
-        of them that answered listed."""
+        of them that answered listed.  A bookie of the last segment of a ledger that is
+        not CLOSED stays missing: what it lacks of that segment (entries written while
+        it was away) is known once the ledger is closed."""
         listings = await self._listings(metadata.ledger_id, marked)
+        writing = () if metadata.is_closed else metadata.current_ensemble
         whole = {
             bookie_id
             for bookie_id, held in listings.items()
-            if not lacking_entries(metadata, bookie_id, held)
+            if bookie_id not in writing and not lacking_entries(metadata, bookie_id, held)
         }
         return marked - whole, {b: held for b, held in listings.items() if b not in whole}
 

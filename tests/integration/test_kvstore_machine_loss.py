@@ -431,3 +431,49 @@ def test_a_bookie_lost_for_good_is_re_replicated_while_the_store_takes_writes(
             assert all(lost not in ensemble for _, ensemble in after[ledger_id].ensembles)
         assert store.portal.call(check_every_copy, ledgers, held, closed) > CLOSED_ENTRIES
     load.check_linearizable()
+
+
+@pytest.fixture
+def store_with_autorecovery(
+    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: os.PathLike[str]
+) -> Iterator[Store]:
+    """`store` (three bookies: none to spare) with a short autorecovery grace."""
+    with running_store(
+        zookeeper,
+        zk_root,
+        tmp_path,  # type: ignore[arg-type]
+        bookie_config=AUTORECOVERY,
+    ) as running:
+        yield running
+
+
+async def no_marks(metadata_store: ZkMetadataStore, root: str) -> bool:
+    return not await UnderReplication(metadata_store, root).list_marks()
+
+
+def test_with_no_spare_a_returning_bookie_gets_back_what_was_written_without_it(
+    store_with_autorecovery: Store,
+) -> None:
+    """A bookie killed under load: with no bookie free the writer goes on without it, and
+    autorecovery marks its ledgers.  Once it is back and the leader has rolled over, the
+    entries it missed are copied back to it (no replacement exists): no mark is left, no
+    ensemble changed, and every entry of every ledger is on its whole write set."""
+    store = store_with_autorecovery
+    root = store.cluster.ledger_root
+    with ledgers_of(store) as (metadata_store, ledgers):
+        with load_on(store) as load:
+            load.wait_writes_after(0.0)
+            before = store.portal.call(all_metadata, metadata_store, root)
+            kill_bookie(store, "bookie-3")
+            killed_s = time.monotonic()
+            load.wait_writes_after(killed_s)
+            wait_for(lambda: not store.portal.call(no_marks, metadata_store, root))
+            restart_bookie(store, "bookie-3")
+            wait_for(lambda: fully_replicated(store))
+            load.wait_writes_after(time.monotonic())
+        load.check_linearizable()
+        wait_for(lambda: store.portal.call(no_marks, metadata_store, root))
+        after = store.portal.call(all_metadata, metadata_store, root)
+        for ledger_id, metadata in before.items():
+            assert after[ledger_id].ensembles[0] == metadata.ensembles[0], "nothing moved"
+        assert store.portal.call(check_every_copy, ledgers, sorted(after), []) > 0
