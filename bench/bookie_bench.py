@@ -276,10 +276,13 @@ def run_group_commit_baseline(
 
 @contextlib.asynccontextmanager
 async def bookie_process(
-    directory: Path, zk_servers: str, options: dict[str, object]
+    directory: Path, zk_servers: str, options: dict[str, object], taken: set[int]
 ) -> AsyncIterator[tuple[int, int]]:
-    """A `bookie serve` process; yields its port and pid once it listens."""
-    port = free_port(HOST)
+    """A `bookie serve` process, on a port not in `taken` (the ports handed out to servers
+    that may not listen yet; its own is added); yields its port and pid once it listens.
+    A bookie that exits first is an error at once, with the end of its log."""
+    port = free_port(HOST, taken=taken)
+    taken.add(port)
     directory.mkdir(parents=True, exist_ok=True)
     config_file = directory / "bookie.toml"
     values: dict[str, object] = {
@@ -287,7 +290,9 @@ async def bookie_process(
         "journal_dir": directory / "journal",
         "ledger_dirs": [directory / "ledgers"],
         "zk_servers": zk_servers,
-        "zk_root": "/bench",
+        # A root of its own: a cookie left under a shared one by an earlier bookie on
+        # the same port (another run, on a long-lived ZooKeeper) would refuse this one.
+        "zk_root": f"/bookie-bench-{port}-{time.time_ns()}",
     }
     values.update(options)
     config_file.write_text(render_toml(values))
@@ -296,26 +301,34 @@ async def bookie_process(
         bookie_command(config_file), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
     ) as process:
         assert process.stderr is not None
-        listening = anyio.Event()
+        started = anyio.Event()  # the bookie says it listens, or its stderr ended: it exited
+        listening = False
 
         async def follow() -> None:
+            nonlocal listening
             assert process.stderr is not None
             with log_file.open("ab") as sink:
                 async for chunk in process.stderr:
                     sink.write(chunk)
                     if b'"bookie.listening"' in chunk:
-                        listening.set()
+                        listening = True
+                        started.set()
+            started.set()
 
         try:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(follow)
                 try:
                     with anyio.fail_after(START_TIMEOUT_S):
-                        await listening.wait()
+                        await started.wait()
+                    if not listening:
+                        tail = log_file.read_text(errors="replace")[-2000:]
+                        raise RuntimeError(f"the bookie exited before listening: {tail}")
                     yield port, process.pid
                 finally:
                     # The bookie's exit ends `follow` (end of its stderr).
-                    process.terminate()
+                    with contextlib.suppress(ProcessLookupError):
+                        process.terminate()
         finally:
             await process.wait()
 
@@ -423,7 +436,9 @@ async def bench_bookie(
         "event_loop": arguments.event_loop,
     }
     # TLS on and off (`--tls-rounds`): the first bookie gets a mutual-TLS listener too.
+    taken: set[int] = set()
     tls_port = free_port(HOST)
+    taken.add(tls_port)
     certificates = development_certificates(directory / "tls")
     tls_options: dict[str, object] = {}
     if arguments.tls_rounds:
@@ -444,16 +459,18 @@ async def bench_bookie(
             stack.callback(zookeeper.stop)
             zk_servers = zookeeper.connect_string
         port, pid = await stack.enter_async_context(
-            bookie_process(directory / "bookie", zk_servers, {**options, **tls_options})
+            bookie_process(directory / "bookie", zk_servers, {**options, **tls_options}, taken)
         )
         metered: tuple[int, int] | None = None
-        admin_port = free_port(HOST)
+        admin_port = free_port(HOST, taken=taken)
+        taken.add(admin_port)
         if arguments.metrics_rounds:
             metered = await stack.enter_async_context(
                 bookie_process(
                     directory / "bookie-metrics",
                     zk_servers,
                     {**options, "admin_address": f"{HOST}:{admin_port}"},
+                    taken,
                 )
             )
         modes = [("off", (port, pid))] + ([] if metered is None else [("on", metered)])
