@@ -1,12 +1,16 @@
 """The whole cluster as one replica's admin server sees it: the status page's JSON.
 
 `ClusterWatch.run` looks at the cluster every `limits.admin_watch_interval_ms`
-while the admin server runs: the bookie members (cookies) and registrations,
-each registered bookie's disk use asked over the bookie protocol (a bookie
-that does not answer within `limits.admin_bookie_info_timeout_ms` is `down`,
-like a member that is not registered), the leader this replica knows and
-whether its state diverged.  Each look goes into an `EventLog` of at most
-`limits.admin_events_max` events (rsm/core/cluster_events.py).
+while the admin server runs: the bookie members (cookies), the registered
+bookies as the replica's ledger client sees them (its watch of the
+registrations), each one's disk use asked through that client's own
+connection to it (kept open, and on TLS when the replica reaches the bookies
+over TLS, so the page sees them the way the replica's log does and costs no
+connection per look; a bookie that does not answer within
+`limits.admin_bookie_info_timeout_ms` is `down`, like a member that is not
+registered), the leader this replica knows and whether its state diverged.
+Each look goes into an `EventLog` of at most `limits.admin_events_max` events
+(rsm/core/cluster_events.py).
 
 `overview` puts together, at the time of the request, what `/api/v1/overview`
 answers: the application (leader, epoch, replicas with their lag and load
@@ -23,12 +27,11 @@ from typing import Any
 
 import anyio
 
-from bookie.address import parse_address
-from bookie.client.bookie_conn import BookieConnection
+from bookie.client.ledger_client import LedgerClient
 from bookie.errors import BookieError
 from bookie.logs import emit
 from bookie.meta.api import MetadataStore
-from bookie.meta.bookies import list_bookies, list_cookies
+from bookie.meta.bookies import list_cookies
 from rsm import limits
 from rsm.client import connect
 from rsm.core.cluster_events import BookieState, ClusterLook, EventLog
@@ -116,29 +119,29 @@ class ClusterWatch:
 
     async def _bookies(self) -> list[dict[str, Any]]:
         members = await list_cookies(self._store, self._ledger_root)
-        seen = await list_bookies(self._store, self._ledger_root)
-        registered = {bookie_id: (info, False) for bookie_id, info in seen.writable.items()}
-        registered.update((bookie_id, (info, True)) for bookie_id, info in seen.read_only.items())
+        ledgers = self._replica.ledgers
+        read_only = ledgers.read_only_bookies
         found: dict[str, dict[str, Any]] = {}
         async with anyio.create_task_group() as tasks:
-            for bookie_id, (info, read_only) in registered.items():
-                tasks.start_soon(self._ask, bookie_id, info.address, read_only, found)
+            for bookie_id in {*ledgers.writable_bookies, *read_only}:
+                tasks.start_soon(self._ask, ledgers, bookie_id, bookie_id in read_only, found)
         for bookie_id in members:
             if bookie_id not in found:
                 found[bookie_id] = _bookie(bookie_id, None, BookieState.DOWN, "not registered")
         return [found[bookie_id] for bookie_id in sorted(found)]
 
     async def _ask(
-        self, bookie_id: str, address: str, read_only: bool, found: dict[str, dict[str, Any]]
+        self,
+        ledgers: LedgerClient,
+        bookie_id: str,
+        read_only: bool,
+        found: dict[str, dict[str, Any]],
     ) -> None:
         timeout_ms = limits.admin_bookie_info_timeout_ms
+        address = ledgers.bookie_address(bookie_id)
         try:
-            where = parse_address(address)
             with anyio.fail_after(timeout_ms / 1000):
-                async with BookieConnection.connect(
-                    where.host, where.port, connect_timeout_ms=timeout_ms
-                ) as connection:
-                    info = await connection.bookie_info(timeout_ms=timeout_ms)
+                info = await ledgers.bookie_info(bookie_id, timeout_ms=timeout_ms)
         except TimeoutError:
             found[bookie_id] = _bookie(
                 bookie_id, address, BookieState.DOWN, f"no answer within {timeout_ms} ms"

@@ -146,6 +146,27 @@ class _Link(FramedProtocol):
         self._connection.on_send_stalled(self.send_timeout_ms)
 
 
+def checked_response(
+    result: Response | BookieError,
+    request: Request,
+    response_type: type[_ResponseT],
+    address: str | None,
+) -> _ResponseT:
+    """What an awaited `request` gets from its `on_response`: the response, if it is a
+    `response_type` with an OK status; raised otherwise (`BookieError` as it came, the
+    `StatusError` of a non-OK status, `RemoteProtocolError` for a response of the wrong
+    kind from the bookie at `address`)."""
+    if isinstance(result, BookieError):
+        raise result
+    if not isinstance(result, response_type):
+        raise RemoteProtocolError(
+            f"bookie {address} answered a {type(request).__name__} with a {type(result).__name__}"
+        )
+    if result.status != _EOK:
+        raise error_for_status(result.status, result.message or "")
+    return result
+
+
 class BookieConnection:
     """One connection to one bookie.  Open it with `BookieConnection.connect` (TCP) or
     `BookieConnection.over` (any byte stream)."""
@@ -428,17 +449,7 @@ class BookieConnection:
 
         self.submit(request, on_response, timeout_ms)
         await answered.wait()
-        result = outcome[0]
-        if isinstance(result, BookieError):
-            raise result
-        if not isinstance(result, response_type):
-            raise RemoteProtocolError(
-                f"bookie {self.address} answered a {type(request).__name__} "
-                f"with a {type(result).__name__}"
-            )
-        if result.status != _EOK:
-            raise error_for_status(result.status, result.message or "")
-        return result
+        return checked_response(outcome[0], request, response_type, self.address)
 
     # --- loops --------------------------------------------------------------------------------
 

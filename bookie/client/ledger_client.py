@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 import anyio
 
 from bookie import limits
+from bookie.client.bookie_conn import checked_response
 from bookie.client.config import ClientConfig
 from bookie.client.connections import ConnectionPool, Connector
 from bookie.client.context import ClientContext
@@ -49,10 +50,11 @@ from bookie.core.placement import (
     requested_sizes,
 )
 from bookie.core.quorum import check_quorum
-from bookie.errors import ClientClosed, NoNode, UnauthorizedLedgerAccess
+from bookie.errors import BookieError, ClientClosed, NoNode, UnauthorizedLedgerAccess
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import read_instance_id
 from bookie.meta.ledgers import LedgerManager
+from bookie.wire.messages import GetBookieInfoRequest, GetBookieInfoResponse, Response
 from bookie.wire.packet import DigestType
 
 
@@ -162,6 +164,28 @@ class LedgerClient:
     def tls(self) -> ssl.SSLContext | None:
         """The context of its connections to bookies (None: plain TCP)."""
         return self._context.config.tls
+
+    async def bookie_info(
+        self, bookie_id: str, *, timeout_ms: int = limits.read_timeout_ms_default
+    ) -> GetBookieInfoResponse:
+        """`bookie_id`'s disk use and mode, asked over the client's own connection to it
+        (kept open, on TLS when the client's are): what a status page asks every few
+        seconds costs no new connection.  Raises `BookieUnavailable` (not registered,
+        unreachable, or backing off after a failure), `ClientTimeout`, or the
+        `StatusError` of its answer."""
+        self._check_open()
+        answered = anyio.Event()
+        outcome: list[Response | BookieError] = []
+
+        def on_response(result: Response | BookieError) -> None:
+            outcome.append(result)
+            answered.set()
+
+        request = GetBookieInfoRequest(0)
+        pool = self._context.pool
+        pool.submit(bookie_id, request, on_response, timeout_ms)
+        await answered.wait()
+        return checked_response(outcome[0], request, GetBookieInfoResponse, pool.address(bookie_id))
 
     # --- ledgers ------------------------------------------------------------------------------
 

@@ -1,15 +1,20 @@
 """Real `rsm run` replicas' admin HTTP APIs under load: metrics move, every endpoint answers
-as its OpenAPI document says, a snapshot and a leadership transfer asked over HTTP happen."""
+as its OpenAPI document says, a snapshot and a leadership transfer asked over HTTP happen;
+the status page sees the bookies the way the replica reaches them."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from pathlib import Path
 
 import pytest
 
-from bookie.local.zookeeper import LocalZooKeeper
+from bookie.local.zookeeper import LocalZooKeeper, free_port
+from tests.tls_certs import Certificates
 
 from .support.admin_http import AdminClient, sample
+from .support.processes import HOST
 from .support.rsm_processes import CounterLoad, ReplicaProcess, RsmProcesses, wait_for
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
@@ -139,3 +144,48 @@ async def test_replica_admin_api(zookeeper: LocalZooKeeper, zk_root: str, tmp_pa
             return sample(families, "rsm_segment_under_replicated", **follower_labels) == 1
 
         await wait_for(under_replicated)
+
+
+async def test_status_page_asks_the_bookies_where_the_replica_reaches_them(
+    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path
+) -> None:
+    """Bookies whose registered plain address refuses every connection, as when their
+    plain listeners are bound to loopback on other hosts (docs/security.md, "Moving a
+    store to TLS"), and a replica that reaches them over TLS (`--tls-bookies`): its
+    status page shows each up, at its TLS address, with its disk use."""
+    certs = Certificates.make(tmp_path / "certs")
+    with contextlib.ExitStack() as held:
+        async with RsmProcesses(zookeeper, zk_root, tmp_path) as cluster:
+            setups = [cluster.bookies.add_bookie(ledger_dirs=1) for _ in range(3)]
+            taken = {setup.port for setup in setups}
+            tls_addresses = []
+            for setup in setups:
+                refusing = held.enter_context(socket.socket())
+                refusing.bind((HOST, 0))  # bound, never listening: connections are refused
+                tls_port = free_port(HOST, taken=taken)
+                taken.add(tls_port)
+                tls_addresses.append(f"{HOST}:{tls_port}")
+                cluster.bookies.write_config(
+                    setup,
+                    advertised_address=f"{HOST}:{refusing.getsockname()[1]}",
+                    tls_listen_address=tls_addresses[-1],
+                    tls_cert_file=str(certs.server),
+                    autorecovery=False,
+                )
+            for setup in setups:
+                await cluster.bookies.start(setup, wait_for="bookie.ready")
+            replica = await cluster.start_replica(
+                "r1", flags=[*ADMIN, "--tls-bookies", "--tls-ca-file", str(certs.ca)]
+            )
+            await cluster.wait_leader()
+            admin = admin_of(replica)
+            seen: list[dict[str, object]] = []
+
+            async def bookies_up() -> bool:
+                overview = (await admin.request("GET", "/api/v1/overview")).json()
+                seen[:] = overview["bookies"]
+                return [bookie["state"] for bookie in seen] == ["up"] * 3
+
+            await wait_for(bookies_up)
+            assert sorted(str(bookie["address"]) for bookie in seen) == sorted(tls_addresses)
+            assert all(bookie["total_bytes"] and bookie["free_bytes"] for bookie in seen)
