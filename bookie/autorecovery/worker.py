@@ -193,10 +193,11 @@ class ReplicationWorker:
             await self._marks.remove_mark(mark)
             emit(logger, logging.INFO, "autorecovery.mark_removed", ledger_id=ledger_id)
             return None
-        missing, listings = await self._still_missing(metadata, mark.missing)
+        bookies = await list_bookies(self._store, self._settings.root)
+        missing, listings = await self._still_missing(metadata, mark.missing, bookies)
         copied = 0
-        if not await self._spares_for(metadata, missing):
-            refilled, copied = await self._refill_in_place(metadata, missing, listings)
+        if not self._spares_for(metadata, missing, bookies):
+            refilled, copied = await self._refill_in_place(metadata, missing, listings, bookies)
             missing -= refilled
         segments, sealed_copied = await self._repair_sealed(metadata, missing)
         copied += sealed_copied
@@ -287,7 +288,7 @@ class ReplicationWorker:
         return writer_state(metadata, znode_exists=exists, parent_exists=parent_exists)
 
     async def _still_missing(
-        self, metadata: LedgerMetadata, marked: frozenset[str]
+        self, metadata: LedgerMetadata, marked: frozenset[str], bookies: Bookies
     ) -> tuple[frozenset[str], dict[str, Sequence[Sequence[int]]]]:
         """The bookies of `marked` that are missing still: all but those registered now that
         list every entry of the ledger's sealed segments they should hold (a lost bookie
@@ -295,7 +296,7 @@ class ReplicationWorker:
         of them that answered listed.  A bookie of the last segment of a ledger that is
         not CLOSED stays missing: what it lacks of that segment (entries written while
         it was away) is known once the ledger is closed."""
-        listings = await self._listings(metadata.ledger_id, marked)
+        listings = await self._listings(metadata.ledger_id, marked, bookies)
         writing = () if metadata.is_closed else metadata.current_ensemble
         whole = {
             bookie_id
@@ -304,25 +305,23 @@ class ReplicationWorker:
         }
         return marked - whole, {b: held for b, held in listings.items() if b not in whole}
 
-    async def _spares_for(self, metadata: LedgerMetadata, missing: frozenset[str]) -> bool:
+    def _spares_for(
+        self, metadata: LedgerMetadata, missing: frozenset[str], bookies: Bookies
+    ) -> bool:
         """Whether placement finds replacements for every sealed segment to repair (asked
         with a generator of its own: the worker's draws stay those of the repair)."""
-        repairs = plan_repairs(metadata, missing)
-        if not repairs:
-            return True
-        bookies = await list_bookies(self._store, self._settings.root)
-        writable = {bookie_id: info.rack for bookie_id, info in bookies.writable.items()}
         try:
-            for repair in repairs:
-                choose_replacements(
-                    writable,
+            for repair in plan_repairs(metadata, missing):
+                self._replacements(
+                    bookies,
+                    metadata,
                     repair.ensemble,
                     repair.positions,
-                    write_quorum=metadata.write_quorum,
+                    missing,
+                    first_entry_id=repair.first_entry_id,
                     rng=random.Random(0),
-                    excluded=missing,
                 )
-        except NotEnoughBookies:
+        except RereplicationFailed:
             return False
         return True
 
@@ -331,13 +330,13 @@ class ReplicationWorker:
         metadata: LedgerMetadata,
         missing: frozenset[str],
         listings: dict[str, Sequence[Sequence[int]]],
+        bookies: Bookies,
     ) -> tuple[frozenset[str], int]:
         """Copy back, to each bookie of `missing` that is registered writable and listed
         what it holds, the entries of the CLOSED ledger it lacks (module docstring, step
         1); return those bookies and the entries copied."""
         if not metadata.is_closed:
             return frozenset(), 0
-        bookies = await list_bookies(self._store, self._settings.root)
         targets = sorted(missing & listings.keys() & bookies.writable.keys())
         if not targets:
             return frozenset(), 0
@@ -372,19 +371,20 @@ class ReplicationWorker:
         """The last entry of the ledger that a surviving bookie of its last segment says it
         holds (-1: none, or none could be asked)."""
         listings = await self._listings(
-            metadata.ledger_id, frozenset(metadata.current_ensemble) - missing
+            metadata.ledger_id,
+            frozenset(metadata.current_ensemble) - missing,
+            await list_bookies(self._store, self._settings.root),
         )
         return max((last for held in listings.values() for _, last in held), default=-1)
 
     async def _listings(
-        self, ledger_id: int, bookie_ids: frozenset[str]
+        self, ledger_id: int, bookie_ids: frozenset[str], bookies: Bookies
     ) -> dict[str, Sequence[Sequence[int]]]:
-        """What each of `bookie_ids` that is registered and answers holds of the ledger
-        (LIST_ENTRIES: inclusive ranges, ascending; none when it has no such ledger)."""
+        """What each of `bookie_ids` that is registered in `bookies` and answers holds of
+        the ledger (LIST_ENTRIES: inclusive ranges, ascending; none when it has no such
+        ledger)."""
         tls = self._settings.tls
-        addresses = client_addresses(
-            await list_bookies(self._store, self._settings.root), tls is not None
-        )
+        addresses = client_addresses(bookies, tls is not None)
         timeout_ms = self._settings.timeout_ms
         instance_id = await cluster_instance_id(self._store, self._settings.root)
         listings: dict[str, Sequence[Sequence[int]]] = {}
@@ -429,16 +429,18 @@ class ReplicationWorker:
         missing: frozenset[str],
         *,
         first_entry_id: int,
+        rng: random.Random | None = None,
     ) -> dict[int, str]:
-        """Placement's replacements for `positions` of the segment from `first_entry_id`;
-        `RereplicationFailed` when there is no spare bookie."""
+        """Placement's replacements for `positions` of the segment from `first_entry_id`,
+        drawn with `rng` (the worker's by default); `RereplicationFailed` when there is no
+        spare bookie."""
         try:
             return choose_replacements(
                 {bookie_id: info.rack for bookie_id, info in bookies.writable.items()},
                 ensemble,
                 positions,
                 write_quorum=metadata.write_quorum,
-                rng=self._rng,
+                rng=self._rng if rng is None else rng,
                 excluded=missing,
             )
         except NotEnoughBookies as error:

@@ -6,7 +6,8 @@ loses it with its session.  An open ledger whose declared writer znode exists is
 fenced; one whose writer is gone is fenced, recovered and repaired, unless no spare
 bookie could take the lost one's place.  A marked bookie that is back writable but lacks
 the entries written while it was away gets them copied back in place when no spare bookie
-could take its place, and is replaced when one can."""
+could take its place, and is replaced when one can; one that dies while it is refilled
+stays marked until a later round finishes."""
 
 from __future__ import annotations
 
@@ -472,4 +473,34 @@ async def test_a_bookie_back_in_an_open_ledgers_last_segment_stays_marked_until_
             assert await marks.list_marks() == []
         metadata = await client.ledger_metadata(ledger.ledger_id)
         assert len(metadata.ensembles) == 1
+        assert_fully_replicated(cluster, metadata)
+
+
+async def test_a_bookie_that_dies_while_it_is_refilled_stays_marked_until_a_later_round() -> None:
+    """A refill cut short changes nothing that says otherwise: the mark stays, and once the
+    bookie is back a later round copies what it still lacks."""
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        metadata, away = await ledger_written_while_a_bookie_was_away(cluster, client)
+        lacking = range(ENTRIES // 2, ENTRIES)
+        async with session(cluster) as (store, marks):
+            await marks.mark(metadata.ledger_id, [away])
+            slow = ReplicationWorker(store, settings(rate_entries_per_s=20), random.Random(1))
+            repaired: list[int] = []
+
+            async def round_of(worker: ReplicationWorker) -> None:
+                repaired.append(await worker.run_once())
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(round_of, slow)
+                with anyio.fail_after(10):
+                    while not any(away in cluster.holders(metadata.ledger_id, e) for e in lacking):
+                        await anyio.sleep(0.001)
+                await cluster.stop_bookie(away)
+            assert repaired == [0]
+            assert await marks.list_marks() == [metadata.ledger_id]
+            assert any(away not in cluster.holders(metadata.ledger_id, e) for e in lacking)
+            await cluster.restart_bookie(away)
+            assert await ReplicationWorker(store, settings(), random.Random(1)).run_once() == 1
+            assert await marks.list_marks() == []
+        assert await client.ledger_metadata(metadata.ledger_id) == metadata
         assert_fully_replicated(cluster, metadata)
