@@ -186,6 +186,11 @@ degraded_check_interval_ms = 500
 """How often an idle leader whose open segment is degraded (fewer bookies than configured)
 looks whether enough bookies are writable again to roll over to a full-size ledger."""
 
+segment_mark_check_interval_ms = 5_000
+"""How often a leader reads autorecovery's mark of its open segment's ledger: one that names
+bookies of the segment's ensemble that are all writable again is settled by a rollover
+(rsm/runtime/segment_ledger.py, `mark_settled_by_rollover`)."""
+
 takeover_attempts_max = 20
 """Takeover attempts (lost CAS, failed recovery) in a row before the replica stands aside."""
 

@@ -43,8 +43,10 @@ and counts the retries it answers from the session table, in the replica's
 The first batch of a term is the leader-start marker; a term serves nothing
 before it is applied (`wait_started`).
 
-Rollover (segment full by entries, bytes or age, or under-replicated while a
-full-size ledger can be had: rsm/runtime/segment_ledger.py): pre-create the
+Rollover (segment full by entries, bytes or age, under-replicated while a
+full-size ledger can be had, or marked by autorecovery for bookies that are
+back: rsm/runtime/segment_ledger.py; a mark loop reads that mark every
+`limits.segment_mark_check_interval_ms`): pre-create the
 next ledger while appends go on, pause cutting batches (commands keep
 queueing), wait for the batches in flight, close the ledger, one CAS that
 closes the segment and appends the next one with the same epoch, resume.  The pause is timed
@@ -105,6 +107,7 @@ from bookie.errors import BookieError, LedgerFenced
 from bookie.logs import emit
 from bookie.meta.api import ANY_VERSION, Check, SetData
 from bookie.meta.api import Op as MetadataOp
+from bookie.meta.underreplication import UnderReplication
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core import log_state
@@ -122,6 +125,7 @@ from rsm.runtime.segment_ledger import (
     create_segment_ledger,
     fully_replicated,
     is_degraded,
+    mark_settled_by_rollover,
     replication_status,
     restorable,
 )
@@ -214,6 +218,8 @@ class LeaderTerm:
         self._rolling = False
         self._truncating = False
         self._rollover_retry_s = 0.0
+        self._settle_mark_of: int | None = None
+        """The ledger whose autorecovery mark a rollover would settle (`_mark_loop`)."""
         self._ended: str | None = None
         self.stepped_down = False
         """The term ended abnormally (not by a drained, closed handover)."""
@@ -291,6 +297,7 @@ class LeaderTerm:
                 self.pump()
                 task_group.start_soon(self._confirm_loop)
                 task_group.start_soon(self._read_loop)
+                task_group.start_soon(self._mark_loop)
         self._task_group = None
 
     def serve(self) -> None:
@@ -723,11 +730,54 @@ class LeaderTerm:
             or self._segment_bytes >= config.segment_bytes_max
             or age_ms >= config.segment_age_ms_max
             or restorable(self._handle, config, len(self._ledgers.writable_bookies))
+            or self._settle_mark_of == self._handle.ledger_id
         ):
             task_group = self._task_group
             assert task_group is not None
             self._rolling = True
             task_group.start_soon(self._roll_over)
+
+    async def _mark_loop(self) -> None:
+        """Read autorecovery's mark of the open segment's ledger every
+        `limits.segment_mark_check_interval_ms` and, once a rollover would settle it
+        (`mark_settled_by_rollover`), ask for one at each look until it is done (a
+        rollover that failed waits for its retry time); a metadata error waits for the
+        next look."""
+        marks = UnderReplication(self._log_store.store, self._ledgers.root)
+        while True:
+            await anyio.sleep(limits.segment_mark_check_interval_ms / 1000)
+            ledger_id = self._handle.ledger_id
+            if self._settle_mark_of != ledger_id and await self._mark_settled(marks, ledger_id):
+                self._settle_mark_of = ledger_id
+            if self._settle_mark_of == self._handle.ledger_id:
+                self._maybe_roll_over()
+
+    async def _mark_settled(self, marks: UnderReplication, ledger_id: int) -> bool:
+        """Whether the open segment's ledger `ledger_id` is marked so that a rollover would
+        settle the mark (logged as `rsm.marked_segment`)."""
+        if self._rolling or not self._segment_entries:
+            return False
+        try:
+            mark = await marks.read_mark(ledger_id)
+        except BookieError as error:
+            emit(logger, logging.WARNING, "rsm.mark_read_failed", error=repr(error))
+            return False
+        writable = self._ledgers.writable_bookies
+        if (
+            mark is None
+            or ledger_id != self._handle.ledger_id
+            or not mark_settled_by_rollover(mark.missing, self._handle, writable)
+        ):
+            return False
+        emit(
+            logger,
+            logging.INFO,
+            "rsm.marked_segment",
+            epoch=self.epoch,
+            ledger_id=ledger_id,
+            missing=sorted(mark.missing),
+        )
+        return True
 
     async def _roll_over(self) -> None:
         config = self._config

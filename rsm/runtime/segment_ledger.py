@@ -20,6 +20,17 @@ failed bookie back; rsm/runtime/leader_term.py checks it as it appends and
 while idle), logging `rsm.replication_restored`.  The entries written while
 under-replicated keep their Qa copies until something re-replicates them.
 
+Autorecovery marks the ledgers of a bookie gone past its grace, the open
+segment's too, and leaves the segment being written to its writer: what a
+bookie of it lacks (entries written while it was away) is known only once
+the ledger is closed.  A bookie away while nothing was written is never
+failed by the handle, so no rollover above comes, and the mark would stay
+until the segment filled up or aged out.  So a leader reads the mark of its
+open segment's ledger now and then (`limits.segment_mark_check_interval_ms`)
+and rolls over when it names bookies of the segment's ensemble that are all
+writable again (`mark_settled_by_rollover`): the closed ledger's mark is then
+autorecovery's to settle, copying back what a bookie lacks or finding it whole.
+
 Custom metadata of every segment ledger: "rsm.app" (the application's name,
 UTF-8), "rsm.epoch" (the segment's epoch, ASCII decimal) and "bookie.writer"
 (the path of its writer's ephemeral `replicas/<id>` znode, UTF-8, which exists
@@ -31,6 +42,7 @@ writer znode exists); a degraded one also carries the ledger client's
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from bookie.client.ledger_client import LedgerClient
@@ -104,6 +116,16 @@ def restorable(handle: WriteHandle, config: ReplicaConfig, writable_bookies: int
     return is_degraded(handle.metadata, config) or (
         handle.change_deferred and handle.failed_bookie_returned
     )
+
+
+def mark_settled_by_rollover(
+    marked: Collection[str], handle: WriteHandle, writable_bookies: Collection[str]
+) -> bool:
+    """Whether closing the open segment's ledger lets autorecovery settle its mark, which
+    names `marked`: some of them are in the ledger's last ensemble and all of those are
+    writable again (see the module docstring)."""
+    named = set(marked).intersection(handle.metadata.current_ensemble)
+    return bool(named) and named.issubset(writable_bookies)
 
 
 def replication_status(handle: WriteHandle, config: ReplicaConfig) -> dict[str, Any]:

@@ -477,3 +477,39 @@ def test_with_no_spare_a_returning_bookie_gets_back_what_was_written_without_it(
         for ledger_id, metadata in before.items():
             assert after[ledger_id].ensembles[0] == metadata.ensembles[0], "nothing moved"
         assert store.portal.call(check_every_copy, ledgers, sorted(after), []) > 0
+
+
+async def marked(metadata_store: ZkMetadataStore, root: str) -> list[int]:
+    return await UnderReplication(metadata_store, root).list_marks()
+
+
+def test_a_bookie_away_while_nothing_was_written_leaves_no_mark_once_back(
+    store_with_autorecovery: Store,
+) -> None:
+    """A bookie killed while the store is idle: autorecovery marks its ledgers, the open
+    segment's too, although the writer never failed it.  Once it is back, the leader rolls
+    over (the segment it was away from is closed) and autorecovery finds the bookie whole:
+    no mark is left, no ensemble changed, and every value written is there."""
+    store = store_with_autorecovery
+    root = store.cluster.ledger_root
+    leader = store.client(store.leader())
+    values = {f"idle-{number}": f"value-{number}" for number in range(20)}
+    for key, value in values.items():
+        assert leader.set(key, value)
+    with ledgers_of(store) as (metadata_store, ledgers):
+        before = store.portal.call(all_metadata, metadata_store, root)
+        log, _version = store.portal.call(LogStore(metadata_store, AppLayout.of(DEFAULT_APP)).read)
+        assert log.open_segment is not None
+        open_ledger = log.open_segment.ledger_id
+        kill_bookie(store, "bookie-3")
+        wait_for(lambda: open_ledger in store.portal.call(marked, metadata_store, root))
+        restart_bookie(store, "bookie-3")
+        wait_for(lambda: store.portal.call(no_marks, metadata_store, root))
+        after = store.portal.call(all_metadata, metadata_store, root)
+        assert after[open_ledger].is_closed, "the leader rolled over"
+        for ledger_id, metadata in before.items():
+            assert after[ledger_id].ensembles == metadata.ensembles, "nothing moved"
+        assert store.portal.call(check_every_copy, ledgers, sorted(after), []) > 0
+    assert {key: leader.get(key) for key in values} == {
+        key: value.encode() for key, value in values.items()
+    }

@@ -1,6 +1,6 @@
 """When a leader's open segment counts as under-replicated, when a rollover to a
-full-size ledger is due, and what a segment ledger's custom metadata names
-(rsm/runtime/segment_ledger.py)."""
+full-size ledger is due, when one settles autorecovery's mark of the segment, and what a
+segment ledger's custom metadata names (rsm/runtime/segment_ledger.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from rsm.runtime.segment_ledger import (
     create_segment_ledger,
     fully_replicated,
     is_degraded,
+    mark_settled_by_rollover,
     replication_status,
     restorable,
 )
@@ -68,6 +69,14 @@ def test_a_rollover_is_due_only_when_it_gives_the_configured_copies_back(
         # still registered but dead would put the new ledger in the same state.
         assert due == (deferred and returned)
     assert fully_replicated(writer, CONFIG) == (bookies == 3 and not deferred)
+
+
+def test_a_mark_of_bookies_back_in_the_segment_is_settled_by_a_rollover() -> None:
+    assert mark_settled_by_rollover({"b1"}, handle(3), {"b0", "b1", "b2"})
+    assert not mark_settled_by_rollover({"b1"}, handle(3), {"b0", "b2"}), "b1 is still away"
+    assert not mark_settled_by_rollover({"x"}, handle(3), {"b0", "b1", "b2", "x"}), (
+        "a bookie of an earlier segment: autorecovery repairs that one itself"
+    )
 
 
 def test_the_status_names_the_sizes_and_the_configured_ones() -> None:
