@@ -35,9 +35,11 @@ worker holds it), repair it, release the lock.  A repair:
    deferred until a bookie is free) or its recovery's: the mark stays and the ledger
    is tried again, until it is closed or the writer replaced the bookie, unless
    `bookie.core.open_ledgers` finds its writer gone (its `bookie.writer` znode, no
-   progress for `open_ledger_grace_ms`) and placement a spare bookie: then the worker
+   progress for `open_ledger_grace_ms`) and either placement finds a spare bookie or
+   every missing bookie of that segment is registered writable again: then the worker
    fences and recovers the ledger (`autorecovery.ledger_fenced`), which closes it at
-   its last acknowledged entry, and repairs its now sealed segments as in step 3;
+   its last acknowledged entry, and repairs it as a closed one: refilled in place as
+   in step 1 when there is no spare, its now sealed segments as in step 3;
 5. removes the mark at the version read in step 1 (a mark widened meanwhile stays,
    for the next round).
 
@@ -195,17 +197,21 @@ class ReplicationWorker:
             return None
         bookies = await list_bookies(self._store, self._settings.root)
         missing, listings = await self._still_missing(metadata, mark.missing, bookies)
-        copied = 0
-        if not self._spares_for(metadata, missing, bookies):
-            refilled, copied = await self._refill_in_place(metadata, missing, listings, bookies)
-            missing -= refilled
+        refilled, copied = await self._refill_in_place(metadata, missing, listings, bookies)
+        missing -= refilled
         segments, sealed_copied = await self._repair_sealed(metadata, missing)
         copied += sealed_copied
         if left_to_writer(metadata, missing):
             metadata = await self._recover_if_writer_gone(ledger_id, missing, segments)
-            more, more_copied = await self._repair_sealed(metadata, missing)
+            bookies = await list_bookies(self._store, self._settings.root)
+            listings = await self._listings(ledger_id, missing, bookies)
+            refilled, more_copied = await self._refill_in_place(
+                metadata, missing, listings, bookies
+            )
+            missing -= refilled
+            more, sealed_copied = await self._repair_sealed(metadata, missing)
             segments += more
-            copied += more_copied
+            copied += more_copied + sealed_copied
         self._stalled.forget(ledger_id)
         if not await self._marks.remove_mark(mark):
             return None
@@ -332,10 +338,11 @@ class ReplicationWorker:
         listings: dict[str, Sequence[Sequence[int]]],
         bookies: Bookies,
     ) -> tuple[frozenset[str], int]:
-        """Copy back, to each bookie of `missing` that is registered writable and listed
-        what it holds, the entries of the CLOSED ledger it lacks (module docstring, step
-        1); return those bookies and the entries copied."""
-        if not metadata.is_closed:
+        """When placement finds no spare bookie for a segment to repair (else they are
+        replaced), copy back to each bookie of `missing` that is registered writable and
+        listed what it holds the entries of the CLOSED ledger it lacks (module docstring,
+        step 1); return those bookies and the entries copied."""
+        if not metadata.is_closed or self._spares_for(metadata, missing, bookies):
             return frozenset(), 0
         targets = sorted(missing & listings.keys() & bookies.writable.keys())
         if not targets:
@@ -410,15 +417,20 @@ class ReplicationWorker:
 
     async def _check_spares(self, metadata: LedgerMetadata, missing: frozenset[str]) -> None:
         """Raise `RereplicationFailed` unless placement finds replacements for the missing
-        bookies of the last segment: fencing a ledger that cannot be repaired then only
-        stops its writer."""
+        bookies of the last segment, or each of them is registered writable again (it is
+        refilled in place once the ledger is closed): fencing a ledger that cannot be
+        repaired would only stop its writer."""
         bookies = await list_bookies(self._store, self._settings.root)
         ensemble = metadata.current_ensemble
         positions = tuple(i for i, bookie_id in enumerate(ensemble) if bookie_id in missing)
         first_entry_id = metadata.ensembles[-1][0]
-        self._replacements(
-            bookies, metadata, ensemble, positions, missing, first_entry_id=first_entry_id
-        )
+        try:
+            self._replacements(
+                bookies, metadata, ensemble, positions, missing, first_entry_id=first_entry_id
+            )
+        except RereplicationFailed:
+            if not missing.intersection(ensemble) <= bookies.writable.keys():
+                raise
 
     def _replacements(
         self,

@@ -7,7 +7,8 @@ fenced; one whose writer is gone is fenced, recovered and repaired, unless no sp
 bookie could take the lost one's place.  A marked bookie that is back writable but lacks
 the entries written while it was away gets them copied back in place when no spare bookie
 could take its place, and is replaced when one can; one that dies while it is refilled
-stays marked until a later round finishes."""
+stays marked until a later round finishes; with no spare, a gone writer's open ledger is
+fenced once the bookie it lacks entries on is back, and refilled."""
 
 from __future__ import annotations
 
@@ -294,6 +295,14 @@ async def open_ledger_missing_a_bookie(
     return writer, lost
 
 
+async def writer_gone(cluster: LocalCluster, store: MetadataStore) -> None:
+    """WRITER_ZNODE as a dead writer leaves it: created by a session that has ended, so
+    the znode is gone and its parent stays."""
+    async with session(cluster) as (writers, _):
+        await writers.create(WRITER_ZNODE, b"", ephemeral=True, make_parents=True)
+    assert await store.exists(WRITER_ZNODE) is None
+
+
 async def test_an_open_ledger_whose_writer_znode_exists_is_never_fenced() -> None:
     async with memory_cluster(3) as cluster, cluster.client() as client:
         writer, lost = await open_ledger_missing_a_bookie(
@@ -320,10 +329,7 @@ async def test_an_open_ledger_whose_writer_is_gone_is_fenced_recovered_and_repai
             cluster, client, {WRITER_KEY: WRITER_ZNODE.encode()}
         )
         async with session(cluster) as (store, marks):
-            async with session(cluster) as (writers, _):
-                await writers.create(WRITER_ZNODE, b"", ephemeral=True, make_parents=True)
-            # The writer's session ended: its znode is gone, its parent stays.
-            assert await store.exists(WRITER_ZNODE) is None
+            await writer_gone(cluster, store)
             await marks.mark(writer.ledger_id, [lost])
             worker = ReplicationWorker(store, settings(open_ledger_grace_ms=0), random.Random(1))
             assert await worker.run_once() == 1
@@ -504,3 +510,26 @@ async def test_a_bookie_that_dies_while_it_is_refilled_stays_marked_until_a_late
             assert await marks.list_marks() == []
         assert await client.ledger_metadata(metadata.ledger_id) == metadata
         assert_fully_replicated(cluster, metadata)
+
+
+async def test_a_gone_writers_ledger_is_fenced_and_refilled_when_its_bookie_is_back() -> None:
+    """No spare bookie, but the one its last segment lacks entries on is back writable: the
+    ledger is fenced, recovered, and those entries copied back to it in place."""
+    async with memory_cluster(3) as cluster, cluster.client() as client:
+        ledger = await client.create_ledger(
+            3, 3, 2, password=PASSWORD, custom_metadata={WRITER_KEY: WRITER_ZNODE.encode()}
+        )
+        away = await write_with_a_bookie_away(cluster, client, ledger)
+        async with session(cluster) as (store, marks):
+            await writer_gone(cluster, store)
+            await marks.mark(ledger.ledger_id, [away])
+            worker = ReplicationWorker(store, settings(open_ledger_grace_ms=0), random.Random(1))
+            assert await worker.run_once() == 1
+            assert await marks.list_marks() == []
+        metadata = await client.ledger_metadata(ledger.ledger_id)
+        assert metadata.is_closed
+        assert metadata.last_entry_id == ENTRIES - 1
+        assert len(metadata.ensembles) == 1, "nobody replaced"
+        assert_fully_replicated(cluster, metadata)
+        with pytest.raises(LedgerFenced):
+            await ledger.append(b"too late")
