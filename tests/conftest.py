@@ -1,10 +1,11 @@
 """Shared fixtures: a real ZooKeeper server for the whole test session (and, for the tests
-that ask, a second one serving TLS only), and a fresh metadata root per test so tests
-never see each other's znodes."""
+that ask, a second one serving TLS only), a fresh metadata root per test so tests
+never see each other's znodes, and the process's logging set back after every test."""
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,25 @@ _roots = itertools.count(1)
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def process_logging_restored() -> Iterator[None]:
+    """The root logger's handlers and level, and kazoo's level, as they were before the
+    test: a command's `main` run in process configures logging (`bookie.logs.configure`)
+    onto the test's captured stderr, which is closed once pytest ends, and a library
+    logging at exit (py4j closing Spark's gateway) would then fail to write there."""
+    root, kazoo = logging.getLogger(), logging.getLogger("kazoo")
+    handlers, level, kazoo_level = list(root.handlers), root.level, kazoo.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)
+    kazoo.setLevel(kazoo_level)
 
 
 @pytest.fixture(scope="session")
