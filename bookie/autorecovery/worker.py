@@ -318,15 +318,7 @@ class ReplicationWorker:
         with a generator of its own: the worker's draws stay those of the repair)."""
         try:
             for repair in plan_repairs(metadata, missing):
-                self._replacements(
-                    bookies,
-                    metadata,
-                    repair.ensemble,
-                    repair.positions,
-                    missing,
-                    first_entry_id=repair.first_entry_id,
-                    rng=random.Random(0),
-                )
+                self._segment_replacements(bookies, metadata, repair, missing, rng=random.Random(0))
         except RereplicationFailed:
             return False
         return True
@@ -432,6 +424,26 @@ class ReplicationWorker:
             if not missing.intersection(ensemble) <= bookies.writable.keys():
                 raise
 
+    def _segment_replacements(
+        self,
+        bookies: Bookies,
+        metadata: LedgerMetadata,
+        repair: SegmentRepair,
+        missing: frozenset[str],
+        *,
+        rng: random.Random | None = None,
+    ) -> dict[int, str]:
+        """`_replacements` for the positions of a sealed segment to repair."""
+        return self._replacements(
+            bookies,
+            metadata,
+            repair.ensemble,
+            repair.positions,
+            missing,
+            first_entry_id=repair.first_entry_id,
+            rng=rng,
+        )
+
     def _replacements(
         self,
         bookies: Bookies,
@@ -492,14 +504,7 @@ class ReplicationWorker:
         ledger_id = metadata.ledger_id
         bookies = await list_bookies(self._store, self._settings.root)
         addresses = client_addresses(bookies, self._settings.tls is not None)
-        replacements = self._replacements(
-            bookies,
-            metadata,
-            repair.ensemble,
-            repair.positions,
-            missing,
-            first_entry_id=repair.first_entry_id,
-        )
+        replacements = self._segment_replacements(bookies, metadata, repair, missing)
         unusable = set(missing) | {repair.ensemble[index] for index in repair.positions}
         copier = self._copier(metadata, password)
         instance_id = await cluster_instance_id(self._store, self._settings.root)

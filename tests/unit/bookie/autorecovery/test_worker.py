@@ -32,6 +32,7 @@ from bookie.meta.api import MetadataStore
 from bookie.meta.underreplication import UnderReplication
 from bookie.wire.packet import master_key
 from tests.unit.bookie.client.cluster import ROOT, LocalCluster, memory_cluster
+from tests.unit.bookie.server.support import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -498,9 +499,10 @@ async def test_a_bookie_that_dies_while_it_is_refilled_stays_marked_until_a_late
 
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(round_of, slow)
-                with anyio.fail_after(10):
-                    while not any(away in cluster.holders(metadata.ledger_id, e) for e in lacking):
-                        await anyio.sleep(0.001)
+                await wait_for(
+                    lambda: any(away in cluster.holders(metadata.ledger_id, e) for e in lacking),
+                    timeout_s=10,
+                )
                 await cluster.stop_bookie(away)
             assert repaired == [0]
             assert await marks.list_marks() == [metadata.ledger_id]
