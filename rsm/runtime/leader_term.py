@@ -713,11 +713,14 @@ class LeaderTerm:
         return max(0.0, max(due_s, self._rollover_retry_s) - self._loop_time_s())
 
     def _maybe_roll_over(self) -> None:
+        """Start a rollover when one of its rules holds; only a mark to settle rolls over
+        an empty segment (the others would then only repeat themselves)."""
+        settles_mark = self._settle_mark_of == self._handle.ledger_id
         if (
             self._rolling
             or self._truncating
             or self._ended is not None
-            or not self._segment_entries
+            or not (self._segment_entries or settles_mark)
         ):
             return
         config = self._config
@@ -730,7 +733,7 @@ class LeaderTerm:
             or self._segment_bytes >= config.segment_bytes_max
             or age_ms >= config.segment_age_ms_max
             or restorable(self._handle, config, len(self._ledgers.writable_bookies))
-            or self._settle_mark_of == self._handle.ledger_id
+            or settles_mark
         ):
             task_group = self._task_group
             assert task_group is not None
@@ -755,7 +758,7 @@ class LeaderTerm:
     async def _mark_settled(self, marks: UnderReplication, ledger_id: int) -> bool:
         """Whether the open segment's ledger `ledger_id` is marked so that a rollover would
         settle the mark (logged as `rsm.marked_segment`)."""
-        if self._rolling or not self._segment_entries:
+        if self._rolling:
             return False
         try:
             mark = await marks.read_mark(ledger_id)

@@ -28,8 +28,9 @@ failed by the handle, so no rollover above comes, and the mark would stay
 until the segment filled up or aged out.  So a leader reads the mark of its
 open segment's ledger now and then (`limits.segment_mark_check_interval_ms`)
 and rolls over when it names bookies of the segment's ensemble that are all
-writable again (`mark_settled_by_rollover`): the closed ledger's mark is then
-autorecovery's to settle, copying back what a bookie lacks or finding it whole.
+writable again (`mark_settled_by_rollover`), even from a segment with no entry
+yet: the closed ledger's mark is then autorecovery's to settle, copying back
+what a bookie lacks or finding it whole.
 
 Custom metadata of every segment ledger: "rsm.app" (the application's name,
 UTF-8), "rsm.epoch" (the segment's epoch, ASCII decimal) and "bookie.writer"

@@ -483,13 +483,29 @@ async def marked(metadata_store: ZkMetadataStore, root: str) -> list[int]:
     return await UnderReplication(metadata_store, root).list_marks()
 
 
+def away_and_back(store: Store, metadata_store: ZkMetadataStore, name: str) -> int:
+    """Kill bookie `name` while the store is idle, wait for autorecovery to mark the open
+    segment's ledger, restart the bookie and wait for no mark to be left: that ledger."""
+    root = store.cluster.ledger_root
+    log, _version = store.portal.call(LogStore(metadata_store, AppLayout.of(DEFAULT_APP)).read)
+    assert log.open_segment is not None
+    ledger_id = log.open_segment.ledger_id
+    kill_bookie(store, name)
+    wait_for(lambda: ledger_id in store.portal.call(marked, metadata_store, root))
+    restart_bookie(store, name)
+    wait_for(lambda: store.portal.call(no_marks, metadata_store, root))
+    return ledger_id
+
+
 def test_a_bookie_away_while_nothing_was_written_leaves_no_mark_once_back(
     store_with_autorecovery: Store,
 ) -> None:
     """A bookie killed while the store is idle: autorecovery marks its ledgers, the open
     segment's too, although the writer never failed it.  Once it is back, the leader rolls
     over (the segment it was away from is closed) and autorecovery finds the bookie whole:
-    no mark is left, no ensemble changed, and every value written is there."""
+    no mark is left, no ensemble changed, and every value written is there.  The same
+    again before the new segment's first entry: the leader rolls over from the empty
+    segment too, so the mark does not wait for the next write."""
     store = store_with_autorecovery
     root = store.cluster.ledger_root
     leader = store.client(store.leader())
@@ -498,18 +514,18 @@ def test_a_bookie_away_while_nothing_was_written_leaves_no_mark_once_back(
         assert leader.set(key, value)
     with ledgers_of(store) as (metadata_store, ledgers):
         before = store.portal.call(all_metadata, metadata_store, root)
-        log, _version = store.portal.call(LogStore(metadata_store, AppLayout.of(DEFAULT_APP)).read)
-        assert log.open_segment is not None
-        open_ledger = log.open_segment.ledger_id
-        kill_bookie(store, "bookie-3")
-        wait_for(lambda: open_ledger in store.portal.call(marked, metadata_store, root))
-        restart_bookie(store, "bookie-3")
-        wait_for(lambda: store.portal.call(no_marks, metadata_store, root))
+        written = away_and_back(store, metadata_store, "bookie-3")
+        empty = away_and_back(store, metadata_store, "bookie-3")
         after = store.portal.call(all_metadata, metadata_store, root)
-        assert after[open_ledger].is_closed, "the leader rolled over"
+        assert after[written].is_closed, "the leader rolled over"
+        assert after[written].last_entry_id >= 0
+        assert after[empty].is_closed, "the leader rolled over from the empty segment"
+        assert after[empty].last_entry_id == -1
         for ledger_id, metadata in before.items():
             assert after[ledger_id].ensembles == metadata.ensembles, "nothing moved"
         assert store.portal.call(check_every_copy, ledgers, sorted(after), []) > 0
+    assert leader.set("after", "value")
+    values["after"] = "value"
     assert {key: leader.get(key) for key in values} == {
         key: value.encode() for key, value in values.items()
     }

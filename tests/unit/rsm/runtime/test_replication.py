@@ -10,6 +10,9 @@ import anyio
 import pytest
 
 from bookie.client.ledger_client import LedgerClient
+from bookie.errors import MetadataUnavailable
+from bookie.meta.underreplication import Mark, UnderReplication
+from rsm import limits
 from rsm.client import connect
 from rsm.config import ReplicaConfig
 from rsm.core.layout import AppLayout
@@ -321,3 +324,58 @@ async def test_the_leader_lets_the_machine_be_idle_while_each_batch_is_stored(
             assert await client.call("add", 1) == 7
     failures = [r for r in caplog.records if r.getMessage() == "rsm.idle_failed"]
     assert len(failures) == 2
+
+
+async def test_a_mark_of_the_open_segment_naming_bookies_back_is_settled_by_a_rollover(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Autorecovery's mark of the open segment's ledger naming a writable bookie of its
+    ensemble: the leader rolls over, from a segment with entries and from one with none
+    yet.  While the mark cannot be read, it logs that, does not roll over, and serves on."""
+    monkeypatch.setattr(limits, "segment_mark_check_interval_ms", 20)
+    unreadable = True
+    original = UnderReplication.read_mark
+    own: list[UnderReplication] = []
+    """The test's own marker, which always reads."""
+
+    async def read_mark(self: UnderReplication, ledger_id: int) -> Mark | None:
+        if unreadable and self not in own:
+            raise MetadataUnavailable("the test's ZooKeeper is away")
+        return await original(self, ledger_id)
+
+    monkeypatch.setattr(UnderReplication, "read_mark", read_mark)
+    caplog.set_level(logging.WARNING, logger="rsm.runtime.leader_term")
+    async with replica_cluster() as replicas:
+        leader = await replicas.start("a")
+        await replicas.wait_leader()
+        assert await leader.call("add", 1) == 1
+        term = leader.term
+        assert term is not None
+        bookie_id = replicas.cluster.bookie_ids[0]
+        async with replicas.cluster.store_factory() as store:
+            marks = UnderReplication(store, replicas.cluster.root)
+            own.append(marks)
+            written = term.segment.ledger_id
+            await marks.mark(written, {bookie_id})
+
+            def read_failures() -> int:
+                return sum(r.getMessage() == "rsm.mark_read_failed" for r in caplog.records)
+
+            await wait_until(lambda: read_failures() >= 2)
+            assert term.rollovers == 0
+            assert await leader.call("add", 1) == 2
+            applied = leader.applied_index
+            unreadable = False
+            await wait_until(lambda: term.rollovers == 1)
+            empty = term.segment.ledger_id
+            assert empty != written
+            await marks.mark(empty, {bookie_id})
+            await wait_until(lambda: term.rollovers == 2)
+            log = decode_log((await store.get(AppLayout.of(APP).log)).value)
+        by_ledger = {segment.ledger_id: segment for segment in log.segments}
+        assert by_ledger[written].state is SegmentState.CLOSED
+        assert by_ledger[written].last_index == applied
+        assert by_ledger[empty].state is SegmentState.CLOSED
+        assert by_ledger[empty].first_index == applied + 1
+        assert by_ledger[empty].last_index == applied, "closed with no entry"
+        assert await leader.call("add", 1) == 3
