@@ -3,10 +3,17 @@ connections, against real bookie servers on loopback."""
 
 from __future__ import annotations
 
+from contextlib import suppress
+
+import anyio
+import anyio.abc
 import pytest
+from anyio.abc import SocketAttribute
 
 from bookie.errors import BookieUnavailable, ClientClosed
-from tests.unit.bookie.client.cluster import memory_cluster
+from bookie.meta.bookies import BookieInfo, register
+from tests.unit.bookie.client.cluster import fast_config, memory_cluster
+from tests.unit.bookie.server.support import wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -44,3 +51,38 @@ async def test_a_closed_client_refuses() -> None:
             pass
         with pytest.raises(ClientClosed):
             await client.bookie_info(cluster.bookie_ids[0])
+
+
+async def test_a_bookie_that_never_answers_is_unavailable_after_the_read_timeout() -> None:
+    """A registered bookie that accepts the connection and reads every request but never
+    answers: the ask fails once the connection's IDENTIFY goes unanswered for the read
+    timeout, and the next one at once (the link backs off), instead of waiting for good."""
+
+    async def silent(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            with suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                while await stream.receive():
+                    pass
+
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    config = fast_config()
+    async with (
+        memory_cluster(1) as cluster,
+        listener,
+        anyio.create_task_group() as task_group,
+    ):
+        task_group.start_soon(listener.serve, silent)
+        address = f"127.0.0.1:{listener.extra(SocketAttribute.local_port)}"
+        async with (
+            cluster.store_factory() as store,
+            register(store, address, BookieInfo(address), root=cluster.root),
+            cluster.client(config) as client,
+        ):
+            await wait_for(lambda: address in client.writable_bookies)
+            with anyio.fail_after(config.read_timeout_ms / 1000 + 2):
+                with pytest.raises(BookieUnavailable, match="cannot connect: ClientTimeout"):
+                    await client.bookie_info(address, timeout_ms=200)
+            with anyio.fail_after(1), pytest.raises(BookieUnavailable, match="next attempt"):
+                await client.bookie_info(address)
+            assert (await client.bookie_info(cluster.bookie_ids[0])).read_only is False
+        task_group.cancel_scope.cancel()
