@@ -32,9 +32,12 @@ and returns an action for the server shell:
 
 Transactions follow Redis 7: a command that cannot be queued (unknown,
 wrong arity) is answered with its error and makes EXEC answer EXECABORT;
-MULTI inside MULTI and WATCH inside MULTI are refused without that
-consequence; QUIT and RESET act at once even inside MULTI; EXEC and
-DISCARD without MULTI are errors; EXEC and DISCARD forget the watched keys.
+an EXEC refused so (wrong arity, or NOPERM) answers `EXECABORT Transaction
+discarded because of: <why>` and ends the transaction at once; MULTI inside
+MULTI and WATCH inside MULTI are refused without that consequence; QUIT and
+RESET act at once even inside MULTI, UNWATCH is queued (at EXEC it answers
+OK); EXEC and DISCARD without MULTI are errors; EXEC and DISCARD forget the
+watched keys.
 A WATCH of a key already watched keeps the older position, as Redis.
 
 A connection with a `restriction` (not logged in, or a user not allowed
@@ -71,6 +74,8 @@ from rsm.errors import RsmStatus
 from rsm.host import Outcome
 
 EXEC_ABORT: Final = "EXECABORT Transaction discarded because of previous errors."
+EXEC_ABORT_BECAUSE: Final = "EXECABORT Transaction discarded because of: "
+"""A refused EXEC's reply, followed by the refusal without its ERR code."""
 _REDIS_ERROR: Final = "RedisError"
 _FROM_STORE: Final = object()
 """Placeholder, in `Execute.replies`, for the next result of the store's `exec`."""
@@ -119,17 +124,11 @@ def plan(args: list[bytes], client: ClientState, server: ServerView) -> Action:
     try:
         spec = commands.resolve(args)
     except RedisError as error:
-        client.stats.reject(_command_name(args), error.message)
-        if client.in_transaction:
-            client.transaction_error = EXEC_ABORT
-        return Answer(error)
+        return _refused(_command_name(args), error, client)
     if client.restriction is not None:
         denied = acl.refusal(client.restriction, spec, args, server.access_control())
         if denied is not None:
-            client.stats.reject(spec.name, denied.message)
-            if client.in_transaction:
-                client.transaction_error = EXEC_ABORT
-            return Answer(denied)
+            return _refused(spec.name, denied, client)
     calls = client.stats.calls
     calls[spec.name] = calls.get(spec.name, 0) + 1
     route = spec.route
@@ -146,6 +145,20 @@ def plan(args: list[bytes], client: ClientState, server: ServerView) -> Action:
     except RedisError as error:
         client.stats.fail(spec.name, error.message)
         return Answer(error)
+
+
+def _refused(name: str | None, error: RedisError, client: ClientState) -> Answer:
+    """The answer to a request refused before it ran (`name`: its command, if known).
+    Inside MULTI the refusal makes EXEC answer EXECABORT; a refused EXEC itself ends
+    the transaction at once, in or out of MULTI, as Redis's `execCommandAbort` does."""
+    client.stats.reject(name, error.message)
+    if name == "exec":
+        client.end_transaction()
+        reason = error.message.removeprefix("ERR ")
+        return Answer(RedisError(f"{EXEC_ABORT_BECAUSE}{reason}"))
+    if client.in_transaction:
+        client.transaction_error = EXEC_ABORT
+    return Answer(error)
 
 
 def _command_name(args: list[bytes]) -> str | None:
@@ -172,7 +185,7 @@ def _queue(spec: CommandSpec, args: list[bytes], client: ClientState) -> Answer:
 def _transaction_command(
     spec: CommandSpec, args: list[bytes], client: ClientState, server: ServerView
 ) -> Action | None:
-    """MULTI, EXEC, DISCARD, WATCH, UNWATCH; None for any other server command."""
+    """MULTI, EXEC, DISCARD, WATCH; None for any other server command."""
     name = spec.name
     if name == "multi":
         if client.in_transaction:
@@ -196,9 +209,6 @@ def _transaction_command(
         if not keys:
             return Answer("OK")
         return WatchRead(keys, client.stale_reads)
-    if name == "unwatch":
-        client.unwatch()
-        return Answer("OK")
     if name == "exec":
         if not client.in_transaction:
             raise RedisError("ERR EXEC without MULTI")

@@ -4,9 +4,10 @@ Pure.  `answer` takes a resolved spec (`commands.resolve`, `Route.SERVER`),
 the request's words, the connection's `ClientState` and a `ServerView`
 (where the shell supplies its clock, its settings and its replica's status),
 and returns the reply, raising `RedisError` with Redis's text.  The
-transaction commands (MULTI, EXEC, DISCARD, WATCH, UNWATCH) are not
-answered here but by `kvstore.connection.dispatch`, which needs the state machine;
-their state lives in `ClientState` too.
+transaction commands (MULTI, EXEC, DISCARD, WATCH) are not answered here
+but by `kvstore.connection.dispatch`, which needs the state machine; their
+state lives in `ClientState` too.  UNWATCH is answered here (OK, forgetting
+the watched keys), at once or, queued inside MULTI, at EXEC.
 
 * PING -> PONG, PING msg -> msg (more is an arity error); ECHO msg -> msg.
 * QUIT -> OK, and the connection closes once the reply is written
@@ -280,6 +281,9 @@ def answer(
         return "RESET"
     if name in ("readonly", "readwrite"):
         client.stale_reads = name == "readonly"
+        return "OK"
+    if name == "unwatch":
+        client.unwatch()
         return "OK"
     if name.startswith("client|"):
         return _client(name, args, client)

@@ -269,6 +269,15 @@ def test_a_refused_command_aborts_the_transaction() -> None:
     assert talk.send(["GET", "app:1"]) == b"$-1\r\n"
 
 
+def test_a_refused_exec_ends_the_transaction() -> None:
+    talk = conversation(parse_acl_file("user default on nopass ~* +@all -exec\n", "users.acl"))
+    assert talk.send(["MULTI"], ["SET", "a", "v"], ["EXEC"], ["DISCARD"], ["GET", "a"]) == (
+        b"+OK\r\n+QUEUED\r\n-EXECABORT Transaction discarded because of: NOPERM User "
+        b"default has no permissions to run the 'exec' command\r\n"
+        b"-ERR DISCARD without MULTI\r\n$-1\r\n"
+    )
+
+
 def test_acl_commands() -> None:
     talk = conversation(parse_acl_file(ACL_FILE, "users.acl"))
     users = talk.send(["ACL", "USERS"])

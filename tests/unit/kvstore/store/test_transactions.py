@@ -49,6 +49,36 @@ def test_queuing_errors_abort_and_misplaced_commands_are_refused(kv: Replica) ->
     assert kv.run("GET", "a") is None, "nothing of an aborted transaction is applied"
 
 
+def test_an_exec_of_the_wrong_arity_ends_the_transaction_at_once(kv: Replica) -> None:
+    client = Conversation(kv)
+    because = b"-EXECABORT Transaction discarded because of: wrong number of arguments for "
+    assert client.send(
+        ["WATCH", "w"],
+        ["MULTI"],
+        ["SET", "a", "1"],
+        ["EXEC", "x"],
+        ["SET", "b", "2"],
+        ["EXEC"],
+        ["EXEC", "x"],
+    ) == (
+        b"+OK\r\n+OK\r\n+QUEUED\r\n" + because + b"'exec' command\r\n"
+        b"+OK\r\n-ERR EXEC without MULTI\r\n" + because + b"'exec' command\r\n"
+    )
+    assert kv.run("GET", "a") is None
+    assert kv.run("GET", "b") == b"2"
+    assert not client.client.watches, "the transaction's end forgot the watched keys"
+
+
+def test_unwatch_inside_multi_is_queued_and_answers_at_exec(kv: Replica) -> None:
+    client = Conversation(kv)
+    assert client.send(["WATCH", "a"], ["MULTI"], ["UNWATCH"], ["SET", "a", "1"], ["EXEC"]) == (
+        b"+OK\r\n+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n+OK\r\n"
+    )
+    assert client.send(["MULTI"], ["UNWATCH"], ["EXEC"], ["PING"]) == (
+        b"+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n+PONG\r\n"
+    )
+
+
 def test_refused_watch_and_nested_multi_do_not_abort(kv: Replica) -> None:
     client = Conversation(kv)
     assert client.send(["MULTI"], ["SET", "a", "1"], ["WATCH", "a"], ["EXEC"]) == (
