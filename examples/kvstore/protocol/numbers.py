@@ -52,8 +52,9 @@ _EXPONENT_MIN: Final = -16382
 _EXPONENT_MAX: Final = 16383
 _SUBNORMAL_EXPONENT_MIN: Final = _EXPONENT_MIN - (_SIGNIFICAND_BITS - 1)
 """The smallest positive value is 2**-16445."""
-_LOG2_10: Final = 3.32
-"""Just below log2(10): bounds on decimal exponents that err on the side of exact work."""
+_LOG2_10: Final = Fraction(332, 100)
+"""Just below log2(10): bounds on decimal exponents that err on the side of exact work
+(exact, so an exponent of thousands of digits is no float overflow)."""
 _FORMAT_DECIMALS: Final = 17
 
 _DIGITS_CHUNK: Final = 4000
@@ -122,6 +123,8 @@ def _exact_value(raw: bytes) -> Fraction:
     if not digits:
         return Fraction(0)
     exponent_value = _signed_digits_to_int(exponent) if exponent else 0
+    log2_low: Fraction | int
+    log2_high: Fraction | int
     if decimal is not None:
         # value = significand * 10**power, and significand has len(digits) digits.
         power = exponent_value - len(fraction)
@@ -142,7 +145,7 @@ def _exact_value(raw: bytes) -> Fraction:
     return -value if sign == b"-" else value
 
 
-def _in_range(log2_low: float, log2_high: float) -> bool:
+def _in_range(log2_low: Fraction | int, log2_high: Fraction | int) -> bool:
     """False when a value in [2**log2_low, 2**log2_high) surely overflows or rounds to zero.
 
     Decides before any exact arithmetic, so a huge exponent costs nothing.

@@ -5,7 +5,9 @@ A connection queues MULTI's commands and EXEC logs them as one command,
 index the connection's WATCH read at, including expiring after it, aborts:
 None, which the server answers as a null array, as Redis), then applies each
 call in order at the same index and time, each error becoming that call's
-result while the others go on (Redis's EXEC).
+result while the others go on (Redis's EXEC); an exception other than a
+`RedisError` (a bug) too, as `ERR <type>: <message>`, so a transaction is
+never applied only up to a broken call.
 
 WATCH errs one way only: a deletion forgotten from the bounded tombstones
 (`KVState.tombstones`) counts as a change when it may have come after the
@@ -22,6 +24,7 @@ from kvstore.errors import RedisError
 from kvstore.protocol.commands import COMMANDS, Route
 from kvstore.store.state import KVState
 from rsm import StateMachine, command, query, resolve_command, resolve_query
+from rsm import limits as rsm_limits
 
 
 class TransactionCommands(KVState):
@@ -65,6 +68,13 @@ class TransactionCommands(KVState):
                 results.append([0, function(self, *args)])
             except RedisError as error:
                 results.append([1, error.message])
+            except (MemoryError, RecursionError):
+                raise
+            except Exception as error:
+                # A bug fails its call alone, worded as the framework words a command's
+                # other exceptions; the calls after it still run.
+                message = f"ERR {type(error).__name__}: {error}"
+                results.append([1, message[: rsm_limits.error_message_chars_max]])
         return results
 
     # --- helpers ------------------------------------------------------------------------------

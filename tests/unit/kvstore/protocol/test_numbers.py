@@ -215,3 +215,15 @@ def test_numbers_longer_than_redis_reads_are_refused() -> None:
         numbers.parse_extended(b"1" + b"0" * 5119)
     long_tenth = b"0." + b"0" * 5000 + b"1e5000"
     assert numbers.parse_extended(long_tenth) == numbers.parse_extended(b"0.1")
+
+
+@pytest.mark.parametrize("sign", ["", "-"])
+def test_an_exponent_of_hundreds_of_digits_is_out_of_range_not_a_crash(
+    kv: Replica, sign: str
+) -> None:
+    exponent = sign + "9" * 400  # a float overflows on it: the bounds are exact
+    assert kv.error("INCRBYFLOAT", "f", "1e" + exponent) == "ERR value is not a valid float"
+    kv.run("SET", "g", "1e" + exponent)
+    assert kv.error("INCRBYFLOAT", "g", "1") == "ERR value is not a valid float"
+    in_range = b"0." + b"0" * 300 + b"1e" + b"3" * 3  # 10**-301 * 10**333
+    assert numbers.parse_extended(in_range) == numbers.parse_extended(b"1e32")

@@ -99,6 +99,22 @@ def test_exec_runs_everything_and_an_error_is_one_reply_among_others(kv: Replica
     )
 
 
+def test_a_queued_command_that_raises_by_a_bug_fails_alone(
+    kv: Replica, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: KVStore, key: bytes) -> int:
+        raise OverflowError("a bug")
+
+    monkeypatch.setitem(KVStore._transaction_operations, "incr", broken)
+    client = Conversation(kv)
+    assert client.send(
+        ["MULTI"], ["SET", "a", "1"], ["INCR", "n"], ["SET", "b", "2"], ["EXEC"]
+    ) == (
+        b"+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*3\r\n+OK\r\n-ERR OverflowError: a bug\r\n+OK\r\n"
+    )
+    assert [kv.run("GET", "a"), kv.run("GET", "b")] == [b"1", b"2"]
+
+
 def test_exec_in_resp3(kv: Replica) -> None:
     client = Conversation(kv)
     client.send(["HELLO", "3"])
