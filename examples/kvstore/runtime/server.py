@@ -593,7 +593,13 @@ class RespConnection(FramedProtocol):
 
     def _scheduled_service(self) -> None:
         self._service_scheduled = False
-        self._service()
+        try:
+            self._service()
+        except BaseException:
+            # A bug: close the connection, as asyncio does when `data_received` raises, so
+            # it never owes its client a reply for good; the loop logs the traceback.
+            self.abort()
+            raise
 
     def _service(self) -> None:
         """Dispatch what can be, write what is ready, then pause, resume or close the transport.

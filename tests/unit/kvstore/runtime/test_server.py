@@ -10,6 +10,8 @@ and, end to end, in tests/integration.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,6 +27,9 @@ from anyio import wait_all_tasks_blocked
 from anyio.abc import SocketAttribute
 from kvstore import limits
 from kvstore.connection.acl import with_default_password
+from kvstore.connection.dispatch import Action
+from kvstore.connection.server_commands import ClientState, ServerView
+from kvstore.runtime import server as server_module
 from kvstore.runtime.router import Lane, Receiver
 from kvstore.runtime.server import ReplicaInfo, RespConnection, RespServer, ServerConfig
 from kvstore.state_machine import KVStore
@@ -289,6 +294,48 @@ async def test_garbage_gets_an_error_then_the_connection_closes_others_go_on() -
             b"-ERR Protocol error: invalid bulk length\r\n"
         )
         assert await bystander.get("k") == b"v"
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["as-it-arrives", "after-a-held-answer"])
+async def test_a_bug_in_handling_a_command_closes_that_connection_only(
+    monkeypatch: pytest.MonkeyPatch, held: bool
+) -> None:
+    """An exception no request should cause (here put into `plan` for BOOM) closes its
+    connection, whether it came up as the bytes arrived or when a held answer let the
+    pipeline go on: the connection is never left open owing replies; others go on."""
+    real_plan = server_module.plan
+
+    def plan(args: list[bytes], client: ClientState, view: ServerView) -> Action:
+        if args[0] == b"BOOM":
+            raise RuntimeError("a bug")
+        return real_plan(args, client, view)
+
+    monkeypatch.setattr(server_module, "plan", plan)
+    reported: list[BaseException | None] = []
+    loop = asyncio.get_running_loop()
+    test_runners_handler = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(context.get("exception")))
+    try:
+        await talk_to_a_buggy_server(held)
+    finally:
+        loop.set_exception_handler(test_runners_handler)
+    assert [type(error) for error in reported] == [RuntimeError], "the loop logs the bug"
+
+
+async def talk_to_a_buggy_server(held: bool) -> None:
+    async with serving() as (router, port), redis_client(port) as bystander:
+        if held:
+            router.hold()
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(b"WATCH k\r\nBOOM\r\nPING\r\n")
+            if held:
+                await wait_for(lambda: bool(router.held))
+                router.release()
+            with anyio.fail_after(WAIT_S):
+                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                    while True:
+                        assert b"PONG" not in await stream.receive()
+        assert await bystander.ping()
 
 
 async def test_requests_over_the_bound_are_protocol_errors() -> None:
