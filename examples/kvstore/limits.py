@@ -27,6 +27,11 @@ key_bytes_max_default = 64 * KiB
 value_bytes_max_default = 512 * KiB
 """Longest value a write may create (SET, APPEND, SETRANGE, ...); longer: an error result."""
 
+reply_bytes_max = 64 * MiB
+"""Largest array reply of strings (MGET, KEYS, SCAN, and EXEC's replies together); past it
+the reply is an error (kvstore/store/reply_bounds.py), so a request of a few bytes (MGET of
+one big key named 400 times) cannot make every replica build hundreds of megabytes."""
+
 # --- requests (the RESP parser, per connection) ------------------------------------------------
 
 command_overhead_bytes_max = 256
@@ -83,7 +88,8 @@ send_bytes_max = 1 * MiB
 connection_reply_bytes_max = 16 * MiB
 """Bytes of encoded replies one connection may owe (not yet handed to the transport); at it
 the server stops taking the connection's commands until replies are written, so a client
-that does not read its replies costs the server about this much, not its replies' worth."""
+that does not read its replies costs the server about this much, not its replies' worth
+(plus one reply, at most `reply_bytes_max`)."""
 
 send_timeout_ms = 30_000
 """A client that takes no reply bytes for this long is disconnected."""
@@ -182,7 +188,8 @@ assert buffered_bytes_max > request_bytes_max_default + inline_bytes_max
 assert 1 <= scan_count_default <= scan_count_max
 assert active_expiry_keys_max >= 1
 assert connection_replies_max < rsm_limits.session_results_max_default
-assert 0 < send_bytes_max <= connection_reply_bytes_max
+assert 0 < send_bytes_max <= connection_reply_bytes_max <= reply_bytes_max
+assert value_bytes_max_default < reply_bytes_max
 assert connection_replies_max < rsm_limits.connection_pending_requests_max
 assert 0 < transaction_bytes_max < request_bytes_max_default
 assert transaction_item_overhead_bytes >= 3 * 9 + 1

@@ -595,6 +595,34 @@ def encode_reply(reply: Reply, out: bytearray, resp3: bool = False) -> None:
         raise AssertionError(f"not a RESP reply: {type(reply).__name__}")
 
 
+SCALAR_BYTES_MAX: Final = 29
+"""What a bulk string (or a verbatim one) adds to its bytes in the encoding, at most, and the
+most any other scalar but a string or an error takes: a type byte, a sign and 19 digits,
+two CRLFs, and a verbatim string's format."""
+
+
+def reply_bytes_bound(reply: Reply) -> int:
+    """At least as many bytes as `encode_reply` writes for `reply`, in either protocol, found
+    without encoding it."""
+    kind = type(reply)
+    if kind is bytes or kind is Verbatim:
+        assert isinstance(reply, bytes)
+        return len(reply) + SCALAR_BYTES_MAX
+    if kind is str:
+        assert isinstance(reply, str)
+        return len(reply) + 3
+    if isinstance(reply, RedisError):
+        return len(reply.message) + 3
+    if kind is RespMap:
+        assert isinstance(reply, RespMap)
+        pairs = sum(reply_bytes_bound(key) + reply_bytes_bound(value) for key, value in reply)
+        return SCALAR_BYTES_MAX + pairs
+    if kind is list or kind is tuple or kind is RespSet:
+        assert isinstance(reply, list | tuple)
+        return SCALAR_BYTES_MAX + sum(map(reply_bytes_bound, reply))
+    return SCALAR_BYTES_MAX  # an int, None, NULL_ARRAY
+
+
 def encode_replies(replies: Iterable[Reply], resp3: bool = False) -> bytes:
     """Many replies in one buffer, for one write of a pipeline's answers."""
     out = bytearray()

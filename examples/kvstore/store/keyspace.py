@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from kvstore import errors
 from kvstore.errors import RedisError
 from kvstore.protocol.glob import GlobPattern, ScanRequest
+from kvstore.store.reply_bounds import check_strings
 from kvstore.store.state import KVState
 from rsm import command, query
 
@@ -26,11 +27,13 @@ class KeyspaceCommands(KVState):
         now_ms = self._query_time_ms()
         glob = GlobPattern(pattern)
         everything = glob.matches_everything
-        return [
+        keys = [
             key
             for _, key in self._scan_order()
             if (everything or glob.matches(key)) and not self._expired(key, now_ms)
         ]
+        check_strings(keys)
+        return keys
 
     @query
     def scan(self, cursor: bytes, *options: bytes) -> list[bytes | list[bytes]]:
@@ -41,7 +44,9 @@ class KeyspaceCommands(KVState):
         request = ScanRequest.parse(cursor, options)
         now_ms = self._query_time_ms()
         next_cursor, found = request.page(self._scan_order())
-        return [next_cursor, [key for key in found if not self._expired(key, now_ms)]]
+        keys = [key for key in found if not self._expired(key, now_ms)]
+        check_strings(keys)
+        return [next_cursor, keys]
 
     @query
     def dbsize(self) -> int:

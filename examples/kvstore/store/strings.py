@@ -15,6 +15,7 @@ from kvstore import errors
 from kvstore.errors import RedisError
 from kvstore.protocol import numbers
 from kvstore.store.options import StringOptions, expiry_time_ms
+from kvstore.store.reply_bounds import check_strings
 from kvstore.store.state import KVState
 from rsm import command, query
 
@@ -169,7 +170,9 @@ class StringCommands(KVState):
     def mget(self, *keys: bytes) -> list[bytes | None]:
         """MGET key [key ...]: each value, or None."""
         now_ms = self._query_time_ms()
-        return [self.value_at(key, now_ms) for key in keys]
+        values = [self.value_at(key, now_ms) for key in keys]
+        check_strings(values)
+        return values
 
     @query
     def strlen(self, key: bytes) -> int:

@@ -7,7 +7,8 @@ None, which the server answers as a null array, as Redis), then applies each
 call in order at the same index and time, each error becoming that call's
 result while the others go on (Redis's EXEC); an exception other than a
 `RedisError` (a bug) too, as `ERR <type>: <message>`, so a transaction is
-never applied only up to a broken call.
+never applied only up to a broken call.  Replies past `limits.reply_bytes_max`
+in all are dropped (kvstore/store/reply_bounds.py).
 
 WATCH errs one way only: a deletion forgotten from the bounded tombstones
 (`KVState.tombstones`) counts as a change when it may have come after the
@@ -20,8 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from kvstore import limits
 from kvstore.errors import RedisError
 from kvstore.protocol.commands import COMMANDS, Route
+from kvstore.protocol.resp import reply_bytes_bound
+from kvstore.store.reply_bounds import REPLY_DROPPED
 from kvstore.store.state import KVState
 from rsm import StateMachine, command, query, resolve_command, resolve_query
 from rsm import limits as rsm_limits
@@ -62,12 +66,14 @@ class TransactionCommands(KVState):
             if self._changed_since(key, index, time_ms, now_ms):
                 return None
         results: list[Any] = []
+        left_bytes = limits.reply_bytes_max
         for name, *args in calls:
             function = self._transaction_operations[name.decode("latin-1")]
             try:
-                results.append([0, function(self, *args)])
+                result = function(self, *args)
             except RedisError as error:
                 results.append([1, error.message])
+                continue
             except (MemoryError, RecursionError):
                 raise
             except Exception as error:
@@ -75,6 +81,13 @@ class TransactionCommands(KVState):
                 # other exceptions; the calls after it still run.
                 message = f"ERR {type(error).__name__}: {error}"
                 results.append([1, message[: rsm_limits.error_message_chars_max]])
+                continue
+            size_bytes = reply_bytes_bound(result)
+            if size_bytes > left_bytes:
+                results.append([1, REPLY_DROPPED])
+            else:
+                left_bytes -= size_bytes
+                results.append([0, result])
         return results
 
     # --- helpers ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from kvstore.protocol.resp import (
     Verbatim,
     encode_replies,
     encode_reply,
+    reply_bytes_bound,
     split_inline,
 )
 
@@ -482,3 +483,40 @@ def test_many_replies_encode_into_one_buffer() -> None:
 def test_values_that_are_not_replies_are_programmer_errors(reply: object) -> None:
     with pytest.raises(AssertionError):
         encode_reply(reply, bytearray())  # type: ignore[arg-type]
+
+
+def replies() -> st.SearchStrategy[Reply]:
+    """Any reply the encoder takes, nested."""
+    leaves = st.one_of(
+        st.binary(max_size=40),
+        st.text(st.characters(max_codepoint=255, blacklist_characters="\r\n"), max_size=20),
+        st.integers(-(2**63), 2**63 - 1),
+        st.none(),
+        st.just(NULL_ARRAY),
+        st.text(st.characters(max_codepoint=255), max_size=20).map(
+            lambda t: RedisError("ERR " + t)
+        ),
+        st.binary(max_size=40).map(Verbatim),
+    )
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=5),
+            st.lists(inner, max_size=5).map(tuple),
+            st.lists(inner, max_size=5).map(RespSet),
+            st.lists(st.tuples(inner, inner), max_size=3).map(RespMap),
+        ),
+        max_leaves=20,
+    )
+
+
+@given(replies(), st.booleans())
+def test_the_reply_bound_is_never_below_the_encoding(reply: Reply, resp3: bool) -> None:
+    out = bytearray()
+    encode_reply(reply, out, resp3)
+    assert len(out) <= reply_bytes_bound(reply)
+
+
+def test_the_reply_bound_of_values_is_close_to_their_encoding() -> None:
+    values = [b"v" * 1000] * 100
+    assert reply_bytes_bound(values) < len(encode_replies([values])) * 1.05
