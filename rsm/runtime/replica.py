@@ -118,6 +118,7 @@ from rsm.errors import (
 from rsm.runtime.applier import Answerer, Applier, Read
 from rsm.runtime.election import ElectionView, Leadership
 from rsm.runtime.leader_term import LeaderTerm
+from rsm.runtime.listening import listen_tcp
 from rsm.runtime.log import LogFollower, LogStore, SegmentReader
 from rsm.runtime.orphans import orphan_loop
 from rsm.runtime.server import ClientAuth, ReplicaServer
@@ -172,7 +173,8 @@ async def _bind(
     listen: str, advertise: str | None, *, tls: bool
 ) -> tuple[anyio.abc.Listener[anyio.abc.ByteStream], str]:
     """A TCP listener on `listen` ("host:port", port 0: any free one) and the address it is
-    advertised as; `InvalidConfig` naming the flag (`tls`: the TLS port's) when unusable."""
+    advertised as; `InvalidConfig` naming the flag (`tls`: the TLS port's) or the address
+    when unusable."""
     what, flag = ("TLS listen", "--tls-advertise") if tls else ("listen", "--advertise")
     try:
         address = parse_address(listen, port_zero=True)
@@ -180,9 +182,8 @@ async def _bind(
         raise InvalidConfig(f"{what} address {listen!r} is not host:port") from error
     if advertise is None and address.host in ("0.0.0.0", "::"):
         raise InvalidConfig(f"listening on {address.host} needs {flag}: the address to tell others")
-    listener: anyio.abc.Listener[anyio.abc.ByteStream] = await anyio.create_tcp_listener(
-        local_host=address.host, local_port=address.port
-    )
+    role = "the framework's TLS port" if tls else "the framework's port"
+    listener: anyio.abc.Listener[anyio.abc.ByteStream] = await listen_tcp(address, role)
     port = listener.extra(SocketAttribute.local_port)
     return listener, advertise or str(Address(address.host, port))
 

@@ -60,6 +60,7 @@ from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig
 from rsm.host import RSM_ROOT
 from rsm.link import Connector
+from rsm.runtime.listening import listen_tcp
 
 DEFAULT_APP = "kv"
 
@@ -229,7 +230,7 @@ class KvNode:
             listen = parse_address(self._resp_listen, port_zero=True)
         except InvalidAddress as error:
             raise InvalidConfig(f"RESP address {self._resp_listen!r} is not host:port") from error
-        listener = await anyio.create_tcp_listener(local_host=listen.host, local_port=listen.port)
+        listener = await listen_tcp(listen, "the RESP port")
         port = int(listener.extra(SocketAttribute.local_port))
         self.resp_address = self._resp_advertise or str(Address(listen.host, port))
         return listener, port
