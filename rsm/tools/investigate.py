@@ -29,7 +29,9 @@ entry, a gap), 2 a usage error, an application or range that does not exist,
 or a cluster that cannot be reached.  An application that does not exist is
 `NoSuchApplication` at once; a ZooKeeper that gives no session within
 `limits.cli_zk_connect_timeout_ms` is `MetadataUnavailable` naming its
-address, in one line (`rsm.host.command_zk_store`, `quiet_kazoo`).  A
+address, in one line (`rsm.host.command_zk_store`, `quiet_kazoo`).  An
+output that cannot be written (a full disk) is one line and status 1; a
+reader that left (`| head`) ends the command quietly, status 1.  A
 problem report's last line is the command that reproduces it.  Progress goes
 to stderr when it is a terminal.
 """
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -205,8 +208,23 @@ def run(arguments: argparse.Namespace, argv: Sequence[str]) -> int:
         code, message = _classify(error)
         if code is None:
             raise
-        print(f"error: {message}", file=sys.stderr)
+        if isinstance(error, OSError):
+            _discard_stdout()
+        if not isinstance(error, BrokenPipeError):
+            print(f"error: {message}", file=sys.stderr)
         return code
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that what is left in its buffer is not written again
+    (and fails again) as the interpreter exits: a reader that left, or a full disk."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture): nothing is flushed at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
 
 
 def _classify(error: Exception) -> tuple[int | None, str]:
@@ -219,7 +237,7 @@ def _classify(error: Exception) -> tuple[int | None, str]:
         return EXIT_USAGE, text
     if isinstance(error, ClientError) and not isinstance(error, NoSuchLedgerError):
         return EXIT_USAGE if _unreachable(error) else EXIT_PROBLEM, text
-    if isinstance(error, MalformedValue | RsmError | BookieError):
+    if isinstance(error, MalformedValue | RsmError | BookieError | OSError):
         return EXIT_PROBLEM, text
     return None, text
 
