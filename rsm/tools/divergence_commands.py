@@ -23,7 +23,7 @@ from rsm.tools.options import (
     load_class,
     outcome_plain,
     replica_config,
-    resolve_index,
+    resolve_readable,
     source_arguments,
     with_option,
 )
@@ -38,7 +38,7 @@ async def verify(arguments: argparse.Namespace) -> int:
     config = replica_config(arguments)
     async with open_source(**source_arguments(arguments)) as source:
         end = await source.end_index()
-        target = await resolve_index(source, arguments.last, end)
+        target = await resolve_readable(source, arguments.last, end, end)
         truncated = source.log.first_index > 1
         hash_at = None
         if arguments.state_hash_every is None:
@@ -220,7 +220,7 @@ async def bisect(arguments: argparse.Namespace) -> int:
         options = {**_source_options_bisect(arguments), "log_file": log_file}
         async with open_source(**options) as source:
             end = await source.end_index()
-            target = await resolve_index(source, arguments.last, end)
+            target = await resolve_readable(source, arguments.last, end, end)
             progress = Progress("bisect", 0, target)
             result = await first_divergence(
                 source,
@@ -298,7 +298,7 @@ async def determinism(arguments: argparse.Namespace) -> int:
         raise InvalidConfig(f"--hash-seeds {arguments.hash_seeds!r} is not two different numbers")
     async with open_source(**source_arguments(arguments)) as source:
         end = await source.end_index()
-        target = await resolve_index(source, arguments.last, end)
+        target = await resolve_readable(source, arguments.last, end, end)
         app = source.app
     base = _child_words(arguments, target)
     outputs = await _run_children(base, seeds)
@@ -386,8 +386,9 @@ async def _determinism_child(
     arguments: argparse.Namespace, machine_class: type[StateMachine], config: ReplicaConfig
 ) -> int:
     async with open_source(**source_arguments(arguments)) as source:
-        target = await resolve_index(source, arguments.last, await source.end_index())
-        first = await resolve_index(source, arguments.first, 1)
+        end = await source.end_index()
+        target = await resolve_readable(source, arguments.last, end, end)
+        first = await resolve_readable(source, arguments.first, 1, end)
         lines = determinism_engine.digest_lines(
             source,
             machine_class,

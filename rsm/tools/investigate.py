@@ -62,7 +62,14 @@ from bookie.runtime_tuning import tune_for_throughput
 from rsm.errors import InvalidConfig, MalformedValue, RsmError, Truncated
 from rsm.host import quiet_kazoo
 from rsm.tools import divergence_commands, key_commands, log_commands, replay_commands
-from rsm.tools.options import EXIT_PROBLEM, EXIT_USAGE, machine_options, source_options
+from rsm.tools.options import (
+    EXIT_PROBLEM,
+    EXIT_USAGE,
+    client_id_argument,
+    count_argument,
+    machine_options,
+    source_options,
+)
 
 
 def add_parsers(commands: Any) -> None:
@@ -75,10 +82,12 @@ def add_parsers(commands: Any) -> None:
     source_options(dump)
     dump.add_argument("--from", dest="first", help="first index or LEDGER:ENTRY[:SLOT]")
     dump.add_argument("--to", dest="last", help="last index or LEDGER:ENTRY[:SLOT] (inclusive)")
-    dump.add_argument("--last", dest="tail", type=int, help="only the last N commands")
-    dump.add_argument("--limit", type=int, help="print at most N records")
+    dump.add_argument("--last", dest="tail", type=count_argument, help="only the last N commands")
+    dump.add_argument("--limit", type=count_argument, help="print at most N records")
     dump.add_argument("--command", dest="command_name", help="only commands of this name")
-    dump.add_argument("--session", help="only commands of this client id (hex)")
+    dump.add_argument(
+        "--session", type=client_id_argument, help="only commands of this client id (hex)"
+    )
     dump.add_argument("--follow", action="store_true", help="keep printing as the log grows")
     dump.add_argument("--stats", action="store_true", help="counts and bytes, not records")
     dump.set_defaults(handler=log_commands.dump)

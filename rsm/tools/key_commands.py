@@ -36,6 +36,7 @@ from rsm.tools.options import (
     outcome_plain,
     replica_config,
     resolve_index,
+    resolve_readable,
     source_arguments,
 )
 from rsm.tools.output import Progress, dumps, reproduce
@@ -65,10 +66,8 @@ def _hex(digest: bytes | None) -> str | None:
 async def _range(source: LogSource, first: str | None, last: str | None) -> tuple[int, int]:
     """The inclusive index range `--from`/`--to` name (default: the whole readable log)."""
     end = await source.end_index()
-    low = await resolve_index(source, first, source.log.first_index)
-    high = await resolve_index(source, last, end)
-    if high > end:
-        raise InvalidConfig(f"index {high} is past the log's readable end, index {end}")
+    low = await resolve_readable(source, first, source.log.first_index, end)
+    high = await resolve_readable(source, last, end, end)
     if low > high:
         raise InvalidConfig(f"--from {low} is past --to {high}")
     return low, high

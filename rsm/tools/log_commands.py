@@ -18,7 +18,13 @@ from rsm.host import aligned
 from rsm.tools import copies
 from rsm.tools.check import CheckReport, check_log
 from rsm.tools.export_format import ExportedEntry, ExportHeader, ExportWriter
-from rsm.tools.options import EXIT_OK, EXIT_PROBLEM, resolve_index, source_arguments
+from rsm.tools.options import (
+    EXIT_OK,
+    EXIT_PROBLEM,
+    resolve_index,
+    resolve_readable,
+    source_arguments,
+)
 from rsm.tools.output import Progress, dumps, reproduce, utc
 from rsm.tools.records import SCHEMA_VERSION, Record, record_plain, records, short_value
 from rsm.tools.source import ClusterSource, LogSource, entries, open_source
@@ -31,7 +37,7 @@ def _matches(record: Record, arguments: argparse.Namespace) -> bool:
         return False
     if arguments.session is not None:
         client_id = record.client_id
-        return client_id is not None and client_id.hex() == arguments.session.lower()
+        return client_id is not None and client_id.hex() == arguments.session
     return True
 
 
@@ -66,8 +72,12 @@ def _hash_line(record: Record) -> str | None:
 async def dump(arguments: argparse.Namespace) -> int:
     async with open_source(**source_arguments(arguments)) as source:
         end = await source.end_index()
-        first = await resolve_index(source, arguments.first, source.log.first_index)
-        last = await resolve_index(source, arguments.last, end)
+        default_first = source.log.first_index
+        if arguments.follow:  # it waits for indexes past the end
+            first = await resolve_index(source, arguments.first, default_first)
+        else:
+            first = await resolve_readable(source, arguments.first, default_first, end)
+        last = await resolve_readable(source, arguments.last, end, end)
         if arguments.tail is not None:
             first = max(first, last - arguments.tail + 1)
         if arguments.follow and (arguments.last is not None or arguments.stats):
@@ -200,12 +210,12 @@ async def _dump_stats(
 
 async def export(arguments: argparse.Namespace) -> int:
     path = Path(arguments.output)
+    if path.is_dir():
+        raise InvalidConfig(f"cannot write {path}: it is a directory")
     async with open_source(**source_arguments(arguments)) as source:
         end = await source.end_index()
-        first = await resolve_index(source, arguments.first, source.log.first_index)
-        last = await resolve_index(source, arguments.last, end)
-        if last > end:
-            raise InvalidConfig(f"index {last} is past the log's readable end, index {end}")
+        first = await resolve_readable(source, arguments.first, source.log.first_index, end)
+        last = await resolve_readable(source, arguments.last, end, end)
         snapshot = await _covering_snapshot(source, first, last)
         header = ExportHeader(
             app=source.app,
@@ -227,10 +237,14 @@ async def export(arguments: argparse.Namespace) -> int:
                 if last >= first:
                     await _export_entries(source, writer, first, last, progress)
                 summary = writer.finish()
-        except OSError as error:
-            raise InvalidConfig(f"cannot write {path}: {error.strerror}") from None
+            os.replace(partial, path)
+        except BaseException as error:
+            with contextlib.suppress(OSError):  # none was made, or it cannot be: said below
+                partial.unlink()
+            if isinstance(error, OSError):
+                raise InvalidConfig(f"cannot write {path}: {error.strerror}") from None
+            raise
         progress.done()
-        os.replace(partial, path)
     if arguments.json:
         report = {
             "schema": SCHEMA_VERSION,

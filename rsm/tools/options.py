@@ -97,6 +97,37 @@ def source_arguments(arguments: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def count_argument(text: str) -> int:
+    """An argparse type: a count of at least 1 (`--last N`, `--limit N`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count of at least 1")
+    return value
+
+
+def client_id_argument(text: str) -> str:
+    """An argparse type: a client id in hex (`--session`), lower-cased."""
+    try:
+        bytes.fromhex(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a client id in hex") from None
+    if not text:
+        raise argparse.ArgumentTypeError("an empty client id")
+    return text.lower()
+
+
+async def resolve_readable(source: LogSource, text: str | None, default: int, end: int) -> int:
+    """`resolve_index`, refusing an index given past the readable end `end`: a range that
+    does not exist is a usage error, never an empty answer."""
+    index = await resolve_index(source, text, default)
+    if text is not None and index > end:
+        raise InvalidConfig(f"index {index} is past the log's readable end, index {end}")
+    return index
+
+
 async def resolve_index(source: LogSource, text: str | None, default: int) -> int:
     """An index given as an index or a position (the index of that command)."""
     if text is None:

@@ -21,7 +21,7 @@ from rsm.tools.options import (
     load_class,
     outcome_plain,
     replica_config,
-    resolve_index,
+    resolve_readable,
     source_arguments,
     with_option,
 )
@@ -37,15 +37,17 @@ async def replay(arguments: argparse.Namespace) -> int:
     began = time.monotonic()
     async with open_source(**source_arguments(arguments)) as source:
         end = await source.end_index()
-        target = await resolve_index(source, arguments.last, end)
-        if target > end:
-            raise InvalidConfig(f"index {target} is past the log's readable end, index {end}")
+        target = await resolve_readable(source, arguments.last, end, end)
         progress = Progress("replay", 0, target)
         breaking = arguments.break_at is not None or arguments.break_on is not None
         if breaking:
             break_at = (
-                await resolve_index(source, arguments.break_at, 0) if arguments.break_at else None
+                await resolve_readable(source, arguments.break_at, 0, end)
+                if arguments.break_at
+                else None
             )
+            if break_at is not None and break_at > target:
+                raise InvalidConfig(f"--break-at {break_at} is past --to {target}")
             replay = await _replay_with_breaks(
                 source,
                 machine_class=machine_class,

@@ -1,0 +1,141 @@
+"""The investigation commands on an exported log of four commands: a range or an argument
+that does not exist is a usage error (exit 2, one line), never an empty answer; an output
+that cannot be written is one error line (a full disk, a directory), and a reader that
+left (`| head`) ends it quietly; never a traceback."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rsm.core.log_state import Segment, SegmentState
+from rsm.tools import cli
+from rsm.tools.export_format import ExportWriter
+from rsm.tools.options import EXIT_USAGE
+from tests.unit.rsm.tools.test_export_format import HEADER, entry
+
+
+def exported() -> bytes:
+    """A log of one segment, two entries of two commands each."""
+    stream = io.BytesIO()
+    segment = Segment(7, 1, 1, SegmentState.CLOSED, 4)
+    writer = ExportWriter(stream, replace(HEADER, segments=(segment,), last_index=4))
+    writer.add(entry(7, 0, 1, 2))
+    writer.add(entry(7, 1, 3, 2))
+    writer.finish()
+    return stream.getvalue()
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    path = tmp_path / "notes.rsmlog"
+    path.write_bytes(exported())
+    return path
+
+
+def dump(log: Path, stdout: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rsm.tools.cli", "log", "dump", "--log", str(log)],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_full_disk_is_one_error_line(log: Path) -> None:
+    with open("/dev/full", "wb") as full:
+        done = dump(log, full.fileno())
+    assert (done.returncode, done.stderr) == (
+        1,
+        "error: OSError: [Errno 28] No space left on device\n",
+    )
+
+
+def test_a_reader_that_left_ends_it_quietly(log: Path) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write gets EPIPE
+    try:
+        done = dump(log, write_end)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (1, "")
+
+
+PAST_THE_END = "error: InvalidConfig: index 9 is past the log's readable end, index 4\n"
+CLASS = ("--class", "rsm.testing.workload:AuditCounter")
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ("log", "dump", "--from", "9"),
+        ("log", "dump", "--to", "9"),
+        ("log", "export", "--to", "out.rsmlog", "--from", "9"),
+        ("log", "export", "--to", "out.rsmlog", "--through", "9"),
+        ("replay", *CLASS, "--to", "9"),
+        ("replay", *CLASS, "--break-at", "9"),
+        ("verify", *CLASS, "--to", "9"),
+        ("bisect", "--old", CLASS[1], "--new", CLASS[1], "--to", "9"),
+        ("determinism", *CLASS, "--to", "9"),
+        ("blame", "--class", "kvstore.state_machine:KVStore", "key", "--from", "9"),
+    ],
+    ids=" ".join,
+)
+def test_a_range_past_the_end_is_a_usage_error(
+    words: tuple[str, ...],
+    log: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(log.parent)  # where an export would go if it were not refused
+    assert cli.main([*words, "--log", str(log)]) == EXIT_USAGE
+    assert capsys.readouterr().err == PAST_THE_END
+
+
+def test_a_break_past_the_replay_s_end_is_a_usage_error(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["replay", *CLASS, "--to", "3", "--break-at", "4", "--log", str(log)]
+    assert cli.main(argv) == EXIT_USAGE
+    assert capsys.readouterr().err == "error: InvalidConfig: --break-at 4 is past --to 3\n"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--last", "-3", "is not a count of at least 1"),
+        ("--limit", "0", "is not a count of at least 1"),
+        ("--session", "zz", "is not a client id in hex"),
+    ],
+)
+def test_bad_dump_arguments_are_refused(
+    option: str, value: str, message: str, log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["log", "dump", "--log", str(log), option, value])
+    assert exited.value.code == EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_an_export_to_a_directory_is_refused_and_leaves_nothing(
+    log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "existing"
+    target.mkdir()
+    assert cli.main(["log", "export", "--log", str(log), "--to", str(target)]) == EXIT_USAGE
+    assert (
+        capsys.readouterr().err
+        == f"error: InvalidConfig: cannot write {target}: it is a directory\n"
+    )
+    unwritable = tmp_path / "notes.rsmlog" / "inside"  # under a file: cannot be made
+    assert cli.main(["log", "export", "--log", str(log), "--to", str(unwritable)]) == EXIT_USAGE
+    assert "Not a directory" in capsys.readouterr().err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["existing", "notes.rsmlog"]
