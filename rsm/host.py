@@ -107,10 +107,15 @@ def command_zk_store(
 ) -> AbstractAsyncContextManager[ZkMetadataStore]:
     """A session on `connect_string` (`HOST:PORT[,...][/chroot]`) for a command a person
     waits for: an unreachable ZooKeeper is reported after `limits.cli_zk_connect_timeout_ms`.
-    With `tls`, over TLS with those files (default: as `BOOKIE_ZK_TLS_*` say)."""
+    With `tls`, over TLS with those files (default: as `BOOKIE_ZK_TLS_*` say).
+
+    The session timeout asked for is that bound too: kazoo waits that long for a server's
+    answer to the session handshake, so one that accepts connections and never answers
+    is reported after it as well, not after the default session timeout."""
     hosts, chroot = split_zk(connect_string)
+    timeout_ms = limits.cli_zk_connect_timeout_ms
     return ZkMetadataStore.connect(
-        hosts, root=chroot, connect_timeout_ms=limits.cli_zk_connect_timeout_ms, tls=tls
+        hosts, root=chroot, session_timeout_ms=timeout_ms, connect_timeout_ms=timeout_ms, tls=tls
     )
 
 

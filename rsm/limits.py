@@ -412,8 +412,10 @@ cli_zk_connect_timeout_ms = 3_000
 ZooKeeper cannot be reached (`rsm.host.command_zk_store`): the `rsm` commands that call,
 report on or investigate an application (`call`, `query`, `status`, `transfer-leadership`,
 `snapshot`, `log`, `replay`, `verify`, ...) and the key-value store's `kvstore status`,
-`history` and `get --at`.  A reachable ZooKeeper answers in milliseconds.  `rsm run` and
-`kvstore serve` wait the ledger layer's operation timeout."""
+`history` and `get --at`.  A reachable ZooKeeper answers in milliseconds.  It is also the
+session timeout they ask for (the server raises it to its minimum, two ticks), which bounds
+the wait for a server that accepts connections and never answers.  `rsm run` and `kvstore
+serve` wait the ledger layer's operation timeout."""
 
 # --- history checking (rsm.testing) ----------------------------------------------------------
 

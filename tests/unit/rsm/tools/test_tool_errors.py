@@ -6,6 +6,7 @@ there: the cause, at once for a missing application, in one line after
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable, Sequence
 
 import anyio
@@ -87,17 +88,23 @@ async def test_status_of_a_missing_store_says_so_at_once(
     ],
     ids=["rsm log dump", "kvstore history", "kvstore status"],
 )
+@pytest.mark.parametrize("silent", [False, True], ids=["nothing listens", "never answers"])
 async def test_an_unreachable_zookeeper_is_one_line_after_the_documented_wait(
     case: tuple[Callable[[Sequence[str]], int], tuple[str, ...], str, int],
+    silent: bool,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """Nothing listening, or a server that accepts connections (its backlog does) and never
+    answers the session handshake."""
     main, words, prefix, code = case
-    zk = f"127.0.0.1:{unused_port()}"
-    caplog.set_level(logging.WARNING)
-    started = anyio.current_time()
-    assert await run(main, [*words, "--app", "app", "--zk", zk]) == code
-    waited_ms = (anyio.current_time() - started) * 1000
+    with socket.create_server(("127.0.0.1", 0)) as never_answers:
+        port = never_answers.getsockname()[1] if silent else unused_port()
+        zk = f"127.0.0.1:{port}"
+        caplog.set_level(logging.WARNING)
+        started = anyio.current_time()
+        assert await run(main, [*words, "--app", "app", "--zk", zk]) == code
+        waited_ms = (anyio.current_time() - started) * 1000
     out, err = capsys.readouterr()
     assert out == ""
     assert err == (
