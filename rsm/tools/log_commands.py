@@ -245,6 +245,7 @@ async def export(arguments: argparse.Namespace) -> int:
                 raise InvalidConfig(f"cannot write {path}: {error.strerror}") from None
             raise
         progress.done()
+    replayable = first <= 1 or snapshot is not None
     if arguments.json:
         report = {
             "schema": SCHEMA_VERSION,
@@ -254,6 +255,7 @@ async def export(arguments: argparse.Namespace) -> int:
             "entries": summary.entries,
             "payload_bytes": summary.payload_bytes,
             "snapshot": None if snapshot is None else snapshot.index,
+            "replayable": replayable,
             "file": str(path),
         }
         print(dumps(report))
@@ -263,6 +265,12 @@ async def export(arguments: argparse.Namespace) -> int:
         f"exported {source.app} indexes {first}..{last}: {summary.entries} entries, "
         f"{summary.payload_bytes} bytes of payload{with_snapshot}, to {path}"
     )
+    if not replayable:
+        print(
+            f"note: no snapshot is at an index from {first - 1} to {last}, so the file can be "
+            "dumped and checked but not replayed; export from index 1, or from just after a "
+            "snapshot's index (rsm snapshot ls)"
+        )
     return EXIT_OK
 
 

@@ -6,6 +6,7 @@ left (`| head`) ends it quietly; never a traceback."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -139,3 +140,18 @@ def test_an_export_to_a_directory_is_refused_and_leaves_nothing(
     assert cli.main(["log", "export", "--log", str(log), "--to", str(unwritable)]) == EXIT_USAGE
     assert "Not a directory" in capsys.readouterr().err
     assert sorted(path.name for path in tmp_path.iterdir()) == ["existing", "notes.rsmlog"]
+
+
+def test_an_export_no_snapshot_covers_says_it_cannot_be_replayed(
+    log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    whole = tmp_path / "whole.rsmlog"
+    assert cli.main(["log", "export", "--log", str(log), "--to", str(whole), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["replayable"] is True
+    part = tmp_path / "part.rsmlog"
+    argv = ["log", "export", "--log", str(log), "--to", str(part), "--from", "3"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "note: no snapshot is at an index from 2 to 4" in out
+    assert cli.main(["log", "dump", "--log", str(part)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3, "a header and its two commands"
