@@ -13,6 +13,8 @@ takes from here, and from nowhere else inside the framework:
   naming its address after `limits.cli_zk_connect_timeout_ms`) and
   `quiet_kazoo` around the command, so that failure is one line without
   kazoo's line per reconnect attempt;
+* a listener of its own (the store's RESP port) that reports a port in use
+  as `InvalidConfig`, like the replica's (`listen_tcp`);
 * `--follower-nice` and the priority it sets (`add_follower_nice`,
   `FollowerPriority`: a follower without clients lowers its CPU priority,
   docs/operations.md);
@@ -67,6 +69,7 @@ from rsm.core.sessions import Outcome
 from rsm.errors import InvalidConfig, MalformedValue, NoSuchApplication, RsmError
 from rsm.runtime.applier import Answerer
 from rsm.runtime.cpu_priority import FollowerPriority
+from rsm.runtime.listening import listen_tcp
 from rsm.runtime.log import LogStore
 
 __all__ = [
@@ -84,6 +87,7 @@ __all__ = [
     "check_replica_id",
     "ledger_digest_of",
     "command_zk_store",
+    "listen_tcp",
     "quiet_kazoo",
     "replica_metadata",
     "replication_lines",

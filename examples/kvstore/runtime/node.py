@@ -58,9 +58,8 @@ from rsm import Replica, Role
 from rsm.client import tcp_connector
 from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig
-from rsm.host import RSM_ROOT
+from rsm.host import RSM_ROOT, listen_tcp
 from rsm.link import Connector
-from rsm.runtime.listening import listen_tcp
 
 DEFAULT_APP = "kv"
 
