@@ -481,7 +481,7 @@ def read_file(file: Path) -> dict[str, object]:
             data = tomllib.load(handle)
     except OSError as error:
         raise InvalidConfig(f"cannot read config file {file}: {error.strerror}") from error
-    except tomllib.TOMLDecodeError as error:
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise InvalidConfig(f"config file {file} is not valid TOML: {error}") from error
     for name, value in data.items():
         if isinstance(value, dict):

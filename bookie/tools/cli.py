@@ -26,7 +26,10 @@ prints one JSON object instead of human-readable lines, with `"schema":
 SHELL_SCHEMA_VERSION` (bookie/tools/admin.py), raised when a field changes
 meaning or goes away.  Exit statuses: 0 done, 1 a problem found (the result's
 `problems`, or a failure while working), 2 bad input or a bookie or ZooKeeper
-that cannot be reached; a failure prints one line on stderr.  A report of
+that cannot be reached; a failure prints one line on stderr (a ledger id outside
+0..`limits.ledger_id_max` is refused as the arguments are parsed).  Output that
+cannot be written (a full disk) is one line and status 1; a reader that left
+(`| head`) ends the command quietly, status 1.  A report of
 problems ends with `reproduce: bookie shell ...`, the command line that shows
 them again (in JSON, its `reproduce` field).  The shell commands that talk to bookies
 take the TLS flags of bookie/net/tls_flags.py.
@@ -206,6 +209,18 @@ def _autorecovery_parser(commands: argparse._SubParsersAction[argparse.ArgumentP
     add_bookie_tls_arguments(standalone)
 
 
+def ledger_id_argument(text: str) -> int:
+    """A ledger id on the command line: an integer from 0 to `limits.ledger_id_max` (else
+    argparse's usage error, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not 0 <= value <= limits.ledger_id_max:
+        raise argparse.ArgumentTypeError(f"{text}: ledger ids are 0..{limits.ledger_id_max}")
+    return value
+
+
 def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     shell = commands.add_parser("shell", help="inspect a bookie over the network or offline")
     tools = shell.add_subparsers(dest="tool", required=True)
@@ -225,7 +240,7 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
 
     bookie_tool("bookieinfo", "disk space and read-only flag of a running bookie")
     entry = bookie_tool("readentry", "one entry of a ledger, read from a running bookie")
-    entry.add_argument("ledger_id", type=int)
+    entry.add_argument("ledger_id", type=ledger_id_argument)
     entry.add_argument("entry_id", type=int, help="entry id, or -1 for the last one")
     entry.add_argument(
         "--digest",
@@ -236,7 +251,7 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     add_password_arguments(entry, what="the ledger's password (HMAC digests)")
     entry.add_argument("--preview-bytes", type=int, default=64, help="payload bytes to show")
     entries = bookie_tool("listentries", "which entries of a ledger a running bookie holds")
-    entries.add_argument("ledger_id", type=int)
+    entries.add_argument("ledger_id", type=ledger_id_argument)
     mark = tool("lastmark", "checkpoint marks of a bookie's ledger directories (offline)")
     mark_source = mark.add_mutually_exclusive_group(required=True)
     mark_source.add_argument("--config", type=Path, help="the bookie's config file")
@@ -246,7 +261,7 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     journal_source.add_argument("--config", type=Path, help="the bookie's config file")
     journal_source.add_argument("--journal-dir", type=Path, metavar="DIR")
     journal_source.add_argument("--file", type=Path, help="one journal file")
-    journal.add_argument("--ledger", type=int, help="only records of this ledger")
+    journal.add_argument("--ledger", type=ledger_id_argument, help="only records of this ledger")
     journal.add_argument("--limit", type=int, default=1000, help="records to print at most")
 
     def cluster_tool(name: str, description: str) -> argparse.ArgumentParser:
@@ -262,12 +277,12 @@ def _shell_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser])
     cluster_tool("listbookies", "every bookie of the cluster: writable, read-only or down")
     cluster_tool("listledgers", "every ledger id of the cluster")
     metadata = cluster_tool("ledgermetadata", "one ledger's metadata")
-    metadata.add_argument("ledger_id", type=int)
+    metadata.add_argument("ledger_id", type=ledger_id_argument)
     ledger = cluster_tool(
         "readledger",
         "a ledger's entries (never fences: a closed ledger to its end, an open one to its LAC)",
     )
-    ledger.add_argument("ledger_id", type=int)
+    ledger.add_argument("ledger_id", type=ledger_id_argument)
     ledger.add_argument("--from", dest="first", type=int, help="first entry (default 0)")
     ledger.add_argument("--to", dest="last", type=int, help="last entry (default: the end)")
     ledger.add_argument(
@@ -451,16 +466,38 @@ def _shell(arguments: argparse.Namespace, words: list[str]) -> int:
     human = HUMAN.get(arguments.tool) or cluster.HUMAN[arguments.tool]
     problems = bool(result.get("problems"))
     reproduce = "reproduce: bookie " + shlex.join(words)
-    if arguments.json:
-        report = {"schema": SHELL_SCHEMA_VERSION, **result}
-        if problems:
-            report["reproduce"] = reproduce
-        print(render(report, human, as_json=True))
-    else:
-        print(render(result, human, as_json=False))
-        if problems:
-            print(reproduce)
+    try:
+        if arguments.json:
+            report = {"schema": SHELL_SCHEMA_VERSION, **result}
+            if problems:
+                report["reproduce"] = reproduce
+            print(render(report, human, as_json=True))
+        else:
+            print(render(result, human, as_json=False))
+            if problems:
+                print(reproduce)
+        sys.stdout.flush()
+    except OSError as error:
+        _discard_stdout()
+        if not isinstance(error, BrokenPipeError):  # a reader that left: quietly
+            reason = error.strerror or str(error)
+            print(
+                f"bookie shell {arguments.tool}: cannot write the output: {reason}", file=sys.stderr
+            )
+        return EXIT_PROBLEM
     return EXIT_PROBLEM if problems else 0
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that what is left in its buffer is not written again
+    (and does not fail again) as the interpreter exits."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test's capture): nothing is flushed at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
 
 
 def _run_tool(arguments: argparse.Namespace) -> dict[str, object]:

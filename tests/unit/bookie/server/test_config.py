@@ -150,6 +150,11 @@ def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "broken.toml"
     path.write_text("journal_dir = \n")
     assert "is not valid TOML" in rejected(path)
+    path.write_bytes(b'\xff\xfejournal_dir = "/j"\n')  # UTF-16's byte order mark
+    assert rejected(path) == (
+        f"config file {path} is not valid TOML: 'utf-8' codec can't decode byte 0xff in "
+        "position 0: invalid start byte"
+    )
     assert "cannot read config file" in rejected(tmp_path / "absent.toml")
     table = tmp_path / "table.toml"
     table.write_text('[bookie]\njournal_dir = "/j"\n')
