@@ -27,7 +27,9 @@ answer.  Only `simpletest`, `autorecovery`, `triggeraudit`, `recover`,
 * `triggeraudit`: ask the auditor to audit now (lost bookies, entry presence);
 * `recover BOOKIE`: mark every ledger that names the bookie as missing it, now,
   whatever the grace period (the workers then copy its share elsewhere; of a
-  bookie that is registered and holds its whole share they copy nothing);
+  bookie that is registered and holds its whole share they copy nothing).  A
+  bookie no ledger names must be a member (have a cookie), as for
+  `decommission`: anything else is a mistyped id;
 * `decommission BOOKIE`: for a bookie that is stopped: `recover`, wait until no
   ledger names it (or `--timeout-s` passes: the ledgers still naming it are
   problems), then delete its cookie, so it is no longer a member;
@@ -76,6 +78,7 @@ from bookie.meta import paths
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import (
     BookieInfo,
+    Cookie,
     delete_cookie,
     list_bookies,
     list_cookies,
@@ -573,10 +576,23 @@ async def _mark_all(store: MetadataStore, root: str, bookie_id: str) -> list[int
     return naming
 
 
+async def _member_cookie(store: MetadataStore, root: str, bookie_id: str) -> tuple[Cookie, int]:
+    """The bookie's cookie and its version; `ShellError` if it has none: it is not a member."""
+    cookie = await read_cookie(store, bookie_id, root)
+    if cookie is None:
+        raise ShellError(
+            f"bookie {bookie_id} is not a member of the cluster (no cookie; see listbookies)",
+            EXIT_USAGE,
+        )
+    return cookie
+
+
 def recover(cluster: Cluster, bookie_id: str) -> Result:
     async def ask() -> Result:
         async with _metadata(cluster) as store:
             marked = await _mark_all(store, cluster.zk_root, bookie_id)
+            if not marked:  # a typo, or a bookie that has nothing to recover
+                await _member_cookie(store, cluster.zk_root, bookie_id)
             return {"bookie_id": bookie_id, "ledgers_marked": marked}
 
     return _run(ask)
@@ -591,13 +607,7 @@ def decommission(cluster: Cluster, bookie_id: str, timeout_s: float) -> Result:
                     f"bookie {bookie_id} is running: stop it first, then decommission it",
                     EXIT_USAGE,
                 )
-            cookie = await read_cookie(store, bookie_id, cluster.zk_root)
-            if cookie is None:
-                raise ShellError(
-                    f"bookie {bookie_id} is not a member of the cluster (no cookie; see "
-                    "listbookies)",
-                    EXIT_USAGE,
-                )
+            cookie = await _member_cookie(store, cluster.zk_root, bookie_id)
             marked = await _mark_all(store, cluster.zk_root, bookie_id)
             naming = marked
             with anyio.move_on_after(timeout_s):

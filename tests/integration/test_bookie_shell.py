@@ -1,7 +1,7 @@
 """`bookie shell` against real bookies: over the network (bookieinfo, readentry,
 listentries), on a bookie's files (lastmark, readjournal), and on a whole cluster
 through its ZooKeeper (listbookies, listledgers, ledgermetadata, readledger,
-simpletest); human output and `--json`."""
+simpletest, recover); human output and `--json`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from bookie.client.bookie_conn import BookieConnection
 from bookie.client.ledger_client import password_hash
 from bookie.core.metadata import close, new_ledger
 from bookie.local.zookeeper import LocalZooKeeper
+from bookie.meta.bookies import Cookie, init_cluster, write_cookie
 from bookie.meta.ledgers import LedgerManager
 from bookie.meta.zk import ZkMetadataStore
 from bookie.wire.packet import DigestType
@@ -361,3 +362,21 @@ async def test_cluster_commands_bad_input(zookeeper: LocalZooKeeper, zk_root: st
     code, _, error = await shell("readledger", "x", *zk, check=False)
     assert code == 2
     assert "invalid int value: 'x'" in error
+
+
+async def test_recover_refuses_a_bookie_that_is_not_a_member(
+    zookeeper: LocalZooKeeper, zk_root: str
+) -> None:
+    member = "10.0.0.1:3181"
+    async with ZkMetadataStore.connect(zookeeper.connect_string) as store:
+        instance_id = await init_cluster(store, zk_root)
+        cookie = Cookie(instance_id, member, member, "/data/journal", ("/data/ledgers",))
+        await write_cookie(store, cookie, None, zk_root)
+    zk = ("--zk", zookeeper.connect_string, "--zk-root", zk_root)
+    code, _, error = await shell("recover", "garbage", *zk, check=False)
+    assert (code, error) == (
+        2,
+        "bookie shell recover: bookie garbage is not a member of the cluster (no cookie; see "
+        "listbookies)\n",
+    )
+    assert await shell_json("recover", member, *zk) == {"bookie_id": member, "ledgers_marked": []}
