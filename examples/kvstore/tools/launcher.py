@@ -77,6 +77,7 @@ from bookie.local.certificates import (
 )
 from bookie.local.cluster import (
     BOOKIE_CONFIG_FILE,
+    CLUSTER_FILE,
     ClusterError,
     LocalCluster,
     pick_port,
@@ -89,7 +90,7 @@ from kvstore.runtime.node import DEFAULT_APP
 from rsm import limits as rsm_limits
 from rsm.client import Client, connect, tcp_connector, tls_connector
 from rsm.config import ReplicaConfig
-from rsm.errors import RsmError
+from rsm.errors import InvalidConfig, RsmError
 from rsm.host import split_zk
 from rsm.link import Connector
 
@@ -340,8 +341,7 @@ class LocalKvCluster:
         path = self.data_dir / KV_FILE
         if path.exists():
             self.resumed = True
-            with path.open("rb") as handle:
-                saved = tomllib.load(handle)
+            saved = _read_toml(path)
             tls = bool(saved.get("tls", False))
             self.settings = KvSettings(
                 replicas=len(saved["replicas"]),
@@ -543,8 +543,19 @@ def _saved_tls(data_dir: Path) -> bool | None:
     path = data_dir / KV_FILE
     if not path.exists():
         return None
-    with path.open("rb") as handle:
-        return bool(tomllib.load(handle).get("tls", False))
+    return bool(_read_toml(path).get("tls", False))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """One of the data directory's TOML files; `InvalidConfig` naming it when it cannot be
+    read or is not TOML."""
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except OSError as error:
+        raise InvalidConfig(f"cannot read {path}: {error.strerror}") from error
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise InvalidConfig(f"{path} is not valid TOML: {error}") from error
 
 
 def saved_zk_client_tls(data_dir: Path, saved: Mapping[str, Any]) -> ZkTls | None:
@@ -564,14 +575,20 @@ def _toml(values: dict[str, str | bool | list[str] | list[int]]) -> str:
 def read_saved(data_dir: Path) -> dict[str, Any]:
     """`kvstore.toml` and `cluster.toml` of a data directory, merged, with `bookies`: each
     bookie's address (its id) from `bookie-N/bookie.toml`, in N's order (for `kvstore
-    status`), and `zk_tls`: whether the store's own ZooKeeper is on TLS."""
+    status`), and `zk_tls`: whether the store's own ZooKeeper is on TLS.  `ClusterError`
+    when there is no store; `InvalidConfig` naming a file that is missing, unreadable or
+    not TOML."""
     kv_file = data_dir / KV_FILE
     if not kv_file.exists():
         raise ClusterError(f"{data_dir} holds no key-value store (no {KV_FILE}); run kvstore up")
-    with kv_file.open("rb") as handle:
-        saved = tomllib.load(handle)
-    with (data_dir / "cluster.toml").open("rb") as handle:
-        cluster = tomllib.load(handle)
+    saved = _read_toml(kv_file)
+    cluster_file = data_dir / CLUSTER_FILE
+    if not cluster_file.exists():
+        raise InvalidConfig(
+            f"{cluster_file} is missing (the store's bookie cluster settings): start the "
+            f"store with kvstore up --data-dir {data_dir}, which writes it again"
+        )
+    cluster = _read_toml(cluster_file)
     saved["zk_tls"] = not saved["zk"] and bool(cluster.get("zk_tls", False))
     if not saved["zk"]:
         saved["zk"] = f"{HOST}:{cluster['zk_port']}"
@@ -583,6 +600,5 @@ def read_saved(data_dir: Path) -> dict[str, Any]:
     )
     for _, config_file in sorted(numbered):
         if config_file.exists():  # else the bookie was never set up: there is nothing to show
-            with config_file.open("rb") as handle:
-                saved["bookies"].append(str(tomllib.load(handle)["listen_address"]))
+            saved["bookies"].append(str(_read_toml(config_file)["listen_address"]))
     return saved
