@@ -88,6 +88,7 @@ from bookie.tools.admin import (
     render,
 )
 from bookie.tools.password_flags import add_password_arguments, password_from
+from bookie.tools.stdout import discard_stdout
 from bookie.wire.packet import DigestType
 
 logger = logging.getLogger("bookie.cli")
@@ -478,7 +479,7 @@ def _shell(arguments: argparse.Namespace, words: list[str]) -> int:
                 print(reproduce)
         sys.stdout.flush()
     except OSError as error:
-        _discard_stdout()
+        discard_stdout()
         if not isinstance(error, BrokenPipeError):  # a reader that left: quietly
             reason = error.strerror or str(error)
             print(
@@ -486,18 +487,6 @@ def _shell(arguments: argparse.Namespace, words: list[str]) -> int:
             )
         return EXIT_PROBLEM
     return EXIT_PROBLEM if problems else 0
-
-
-def _discard_stdout() -> None:
-    """Point stdout at /dev/null, so that what is left in its buffer is not written again
-    (and does not fail again) as the interpreter exits."""
-    try:
-        descriptor = sys.stdout.fileno()
-    except (OSError, ValueError):  # not a file (a test's capture): nothing is flushed at exit
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, descriptor)
-    os.close(devnull)
 
 
 def _run_tool(arguments: argparse.Namespace) -> dict[str, object]:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -59,6 +58,7 @@ from bookie.errors import (
 )
 from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.runtime_tuning import tune_for_throughput
+from bookie.tools.stdout import discard_stdout
 from rsm.errors import InvalidConfig, MalformedValue, RsmError, Truncated
 from rsm.host import quiet_kazoo
 from rsm.tools import divergence_commands, key_commands, log_commands, replay_commands
@@ -218,22 +218,10 @@ def run(arguments: argparse.Namespace, argv: Sequence[str]) -> int:
         if code is None:
             raise
         if isinstance(error, OSError):
-            _discard_stdout()
+            discard_stdout()
         if not isinstance(error, BrokenPipeError):
             print(f"error: {message}", file=sys.stderr)
         return code
-
-
-def _discard_stdout() -> None:
-    """Point stdout at /dev/null, so that what is left in its buffer is not written again
-    (and fails again) as the interpreter exits: a reader that left, or a full disk."""
-    try:
-        descriptor = sys.stdout.fileno()
-    except (OSError, ValueError):  # not a file (a test's capture): nothing is flushed at exit
-        return
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, descriptor)
-    os.close(devnull)
 
 
 def _classify(error: Exception) -> tuple[int | None, str]:
