@@ -22,10 +22,16 @@ replicas start from (rsm/spark/bulk_snapshot.py); `--app-dir` (default: the
 current directory) goes first on the import path, as for `rsm run`.
 `--master` is any Spark master URL (`local[*]`, `spark://HOST:PORT`, ...).
 
+`export` refuses a PATH that is neither absent, an empty directory, nor an
+earlier export (rsm/spark/jobs.py, `check_export_path`), before Spark starts.
+
 Exit status: 0 on success, 1 when the job failed (`error: <Type>: <message>`
-on stderr, the cause as the framework named it, not Spark's traceback), 2
-for a usage error or bad input (bad options, an unknown application, a
-query Spark cannot parse or resolve).
+on stderr, the cause as the framework named it, not Spark's traceback; a
+failure of Spark's own, such as a write that failed, is the Java exception's
+class and the first line of its message), 2 for a usage error or bad input
+(bad options, an unknown application, an export PATH that is not an export,
+a query Spark cannot parse or resolve).  kazoo's warnings (a line per
+reconnect attempt to an unreachable ZooKeeper) are hidden: the error says it.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from bookie.errors import BookieError
 from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
 from rsm import errors, limits
 from rsm.errors import InvalidConfig, RsmError
-from rsm.host import aligned
+from rsm.host import aligned, quiet_kazoo
 from rsm.machines import add_app_dir, load_machine
 
 EXIT_OK: Final = 0
@@ -70,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
     # PySpark is an optional extra: imported here, so that its absence is a clear message.
     try:
+        from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]  # noqa: PLC0415
         from pyspark.errors import AnalysisException, PySparkException  # noqa: PLC0415
 
         from rsm.spark import bulk_snapshot, jobs  # noqa: PLC0415
@@ -77,19 +84,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: PySpark is missing ({error}): install the spark extra", file=sys.stderr)
         return EXIT_USAGE
     try:
-        if arguments.command == "snapshot":
-            return _snapshot(jobs, bulk_snapshot, arguments)
-        return _run(jobs, arguments)
+        with quiet_kazoo():
+            if arguments.command == "snapshot":
+                return _snapshot(jobs, bulk_snapshot, arguments)
+            return _run(jobs, arguments)
     except (RsmError, BookieError, OSError) as error:
         return _failed(type(error).__name__, str(error))
-    except PySparkException as error:
+    except (PySparkException, Py4JJavaError) as error:
         found = _FRAMEWORK_ERROR.findall(str(error))
         if found:
             name, message = found[-1]
             return _failed(name, message)
+        if isinstance(error, Py4JJavaError):
+            # A JVM exception PySpark does not convert (a failed write): its class and message.
+            java = error.java_exception
+            return _failed(java.getClass().getSimpleName(), _first_line(java.getMessage()))
         # A query Spark cannot parse or resolve is bad input.
         usage = isinstance(error, AnalysisException)
-        return _failed(type(error).__name__, str(error).strip().splitlines()[0], usage=usage)
+        return _failed(type(error).__name__, _first_line(str(error)), usage=usage)
+
+
+def _first_line(message: str | None) -> str:
+    lines = (message or "").strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def _failed(name: str, message: str, *, usage: bool = False) -> int:
@@ -189,6 +206,8 @@ def _snapshot(jobs: Any, bulk_snapshot: Any, arguments: argparse.Namespace) -> i
 
 def _run(jobs: Any, arguments: argparse.Namespace) -> int:
     tls_options = _tls_options(arguments)
+    if arguments.command == "export":
+        jobs.check_export_path(arguments.to)  # a PATH an export must not delete: said at once
     spark = _spark(jobs, arguments)
     if arguments.command == "export":
         report = jobs.export(

@@ -17,6 +17,12 @@ a run that died before recording `next_index`, gives the same dataset:
 every index once.  The record is written after the data, atomically (write
 then rename), on the local filesystem (so `to` is a local or mounted path).
 
+Spark's overwrite deletes whatever is at `to`, so `export` first refuses
+(`InvalidConfig` naming `to` and what is there) a `to` that is not absent,
+an empty directory, or an earlier export, complete or not: a directory
+holding only names an export writes (`EXPORT_ENTRIES`).  The command calls
+that check, `check_export_path`, before Spark starts.
+
 `audit` registers the log as the temporary view `log` and runs one SQL
 query over it.
 """
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -44,8 +51,15 @@ STATE_FILE: Final = "_rsm_export.json"
 STATE_VERSION: Final = 1
 BLOCK_COLUMN: Final = "index_from"
 VIEW: Final = "log"
+EXPORT_ENTRIES: Final = re.compile(
+    rf"{re.escape(STATE_FILE)}(\.tmp)?|\._SUCCESS\.crc|_SUCCESS|_temporary|\.spark-staging-.+"
+    rf"|{BLOCK_COLUMN}=.+"
+)
+"""The names an export writes in its directory, ended or not: the record (and its partial
+copy), the blocks, and Spark's own (its success marker and its checksum, the committer's
+`_temporary` and dynamic partition overwrite's staging directory, both left by a run that died)."""
 
-__all__ = ["audit", "export", "read_log", "register", "session"]
+__all__ = ["audit", "check_export_path", "export", "read_log", "register", "session"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +114,7 @@ def export(
     `rsm-log` options (the `tls*` ones, say)."""
     if block_commands < 1:
         raise InvalidConfig(f"--block-commands {block_commands} must be at least 1")
+    check_export_path(to)
     path = Path(to)
     start = 1
     if since_last:
@@ -134,6 +149,27 @@ def export(
     next_index = start if last is None else last + 1
     _write_state(path, {"app": app, "block_commands": block_commands, "next_index": next_index})
     return ExportReport(app, str(path), start, next_index, written["rows"], written["blocks"])
+
+
+def check_export_path(to: str) -> None:
+    """Refuse `to` (`InvalidConfig` naming it and what is there) unless an export may replace
+    it: it is absent, an empty directory, or a directory holding only `EXPORT_ENTRIES`."""
+    path = Path(to)
+    if not os.path.lexists(path):
+        return
+    if not path.is_dir():
+        raise InvalidConfig(
+            f"{to} exists and is not a directory: an export would delete it (choose another path)"
+        )
+    foreign = sorted(
+        child.name for child in path.iterdir() if not EXPORT_ENTRIES.fullmatch(child.name)
+    )
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise InvalidConfig(
+            f"{to} is not an earlier export: it holds {foreign[0]!r}{more}, which an export "
+            "would delete (export to a new or empty directory)"
+        )
 
 
 def audit(

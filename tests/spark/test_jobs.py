@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from pyspark.sql import SparkSession
 from rsm.spark import jobs
 from rsm.spark.jobs import STATE_FILE
 from rsm.tools import cli
+from tests.unit.rsm.runtime.test_cli_errors import unused_port
 
 from .frames import parquet_rows
 from .history import KnownCluster
@@ -113,6 +115,9 @@ def test_the_command_audits_and_exports(
     assert cli.main(["spark", "export", *common, "--to", str(tmp_path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["next_index"] == len(known.expected["known"].rows) + 1
+    # An earlier export, as Spark left it, may be replaced.
+    assert cli.main(["spark", "export", *common, "--to", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == report
 
 
 def test_the_command_reads_the_bookies_with_tls(
@@ -175,3 +180,37 @@ def test_a_failed_job_is_one_line_without_a_traceback(known: KnownCluster) -> No
     assert done.returncode == 1
     assert done.stderr.strip().splitlines()[-1].startswith("error: EntryUnreadable: ledger ")
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("to", "message"),
+    [
+        # Refused by the driver: the directory cannot be made.
+        ("{tmp}/a-file/export", "ParentNotDirectoryException: Parent path is not a directory: "),
+        # Refused to the tasks: /proc takes no new directory, even from root.
+        ("/proc/nope/export", "SparkException: [TASK_WRITE_FAILED] Task failed while writing "),
+    ],
+)
+@pytest.mark.usefixtures("spark")
+def test_a_failed_write_is_one_line_naming_spark_s_error(
+    known: KnownCluster, tmp_path: Path, capfd: pytest.CaptureFixture[str], to: str, message: str
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    common = ["--zk", known.zk, "--ledger-root", known.ledger_root, "--app", known.apps["known"]]
+    assert cli.main(["spark", "export", *common, "--to", to.format(tmp=tmp_path)]) == 1
+    out, err = capfd.readouterr()
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"error: {message}")
+
+
+@pytest.mark.usefixtures("spark")
+def test_an_unreachable_zookeeper_is_one_line_without_kazoo_s(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    zk = f"127.0.0.1:{unused_port()}"
+    assert cli.main(["spark", "audit", "--zk", zk, "--app", "kv", "--sql", "SELECT 1"]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: MetadataUnavailable: no ZooKeeper session with {zk} ")
+    assert not [record for record in caplog.records if record.name.startswith("kazoo")]
