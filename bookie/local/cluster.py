@@ -90,6 +90,22 @@ class ClusterError(Exception):
     """The local cluster could not start; the message says what to do."""
 
 
+def _read_saved(path: Path, required: tuple[str, ...]) -> dict[str, Any]:
+    """A TOML file the launcher wrote; `ClusterError` naming it when it cannot be read, is
+    not TOML, or lacks one of the `required` keys."""
+    try:
+        with path.open("rb") as handle:
+            values = tomllib.load(handle)
+    except OSError as error:
+        raise ClusterError(f"cannot read {path}: {error.strerror}") from error
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ClusterError(f"{path} is not valid TOML: {error}") from error
+    missing = [key for key in required if key not in values]
+    if missing:
+        raise ClusterError(f"{path} lacks {', '.join(missing)}: it was not written by this tool")
+    return values
+
+
 def bookie_command(config_file: Path, *flags: str) -> list[str]:
     """The command line of a `bookie serve` process with this launcher's interpreter."""
     return [sys.executable, "-m", "bookie.tools.cli", "serve", "--config", str(config_file), *flags]
@@ -264,8 +280,7 @@ class LocalCluster:
         path = self.data_dir / CLUSTER_FILE
         if path.exists():
             self.resumed = True
-            with path.open("rb") as handle:
-                settings = tomllib.load(handle)
+            settings = _read_saved(path, ("zk_port", "zk_root"))
             requested = self._requested_root
             if requested is not None and requested != settings["zk_root"]:
                 raise ClusterError(
@@ -328,8 +343,7 @@ class LocalCluster:
         directory = self.data_dir / f"bookie-{number}"
         config_file = directory / BOOKIE_CONFIG_FILE
         if config_file.exists():
-            with config_file.open("rb") as handle:
-                saved = tomllib.load(handle)
+            saved = _read_saved(config_file, ("listen_address",))
             port = address_setting(str(saved["listen_address"]), "listen_address").port
             tls_listen = saved.get("tls_listen_address")
             tls_port = None

@@ -96,6 +96,8 @@ from rsm.link import Connector
 
 HOST: Final = "127.0.0.1"
 KV_FILE: Final = "kvstore.toml"
+_KV_KEYS: Final = ("app", "zk", "replicas", "resp_ports", "ports")
+"""What every `kvstore.toml` holds."""
 REPLICA_LOG_FILE: Final = "replica.log"
 LEDGER_ROOT: Final = "/ledgers"
 FRAMEWORK_PORT_OFFSET: Final = 1000
@@ -341,7 +343,7 @@ class LocalKvCluster:
         path = self.data_dir / KV_FILE
         if path.exists():
             self.resumed = True
-            saved = _read_toml(path)
+            saved = _read_toml(path, _KV_KEYS)
             tls = bool(saved.get("tls", False))
             self.settings = KvSettings(
                 replicas=len(saved["replicas"]),
@@ -546,16 +548,20 @@ def _saved_tls(data_dir: Path) -> bool | None:
     return bool(_read_toml(path).get("tls", False))
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
     """One of the data directory's TOML files; `InvalidConfig` naming it when it cannot be
-    read or is not TOML."""
+    read, is not TOML, or lacks one of the `required` keys."""
     try:
         with path.open("rb") as handle:
-            return tomllib.load(handle)
+            values = tomllib.load(handle)
     except OSError as error:
         raise InvalidConfig(f"cannot read {path}: {error.strerror}") from error
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise InvalidConfig(f"{path} is not valid TOML: {error}") from error
+    missing = [key for key in required if key not in values]
+    if missing:
+        raise InvalidConfig(f"{path} lacks {', '.join(missing)}: it was not written by kvstore up")
+    return values
 
 
 def saved_zk_client_tls(data_dir: Path, saved: Mapping[str, Any]) -> ZkTls | None:
@@ -581,14 +587,14 @@ def read_saved(data_dir: Path) -> dict[str, Any]:
     kv_file = data_dir / KV_FILE
     if not kv_file.exists():
         raise ClusterError(f"{data_dir} holds no key-value store (no {KV_FILE}); run kvstore up")
-    saved = _read_toml(kv_file)
+    saved = _read_toml(kv_file, _KV_KEYS)
     cluster_file = data_dir / CLUSTER_FILE
     if not cluster_file.exists():
         raise InvalidConfig(
             f"{cluster_file} is missing (the store's bookie cluster settings): start the "
             f"store with kvstore up --data-dir {data_dir}, which writes it again"
         )
-    cluster = _read_toml(cluster_file)
+    cluster = _read_toml(cluster_file, ("zk_port",))
     saved["zk_tls"] = not saved["zk"] and bool(cluster.get("zk_tls", False))
     if not saved["zk"]:
         saved["zk"] = f"{HOST}:{cluster['zk_port']}"
@@ -600,5 +606,6 @@ def read_saved(data_dir: Path) -> dict[str, Any]:
     )
     for _, config_file in sorted(numbered):
         if config_file.exists():  # else the bookie was never set up: there is nothing to show
-            saved["bookies"].append(str(_read_toml(config_file)["listen_address"]))
+            bookie = _read_toml(config_file, ("listen_address",))
+            saved["bookies"].append(str(bookie["listen_address"]))
     return saved

@@ -90,3 +90,24 @@ def test_commands_on_a_broken_data_dir_print_one_line_and_exit_2(
     assert len(lines) == 1
     assert "InvalidConfig: " in lines[0]
     assert problem in lines[0]
+
+
+def test_a_file_without_its_keys_is_named_with_them(tmp_path: Path) -> None:
+    broken(tmp_path, b'app = "kv"\n', CLUSTER_TOML.encode())
+    with pytest.raises(InvalidConfig, match="lacks zk, replicas, resp_ports, ports: it was not"):
+        read_saved(tmp_path)
+    broken(tmp_path, KV_TOML.encode(), b"zk_root = '/x'\n")
+    with pytest.raises(InvalidConfig, match=f"{CLUSTER_FILE} lacks zk_port"):
+        read_saved(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("cluster", "problem"),
+    [(b"zk_port = \n", "is not valid TOML"), (b"zk_port = 2181\n", "lacks zk_root")],
+)
+def test_up_refuses_a_broken_cluster_toml_naming_it(
+    tmp_path: Path, cluster: bytes, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / CLUSTER_FILE).write_bytes(cluster)
+    assert cli.main(["up", "--data-dir", str(tmp_path)]) == cli.EXIT_FAILED
+    assert f"{tmp_path / CLUSTER_FILE} {problem}" in capsys.readouterr().err
