@@ -244,6 +244,14 @@ class HttpError(BookieError):
         self.status = status
 
 
+class MethodNotAllowed(HttpError):
+    """A known path asked with a method it does not take: 405, naming the `methods` it takes."""
+
+    def __init__(self, path: str, methods: list[str]) -> None:
+        super().__init__(405, f"{path} takes {', '.join(methods)}")
+        self.methods = methods
+
+
 class AdminUnavailable(BookieError):
     """The admin HTTP server cannot listen where it was told to."""
 

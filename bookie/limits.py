@@ -338,6 +338,15 @@ shell_decommission_timeout_s_default = 600
 simpletest_payload_bytes = 100
 """Size of each entry `bookie shell simpletest` writes."""
 
+# --- accepting connections --------------------------------------------------------------------
+
+accept_retry_delay_ms_min = 10
+"""After accept failed for want of file descriptors or memory, the first pause before it is
+tried again (bookie/net/accepting.py); each failure in a row doubles it."""
+
+accept_retry_delay_ms_max = 1_000
+"""The longest pause between accepts that fail for want of resources."""
+
 # --- admin HTTP server ------------------------------------------------------------------------
 
 admin_head_bytes_max = 16 * KiB
@@ -350,7 +359,12 @@ admin_request_timeout_ms = 10_000
 """A client of the admin HTTP server has this long to send its request."""
 
 admin_connections_max = 64
-"""Admin HTTP connections served at once; later ones are closed at once."""
+"""Admin HTTP connections served at once; later ones are answered 503 and closed."""
+
+admin_connections_per_address_max = 16
+"""Admin HTTP connections served at once from one peer host, so that one client (or one
+that holds connections open without sending) leaves room for the others and for
+`/health`."""
 
 admin_token_file_bytes_max = 4 * KiB
 """Largest admin token file (`BOOKIE_ADMIN_TOKEN_FILE`) read; larger: a configuration error."""
@@ -408,3 +422,5 @@ assert zk_session_timeout_ms_min <= zk_session_timeout_ms_default <= zk_session_
 assert 0 < bookie_reconnect_delay_ms_min <= bookie_reconnect_delay_ms_max
 assert 0 < autorecovery_retry_delay_ms_min <= autorecovery_retry_delay_ms_max
 assert autorecovery_poll_interval_ms_default <= autorecovery_grace_ms_default
+assert 0 < accept_retry_delay_ms_min <= accept_retry_delay_ms_max
+assert 0 < admin_connections_per_address_max <= admin_connections_max

@@ -39,7 +39,7 @@ from bookie.net.http_server import Answer, Request, Routes, common_routes, json_
 from bookie.net.openapi import document, get, obj, post
 from rsm.client import connect
 from rsm.core.layout import RSM_ROOT, AppLayout
-from rsm.errors import NotLeader, StatusError
+from rsm.errors import BadRequest, NotLeader, StatusError
 from rsm.host import application_status
 from rsm.overview import ClusterWatch, application_json, overview, segments_json
 from rsm.runtime.log import LogStore
@@ -136,6 +136,8 @@ def replica_routes(
             result = await replica.transfer_leadership(target)
         except NotLeader as error:
             raise HttpError(409, f"{error}: ask the leader's admin API") from None
+        except BadRequest as error:
+            raise HttpError(400, f"{type(error).__name__}: {error}") from None
         except StatusError as error:
             raise HttpError(503, f"{type(error).__name__}: {error}") from None
         return json_answer(result, 202)
@@ -381,7 +383,8 @@ REPLICA_OPENAPI = document(
             **post("snapshot this replica's state now; its manifest", None, _MANIFEST),
         },
         "/api/v1/leader/transfer": post(
-            "hand leadership over (asked of the leader; 409 elsewhere)",
+            "hand leadership over (asked of the leader; 409 elsewhere; 400 naming a replica "
+            "that is not a caught-up candidate)",
             {"type": "object", "properties": {"to": {"type": _OPTIONAL_TEXT}}},
             obj(target="string", epoch=_OPTIONAL_INT, window_ms=_OPTIONAL_INT),
         ),

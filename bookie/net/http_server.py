@@ -6,15 +6,21 @@ keep-alive and no chunked bodies: every answer says `Connection: close`, and
 the connection is closed after it.  Bounds (bookie/limits.py): the request line
 and headers `admin_head_bytes_max` (else 431), the body `admin_body_bytes_max`
 (else 413), the request within `admin_request_timeout_ms` (else the connection
-is closed), `admin_connections_max` connections at once (later ones are
-closed at once).  With a TLS context it serves HTTPS instead.
+is closed), `admin_connections_max` connections at once and
+`admin_connections_per_address_max` from one peer host (later ones are
+answered 503 and closed).  An accept that fails for want of file descriptors
+waits and accepts again (bookie/net/accepting.py); a request that breaks the
+server's own code ends its connection, logged, never the server.  With a TLS
+context it serves HTTPS instead.
 
 `Routes` maps a method and a path pattern to an async handler.  A pattern's
 segment in braces (`/api/v1/ledgers/{ledger_id}`) matches any one segment,
 handed to the handler in `Request.params`.  A handler returns an `Answer`, or
 raises `HttpError`, answered as JSON `{"error": message}` with its status; any
-other exception is logged and answered 500.  An unknown path is answered 404,
-a known path with another method 405, a request that is not HTTP 400.  With an
+other exception is logged and answered 500 (without its text).  An unknown
+path is answered 404, a known path with another method 405 with `Allow`, a
+request that is not HTTP 400 (a `Content-Length` that is not digits, or two
+different ones, too).  With an
 admin token configured (`bookie.net.admin_token`), a POST without it is
 answered 401, with another token 403, before its handler runs.
 """
@@ -22,9 +28,11 @@ answered 401, with another token 403, before its handler runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import http
 import json
 import logging
+import re
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -37,16 +45,22 @@ from anyio.abc import SocketAttribute
 
 from bookie import limits
 from bookie.address import Address
-from bookie.errors import AdminUnavailable, HttpError
+from bookie.errors import AdminUnavailable, HttpError, MethodNotAllowed
 from bookie.logs import emit
 from bookie.metrics import CONTENT_TYPE, exposition, registry
+from bookie.net.accepting import serve_listener
 from bookie.net.admin_token import AdminGuard, admin_token_from_environment
+from bookie.net.admission import ConnectionAdmission, peer_host
 from bookie.net.tls import TlsStreamListener
 
 logger = logging.getLogger(__name__)
 
 JSON: Final = "application/json"
 METHODS: Final = ("GET", "POST")
+_DIGITS: Final = re.compile(r"[0-9]+")
+_LENGTH_DIGITS_MAX: Final = 18
+"""A longer Content-Length is surely past the body bound: not converted (Python refuses
+`int()` of thousands of digits)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +79,7 @@ class Request:
             return {}
         try:
             return json.loads(self.body)
-        except (UnicodeDecodeError, ValueError) as error:
+        except (UnicodeDecodeError, ValueError, RecursionError) as error:
             raise HttpError(400, f"the body is not JSON: {error}") from error
 
 
@@ -74,6 +88,8 @@ class Answer:
     status: int
     body: bytes
     content_type: str = JSON
+    allow: str | None = None
+    """The methods a 405's path takes (its `Allow` header)."""
 
 
 def json_answer(value: Any, status: int = 200) -> Answer:
@@ -115,7 +131,7 @@ class Routes:
             if params is None:
                 continue
             if method not in methods:
-                raise HttpError(405, f"{path} takes {', '.join(sorted(methods))}")
+                raise MethodNotAllowed(path, sorted(methods))
             return methods[method], params
         raise HttpError(404, f"no such path: {path}")
 
@@ -171,22 +187,23 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str], int]:
         raise HttpError(400, "not an HTTP request line") from error
     if not version.startswith("HTTP/1."):
         raise HttpError(505, f"{version} is not supported; use HTTP/1.1")
-    headers = {}
+    headers: dict[str, str] = {}
     for line in lines[1:]:
         if not line:
             continue
         name, colon, value = line.partition(":")
         if not colon:
             raise HttpError(400, f"malformed header line {line!r}")
-        headers[name.strip().lower()] = value.strip()
+        name, value = name.strip().lower(), value.strip()
+        if name == "content-length" and headers.get(name, value) != value:
+            raise HttpError(400, "two different Content-Lengths")
+        headers[name] = value
     if "transfer-encoding" in headers:
         raise HttpError(411, "chunked bodies are not supported: send a Content-Length")
-    try:
-        length = int(headers.get("content-length", "0"))
-    except ValueError as error:
-        raise HttpError(400, "Content-Length is not a number") from error
-    if length < 0:
-        raise HttpError(400, "Content-Length is negative")
+    text = headers.get("content-length", "0")
+    if _DIGITS.fullmatch(text) is None:
+        raise HttpError(400, "Content-Length is not a number of bytes")
+    length = int(text) if len(text) <= _LENGTH_DIGITS_MAX else limits.admin_body_bytes_max + 1
     if length > limits.admin_body_bytes_max:
         raise HttpError(413, f"bodies are at most {limits.admin_body_bytes_max} bytes")
     return method, target, headers, length
@@ -194,26 +211,33 @@ def parse_head(head: bytes) -> tuple[str, str, dict[str, str], int]:
 
 def encode_answer(answer: Answer) -> bytes:
     reason = http.HTTPStatus(answer.status).phrase
+    allow = "" if answer.allow is None else f"Allow: {answer.allow}\r\n"
     head = (
         f"HTTP/1.1 {answer.status} {reason}\r\n"
         f"Content-Type: {answer.content_type}\r\n"
         f"Content-Length: {len(answer.body)}\r\n"
-        "Connection: close\r\n\r\n"
+        f"{allow}Connection: close\r\n\r\n"
     )
     return head.encode("latin-1") + answer.body
 
 
 async def _read_request(stream: anyio.abc.ByteStream) -> Request:
     buffer = bytearray()
+    too_large = HttpError(431, f"request heads are at most {limits.admin_head_bytes_max} bytes")
     while (end := buffer.find(b"\r\n\r\n")) < 0:
         if len(buffer) > limits.admin_head_bytes_max:
-            raise HttpError(431, f"request heads are at most {limits.admin_head_bytes_max} bytes")
+            raise too_large
         buffer += await stream.receive()
+    if end > limits.admin_head_bytes_max:
+        raise too_large
     method, target, headers, length = parse_head(bytes(buffer[:end]))
     body = buffer[end + 4 :]
     while len(body) < length:
         body += await stream.receive()
-    url = urlsplit(target)
+    try:
+        url = urlsplit(target)
+    except ValueError as error:
+        raise HttpError(400, f"not a request target: {error}") from error
     return Request(
         method,
         url.path,
@@ -234,27 +258,42 @@ async def _answer(routes: Routes, request: Request) -> Answer:
         return await handler(
             Request(request.method, request.path, request.query, params, request.body)
         )
+    except MethodNotAllowed as error:
+        answer = json_answer({"error": str(error)}, error.status)
+        return Answer(answer.status, answer.body, allow=", ".join(error.methods))
     except HttpError as error:
         return json_answer({"error": str(error)}, error.status)
     except Exception as error:
         logger.exception("admin.failed", exc_info=error)
-        return json_answer({"error": f"{type(error).__name__}: {error}"}, 500)
+        return json_answer({"error": "internal error: the server logged it (admin.failed)"}, 500)
+
+
+_BUSY: Final = encode_answer(
+    json_answer({"error": "the admin server holds as many connections as it may"}, 503)
+)
 
 
 class _Server:
     def __init__(self, routes: Routes) -> None:
         self._routes = routes
-        self._connections = 0
+        self._admission = ConnectionAdmission(
+            total_max=limits.admin_connections_max,
+            per_address_max=limits.admin_connections_per_address_max,
+        )
 
     async def serve(self, stream: anyio.abc.ByteStream) -> None:
         async with stream:
-            if self._connections >= limits.admin_connections_max:
+            host = peer_host(stream.extra(SocketAttribute.remote_address, None))
+            if self._admission.admit(host) is not None:
+                with contextlib.suppress(anyio.BrokenResourceError, OSError):
+                    await stream.send(_BUSY)
                 return
-            self._connections += 1
             try:
                 await self._serve(stream)
+            except Exception as error:  # a bug: this connection ends, the server goes on
+                logger.exception("admin.connection_failed", exc_info=error)
             finally:
-                self._connections -= 1
+                self._admission.release(host)
 
     async def _serve(self, stream: anyio.abc.ByteStream) -> None:
         try:
@@ -296,7 +335,8 @@ async def serve_http(
     bound = Address(address.host, port)
     server = _Server(routes)
     async with listener, anyio.create_task_group() as tasks:
-        tasks.start_soon(listener.serve, server.serve)
+        serving = functools.partial(serve_listener, server="admin")
+        tasks.start_soon(serving, listener, server.serve, tasks)
         emit(logger, logging.INFO, "admin.listening", address=str(bound), tls=tls is not None)
         try:
             yield bound

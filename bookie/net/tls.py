@@ -54,6 +54,7 @@ from anyio.streams.tls import TLSAttribute, TLSStream
 from bookie import limits
 from bookie.errors import InvalidConfig
 from bookie.logs import emit
+from bookie.net.accepting import AcceptRetry, accept_with_retry, serve_listener
 from bookie.net.admission import peer_host
 
 logger = logging.getLogger(__name__)
@@ -299,10 +300,13 @@ class TlsServer(TlsCounts):
         listening = self._socket
         assert listening is not None, "bind first"
         loop = asyncio.get_running_loop()
+        retry = AcceptRetry(self.name)
         try:
             async with anyio.create_task_group() as handshakes:
                 while True:
-                    connection, peer = await loop.sock_accept(listening)
+                    connection, peer = await accept_with_retry(
+                        lambda: loop.sock_accept(listening), retry
+                    )
                     if not self.begin_handshake(peer):
                         connection.close()
                         continue
@@ -403,7 +407,11 @@ class TlsStreamListener(TlsCounts, anyio.abc.Listener[anyio.abc.ByteStream]):
                 return
             await handler(wrapped)
 
-        await self._listener.serve(secured, task_group)
+        if task_group is None:
+            async with anyio.create_task_group() as own:
+                await serve_listener(self._listener, secured, own, server=self.name)
+        else:
+            await serve_listener(self._listener, secured, task_group, server=self.name)
 
     async def aclose(self) -> None:
         await self._listener.aclose()

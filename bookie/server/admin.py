@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 
+from bookie import limits
 from bookie.core.metadata import LedgerMetadata
 from bookie.errors import HttpError, NoSuchLedgerError
 from bookie.meta.api import MetadataStore
@@ -32,6 +33,8 @@ from bookie.server.disk_monitor import DiskMonitor, measure
 from bookie.server.gc import GarbageCollector
 from bookie.server.server import BookieServer
 from bookie.storage.file import FileLedgerStorage
+
+_LEDGER_ID_DIGITS_MAX: Final = len(str(limits.ledger_id_max))
 
 
 @dataclass(slots=True)
@@ -113,8 +116,10 @@ def bookie_routes(parts: BookieParts) -> Routes:
 
     async def ledger(request: Request) -> Answer:
         text = request.params["ledger_id"]
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):
             raise HttpError(400, f"a ledger id is a number, not {text!r}")
+        if len(text) > _LEDGER_ID_DIGITS_MAX or int(text) > limits.ledger_id_max:
+            raise HttpError(404, f"no ledger {text}: ledger ids are 0..{limits.ledger_id_max}")
         try:
             metadata, _version = await ledgers.read(int(text))
         except NoSuchLedgerError as error:

@@ -44,6 +44,7 @@ from bookie.clock import loop_clock_ms
 from bookie.core.bookie_handler import BookieHandler, BookieIdentity
 from bookie.core.tokens import TokenTable
 from bookie.errors import Status
+from bookie.net.accepting import serve_listener
 from bookie.net.admission import ConnectionAdmission
 from bookie.net.stream_transport import StreamTransport
 from bookie.net.tls import TlsListen, TlsServer
@@ -336,7 +337,7 @@ class BookieServer:
     ) -> None:
         with self._accept_scope:
             async with listener:
-                await listener.serve(self._serve, task_group)
+                await serve_listener(listener, self._serve, task_group, server="bookie")
 
     async def _tls_accept_loop(self, tls_server: TlsServer) -> None:
         with self._tls_scope:

@@ -57,6 +57,7 @@ from anyio.abc import SocketAttribute
 from bookie.core.tokens import Grant, Role, TokenTable
 from bookie.errors import RemoteProtocolError
 from bookie.logs import emit
+from bookie.net.accepting import serve_listener
 from bookie.net.admission import ConnectionAdmission, peer_host
 from bookie.net.connection_errors import CONNECTION_ERRORS
 from bookie.net.outbox import Outbox
@@ -165,7 +166,7 @@ class ReplicaServer:
 
     async def serve(self) -> None:
         async with self._listener, anyio.create_task_group() as task_group:
-            await self._listener.serve(self._serve, task_group)
+            await serve_listener(self._listener, self._serve, task_group, server="rsm")
 
     async def _serve(self, stream: anyio.abc.ByteStream) -> None:
         async with stream:

@@ -94,6 +94,11 @@ async def test_bookie_admin_api(zookeeper: LocalZooKeeper, zk_root: str, tmp_pat
         )
         assert status == 404
         assert "999999" in missing["error"]
+        for past_every_id in ("9" * 20, "9" * 5000):  # no AssertionError, no int() limit: 404
+            status, missing = await admin.checked(
+                document, "GET", f"/api/v1/ledgers/{past_every_id}", pattern=pattern
+            )
+            assert (status, "ledger ids are 0.." in missing["error"]) == (404, True)
 
         since = len(bookie.events)
         status, _ = await admin.checked(

@@ -120,6 +120,8 @@ async def test_replica_admin_api(zookeeper: LocalZooKeeper, zk_root: str, tmp_pa
         status, refused = await on_follower.checked(document, "POST", transfer, {})
         assert status == 409
         assert "leader" in refused["error"]
+        status, refused = await on_leader.checked(document, "POST", transfer, {"to": "nobody"})
+        assert (status, "not a caught-up candidate" in refused["error"]) == (400, True)
         status, moved = await on_leader.checked(
             document, "POST", transfer, {"to": follower.address}
         )
