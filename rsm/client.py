@@ -98,6 +98,7 @@ from rsm.errors import (
     MalformedValue,
     NoAddressForTransport,
     NoSuchApplication,
+    OutcomeUnknown,
     RsmStatus,
     StatusError,
     Timeout,
@@ -456,8 +457,14 @@ class Client:
                     last_error = Timeout(f"{address} did not answer in time")
                     status = RsmStatus.TIMEOUT
                 except LinkLost as lost:
-                    last_error = Unavailable(f"connection to {address} failed: {lost}")
-                    status = RsmStatus.OUTCOME_UNKNOWN if lost.sent else RsmStatus.UNAVAILABLE
+                    if lost.sent:  # it may have been acted on: never "not applied"
+                        last_error = OutcomeUnknown(
+                            f"connection to {address} was lost after the request went: {lost}"
+                        )
+                        status = RsmStatus.OUTCOME_UNKNOWN
+                    else:
+                        last_error = Unavailable(f"connection to {address} failed: {lost}")
+                        status = RsmStatus.UNAVAILABLE
                     self._forget(address)
                 else:
                     status = response.status

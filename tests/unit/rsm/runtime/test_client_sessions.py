@@ -108,10 +108,14 @@ class Connections:
 
 @asynccontextmanager
 async def scripted_client(
-    script: list[StatusError | str], connections: Connections | None = None, **options: int
+    script: list[StatusError | str],
+    connections: Connections | None = None,
+    replica: ScriptedReplica | None = None,
+    **options: int,
 ) -> AsyncIterator[tuple[Client, ScriptedReplica]]:
-    """A client whose leader znode names a `ScriptedReplica` served on a loopback port."""
-    replica = ScriptedReplica(script)
+    """A client whose leader znode names a `ScriptedReplica` (`replica`, or one playing
+    `script`) served on a loopback port."""
+    replica = ScriptedReplica(script) if replica is None else replica
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
     address = f"127.0.0.1:{listener.extra(SocketAttribute.local_port)}"
     config = ClientConfig(**{"deadline_ms": 5_000, "attempt_timeout_ms": 200, **options})
@@ -176,6 +180,48 @@ async def test_an_attempt_whose_connection_broke_after_sending_counts_as_maybe_l
     [error] = outcome
     assert isinstance(error, Timeout)
     assert len(replica.calls) == 2, "sent on a new connection, then not again"
+
+
+class WorkingOnIt(ScriptedReplica):
+    """Takes a leadership transfer or a snapshot and never answers it."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.arrived = anyio.Event()
+
+    async def transfer_leadership(self, to: str | None) -> dict[str, Any]:
+        self.arrived.set()
+        await anyio.sleep_forever()
+        raise AssertionError("never answers")
+
+    async def take_snapshot(self) -> dict[str, Any]:
+        return await self.transfer_leadership(None)
+
+
+@pytest.mark.parametrize("request_name", ["transfer_leadership", "snapshot"])
+async def test_an_admin_request_whose_connection_broke_after_it_went_is_of_unknown_outcome(
+    request_name: str,
+) -> None:
+    """The replica has it and is working on it: never "not applied" (`Unavailable`)."""
+    connections = Connections()
+    replica = WorkingOnIt()
+    async with scripted_client([], connections, replica) as (client, _):
+        request = getattr(client, request_name)
+        outcome: list[BaseException] = []
+
+        async def ask() -> None:
+            try:
+                await (request("r2") if request_name == "transfer_leadership" else request())
+            except StatusError as error:
+                outcome.append(error)
+
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(ask)
+            with anyio.fail_after(WAIT_S):
+                await replica.arrived.wait()
+            await connections.streams[-1].aclose()
+    [error] = outcome
+    assert isinstance(error, OutcomeUnknown), error
 
 
 async def test_a_connection_that_never_came_up_sent_nothing() -> None:
