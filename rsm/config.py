@@ -79,6 +79,8 @@ class ReplicaConfig:
     """A new session past `sessions_max` evicts the least recently active one only if it has
     been idle this long, else it is refused; longer than any client's deadline."""
     session_results_max: int = limits.session_results_max_default
+    """At least every client's `outstanding_commands_max` (docs/guarantees.md): fewer can
+    answer a retry of an applied command `StaleRequest`."""
 
     # --- reads (equal on every replica: a successor waits for its predecessor's lease) ---
     read_lease_ms: int = limits.read_lease_ms_default
