@@ -47,7 +47,8 @@ async def test_a_cluster_whose_zookeeper_is_on_tls_needs_its_certificates(
 
 
 def test_tools_dial_a_store_s_own_zookeeper_with_the_client_certificate(tmp_path: Path) -> None:
-    (tmp_path / KV_FILE).write_text('app = "kv"\nreplicas = []\ntls = true\nzk = ""\n')
+    kv_toml = 'app = "kv"\nzk = ""\nreplicas = []\nresp_ports = []\nports = []\ntls = true\n'
+    (tmp_path / KV_FILE).write_text(kv_toml)
     (tmp_path / CLUSTER_FILE).write_text('zk_port = 2181\nzk_root = "/ledgers"\nzk_tls = true\n')
     saved = read_saved(tmp_path)
     assert saved["zk"] == "127.0.0.1:2181"
