@@ -382,6 +382,11 @@ protocol_version = 1
 frame_bytes_max = 4 * MiB
 """Largest client<->replica frame body, both ways; a larger request closes the connection."""
 
+result_bytes_max = frame_bytes_max - 64 * KiB
+"""Largest result of a command (its CBOR, or its text's bytes) an answer carries; a command
+applied with a larger one is answered `CommandFailed` ("ResultTooLarge"), recorded so on
+every replica."""
+
 server_connections_max = 1_000
 """Client connections one replica serves at once; later ones are closed at once."""
 

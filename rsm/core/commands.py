@@ -20,7 +20,9 @@ tables and equal outcomes.  What makes that hold:
   containers are kept as their CBOR round trip, which is what a client would
   receive anyway and which detaches the recorded result from state the
   machine may mutate later.  A result that cannot be encoded becomes a
-  `CommandFailed` outcome, identically everywhere.
+  `CommandFailed` outcome, identically everywhere; so does a command's
+  result larger than `limits.result_bytes_max` ("ResultTooLarge": it was
+  applied, but no answer could carry it).
 * An unknown command key becomes an `UnknownCommand` outcome.  The leader
   checks names and arguments before logging (`prepare_command_item`), so this
   only happens when replicas run different code.
@@ -68,6 +70,9 @@ from rsm.core.state_machine import (
 from rsm.errors import CommandFailed, RsmStatus, UnknownCommand
 
 _SCALARS: Final = frozenset({type(None), bool, int, float, str, bytes})
+_TEXT_CHARS_SURELY_ANSWERED: Final = limits.result_bytes_max // 4
+"""A str or bytes result this long or shorter fits an answer (UTF-8: at most 4 bytes a
+character), so its size is not measured."""
 """Result types that are immutable and always CBOR-encodable: kept without a round trip."""
 
 _MARKER_OUTCOME: Final = Outcome(RsmStatus.OK, None)
@@ -280,7 +285,12 @@ def _call(
         raise
     except Exception as error:
         return _failure(error, recorded=recorded)
-    if type(result) in _SCALARS:
+    kind = type(result)
+    if kind in _SCALARS:
+        if (kind is bytes or kind is str) and len(result) > _TEXT_CHARS_SURELY_ANSWERED:
+            size_bytes = len(result) if kind is bytes else len(result.encode())
+            if recorded and size_bytes > limits.result_bytes_max:
+                return _result_too_large(operation, size_bytes)
         return _new_tuple(Outcome, (_OK, result, "", None))  # Outcome(OK, result), in C
     try:
         encoded = cbor2.dumps(result)
@@ -288,7 +298,21 @@ def _call(
         return _failure(
             error, f"result of {operation.kind} {operation.name!r} is not CBOR: ", recorded=recorded
         )
+    if recorded and len(encoded) > limits.result_bytes_max:
+        return _result_too_large(operation, len(encoded))
     return Outcome(RsmStatus.OK, cbor2.loads(encoded))
+
+
+def _result_too_large(operation: Operation, size_bytes: int) -> Outcome:
+    """A command applied whose result no answer could carry: `CommandFailed`, which says it
+    was applied (never `BadRequest`, "refused", as the answer's encoding would say)."""
+    return Outcome.failure(
+        CommandFailed(
+            f"{operation.kind} {operation.name!r} was applied, but its result of {size_bytes} "
+            f"bytes is more than an answer carries ({limits.result_bytes_max})",
+            "ResultTooLarge",
+        )
+    )
 
 
 def _failure(error: Exception, prefix: str = "", *, recorded: bool = True) -> Outcome:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rsm import limits
 from rsm.core.commands import answer_query, apply_batch, prepare_command
 from rsm.core.log_format import (
     Batch,
@@ -155,6 +156,40 @@ def test_container_results_are_detached_from_state_and_cbor_shaped() -> None:
     assert second.value == [1, 2]
     assert pair.value == [1, 2]
     assert sessions.recorded(b"c", 1) == Outcome(RsmStatus.OK, [1])
+
+
+class Dumper(StateMachine):
+    """A command that changes the state and returns as much as asked for."""
+
+    def __init__(self) -> None:
+        self.dumps = 0
+
+    @command
+    def dump(self, size: int, as_list: bool) -> str | list[str]:
+        self.dumps += 1
+        return ["x" * (size // 2)] * 2 if as_list else "x" * size
+
+    @query
+    def read(self, size: int) -> str:
+        return "x" * size
+
+
+@pytest.mark.parametrize("as_list", [False, True], ids=["text", "list"])
+def test_a_result_no_answer_could_carry_is_recorded_as_applied_and_failed(as_list: bool) -> None:
+    machine, sessions = Dumper(), SessionTable()
+    too_large = limits.result_bytes_max + 1
+    items = [
+        prepare_command(Dumper, "dump", [too_large, as_list], client_id=b"c", seq=1, ack_seq=0),
+        prepare_command(Dumper, "dump", [limits.result_bytes_max - 16, as_list]),
+    ]
+    failed, fitting = apply_batch(machine, batch(items), sessions)
+    assert (failed.status, failed.detail) == (RsmStatus.COMMAND_FAILED, "ResultTooLarge")
+    assert "'dump' was applied" in failed.message
+    assert machine.dumps == 2, "both applied"
+    assert sessions.recorded(b"c", 1) == failed
+    assert fitting.status is RsmStatus.OK
+    answer = answer_query(machine, "read", [too_large])
+    assert answer.status is RsmStatus.OK, "a query's answer is refused by its encoding instead"
 
 
 def test_failure_messages_are_cut_and_never_crash() -> None:
