@@ -190,10 +190,13 @@ class ClientConfig:
                 raise InvalidConfig(f"{name} must be positive, not {getattr(self, name)}")
         if self.backoff_ms_max < self.backoff_ms_initial:
             raise InvalidConfig("backoff_ms_max is below backoff_ms_initial")
-        if self.deadline_ms >= limits.session_evict_idle_ms_default:
+        deadline_ms_max = limits.session_evict_idle_ms_default / limits.logged_time_rate_max
+        if self.deadline_ms >= deadline_ms_max:
             raise InvalidConfig(
-                f"deadline_ms must be below {limits.session_evict_idle_ms_default}: the replicas "
-                "may drop a session idle that long, and a retry could then apply a command twice"
+                f"deadline_ms must be below {deadline_ms_max:.0f}: the replicas may drop a "
+                f"session idle {limits.session_evict_idle_ms_default} ms of logged time, which "
+                f"may run {limits.logged_time_rate_max} times as fast, and a retry could then "
+                "apply a command twice"
             )
         if self.outstanding_commands_max > limits.session_results_max_default:
             raise InvalidConfig(

@@ -119,6 +119,11 @@ session_evict_idle_ms_default = 60_000
 than a client retries one command (`client_deadline_ms_default`, kvstore's command deadline):
 a session evicted while its first commands are retried (ack_seq 0) would look new to a retry."""
 
+logged_time_rate_max = 1.5
+"""Within a term, logged time advances at most this many times as fast as the leader's steady
+clock, so that a forward step of its wall clock cannot expire sessions at once
+(rsm/core/logged_time.py)."""
+
 session_results_max_default = 1_024
 """Results kept per session (those of seqs above its ack_seq); past it the oldest is dropped."""
 
@@ -462,8 +467,8 @@ assert log_segments_max * segment_encoded_bytes_max + 64 <= bookie_limits.metada
 # client may still retry, and while a client gives up on a call before its
 # session can expire.
 assert client_outstanding_commands_max_default <= session_results_max_default
-assert client_deadline_ms_default < session_ttl_ms_default
-assert client_deadline_ms_default < session_evict_idle_ms_default
+assert client_deadline_ms_default * logged_time_rate_max < session_ttl_ms_default
+assert client_deadline_ms_default * logged_time_rate_max < session_evict_idle_ms_default
 assert client_attempt_timeout_ms_default <= client_deadline_ms_default
 assert 0 < client_backoff_ms_initial <= client_backoff_ms_max
 assert candidate_lag_entries_max > 0

@@ -193,7 +193,8 @@ assert value_bytes_max_default < reply_bytes_max
 assert connection_replies_max < rsm_limits.connection_pending_requests_max
 assert 0 < transaction_bytes_max < request_bytes_max_default
 assert transaction_item_overhead_bytes >= 3 * 9 + 1
-assert command_deadline_ms_default < rsm_limits.session_ttl_ms_default
-assert command_deadline_ms_default < rsm_limits.session_evict_idle_ms_default
+_logged_deadline_ms = command_deadline_ms_default * rsm_limits.logged_time_rate_max
+assert _logged_deadline_ms < rsm_limits.session_ttl_ms_default
+assert _logged_deadline_ms < rsm_limits.session_evict_idle_ms_default
 assert 0 < retry_backoff_ms_initial <= retry_backoff_ms_max
 assert forward_connect_timeout_ms <= forward_answer_timeout_ms

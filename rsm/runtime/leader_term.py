@@ -115,6 +115,7 @@ from rsm.core.batching import Batcher, OutgoingBatch
 from rsm.core.commands import prepare_command_item
 from rsm.core.log_format import Batch, LeaderStart, encode_leader_start, encode_log
 from rsm.core.log_state import Log, Segment
+from rsm.core.logged_time import LoggedTime
 from rsm.core.protocol import CallRequest, Op
 from rsm.core.reads import LEASE_HELD_RENEW, LEASE_NOT_HELD, LinearizableReads, ReadLease
 from rsm.core.sessions import Outcome
@@ -187,6 +188,7 @@ class LeaderTerm:
         self._config = config
         self._rng = rng
         self._wall_clock_ms = wall_clock_ms
+        self._logged_time = LoggedTime()
         self.epoch = segment.epoch
         self._batcher: Batcher[Ticket] = Batcher(
             epoch=self.epoch,
@@ -427,7 +429,7 @@ class LeaderTerm:
         if lease == LEASE_HELD_RENEW and not self._renew_lease:
             self._renew_lease = True
             self._wake_reads()
-        return self._batcher.advance_time(self._wall_clock_ms())
+        return self._batcher.advance_time(self._logged_now_ms())
 
     def submit_read(self, read: Read) -> None:
         """Answer a linearizable read now under the lease, or queue it for the next round."""
@@ -450,7 +452,6 @@ class LeaderTerm:
             return
         handle = self._handle
         in_flight = self._in_flight
-        wall_clock_ms = self._wall_clock_ms
         rng = self._rng
         hashes = self._applier.hashes
         stats = self._stats
@@ -461,7 +462,7 @@ class LeaderTerm:
         # flight or held) cut nothing, and the inputs of a cut cost more.
         while batcher.due(linger_clock_ms):
             sent = batcher.cut(
-                wall_clock_ms(),
+                self._logged_now_ms(),
                 rng,
                 state_hash=hashes.unlogged(),
                 linger_clock_ms=linger_clock_ms,
@@ -568,7 +569,7 @@ class LeaderTerm:
                 continue
             self.read_rounds += 1
             self._lease.confirmed(started_s)
-            time_ms = self._batcher.advance_time(self._wall_clock_ms())
+            time_ms = self._batcher.advance_time(self._logged_now_ms())
             applier = self._applier
             for read in reads.confirmed(sequence):
                 applier.answer_read(read, time_ms=time_ms)
@@ -688,6 +689,10 @@ class LeaderTerm:
             self._notify_progress()
 
     # --- rollover -----------------------------------------------------------------------------
+
+    def _logged_now_ms(self) -> int:
+        """The time to stamp on a batch or give a read now (rsm/core/logged_time.py)."""
+        return self._logged_time.now_ms(self._wall_clock_ms(), self._lease_clock_s())
 
     def _linger_clock_ms(self) -> int:
         return int(self._loop_time_s() * 1000)

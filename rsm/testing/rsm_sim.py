@@ -347,12 +347,13 @@ def draw_scenario(rng: random.Random, options: SimOptions) -> Scenario:
     )
     # The session table's bounds, in some runs as tight as rsm/limits.py allows against
     # the clients' settings: a session per client, idle times just past a client's
-    # deadline, results for just its open commands.  Drawn from a generator of their own,
+    # deadline in logged time (which may run `logged_time_rate_max` times as fast), results
+    # for just its open commands.  Drawn from a generator of their own,
     # seeded from this one's state without drawing from it, so that every other draw of
     # the seed, and its run, stay what they were before (the seeds of the regression
     # tests still replay their bugs).
     bounds = random.Random(repr(rng.getstate()))
-    session_wait_ms = client_config.deadline_ms + 1_000
+    session_wait_ms = int(client_config.deadline_ms * limits.logged_time_rate_max) + 1_000
     replica_config = dataclasses.replace(
         replica_config,
         sessions_max=bounds.choice([limits.sessions_max_default, clients]),

@@ -55,6 +55,7 @@ from kvstore.runtime.router import Router
 from kvstore.runtime.server import ReplicaInfo, RespServer, ServerConfig
 from kvstore.state_machine import KVStore
 from rsm import Replica, Role
+from rsm import limits as rsm_limits
 from rsm.client import tcp_connector
 from rsm.config import ReplicaConfig
 from rsm.errors import InvalidConfig
@@ -91,13 +92,16 @@ def check_command_deadline(settings: StoreSettings, config: ReplicaConfig) -> No
     """`InvalidConfig` unless the server gives up on a command before its session may be dropped.
 
     The framework drops a session idle past its TTL, or past `sessions_max` once idle for
-    `session_evict_idle_ms`; a write retried after that could be applied twice.
+    `session_evict_idle_ms`, in logged time, which may run `logged_time_rate_max` times as
+    fast as time passes; a write retried after that could be applied twice.
     """
     session_idle_ms_max = min(config.session_evict_idle_ms, config.session_ttl_ms)
-    if settings.command_deadline_ms >= session_idle_ms_max:
+    deadline_ms_max = session_idle_ms_max / rsm_limits.logged_time_rate_max
+    if settings.command_deadline_ms >= deadline_ms_max:
         raise InvalidConfig(
             f"the command deadline ({settings.command_deadline_ms} ms) must be below "
-            f"{session_idle_ms_max} ms, the sessions' eviction idle time and TTL: a session "
+            f"{deadline_ms_max:.0f} ms, the sessions' eviction idle time and TTL over the "
+            f"rate logged time may run at ({rsm_limits.logged_time_rate_max}): a session "
             "dropped while a command is retried could apply it twice"
         )
 

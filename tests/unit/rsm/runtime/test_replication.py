@@ -10,15 +10,17 @@ import anyio
 import pytest
 
 from bookie.client.ledger_client import LedgerClient
+from bookie.clock import system_wall_clock_ms
 from bookie.errors import MetadataUnavailable
 from bookie.meta.underreplication import Mark, UnderReplication
+from bookie.wire.codec import FrameDecoder
 from rsm import limits
 from rsm.client import connect
 from rsm.config import ReplicaConfig
 from rsm.core.layout import AppLayout
 from rsm.core.log_format import decode_log
 from rsm.core.log_state import SegmentState
-from rsm.core.protocol import CallRequest
+from rsm.core.protocol import CallRequest, Response, decode_response, encode_request
 from rsm.core.sessions import Outcome
 from rsm.errors import BadArguments, CommandFailed, RsmStatus, UnknownCommand
 from rsm.runtime.election import Leadership
@@ -379,3 +381,36 @@ async def test_a_mark_of_the_open_segment_naming_bookies_back_is_settled_by_a_ro
         assert by_ledger[empty].first_index == applied + 1
         assert by_ledger[empty].last_index == applied, "closed with no entry"
         assert await leader.call("add", 1) == 3
+
+
+async def test_a_forward_step_of_the_leader_s_clock_expires_no_session_within_its_term() -> None:
+    """An NTP step of 11 minutes (past the session TTL) on the leader: the retry of a
+    session's first command still finds its recorded outcome and is not applied again."""
+    step_ms = 0
+
+    def wall_clock_ms() -> int:
+        return system_wall_clock_ms() + step_ms
+
+    async with replica_cluster() as replicas:
+        leader = await replicas.start("a", wall_clock_ms=wall_clock_ms)
+        await replicas.wait_leader()
+        first = await exchange(leader.address, CallRequest(1, "add", [1], {}, b"C" * 16, 1, 0))
+        assert (first.status, first.value) == (RsmStatus.OK, 1)
+        step_ms = limits.session_ttl_ms_default + 60_000
+        other = await exchange(leader.address, CallRequest(2, "add", [0], {}, b"D" * 16, 1, 0))
+        assert other.status is RsmStatus.OK
+        retry = await exchange(leader.address, CallRequest(3, "add", [1], {}, b"C" * 16, 1, 0))
+        assert (retry.status, retry.value) == (RsmStatus.OK, 1), "the recorded outcome"
+        assert leader.machine.value == 1  # type: ignore[attr-defined]
+
+
+async def exchange(address: str, request: CallRequest) -> Response:
+    """One request on a connection of its own; its response."""
+    host, port = address.rsplit(":", 1)
+    async with await anyio.connect_tcp(host, int(port)) as stream:
+        await stream.send(encode_request(request))
+        decoder = FrameDecoder(limits.frame_bytes_max)
+        with anyio.fail_after(WAIT_S):
+            while True:
+                for body in decoder.feed(await stream.receive()):
+                    return decode_response(body)
