@@ -28,11 +28,11 @@ from rsm import limits
 class LoggedTime:
     """One term's logged time; see the module docstring."""
 
-    __slots__ = ("_last_ms", "_last_s", "_rate_max")
+    __slots__ = ("_last_ms", "_last_s", "_ms_per_s")
 
     def __init__(self, rate_max: float = limits.logged_time_rate_max) -> None:
         assert rate_max >= 1
-        self._rate_max = rate_max
+        self._ms_per_s = 1000 * rate_max
         self._last_ms: int | None = None
         self._last_s = 0.0
 
@@ -40,8 +40,12 @@ class LoggedTime:
         """Logged time now, given the wall clock (ms) and the steady clock (s)."""
         last_ms = self._last_ms
         if last_ms is not None:
-            ceiling_ms = last_ms + int(self._rate_max * 1000 * (steady_s - self._last_s))
-            wall_ms = max(last_ms, min(wall_ms, ceiling_ms))
+            if wall_ms <= last_ms:
+                wall_ms = last_ms
+            else:
+                ceiling_ms = last_ms + int(self._ms_per_s * (steady_s - self._last_s))
+                if wall_ms > ceiling_ms:
+                    wall_ms = ceiling_ms if ceiling_ms > last_ms else last_ms
         self._last_ms = wall_ms
         self._last_s = steady_s
         return wall_ms

@@ -423,13 +423,14 @@ class LeaderTerm:
     def lease_time_ms(self) -> int | None:
         """The leader's clock for a read answered now under the lease (its renewal asked
         for when due); None when the lease is not held and a read needs a round."""
-        lease = self._lease.check(self._lease_clock_s())
+        now_s = self._lease_clock_s()
+        lease = self._lease.check(now_s)
         if lease == LEASE_NOT_HELD:
             return None
         if lease == LEASE_HELD_RENEW and not self._renew_lease:
             self._renew_lease = True
             self._wake_reads()
-        return self._batcher.advance_time(self._logged_now_ms())
+        return self._batcher.advance_time(self._logged_time.now_ms(self._wall_clock_ms(), now_s))
 
     def submit_read(self, read: Read) -> None:
         """Answer a linearizable read now under the lease, or queue it for the next round."""
