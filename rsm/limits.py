@@ -119,6 +119,13 @@ session_evict_idle_ms_default = 60_000
 than a client retries one command (`client_deadline_ms_default`, kvstore's command deadline):
 a session evicted while its first commands are retried (ack_seq 0) would look new to a retry."""
 
+waiting_read_ms_max = 60_000
+"""A read_your_writes query waits this long at most for its index on one replica, then is
+answered `Timeout` (rsm/runtime/server.py): longer than any client's deadline."""
+
+waiting_read_check_interval_ms = 1_000
+"""How often a connection looks for reads that waited `waiting_read_ms_max`."""
+
 logged_time_rate_max = 1.5
 """Within a term, logged time advances at most this many times as fast as the leader's steady
 clock, so that a forward step of its wall clock cannot expire sessions at once
@@ -492,3 +499,4 @@ assert spark_min_partitions_default >= 1
 assert spark_entries_per_partition_max_default >= spark_read_chunk_entries
 assert admin_events_max > 0
 assert 0 < admin_bookie_info_timeout_ms <= admin_watch_interval_ms
+assert client_deadline_ms_default < waiting_read_ms_max

@@ -85,6 +85,7 @@ from rsm.errors import (
     ProtocolViolation,
     RsmStatus,
     StatusError,
+    Timeout,
 )
 from rsm.runtime.applier import Answerer
 
@@ -232,8 +233,11 @@ class ClientConnection:
             send_timeout_ms=limits.socket_send_timeout_ms,
         )
         self._pending = 0
-        self._waiting_reads: dict[int, int] = {}
-        """request id -> ticket of a read_your_writes query waiting for its index."""
+        self._waiting_reads: dict[int, tuple[int, float]] = {}
+        """request id -> (ticket, when it gives up: anyio's clock, s) of a read_your_writes
+        query waiting for its index."""
+        self._expiring = False
+        """Whether `_expire_waiting_reads` runs."""
         self._closed = False
         self._task_group: anyio.abc.TaskGroup | None = None
 
@@ -246,7 +250,7 @@ class ClientConnection:
                 task_group.cancel_scope.cancel()
         finally:
             self._closed = True
-            for ticket in self._waiting_reads.values():
+            for ticket, _ in self._waiting_reads.values():
                 self._endpoint.cancel_read(ticket)
             self._waiting_reads.clear()
 
@@ -262,6 +266,23 @@ class ClientConnection:
             outcome = outcome._replace(detail=self._endpoint.leader_address(tls=True))
         frame = encode_response(op, request_id, outcome, index)
         self._send(frame)
+
+    async def _expire_waiting_reads(self) -> None:
+        """Answer `Timeout` to each read that waited `limits.waiting_read_ms_max` for its
+        index: its client gave up long ago (a deadline is shorter), and a read waiting for
+        an index that never comes (a bogus `min_index`) must not hold a waiter for good."""
+        waiting = self._waiting_reads
+        while waiting:
+            await anyio.sleep(limits.waiting_read_check_interval_ms / 1000)
+            now_s = anyio.current_time()
+            for request_id, (ticket, gives_up_s) in list(waiting.items()):
+                if gives_up_s <= now_s:
+                    self._endpoint.cancel_read(ticket)
+                    error = Timeout(
+                        f"index not applied here within {limits.waiting_read_ms_max} ms"
+                    )
+                    self.answer(Op.QUERY, request_id, Outcome.failure(error), 0)
+        self._expiring = False
 
     def _send(self, frame: bytes) -> None:
         self._outbox.put(frame)
@@ -313,7 +334,13 @@ class ClientConnection:
         elif type(request) is QueryRequest:
             ticket = endpoint.handle_query(request, self)
             if ticket is not None:
-                self._waiting_reads[request_id] = ticket
+                gives_up_s = anyio.current_time() + limits.waiting_read_ms_max / 1000
+                self._waiting_reads[request_id] = (ticket, gives_up_s)
+                if not self._expiring:
+                    self._expiring = True
+                    task_group = self._task_group
+                    assert task_group is not None
+                    task_group.start_soon(self._expire_waiting_reads)
         elif type(request) is StatusRequest:
             self.answer(Op.STATUS, request_id, Outcome(RsmStatus.OK, endpoint.status()), 0)
         elif type(request) is SnapshotRequest:

@@ -8,8 +8,9 @@ import anyio
 import anyio.lowlevel
 import pytest
 
+from rsm import limits
 from rsm.config import ReplicaConfig
-from rsm.errors import NotLeader
+from rsm.errors import NotLeader, Timeout
 from rsm.runtime.replica import Replica
 from tests.unit.rsm.runtime.harness import (
     WAIT_S,
@@ -83,6 +84,26 @@ async def test_read_your_writes_waits_on_a_follower_until_the_token_is_applied()
                 await leader.call("add", 10)
         assert answers == [31], "answered only once the follower applied the token"
         assert follower.applied_index >= token
+
+
+async def test_a_read_waiting_for_an_index_that_never_comes_times_out_on_the_replica(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Abandoned by its client (whose attempts time out) on a connection that stays open: the
+    replica answers it `Timeout` after `waiting_read_ms_max` and holds no waiter for it."""
+    monkeypatch.setattr(limits, "waiting_read_ms_max", 2_000)
+    monkeypatch.setattr(limits, "waiting_read_check_interval_ms", 50)
+    async with replica_cluster() as replicas:
+        leader = await replicas.start("a")
+        await replicas.wait_leader()
+        async with replicas.client(attempt_timeout_ms=100, deadline_ms=250) as client:
+            assert await client.call("add", 1) == 1
+            for _ in range(3):
+                with pytest.raises(Timeout):
+                    await client.query("get", consistency="read_your_writes", min_index=10**9)
+            assert leader.status()["waiting_reads"] > 0
+            await wait_until(lambda: leader.status()["waiting_reads"] == 0)
+            assert await client.call("add", 1) == 2, "the connection serves on"
 
 
 async def test_a_client_reads_its_own_writes_on_any_replica() -> None:
