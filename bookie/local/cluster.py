@@ -90,7 +90,7 @@ class ClusterError(Exception):
     """The local cluster could not start; the message says what to do."""
 
 
-def _read_saved(path: Path, required: tuple[str, ...]) -> dict[str, Any]:
+def read_saved_toml(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
     """A TOML file the launcher wrote; `ClusterError` naming it when it cannot be read, is
     not TOML, or lacks one of the `required` keys."""
     try:
@@ -280,7 +280,7 @@ class LocalCluster:
         path = self.data_dir / CLUSTER_FILE
         if path.exists():
             self.resumed = True
-            settings = _read_saved(path, ("zk_port", "zk_root"))
+            settings = read_saved_toml(path, ("zk_port", "zk_root"))
             requested = self._requested_root
             if requested is not None and requested != settings["zk_root"]:
                 raise ClusterError(
@@ -343,7 +343,7 @@ class LocalCluster:
         directory = self.data_dir / f"bookie-{number}"
         config_file = directory / BOOKIE_CONFIG_FILE
         if config_file.exists():
-            saved = _read_saved(config_file, ("listen_address",))
+            saved = read_saved_toml(config_file, ("listen_address",))
             port = address_setting(str(saved["listen_address"]), "listen_address").port
             tls_listen = saved.get("tls_listen_address")
             tls_port = None

@@ -57,7 +57,6 @@ import json
 import os
 import signal
 import sys
-import tomllib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +81,7 @@ from bookie.local.cluster import (
     LocalCluster,
     pick_port,
     port_is_free,
+    read_saved_toml,
 )
 from bookie.meta.zk import ZkMetadataStore
 from bookie.meta.zk_tls import ZkTls
@@ -552,16 +552,9 @@ def _read_toml(path: Path, required: tuple[str, ...] = ()) -> dict[str, Any]:
     """One of the data directory's TOML files; `InvalidConfig` naming it when it cannot be
     read, is not TOML, or lacks one of the `required` keys."""
     try:
-        with path.open("rb") as handle:
-            values = tomllib.load(handle)
-    except OSError as error:
-        raise InvalidConfig(f"cannot read {path}: {error.strerror}") from error
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise InvalidConfig(f"{path} is not valid TOML: {error}") from error
-    missing = [key for key in required if key not in values]
-    if missing:
-        raise InvalidConfig(f"{path} lacks {', '.join(missing)}: it was not written by kvstore up")
-    return values
+        return read_saved_toml(path, required)
+    except ClusterError as error:
+        raise InvalidConfig(str(error)) from error
 
 
 def saved_zk_client_tls(data_dir: Path, saved: Mapping[str, Any]) -> ZkTls | None:
