@@ -121,6 +121,7 @@ async def test_export_of_a_range_reports_in_json(cluster: HistoryCluster, tmp_pa
         "to": 19,
         "entries": 5,
         "snapshot": None,
+        "replayable": False,
         "file": str(path),
     }
     _, dumped, _ = await rsm("log", "dump", "--log", str(path), "--json")
