@@ -231,12 +231,12 @@ def test_a_write_of_a_session_no_replica_knows_goes_again_under_a_new_one() -> N
 
 
 def test_a_client_whose_session_expired_in_the_faults_makes_its_final_write_again() -> None:
-    """Seed 1383 (16 steps, sessions dropped 11 s after their last command): the faults
+    """Seed 1931 (16 steps, sessions dropped 16 s after their last command): the faults
     kept one client from the replicas for longer than that, so they dropped its session.
     An attempt of its final write may have been logged under the old session, so the
     client gave the write up (`Timeout`, caused by `SessionExpired`) rather than risk
     applying it twice, and the liveness check once counted that as a failure.  The client
     now writes once more, under its new session, and that write is acknowledged."""
-    summary = run_seeds([1383], SimOptions(steps=16))
+    summary = run_seeds([1931], SimOptions(steps=16))
     assert not summary.failures, "\n\n".join(str(failure) for failure in summary.failures)
     assert summary.stats["final-write-again-after-session-expired"] == 1
