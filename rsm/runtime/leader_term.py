@@ -432,6 +432,10 @@ class LeaderTerm:
             self._wake_reads()
         return self._batcher.advance_time(self._logged_time.now_ms(self._wall_clock_ms(), now_s))
 
+    def _logged_now_ms(self) -> int:
+        """The time to stamp on a batch or give a read now (rsm/core/logged_time.py)."""
+        return self._logged_time.now_ms(self._wall_clock_ms(), self._lease_clock_s())
+
     def submit_read(self, read: Read) -> None:
         """Answer a linearizable read now under the lease, or queue it for the next round."""
         outcome = self.read_now(read.name, read.args, read.kwargs)
@@ -690,10 +694,6 @@ class LeaderTerm:
             self._notify_progress()
 
     # --- rollover -----------------------------------------------------------------------------
-
-    def _logged_now_ms(self) -> int:
-        """The time to stamp on a batch or give a read now (rsm/core/logged_time.py)."""
-        return self._logged_time.now_ms(self._wall_clock_ms(), self._lease_clock_s())
 
     def _linger_clock_ms(self) -> int:
         return int(self._loop_time_s() * 1000)
