@@ -48,6 +48,7 @@ from bookie import errors as bookie_errors
 from bookie import limits as bookie_limits
 from bookie.errors import BookieError
 from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
+from bookie.tools.stdout import checking_stdout
 from rsm import errors, limits
 from rsm.errors import InvalidConfig, RsmError
 from rsm.host import aligned, quiet_kazoo
@@ -73,6 +74,10 @@ Spark's exception text."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    return checking_stdout("error: ", lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     arguments = _parser().parse_args(argv)
     # PySpark is an optional extra: imported here, so that its absence is a clear message.
     try:

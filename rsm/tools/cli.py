@@ -61,7 +61,9 @@ exception's type name, `rsm.errors.CommandFailed` in Python) and false when
 the framework or the cluster failed (`type` is an `rsm.errors` or
 `bookie.errors` class name).  Mistakes argparse catches (a missing or
 unknown option) print its usage on stderr and exit with 2, with or without
-`--json`.
+`--json`.  An output that cannot be written (a full disk) is the line
+`error: OSError: ...` on stderr and status 1; a reader that leaves early
+(`| head`) ends the command quietly, also with 1 (bookie/tools/stdout.py).
 
 The commands that call or report on an application fail fast with the cause:
 an application of which no replica ever ran in that ZooKeeper (a misspelt
@@ -93,6 +95,7 @@ from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
+from bookie.tools.stdout import checking_stdout
 from rsm import limits
 from rsm.admin import add_admin_argument, admin_server
 from rsm.client import Client, ClientConfig, connect
@@ -145,6 +148,10 @@ _CLI_CLIENT: Final = ClientConfig(require_application=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    return checking_stdout("error: ", lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] == ["spark"]:
         from rsm.spark.cli import main as spark_main  # noqa: PLC0415 (PySpark loads only here)

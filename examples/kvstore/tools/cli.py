@@ -89,6 +89,7 @@ from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies
 from bookie.net.tls import client_context
 from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
+from bookie.tools.stdout import checking_stdout
 from kvstore import limits
 from kvstore.connection.acl import AccessControl
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
@@ -149,6 +150,10 @@ _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    return checking_stdout("kvstore: ", lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     arguments = parser.parse_args(argv)
     if arguments.command is None:

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import logging
 import socket
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import anyio
 import anyio.to_thread
@@ -114,3 +117,25 @@ async def test_an_unreachable_zookeeper_is_one_line_after_the_documented_wait(
     )
     assert not [record for record in caplog.records if record.name.startswith("kazoo")]
     assert limits.cli_zk_connect_timeout_ms <= waited_ms < 2 * limits.cli_zk_connect_timeout_ms
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_an_output_to_a_full_disk_is_one_line_and_status_1(
+    zookeeper: LocalZooKeeper, zk_root: str
+) -> None:
+    """A command besides the investigations, whose output is short: it fails only as it is
+    flushed (here `--json`'s error object, which goes to stdout)."""
+    source = ["--app", "nosuchapp", "--zk", zookeeper.connect_string + zk_root]
+    with Path("/dev/full").open("w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "rsm.tools.cli", "status", "--json", *source],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert (done.returncode, done.stderr) == (
+        1,
+        "error: OSError: [Errno 28] No space left on device\n",
+    )
