@@ -366,6 +366,11 @@ admin_connections_per_address_max = 16
 that holds connections open without sending) leaves room for the others and for
 `/health`."""
 
+admin_refusal_drain_ms = 500
+"""How long a refused admin connection is read, after its 503, for the client to finish
+its request and close: closing with the request unread would reset the connection, and
+the reset can reach the client before the 503 does."""
+
 admin_token_file_bytes_max = 4 * KiB
 """Largest admin token file (`BOOKIE_ADMIN_TOKEN_FILE`) read; larger: a configuration error."""
 

@@ -285,8 +285,7 @@ class _Server:
         async with stream:
             host = peer_host(stream.extra(SocketAttribute.remote_address, None))
             if self._admission.admit(host) is not None:
-                with contextlib.suppress(anyio.BrokenResourceError, OSError):
-                    await stream.send(_BUSY)
+                await _refuse(stream)
                 return
             try:
                 await self._serve(stream)
@@ -307,6 +306,20 @@ class _Server:
             answer = await _answer(self._routes, request)
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             await stream.send(encode_answer(answer))
+
+
+async def _refuse(stream: anyio.abc.ByteStream) -> None:
+    """Answer 503 and end the connection without a reset: the request is read and dropped
+    until the client closes, for `limits.admin_refusal_drain_ms` at most."""
+    with (
+        anyio.move_on_after(limits.admin_refusal_drain_ms / 1000),
+        contextlib.suppress(anyio.BrokenResourceError, anyio.EndOfStream, OSError),
+    ):
+        await stream.send(_BUSY)
+        with contextlib.suppress(NotImplementedError):  # TLS: no half-close
+            await stream.send_eof()
+        while True:
+            await stream.receive()
 
 
 @contextlib.asynccontextmanager
