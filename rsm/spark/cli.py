@@ -44,14 +44,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Final
 
+import anyio
+
 from bookie import errors as bookie_errors
 from bookie import limits as bookie_limits
 from bookie.errors import BookieError
 from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
 from bookie.tools.stdout import checking_stdout
 from rsm import errors, limits
-from rsm.errors import InvalidConfig, RsmError
-from rsm.host import aligned, quiet_kazoo
+from rsm.core.layout import AppLayout
+from rsm.errors import InvalidConfig, NoSuchApplication, RsmError
+from rsm.host import aligned, command_zk_store, quiet_kazoo
 from rsm.machines import add_app_dir, load_machine
 
 EXIT_OK: Final = 0
@@ -173,6 +176,20 @@ def _tls_options(arguments: argparse.Namespace) -> dict[str, str]:
     return {option: str(path) for option, path in files.items() if path is not None}
 
 
+def _check_application(arguments: argparse.Namespace) -> None:
+    """`NoSuchApplication`, or `MetadataUnavailable` after `limits.cli_zk_connect_timeout_ms`,
+    before Spark starts: Spark's sources would find either only after Spark's start-up
+    lines, and an unreachable ZooKeeper after a whole session timeout."""
+
+    async def check() -> None:
+        layout = AppLayout.of(arguments.app)
+        async with command_zk_store(arguments.zk) as store:
+            if await store.exists(layout.log) is None:
+                raise NoSuchApplication(arguments.app)
+
+    anyio.run(check)
+
+
 def _spark(jobs: Any, arguments: argparse.Namespace) -> Any:
     for name in _SPARK_ERROR_LOGGERS:
         logging.getLogger(name).disabled = True  # the error is reported once, by `main`
@@ -187,6 +204,7 @@ def _snapshot(jobs: Any, bulk_snapshot: Any, arguments: argparse.Namespace) -> i
     machine_class = load_machine(arguments.machine)
     bulk_snapshot.load_reducer(machine_class)  # no reducer: said before Spark starts
     tls_options = _tls_options(arguments)
+    _check_application(arguments)
     report = bulk_snapshot.bulk_snapshot(
         _spark(jobs, arguments),
         arguments.zk,
@@ -213,6 +231,7 @@ def _run(jobs: Any, arguments: argparse.Namespace) -> int:
     tls_options = _tls_options(arguments)
     if arguments.command == "export":
         jobs.check_export_path(arguments.to)  # a PATH an export must not delete: said at once
+    _check_application(arguments)
     spark = _spark(jobs, arguments)
     if arguments.command == "export":
         report = jobs.export(
