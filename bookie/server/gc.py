@@ -18,7 +18,9 @@ and the admin interface), in its own task owned by its `async with` lifetime:
    EFENCED instead of re-creating it).  Any other answer keeps it; a
    metadata error stops the round;
 5. compact (`compactor.compact()`, when a compacting storage is given), which
-   is what actually gives the space back.
+   is what actually gives the space back.  Its errors (a damaged entry log or
+   index, a full disk) are the round's error; a `StorageError` it raises
+   instead of reporting ends the round the same way, never the collector.
 
 Why a ledger whose metadata exists is never deleted.  Clients create a
 ledger's metadata before they send it any entry, so a ledger in H (taken
@@ -51,7 +53,14 @@ import anyio.abc
 
 from bookie import limits
 from bookie.clock import system_wall_clock_ms
-from bookie.errors import BadMetadata, BookieError, MetadataError, NoNode, NoSuchLedgerError
+from bookie.errors import (
+    BadMetadata,
+    BookieError,
+    MetadataError,
+    NoNode,
+    NoSuchLedgerError,
+    StorageError,
+)
 from bookie.logs import emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.layout import MetadataLayout
@@ -237,9 +246,18 @@ class GarbageCollector:
             (deleted if gone else kept).append(ledger_id)
         compaction = None
         if self._compactor is not None and self._storage.failure is None:
-            compaction = await self._compactor.compact()
-            if compaction.errors and error is None:
-                error = f"compaction: {compaction.errors[-1]}"
+            try:
+                compaction = await self._compactor.compact()
+            except StorageError as failure:
+                # `compact` reports its errors rather than raising them; one that
+                # escapes anyway ends this round, not the collector's task (whose
+                # failure would take the whole bookie down).
+                logger.error("compaction raised: %s", failure)
+                if error is None:
+                    error = f"compaction: {type(failure).__name__}: {failure}"
+            else:
+                if compaction.errors and error is None:
+                    error = f"compaction: {compaction.errors[-1]}"
         return GcReport(
             held=len(held),
             listed=len(listed),

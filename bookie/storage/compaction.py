@@ -55,7 +55,10 @@ emptiest logs, which need the least room and free the most, come first.
 Failures while copying (ENOSPC included) abandon the output, which nothing
 points at, and end the pass with an error in the report; the storage goes on.
 A failed index *write* stops the storage, like a failed checkpoint: what is
-durable is no longer known.
+durable is no longer known.  A failed index *read* (a damaged index: the index
+raises it as a `StorageError`) ends the pass with an error in the report, like
+a failed copy; a log is only deleted after a read that succeeded said nothing
+points into it.
 
 Rate.  Between pieces the pass yields to the event loop and sleeps as needed
 to stay under `rate_bytes_per_s` of source bytes read, so adds keep the disk

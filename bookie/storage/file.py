@@ -75,6 +75,7 @@ from bookie.storage.index import (
     read_checkpoint_mark,
 )
 from bookie.storage.journal import (
+    NO_MARK,
     Journal,
     JournalMark,
     JournalWriter,
@@ -295,7 +296,7 @@ class FileLedgerStorage:
             path.mkdir(parents=True, exist_ok=True)
         # Directories commit one after another: after a crash between two commits
         # the smallest mark is the one every directory has reached.
-        mark = min(read_checkpoint_mark(path) or JournalMark(0, 0) for path in config.ledger_dirs)
+        mark = min(read_checkpoint_mark(path) or NO_MARK for path in config.ledger_dirs)
         # Checked before anything is written, so a refused start changes no file.
         scans = scan_journal(config.journal_dir, mark)
         try:
@@ -306,7 +307,7 @@ class FileLedgerStorage:
             for directory in self._directories:
                 contents = directory.index.load()
                 self._load_ledgers(directory, contents.ledgers)
-                assert (contents.mark or JournalMark(0, 0)) >= mark
+                assert (contents.mark or NO_MARK) >= mark
                 tombstones.extend(contents.tombstones)
             self._load_tombstones(tombstones)
             truncate_junk_tails(config.journal_dir, scans)

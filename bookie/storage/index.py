@@ -30,6 +30,14 @@ queries (`log_usage`, `live_offsets`, `referenced_logs`) run in worker threads
 on a third, read-only connection, so a scan of the whole table never holds up
 a lookup on the loop.
 
+Damage.  Opening runs `PRAGMA integrity_check` (it reads every page; its cost
+at start-up is in docs/storage-format.md, "Index") and refuses with
+`StorageIOError`, naming the file and sqlite's first complaint, when the file
+is damaged: a lost or zeroed page would otherwise read as entries absent.
+Damage a read meets later (a sqlite error, or a value of the wrong type such as
+a NULL where an integer belongs) is a `StorageError` too, never an absent row
+or a `TypeError`.
+
 Why no secondary index on `log_id`: it would make every checkpoint insert
 slower and the index larger, to speed up queries that compaction runs once
 per pass in a worker thread (docs/storage-format.md, "Index", has the numbers).
@@ -43,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from bookie.errors import DiskFull, EntryLogCorrupt, StorageError, StorageIOError
+from bookie.errors import DiskFull, EntryLogCorrupt, StorageError, StorageIOError, preview
 from bookie.storage.entry_log import pack_location, unpack_location
 from bookie.storage.journal import JournalMark
 
@@ -154,12 +162,40 @@ def read_checkpoint_mark(directory: Path) -> JournalMark | None:
             row = connection.execute("SELECT file_id, offset FROM mark").fetchone()
         finally:
             connection.close()
-    except sqlite3.Error as error:
+        return None if row is None else JournalMark(_int(row[0]), _int(row[1]))
+    except (sqlite3.Error, _BadRow) as error:
         raise _storage_error(error, f"reading the mark of index {path}") from error
-    return None if row is None else JournalMark(int(row[0]), int(row[1]))
 
 
-def _storage_error(error: sqlite3.Error, doing: str) -> StorageError:
+class _BadRow(Exception):
+    """A value read from the index is not of its column's type (a NULL, text or real
+    where an integer belongs): the index is damaged.  Readers turn it into a
+    `StorageError`; it never leaves this module."""
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int):
+        raise _BadRow(f"damaged row: {preview(value)} where an integer belongs")
+    return value
+
+
+def _blob(value: object) -> bytes:
+    if not isinstance(value, bytes):
+        raise _BadRow(f"damaged row: {preview(value)} where a blob belongs")
+    return value
+
+
+def _first_problem(problems: list[object]) -> str:
+    """The first line of what `PRAGMA integrity_check` reported, without its "*** in
+    database main ***" heading."""
+    for problem in problems:
+        for line in str(problem).splitlines():
+            if line.strip() and not line.startswith("***"):
+                return line.strip()[:200]
+    return "no result"
+
+
+def _storage_error(error: sqlite3.Error | _BadRow, doing: str) -> StorageError:
     full = getattr(error, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
     failure: StorageError = (DiskFull if full else StorageIOError)(f"{doing}: {error}")
     failure.__cause__ = error
@@ -170,9 +206,19 @@ class LedgerIndex:
     """The sqlite index of one ledger directory."""
 
     def __init__(self, directory: Path) -> None:
+        """Open (or create) the index; raises `StorageIOError` when it is damaged."""
         self.path = directory / INDEX_FILE_NAME
+        connections: list[sqlite3.Connection] = []
         try:
             self._writer = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            connections.append(self._writer)
+            # Before anything is written to it (module docstring, "Damage").
+            problems = [row[0] for row in self._writer.execute("PRAGMA integrity_check(1)")]
+            if problems != ["ok"]:
+                raise StorageIOError(
+                    f"{self.path}: the index is damaged (sqlite integrity_check:"
+                    f" {_first_problem(problems)})"
+                )
             self._writer.execute("PRAGMA journal_mode=WAL")
             self._writer.execute("PRAGMA synchronous=FULL")
             version = self._writer.execute("PRAGMA user_version").fetchone()[0]
@@ -186,39 +232,44 @@ class LedgerIndex:
             self._reader = sqlite3.connect(
                 f"file:{self.path}?mode=ro", uri=True, check_same_thread=False
             )
+            connections.append(self._reader)
             self._scanner = sqlite3.connect(
                 f"file:{self.path}?mode=ro", uri=True, check_same_thread=False
             )
-        except sqlite3.Error as error:
-            raise _storage_error(error, f"opening index {self.path}") from error
+        except BaseException as error:
+            for connection in connections:
+                connection.close()
+            if isinstance(error, sqlite3.Error):
+                raise _storage_error(error, f"opening index {self.path}") from error
+            raise
 
     def load(self) -> IndexContents:
         """Everything but the entry locations (blocking)."""
         try:
             row = self._writer.execute("SELECT file_id, offset FROM mark").fetchone()
+            mark = None if row is None else JournalMark(_int(row[0]), _int(row[1]))
             ledgers = [
                 LedgerRow(
-                    ledger_id=ledger_id,
-                    master_key=bytes(master_key),
-                    fenced=bool(fenced),
-                    lac=lac,
-                    explicit_lac=explicit_lac,
-                    explicit_lac_packet=None if packet is None else bytes(packet),
-                    last_entry_id=last_entry_id,
+                    ledger_id=_int(ledger_id),
+                    master_key=_blob(master_key),
+                    fenced=bool(_int(fenced)),
+                    lac=_int(lac),
+                    explicit_lac=_int(explicit_lac),
+                    explicit_lac_packet=None if packet is None else _blob(packet),
+                    last_entry_id=_int(last_entry_id),
                 )
                 for ledger_id, master_key, fenced, lac, explicit_lac, packet, last_entry_id in (
                     self._writer.execute("SELECT * FROM ledgers ORDER BY ledger_id")
                 )
             ]
             tombstones = [
-                (int(seq), int(ledger_id))
+                (_int(seq), _int(ledger_id))
                 for ledger_id, seq in self._writer.execute(
                     "SELECT ledger_id, seq FROM tombstones ORDER BY seq"
                 )
             ]
-        except sqlite3.Error as error:
+        except (sqlite3.Error, _BadRow) as error:
             raise _storage_error(error, f"loading index {self.path}") from error
-        mark = None if row is None else JournalMark(int(row[0]), int(row[1]))
         return IndexContents(mark=mark, ledgers=ledgers, tombstones=tombstones)
 
     def lookup(self, ledger_id: int, entry_id: int) -> int | None:
@@ -228,17 +279,23 @@ class LedgerIndex:
                 "SELECT log_id, offset, size FROM entries WHERE ledger_id = ? AND entry_id = ?",
                 (ledger_id, entry_id),
             ).fetchone()
-        except sqlite3.Error as error:
+            return None if row is None else pack_location(_int(row[0]), _int(row[1]), _int(row[2]))
+        except (sqlite3.Error, _BadRow) as error:
             raise EntryLogCorrupt(
                 f"index {self.path}: lookup of entry {ledger_id}:{entry_id} failed: {error}"
             ) from error
-        return None if row is None else pack_location(row[0], row[1], row[2])
 
     def entry_ranges(self, ledger_id: int) -> list[tuple[int, int]]:
         """The checkpointed entry ids of a ledger as ascending inclusive ranges."""
-        return [
-            (int(first), int(last)) for first, last in self._reader.execute(_RANGES, (ledger_id,))
-        ]
+        try:
+            return [
+                (_int(first), _int(last))
+                for first, last in self._reader.execute(_RANGES, (ledger_id,))
+            ]
+        except (sqlite3.Error, _BadRow) as error:
+            raise EntryLogCorrupt(
+                f"index {self.path}: listing the entries of ledger {ledger_id} failed: {error}"
+            ) from error
 
     def commit(self, batch: CheckpointBatch) -> None:
         """Apply one checkpoint batch in one durable transaction (blocking)."""
@@ -290,12 +347,12 @@ class LedgerIndex:
         connection, blocking)."""
         try:
             return {
-                int(log_id): int(live_bytes)
+                _int(log_id): _int(live_bytes)
                 for log_id, live_bytes in self._scanner.execute(
                     "SELECT log_id, SUM(size) FROM entries GROUP BY log_id"
                 )
             }
-        except sqlite3.Error as error:
+        except (sqlite3.Error, _BadRow) as error:
             raise _storage_error(error, f"measuring the entry logs of index {self.path}") from error
 
     def live_offsets(self, log_id: int, spans: Iterable[tuple[int, int, int]]) -> set[int]:
@@ -305,14 +362,14 @@ class LedgerIndex:
         try:
             for ledger_id, first, last in spans:
                 offsets.update(
-                    offset
+                    _int(offset)
                     for (offset,) in self._scanner.execute(
                         "SELECT offset FROM entries WHERE ledger_id = ?"
                         " AND entry_id BETWEEN ? AND ? AND log_id = ?",
                         (ledger_id, first, last, log_id),
                     )
                 )
-        except sqlite3.Error as error:
+        except (sqlite3.Error, _BadRow) as error:
             raise _storage_error(error, f"looking up live entries in {self.path}") from error
         return offsets
 
@@ -324,24 +381,24 @@ class LedgerIndex:
         marks = ", ".join("?" * len(wanted))
         try:
             return {
-                int(log_id)
+                _int(log_id)
                 for (log_id,) in self._scanner.execute(
                     f"SELECT DISTINCT log_id FROM entries WHERE log_id IN ({marks})", wanted
                 )
             }
-        except sqlite3.Error as error:
+        except (sqlite3.Error, _BadRow) as error:
             raise _storage_error(error, f"checking entry logs in index {self.path}") from error
 
     def doomed_logs(self) -> list[int]:
         """Logs compaction marked for deletion, ascending (writer connection, blocking)."""
         try:
             return [
-                int(log_id)
+                _int(log_id)
                 for (log_id,) in self._writer.execute(
                     "SELECT log_id FROM doomed_logs ORDER BY log_id"
                 )
             ]
-        except sqlite3.Error as error:
+        except (sqlite3.Error, _BadRow) as error:
             raise _storage_error(error, f"reading doomed logs of index {self.path}") from error
 
     def doom(self, log_id: int) -> None:

@@ -52,12 +52,16 @@ after the checkpoint mark.  A record that is not valid ends the file's valid
 part; if a valid record can still be found after it in the same file, the
 damage is *before* the tail and `JournalCorrupt` is raised, naming the file
 and offset; otherwise it is a torn or junk tail of the newest file, which is
-truncated with a warning.  Scanning happens in full before anything is
-changed, so an open that fails on corruption leaves the files as they were.
+truncated with a warning.  A file replay needs that is missing (the mark's
+own, or one between it and the newest: ids are consecutive) is `JournalCorrupt`
+too, never a replay that starts later or skips a file.  Scanning happens in
+full before anything is changed, so an open that fails on corruption leaves
+the files as they were.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -98,6 +102,12 @@ class JournalMark:
 
     file_id: int
     offset: int
+
+
+NO_MARK = JournalMark(0, 0)
+"""The mark of a bookie that never checkpointed: replay starts at the oldest file.
+It names no file: journal file ids start at 1, and a real mark's offset is at
+least the size of a file header."""
 
 
 def journal_file_path(journal_dir: Path, file_id: int) -> Path:
@@ -148,13 +158,20 @@ def scan_journal(journal_dir: Path, mark: JournalMark) -> list[JournalFileScan]:
     files = [
         (file_id, path) for file_id, path in journal_files(journal_dir) if file_id >= mark.file_id
     ]
+    _check_complete(journal_dir, mark, [file_id for file_id, _ in files])
     scans = []
     for position, (file_id, path) in enumerate(files):
         newest = position == len(files) - 1
         data = memoryview(path.read_bytes())
         header_file_id = decode_file_header(JOURNAL_MAGIC, data)
-        if header_file_id is None and newest and find_journal_record(data, 0) is None:
+        if (
+            header_file_id is None
+            and newest
+            and file_id != mark.file_id
+            and find_journal_record(data, 0) is None
+        ):
             # Created but its header never reached the disk: nothing was written to it.
+            # (Not the mark's file: a mark is taken only after its file's header is durable.)
             scans.append(JournalFileScan(path, file_id, 0, 0, len(data), is_zeros(data, 0)))
             continue
         if header_file_id != file_id:
@@ -181,6 +198,27 @@ def scan_journal(journal_dir: Path, mark: JournalMark) -> list[JournalFileScan]:
             JournalFileScan(path, file_id, start, valid_end, len(data), is_zeros(data, valid_end))
         )
     return scans
+
+
+def _check_complete(journal_dir: Path, mark: JournalMark, file_ids: list[int]) -> None:
+    """Raise `JournalCorrupt` unless the files from the mark on are all there: the
+    mark's own file (a mark names one unless it is `NO_MARK`) and no id skipped up
+    to the newest.  Ids are consecutive by construction (a roll-over adds one, a
+    start takes the newest plus one, deletion takes the oldest first), so a gap or
+    a missing mark file is a file lost, and replay would skip what it held."""
+    if mark != NO_MARK and (not file_ids or file_ids[0] != mark.file_id):
+        path = journal_file_path(journal_dir, mark.file_id)
+        raise JournalCorrupt(
+            f"{path}: missing, yet the checkpoint mark {mark.file_id:016x}:{mark.offset}"
+            " says replay starts in it (records after the mark would be skipped)"
+        )
+    for previous, file_id in itertools.pairwise(file_ids):
+        if file_id != previous + 1:
+            path = journal_file_path(journal_dir, previous + 1)
+            raise JournalCorrupt(
+                f"{path}: missing between journal files {previous:016x} and {file_id:016x}"
+                " (its records would be skipped)"
+            )
 
 
 def truncate_junk_tails(journal_dir: Path, scans: list[JournalFileScan]) -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from bookie.client.bookie_conn import BookieConnection
 from bookie.core.metadata import LedgerMetadata
-from bookie.errors import Fenced, MetadataUnavailable
+from bookie.errors import Fenced, MetadataUnavailable, StorageIOError
 from bookie.meta.api import Versioned
 from bookie.meta.ledgers import LedgerManager
 from bookie.meta.memory import MemoryMetadataServer, MemoryMetadataStore
@@ -303,6 +303,31 @@ async def test_compaction_errors_are_reported(store: Store, ledgers: LedgerManag
     assert report.error == "compaction: entry log 00000003.log kept: damaged"
     assert gc.metrics.errors == 1
     assert gc.metrics.rounds_skipped == 0
+
+
+class RaisingCompactor(FakeCompactor):
+    """A compactor that breaks its promise to report errors rather than raise them."""
+
+    async def compact(self) -> CompactionReport:
+        self.calls += 1
+        raise StorageIOError("index /data/index.sqlite: damaged row")
+
+
+async def test_a_storage_error_raised_by_compaction_ends_the_round_not_the_collector(
+    store: Store, ledgers: LedgerManager
+) -> None:
+    await create_ledgers(ledgers, 1)
+    storage = bookie_storage([])
+    compactor = RaisingCompactor()
+    async with collector(storage, store, compactor=compactor) as gc:
+        gc.trigger()
+        with anyio.fail_after(WAIT_S):
+            report = await gc.next_round()
+        assert report.error == "compaction: StorageIOError: index /data/index.sqlite: damaged row"
+        assert report.compaction is None
+        assert (await gc.run_once()).error == report.error
+    assert compactor.calls == 2
+    assert gc.metrics.errors == 2
 
 
 async def test_rounds_run_every_interval_and_on_request(

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bookie.errors import EntryLogCorrupt
 from bookie.storage import compaction
 from bookie.storage.compaction import CompactionReport, LogUsage, select_logs
 from bookie.storage.entry_log import EntryLogs, entry_log_ids, entry_log_path
@@ -429,3 +430,34 @@ def test_compaction_never_changes_what_reads_return(tmp_path: Path, ops: list[Op
                     return
 
     anyio.run(run)
+
+
+@pytest.mark.anyio
+async def test_a_damaged_index_row_ends_the_pass_with_an_error_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    config = compaction_config(tmp_path / "bookie")
+    async with FileLedgerStorage.open(config) as storage:
+        fill(storage, [1, 2], 300)
+        storage.delete_ledger(1)
+        await wait_synced(storage)
+        await storage.checkpoint()
+        logs_before = log_ids(config)
+        # Damage that `PRAGMA integrity_check` cannot see: a cell of the wrong type.
+        index_path = config.ledger_dirs[0] / INDEX_FILE_NAME
+        connection = sqlite3.connect(index_path)
+        with connection:
+            connection.execute(
+                "UPDATE entries SET log_id = 'junk' WHERE ledger_id = 2 AND entry_id = 7"
+            )
+        connection.close()
+        report = await storage.compact()
+        assert len(report.errors) == 1
+        assert str(index_path) in report.errors[0]
+        assert "damaged row: 'junk' where an integer belongs" in report.errors[0]
+        assert report.logs_deleted == report.logs_compacted == 0
+        assert log_ids(config) == logs_before
+        assert storage.failure is None
+        with pytest.raises(EntryLogCorrupt, match="lookup of entry 2:7"):
+            storage.read_entry(2, 7)
+        assert storage.read_entry(2, 8) == packet(2, 8)

@@ -11,10 +11,12 @@ import pytest
 from bookie.errors import JournalCorrupt
 from bookie.storage.file import FileLedgerStorage
 from bookie.storage.format import FILE_HEADER_BYTES, JournalKind, append_journal_record
+from bookie.storage.index import read_checkpoint_mark
 from bookie.storage.journal import (
     JournalMark,
     JournalWriter,
     journal_file_path,
+    journal_files,
     replay_journal,
     scan_journal,
     truncate_junk_tails,
@@ -73,7 +75,7 @@ def test_replay_starts_at_the_mark(tmp_path: Path) -> None:
     offsets = write_journal(tmp_path, 2, RECORDS[3:])
     assert replay(tmp_path, JournalMark(2, offsets[1])) == RECORDS[4:]
     assert replay(tmp_path, JournalMark(1, 1 << 20)) == RECORDS[3:]
-    assert replay(tmp_path, JournalMark(3, FILE_HEADER_BYTES)) == []
+    assert replay(tmp_path, JournalMark(2, 1 << 20)) == []
 
 
 @pytest.mark.parametrize(
@@ -207,3 +209,98 @@ async def test_storage_refuses_to_open_over_corruption_and_changes_nothing(
         async with FileLedgerStorage.open(make_config(image)):
             pass
     assert snapshot_tree(image) == before
+
+
+# --- missing files ----------------------------------------------------------------------------
+
+
+def test_a_missing_mark_file_is_corruption_and_changes_nothing(tmp_path: Path) -> None:
+    # What a damaged index whose mark rolled back to a deleted file looks like.
+    write_journal(tmp_path, 2, RECORDS[:3])
+    write_journal(tmp_path, 3, RECORDS[3:])
+    before = snapshot_tree(tmp_path)
+    with pytest.raises(JournalCorrupt, match=r"0000000000000001\.journal: missing, yet the"):
+        scan_journal(tmp_path, JournalMark(1, FILE_HEADER_BYTES + 40))
+    assert snapshot_tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("mark", [START, JournalMark(1, FILE_HEADER_BYTES)], ids=str)
+def test_a_missing_file_after_the_mark_is_corruption(tmp_path: Path, mark: JournalMark) -> None:
+    write_journal(tmp_path, 1, RECORDS[:2])
+    write_journal(tmp_path, 2, RECORDS[2:4])
+    write_journal(tmp_path, 3, RECORDS[4:])
+    journal_file_path(tmp_path, 2).unlink()
+    with pytest.raises(JournalCorrupt, match=r"0000000000000002\.journal: missing between"):
+        scan_journal(tmp_path, mark)
+
+
+def test_a_fresh_journal_directory_has_nothing_to_replay(tmp_path: Path) -> None:
+    assert scan_journal(tmp_path, START) == []
+
+
+def test_files_kept_before_the_mark_are_not_replayed(tmp_path: Path) -> None:
+    write_journal(tmp_path, 4, RECORDS[:2])
+    offsets = write_journal(tmp_path, 6, RECORDS[2:])
+    assert replay(tmp_path, JournalMark(6, offsets[1])) == RECORDS[3:]
+
+
+def test_a_mark_file_without_its_header_is_corruption(tmp_path: Path) -> None:
+    # A mark is taken only after its file's header is durable: removing the file as
+    # "never written" would leave the next start a mark naming a missing file.
+    write_journal(tmp_path, 1, RECORDS)
+    journal_file_path(tmp_path, 2).write_bytes(bytes(FILE_HEADER_BYTES))
+    with pytest.raises(JournalCorrupt, match=r"0000000000000002\.journal: bad journal header"):
+        scan_journal(tmp_path, JournalMark(2, FILE_HEADER_BYTES))
+
+
+@pytest.mark.anyio
+async def test_a_newest_file_without_its_header_is_replaced_and_later_starts_succeed(
+    tmp_path: Path,
+) -> None:
+    config = make_config(tmp_path / "bookie")
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        for entry_id in range(20):
+            storage.add_entry(1, entry_id, make_packet(1, entry_id))
+        await wait_synced(storage)
+        image = crash_image(tmp_path / "bookie", tmp_path / "image")
+    # A start that trimmed the newest file, then crashed creating its own journal
+    # file before the header was durable.
+    truncate_junk_tails(image / "journal", scan_journal(image / "journal", START))
+    newest = max(file_id for file_id, _ in journal_files(image / "journal"))
+    journal_file_path(image / "journal", newest + 1).write_bytes(b"BKJ")
+    async with FileLedgerStorage.open(make_config(image)) as restarted:
+        assert restarted.read_entry(1, 19) == make_packet(1, 19)
+        assert max(file_id for file_id, _ in journal_files(image / "journal")) == newest + 1
+        restarted.set_master_key(2, KEY)
+        await wait_synced(restarted)
+        again = crash_image(image, tmp_path / "again")
+    async with FileLedgerStorage.open(make_config(again)) as restarted:
+        assert [restarted.read_entry(1, e) for e in range(20)] == [
+            make_packet(1, e) for e in range(20)
+        ]
+
+
+@pytest.mark.anyio
+async def test_journal_files_kept_before_the_mark_do_not_stop_a_start(tmp_path: Path) -> None:
+    config = make_config(
+        tmp_path / "bookie", journal_file_size_bytes_max=4096, journal_files_kept=2
+    )
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        for entry_id in range(100):
+            storage.add_entry(1, entry_id, make_packet(1, entry_id))
+            await wait_synced(storage)
+            if entry_id % 10 == 9:
+                await storage.checkpoint()
+        storage.add_entry(1, 100, make_packet(1, 100))
+        await wait_synced(storage)
+        image = crash_image(tmp_path / "bookie", tmp_path / "image")
+    mark = read_checkpoint_mark(image / "ledgers")
+    assert mark is not None
+    ids = [file_id for file_id, _ in journal_files(image / "journal")]
+    assert ids[:3] == [mark.file_id - 2, mark.file_id - 1, mark.file_id]
+    async with FileLedgerStorage.open(make_config(image)) as restarted:
+        assert [restarted.read_entry(1, e) for e in range(101)] == [
+            make_packet(1, e) for e in range(101)
+        ]
