@@ -88,14 +88,14 @@ from bookie.tools.admin import (
     render,
 )
 from bookie.tools.password_flags import add_password_arguments, password_from
-from bookie.tools.stdout import checking_stdout, discard_stdout
+from bookie.tools.stdout import discard_stdout, program_main
 from bookie.wire.packet import DigestType
 
 logger = logging.getLogger("bookie.cli")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return checking_stdout("bookie: ", lambda: _main(argv))
+    return program_main("bookie: ", lambda: _main(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -1,4 +1,5 @@
-"""What a command does with its standard output once writing it failed.
+"""How a command-line program's main ends when its output cannot be written or the user
+presses Ctrl-C.
 
 A reader that left (`| head`) or a full disk fails a write.  A command's
 output is its result, so the failure is the command's: one line on stderr
@@ -9,6 +10,10 @@ traceback), and flushes before it returns, since a short output fails only
 then.  What is left in the output's buffer would fail again as the
 interpreter exits and print a second error: `discard_stdout` points the
 descriptor at /dev/null first.
+
+Ctrl-C ends a command (`--follow`, a wait for a leader) with status 130, as a
+shell reports a program that SIGINT ended, and without Python's traceback:
+`program_main` runs a main so, and with its output checked.
 """
 
 from __future__ import annotations
@@ -18,8 +23,13 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final, TextIO, cast
 
+from bookie.errors import leaf_error
+
 EXIT_UNWRITABLE: Final = 1
 """A command's status when its output could not be written."""
+
+EXIT_INTERRUPTED: Final = 130
+"""A command's status when Ctrl-C ended it: 128 + SIGINT, what shells report."""
 
 
 def discard_stdout() -> None:
@@ -81,3 +91,14 @@ def checking_stdout(prefix: str, command: Callable[[], int]) -> int:
     finally:
         sys.stdout = watched.stream
     return status
+
+
+def program_main(prefix: str, command: Callable[[], int]) -> int:
+    """A program's main: `command`'s status, its output checked (`checking_stdout`), and
+    `EXIT_INTERRUPTED` without a traceback when Ctrl-C ends it."""
+    try:
+        return checking_stdout(prefix, command)
+    except BaseException as raised:
+        if isinstance(leaf_error(raised), KeyboardInterrupt):
+            return EXIT_INTERRUPTED
+        raise

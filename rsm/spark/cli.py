@@ -50,7 +50,7 @@ from bookie import errors as bookie_errors
 from bookie import limits as bookie_limits
 from bookie.errors import BookieError
 from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
-from bookie.tools.stdout import checking_stdout
+from bookie.tools.stdout import program_main
 from rsm import errors, limits
 from rsm.core.layout import AppLayout
 from rsm.errors import InvalidConfig, NoSuchApplication, RsmError
@@ -77,7 +77,7 @@ Spark's exception text."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return checking_stdout("error: ", lambda: _main(argv))
+    return program_main("error: ", lambda: _main(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -95,7 +95,7 @@ from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
-from bookie.tools.stdout import checking_stdout
+from bookie.tools.stdout import program_main
 from rsm import limits
 from rsm.admin import add_admin_argument, admin_server
 from rsm.client import Client, ClientConfig, connect
@@ -148,7 +148,7 @@ _CLI_CLIENT: Final = ClientConfig(require_application=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return checking_stdout("error: ", lambda: _main(argv))
+    return program_main("error: ", lambda: _main(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:

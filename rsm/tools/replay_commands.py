@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import argparse
+import bdb
 import code
 import pdb
 import time
 from typing import Any
 
+from bookie.errors import leaf_error
 from rsm.config import ReplicaConfig
 from rsm.core.commands import answer_query
 from rsm.core.log_format import LeaderStart
@@ -48,14 +50,19 @@ async def replay(arguments: argparse.Namespace) -> int:
             )
             if break_at is not None and break_at > target:
                 raise InvalidConfig(f"--break-at {break_at} is past --to {target}")
-            replay = await _replay_with_breaks(
-                source,
-                machine_class=machine_class,
-                config=config,
-                arguments=arguments,
-                target=target,
-                break_at=break_at,
-            )
+            try:
+                replay = await _replay_with_breaks(
+                    source,
+                    machine_class=machine_class,
+                    config=config,
+                    arguments=arguments,
+                    target=target,
+                    break_at=break_at,
+                )
+            except Exception as error:  # BdbQuit, alone or in the task groups' wrapping
+                if not isinstance(leaf_error(error), bdb.BdbQuit):
+                    raise
+                return EXIT_OK  # the debugger's `q`: the replay ends there, nothing to report
         else:
             replay = await replay_to(
                 source,
@@ -158,7 +165,9 @@ def _breakpoint(replay: Replay, record: Record) -> None:
     """pdb, with `machine`, `replay` and `record` (the command about to apply) in scope."""
     machine = replay.machine
     print(f"stopped before {record.where}: {record.name} {plain_value(list(_args(record)))}")
-    print("in scope: machine (the state), record (the next command), replay; 'c' applies it")
+    print(
+        "in scope: machine (the state), record (the next command), replay; 'c' applies it, 'q' ends"
+    )
     pdb.Pdb().set_trace()
     _ = (machine, record, replay)  # the debugger stops here; 'c' applies `record`
 

@@ -89,7 +89,7 @@ from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies
 from bookie.net.tls import client_context
 from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
-from bookie.tools.stdout import checking_stdout
+from bookie.tools.stdout import program_main
 from kvstore import limits
 from kvstore.connection.acl import AccessControl
 from kvstore.endpoints import decode_endpoint, endpoint_path, endpoints_path
@@ -150,7 +150,7 @@ _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return checking_stdout("kvstore: ", lambda: _main(argv))
+    return program_main("kvstore: ", lambda: _main(argv))
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -1,5 +1,6 @@
-"""`checking_stdout`: a command whose output cannot be written says so in one line and ends
-with status 1 (quietly for a reader that left); any other error stays the command's."""
+"""`checking_stdout`, `program_main`: a command whose output cannot be written says so in
+one line and ends with status 1 (quietly for a reader that left); any other error stays the
+command's; Ctrl-C ends it with 130, without a traceback."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from typing import TextIO
 
 import pytest
 
-from bookie.tools.stdout import EXIT_UNWRITABLE, checking_stdout
+from bookie.tools.stdout import (
+    EXIT_INTERRUPTED,
+    EXIT_UNWRITABLE,
+    checking_stdout,
+    program_main,
+)
 
 pytestmark = pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 
@@ -102,3 +108,21 @@ def test_a_written_output_keeps_the_command_status(tmp_path: Path) -> None:
         assert checking_stdout("tool: ", printing("hello", status=3)) == 3
     assert (tmp_path / "out").read_text() == "hello\n"
     assert stderr.getvalue() == ""
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["alone", "in a task group's group"])
+def test_ctrl_c_is_status_130_without_a_traceback(grouped: bool) -> None:
+    def interrupted() -> int:
+        if grouped:
+            raise BaseExceptionGroup("unhandled errors in a TaskGroup", [KeyboardInterrupt()])
+        raise KeyboardInterrupt
+
+    with full_disk() as (_, stderr):
+        assert program_main("tool: ", interrupted) == EXIT_INTERRUPTED
+    assert stderr.getvalue() == ""
+
+
+def test_a_program_s_output_is_checked() -> None:
+    with full_disk() as (_, stderr):
+        assert program_main("tool: ", printing("a line")) == EXIT_UNWRITABLE
+    assert stderr.getvalue() == "tool: OSError: [Errno 28] No space left on device\n"

@@ -155,3 +155,21 @@ def test_an_export_no_snapshot_covers_says_it_cannot_be_replayed(
     assert "note: no snapshot is at an index from 2 to 4" in out
     assert cli.main(["log", "dump", "--log", str(part)]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3, "a header and its two commands"
+
+
+@pytest.mark.parametrize("stdin", ["q\n", ""], ids=["q", "end of input"])
+def test_quitting_the_debugger_ends_the_replay_quietly(log: Path, stdin: str) -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "rsm.tools.cli", "replay", *CLASS),
+            *("--to", "3", "--break-at", "2", "--log", str(log)),
+        ],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "stopped before index 2 " in done.stdout
+    assert "replayed" not in done.stdout
