@@ -10,8 +10,9 @@
             [--state-hash-every N] [--follower-nice 19] [--ledger-digest crc32c]
             [--app-dir .] [--log-level info] [--log-format json]
     rsm status --app NAME --zk HOSTS [--ledger-root /ledgers] [--json]
-    rsm call --app NAME --zk HOSTS COMMAND [ARG ...] [--json]
-    rsm query --app NAME --zk HOSTS QUERY [ARG ...] [--consistency linearizable] [--json]
+    rsm call --app NAME --zk HOSTS COMMAND [ARG ...] [--bytes] [--json]
+    rsm query --app NAME --zk HOSTS QUERY [ARG ...] [--consistency linearizable] [--bytes]
+            [--json]
     rsm transfer-leadership --app NAME --zk HOSTS [--to REPLICA_ID] [--json]
     rsm snapshot ls --app NAME --zk HOSTS [--json]
     rsm snapshot create --app NAME --zk HOSTS [--replica REPLICA_ID] [--json]
@@ -25,7 +26,9 @@
 `127.0.0.1:2181` or `zk1:2181,zk2:2181/my/root`.  Arguments of `call` and
 `query` are parsed as JSON where they parse (`5`, `"x"`, `[1, 2]`, `null`) and
 taken as text otherwise (`hello`); `key=value` arguments are keyword
-arguments, the value parsed the same way.
+arguments, the value parsed the same way.  Bytes are `{"hex": "6869"}`, as
+the output shows them; `--bytes` passes every text as its UTF-8 bytes
+(rsm/tools/arguments.py).
 
 `rsm run` imports CLASS from MODULE (a `StateMachine` subclass; `--app-dir`,
 the current directory by default, comes first on the import path), runs one
@@ -135,7 +138,7 @@ from rsm.tls_flags import (
     replica_tls,
 )
 from rsm.tools import investigate
-from rsm.tools.arguments import parse_arguments
+from rsm.tools.arguments import add_bytes_argument, parse_arguments
 
 logger = logging.getLogger("rsm.cli")
 
@@ -239,11 +242,13 @@ def _parser() -> argparse.ArgumentParser:
     _common(call)
     call.add_argument("name", help="the command")
     call.add_argument("arguments", nargs="*", help="JSON values, text, or key=value")
+    add_bytes_argument(call)
 
     query = commands.add_parser("query", help="answer a query")
     _common(query)
     query.add_argument("name", help="the query")
     query.add_argument("arguments", nargs="*", help="JSON values, text, or key=value")
+    add_bytes_argument(query)
     query.add_argument(
         "--consistency",
         choices=[level.name.lower() for level in Consistency],
@@ -426,7 +431,7 @@ async def _serve(
 
 
 async def _call(arguments: argparse.Namespace) -> int:
-    args, kwargs = parse_arguments(arguments.arguments)
+    args, kwargs = parse_arguments(arguments.arguments, as_bytes=arguments.bytes)
     async with (
         command_zk_store(arguments.zk) as store,
         _client(arguments, store) as client,
@@ -437,7 +442,7 @@ async def _call(arguments: argparse.Namespace) -> int:
 
 
 async def _query(arguments: argparse.Namespace) -> int:
-    args, kwargs = parse_arguments(arguments.arguments)
+    args, kwargs = parse_arguments(arguments.arguments, as_bytes=arguments.bytes)
     async with (
         command_zk_store(arguments.zk) as store,
         _client(arguments, store) as client,

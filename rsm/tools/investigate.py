@@ -6,7 +6,7 @@ determinism, diff, blame.
     rsm log export SOURCE --to FILE [--from I] [--through I] [--json]
     rsm log check  SOURCE [--keep-going] [--all-bookies] [--json]
     rsm replay     SOURCE --class MODULE:CLASS [--to I] [--from-snapshot | --from-start]
-                   [--query NAME [ARG ...]] [--shell] [--break-at I] [--break-on COMMAND]
+                   [--query NAME [ARG ...]] [--bytes] [--shell] [--break-at I] [--break-on COMMAND]
     rsm verify     SOURCE --class MODULE:CLASS [--to I] [--reference MODULE:CLASS]
     rsm bisect     SOURCE... --old MODULE:CLASS --new MODULE:CLASS [--to I] [--results-only]
     rsm determinism SOURCE --class MODULE:CLASS [--to I] [--hash-seeds A,B]
@@ -62,6 +62,7 @@ from bookie.tools.stdout import discard_stdout
 from rsm.errors import InvalidConfig, MalformedValue, RsmError, Truncated
 from rsm.host import quiet_kazoo
 from rsm.tools import divergence_commands, key_commands, log_commands, replay_commands
+from rsm.tools.arguments import add_bytes_argument
 from rsm.tools.options import (
     EXIT_PROBLEM,
     EXIT_USAGE,
@@ -129,6 +130,7 @@ def add_parsers(commands: Any) -> None:
     replay.add_argument(
         "--query", nargs="+", metavar=("NAME", "ARG"), help="run the class's @query on the state"
     )
+    add_bytes_argument(replay)
     replay.add_argument("--shell", action="store_true", help="a Python shell with the state")
     replay.add_argument("--break-at", help="stop in pdb just before this command applies")
     replay.add_argument("--break-on", help="stop in pdb before every command of this name")

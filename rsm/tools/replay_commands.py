@@ -178,7 +178,7 @@ def _args(record: Record) -> list[Any]:
 
 def _answer(replay: Replay, arguments: argparse.Namespace) -> int:
     name, *words = arguments.query
-    args, kwargs = parse_arguments(words)
+    args, kwargs = parse_arguments(words, as_bytes=arguments.bytes)
     try:
         outcome = answer_query(replay.machine, name, args, kwargs, applied=replay.position)
     except StatusError as error:

@@ -43,6 +43,32 @@ def test_arguments_are_json_where_they_parse_and_keywords_by_name() -> None:
     assert kwargs == {"amount": 3, "a": "b=c"}
 
 
+def test_bytes_are_written_as_the_output_shows_them() -> None:
+    words = ['{"hex": "6869"}', '[{"hex": ""}, {"hex": "00ff", "x": 1}]', 'k={"hex": "ff"}']
+    args, kwargs = cli.parse_arguments(words)
+    assert args == [b"hi", [b"", {"hex": "00ff", "x": 1}]]
+    assert kwargs == {"k": b"\xff"}
+
+
+@pytest.mark.parametrize("word", ['{"hex": "abc"}', '{"hex": "zz"}', '{"hex": 5}'])
+def test_a_hex_object_that_is_not_hex_is_a_usage_error(word: str) -> None:
+    with pytest.raises(InvalidConfig, match="is not bytes"):
+        cli.parse_arguments([word])
+
+
+def test_with_bytes_every_text_is_its_utf8_bytes() -> None:
+    args, kwargs = cli.parse_arguments(
+        ["greeting", '"é"', "5", '["a", {"hex": "00"}]', 'v={"k": "x"}'], as_bytes=True
+    )
+    assert args == [
+        b"greeting",
+        "é".encode(),
+        5,
+        [b"a", b"\x00"],
+    ]
+    assert kwargs == {"v": {"k": b"x"}}
+
+
 def test_machines_are_loaded_by_module_and_class() -> None:
     assert cli.load_machine("tests.unit.rsm.core.counter:Counter") is Counter
     for target in (
