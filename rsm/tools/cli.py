@@ -534,6 +534,12 @@ async def _snapshot(arguments: argparse.Namespace) -> int:
         print(_dumps(report))
     elif command == "ls":
         print(render_snapshots(report))
+    elif command == "create" and arguments.replica not in (None, report["replica_id"]):
+        print(
+            f"no new snapshot: the newest, at index {report['index']} by "
+            f"{report['replica_id']}, is as recent as {arguments.replica}'s state; "
+            f"{arguments.replica} takes one of its own once a command is applied after it"
+        )
     elif command == "create":
         print(
             f"snapshot of {report['app']} at index {report['index']}: ledger "

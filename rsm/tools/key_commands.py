@@ -263,7 +263,8 @@ async def _of_replicas(
             raise InvalidConfig(
                 f"replica {replica_id!r} has no registered snapshot of {source.app!r} "
                 f"(snapshots: {by or 'none'}); `rsm snapshot create --replica {replica_id}` "
-                "takes one (it writes a snapshot ledger)"
+                "takes one (it writes a snapshot ledger) once the replica has applied a "
+                "command after the newest snapshot"
             )
         manifests.append(manifest)
     target = max(m.index for m in manifests)

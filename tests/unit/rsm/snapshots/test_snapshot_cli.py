@@ -58,6 +58,17 @@ async def test_list_create_and_inspect_snapshots(
         assert table[3].split()[0] == str(created["index"])
         assert await anyio.to_thread.run_sync(human, "inspect") == cli.EXIT_OK
         assert ": valid" in capsys.readouterr().out
+        # The leader's state is the snapshot's: asked for one, it says no new one was taken.
+        own = ("create", "--replica", leader.replica_id)
+        assert await anyio.to_thread.run_sync(human, *own) == cli.EXIT_OK
+        assert capsys.readouterr().out == (
+            f"no new snapshot: the newest, at index {created['index']} by "
+            f"{follower.replica_id}, is as recent as {leader.replica_id}'s state; "
+            f"{leader.replica_id} takes one of its own once a command is applied after it\n"
+        )
+        await leader.call("add", 1)
+        assert await anyio.to_thread.run_sync(human, *own) == cli.EXIT_OK
+        assert capsys.readouterr().out.endswith(f"by {leader.replica_id}\n")
 
 
 def test_an_invalid_inspection_renders_its_error() -> None:
