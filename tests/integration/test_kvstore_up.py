@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper,
 
 WAIT_S = 90.0
 LAST_BANNER_LINE = "Ctrl-C stops"
+STATUS_LINE = re.compile(r"Status: (.*)$")
 TRY_LINE = re.compile(
     r"^\s+(kv-\d)\s+127\.0\.0\.1:(\d+)\s+(leader|follower)\s+try: redis-cli -p (\d+)$"
 )
@@ -95,8 +97,10 @@ async def run_once(data_dir: Path, zk: str, work: str) -> list[str]:
             else:
                 assert client.get("greeting") == b"hello", "the data survived the restart"
                 assert client.incr("visits") == 2
+        # The banner's own status command, as a user would paste it.
+        (status_command,) = [found[1] for line in lines if (found := STATUS_LINE.search(line))]
         status = subprocess.run(
-            kvstore("status", "--data-dir", str(data_dir)),
+            shlex.split(status_command),
             capture_output=True,
             text=True,
             timeout=WAIT_S,

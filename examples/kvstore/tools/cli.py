@@ -480,7 +480,7 @@ def _banner(cluster: LocalKvCluster) -> str:
     lines += [f"  {replica.name:<9}  {replica.admin_url}" for replica in cluster.replicas]
     lines.append(f"Status page: {cluster.replicas[0].admin_url}/ (on any replica's admin address)")
     lines += [
-        f"Any replica takes any command.  Status: kvstore status --data-dir "
+        f"Any replica takes any command.  Status: {_kvstore_program()} status --data-dir "
         f"{_shown(cluster.data_dir)}",
         f"To start from nothing, stop it, then: rm -rf {shlex.quote(_shown(cluster.data_dir))}",
         "Ctrl-C stops the replicas, the bookies, then ZooKeeper; the data stays for the next run.",
@@ -510,6 +510,13 @@ def _tls_lines(cluster: LocalKvCluster, tls: DevelopmentCertificates) -> list[st
         )
         lines.append(f"  ZooKeeper too; for bookie shell and rsm tools: export {variables}")
     return lines
+
+
+def _kvstore_program() -> str:
+    """How to run `kvstore` from here: the script beside this interpreter (after `make run`
+    the virtualenv is not on the PATH), else by its name."""
+    script = Path(sys.executable).parent / "kvstore"
+    return shlex.quote(_shown(script)) if script.exists() else "kvstore"
 
 
 def _shown(path: Path) -> str:
