@@ -469,7 +469,10 @@ def resolve_command(machine_class: type[StateMachine], name: str) -> Operation:
     """The newest version of command `name` (what a new call is logged as)."""
     operation = machine_class._rsm_newest_commands.get(name)
     if operation is None:
-        raise UnknownCommand(f"{machine_class.__qualname__} has no command {name!r}")
+        hint = ""
+        if name in machine_class._rsm_queries:
+            hint = f"; {name!r} is a query (Client.query, rsm query)"
+        raise UnknownCommand(f"{machine_class.__qualname__} has no command {name!r}{hint}")
     return operation
 
 
@@ -481,5 +484,8 @@ def commands_by_key(machine_class: type[StateMachine]) -> Mapping[str, Operation
 def resolve_query(machine_class: type[StateMachine], name: str) -> Operation:
     operation = machine_class._rsm_queries.get(name)
     if operation is None:
-        raise UnknownCommand(f"{machine_class.__qualname__} has no query {name!r}")
+        hint = ""
+        if name in machine_class._rsm_newest_commands:
+            hint = f"; {name!r} is a command (Client.call, rsm call)"
+        raise UnknownCommand(f"{machine_class.__qualname__} has no query {name!r}{hint}")
     return operation

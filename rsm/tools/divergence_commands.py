@@ -10,6 +10,7 @@ from typing import Any, Final
 import anyio
 
 from bookie.net.tls_flags import bookie_tls_context
+from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core.state_machine import StateMachine
 from rsm.errors import InvalidConfig, RsmError
@@ -152,7 +153,10 @@ def _render_verify(report: dict[str, Any], arguments: argparse.Namespace) -> str
                 f"({report['unverified']} logged at indexes this replay did not hash: is "
                 f"--state-hash-every {arguments.state_hash_every} the replicas' setting?)"
                 if report["unverified"]
-                else f"{app}: the log carries no state hash up to index {report['to']}"
+                else f"{app}: the log carries no state hash up to index {report['to']}, so "
+                "nothing was checked (replicas log one every "
+                f"{limits.state_hash_every_commands_default:,} commands by default; "
+                "`rsm run --state-hash-every N` logs them more often)"
             )
         else:
             lines.append(

@@ -26,10 +26,12 @@ def test_registry_is_built_at_class_creation() -> None:
     assert resolve_query(Counter, "get").name == "get"
     assert commands_by_key(Counter).get("fail") is not None
     assert commands_by_key(Counter).get("get") is None
-    with pytest.raises(UnknownCommand):
+    with pytest.raises(UnknownCommand, match=r"no command 'get'; 'get' is a query \("):
         resolve_command(Counter, "get")
-    with pytest.raises(UnknownCommand):
+    with pytest.raises(UnknownCommand, match=r"no query 'add'; 'add' is a command \("):
         resolve_query(Counter, "add")
+    with pytest.raises(UnknownCommand, match=r"no query 'nope'$"):
+        resolve_query(Counter, "nope")
 
 
 def test_versions_log_under_their_own_key_and_new_calls_use_the_newest() -> None:

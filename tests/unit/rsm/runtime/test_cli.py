@@ -60,12 +60,7 @@ def test_with_bytes_every_text_is_its_utf8_bytes() -> None:
     args, kwargs = cli.parse_arguments(
         ["greeting", '"é"', "5", '["a", {"hex": "00"}]', 'v={"k": "x"}'], as_bytes=True
     )
-    assert args == [
-        b"greeting",
-        "é".encode(),
-        5,
-        [b"a", b"\x00"],
-    ]
+    assert args == [b"greeting", "é".encode(), 5, [b"a", b"\x00"]]
     assert kwargs == {"v": {"k": b"x"}}
 
 
@@ -78,6 +73,27 @@ def test_machines_are_loaded_by_module_and_class() -> None:
     ):
         with pytest.raises(InvalidConfig):
             cli.load_machine(target)
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (
+            "tests.unit.rsm.core.counter:Countr",
+            "module tests.unit.rsm.core.counter has no Countr; it has Counter",
+        ),
+        ("json:Thing", "module json has no Thing, nor any StateMachine subclass"),
+        ("json:dumps", "json:dumps is not a StateMachine subclass"),
+        (
+            "countr:Counter",
+            "cannot import countr: No module named 'countr' (the import path starts at ",
+        ),
+    ],
+)
+def test_a_class_that_is_not_there_is_named_with_what_is(target: str, message: str) -> None:
+    with pytest.raises(InvalidConfig) as raised:
+        cli.load_machine(target)
+    assert str(raised.value).startswith(message)
 
 
 def test_status_renders_one_row_per_replica() -> None:

@@ -173,3 +173,14 @@ def test_quitting_the_debugger_ends_the_replay_quietly(log: Path, stdin: str) ->
     assert (done.returncode, done.stderr) == (0, "")
     assert "stopped before index 2 " in done.stdout
     assert "replayed" not in done.stdout
+
+
+def test_a_log_without_state_hashes_says_how_to_get_them(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["verify", *CLASS, "--log", str(log)]) == 0
+    assert capsys.readouterr().out == (
+        "notes: the log carries no state hash up to index 4, so nothing was checked (replicas "
+        "log one every 100,000 commands by default; `rsm run --state-hash-every N` logs them "
+        "more often)\n"
+    )
