@@ -436,6 +436,7 @@ async def _call(arguments: argparse.Namespace) -> int:
         command_zk_store(arguments.zk) as store,
         _client(arguments, store) as client,
     ):
+        await _some_replica_runs(client)
         result = await client.call(arguments.name, *args, **kwargs)
         _print_result(arguments, result, client.last_index)
     return EXIT_OK
@@ -447,6 +448,7 @@ async def _query(arguments: argparse.Namespace) -> int:
         command_zk_store(arguments.zk) as store,
         _client(arguments, store) as client,
     ):
+        await _some_replica_runs(client)
         result = await client.query(
             arguments.name, *args, consistency=arguments.consistency, **kwargs
         )
@@ -511,8 +513,9 @@ def render_status(report: dict[str, Any]) -> str:
                 "yes" if entry["candidate"] else "no",
             )
         )
+    idle = [] if report["replicas"] else ["no replica is running: start one with rsm run"]
     return "\n".join(
-        lines + aligned(rows) + replication_lines(report) + under_replication_lines(report)
+        lines + aligned(rows) + idle + replication_lines(report) + under_replication_lines(report)
     )
 
 
@@ -549,6 +552,13 @@ async def _snapshot(arguments: argparse.Namespace) -> int:
     else:
         print(render_inspection(report))
     return EXIT_OK if command != "inspect" or report["valid"] else EXIT_FAILED
+
+
+async def _some_replica_runs(client: Client) -> None:
+    """`Unavailable` at once when no replica of the application is registered: a person
+    waiting would otherwise wait out the client's deadline for a leader."""
+    if not await client.members():
+        raise Unavailable(f"no replica of {client.app} is running (start one with rsm run)")
 
 
 async def _create_snapshot(client: Client, replica_id: str | None) -> dict[str, Any]:

@@ -96,6 +96,32 @@ async def test_blocking_client_and_command_line(
         assert successor.applied_index >= 3
 
 
+async def test_a_call_with_no_replica_running_says_so_at_once(
+    zookeeper: LocalZooKeeper, zk_root: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not after the client's deadline for a leader: the command line asks who is there."""
+    zk = f"{zookeeper.connect_string}{zk_root}"
+    async with zk_replicas(zookeeper, zk_root) as replicas:
+        await replicas.start("a")
+        leader = await replicas.wait_leader()
+        await leader.call("add", 1)
+        await replicas.stop("a")
+
+        def script() -> list[int]:
+            return [
+                cli.main(["call", "--app", APP, "--zk", zk, "add", "1"]),
+                cli.main(["query", "--app", APP, "--zk", zk, "get"]),
+                cli.main(["status", "--app", APP, "--zk", zk]),
+            ]
+
+        codes = await anyio.to_thread.run_sync(script)
+    assert codes == [cli.EXIT_FAILED, cli.EXIT_FAILED, cli.EXIT_OK]
+    out, err = capsys.readouterr()
+    running = f"error: Unavailable: no replica of {APP} is running (start one with rsm run)\n"
+    assert err == running * 2
+    assert "\nno replica is running: start one with rsm run\n" in out
+
+
 async def test_rsm_run_serves_until_sigterm_then_stops_gracefully(
     zookeeper: LocalZooKeeper, zk_root: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
