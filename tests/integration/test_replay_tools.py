@@ -12,9 +12,11 @@ replayed with no cluster; bad input gets a message and an exit status.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from bookie.address import parse_address
@@ -29,7 +31,15 @@ from rsm.runtime.log import LogStore
 from rsm.testing.logs import Call, LogWriter
 
 from .support.replay_apps import Notes, NotesShadow
-from .support.replay_cluster import CONFIG, NOTES, T0, HistoryCluster, history_cluster, rsm
+from .support.replay_cluster import (
+    CONFIG,
+    NOTES,
+    ROOT,
+    T0,
+    HistoryCluster,
+    history_cluster,
+    rsm,
+)
 from .support.schemas import RECORD_OPTIONAL, RECORD_SCHEMA, check_schema
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration, pytest.mark.zookeeper]
@@ -105,6 +115,26 @@ async def test_dump_shows_every_command_with_both_coordinates(cluster: HistoryCl
 
 async def test_dump_of_an_exported_file_is_the_same(exported: Path) -> None:
     assert await rsm("log", "dump", "--log", str(exported)) == (0, DUMP, "")
+
+
+async def test_the_follow_along_script_writes_the_same_history(cluster: HistoryCluster) -> None:
+    """scripts/notes_history.py, which docs/tools.md gives readers to follow by hand."""
+    zk = ["--zk", cluster.zookeeper.connect_string, "--ledger-root", cluster.zk_root]
+    script = [sys.executable, str(ROOT / "scripts" / "notes_history.py"), *zk]
+    done = await anyio.run_process([*script, "--app", "followed"], cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().startswith("wrote followed: 29 commands in ledgers ")
+    replays = [
+        await rsm("replay", *source, "--class", NOTES, "--json")
+        for source in (cluster.source, cluster.source_of("followed"))
+    ]
+    assert [code for code, _, _ in replays] == [0, 0]
+    known, followed = (json.loads(out) for _, out, _ in replays)
+    assert followed["state_hash"] == known["state_hash"]
+    assert followed["commands"] == known["commands"] == 29
+    again = await anyio.run_process([*script, "--app", "followed"], cwd=ROOT, check=False)
+    assert again.returncode == 2
+    assert again.stderr == b"error: application 'followed' exists already\n"
 
 
 async def test_export_of_a_range_reports_in_json(cluster: HistoryCluster, tmp_path: Path) -> None:
