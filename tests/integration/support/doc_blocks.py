@@ -250,7 +250,11 @@ class Matcher:
             position = end
         parts.append(re.escape(shown[position:]))
         pattern = "".join(parts).replace(re.escape(READER_VENV_BIN), re.escape(self.venv_bin))
-        return pattern, slots
+        # A program the output names as `.venv/bin/...` (relative to the repository, where the
+        # reader runs it) is the test's virtualenv's, by whatever path the test runs it.
+        relative = re.escape(".venv/bin/")
+        either = f"(?:{relative}|{re.escape(self.venv_bin + '/')})"
+        return pattern.replace(relative, either), slots
 
 
 def mismatch(shown: list[str], printed: list[str]) -> str:
