@@ -436,7 +436,7 @@ async def _call(arguments: argparse.Namespace) -> int:
         command_zk_store(arguments.zk) as store,
         _client(arguments, store) as client,
     ):
-        await _some_replica_runs(client)
+        await _some_replica_runs(client, store)
         result = await client.call(arguments.name, *args, **kwargs)
         _print_result(arguments, result, client.last_index)
     return EXIT_OK
@@ -448,7 +448,7 @@ async def _query(arguments: argparse.Namespace) -> int:
         command_zk_store(arguments.zk) as store,
         _client(arguments, store) as client,
     ):
-        await _some_replica_runs(client)
+        await _some_replica_runs(client, store)
         result = await client.query(
             arguments.name, *args, consistency=arguments.consistency, **kwargs
         )
@@ -554,11 +554,15 @@ async def _snapshot(arguments: argparse.Namespace) -> int:
     return EXIT_OK if command != "inspect" or report["valid"] else EXIT_FAILED
 
 
-async def _some_replica_runs(client: Client) -> None:
-    """`Unavailable` at once when no replica of the application is registered: a person
-    waiting would otherwise wait out the client's deadline for a leader."""
-    if not await client.members():
-        raise Unavailable(f"no replica of {client.app} is running (start one with rsm run)")
+async def _some_replica_runs(client: Client, store: MetadataStore) -> None:
+    """`NoSuchApplication` or `Unavailable` at once when no replica of the application is
+    registered: a person waiting would otherwise wait out the client's deadline for a
+    leader."""
+    if await client.members():
+        return
+    if await store.exists(AppLayout.of(client.app).log) is None:
+        raise NoSuchApplication(client.app)
+    raise Unavailable(f"no replica of {client.app} is running (start one with rsm run)")
 
 
 async def _create_snapshot(client: Client, replica_id: str | None) -> dict[str, Any]:

@@ -112,13 +112,15 @@ async def test_a_call_with_no_replica_running_says_so_at_once(
                 cli.main(["call", "--app", APP, "--zk", zk, "add", "1"]),
                 cli.main(["query", "--app", APP, "--zk", zk, "get"]),
                 cli.main(["status", "--app", APP, "--zk", zk]),
+                cli.main(["call", "--app", "nosuchapp", "--zk", zk, "add", "1"]),
             ]
 
         codes = await anyio.to_thread.run_sync(script)
-    assert codes == [cli.EXIT_FAILED, cli.EXIT_FAILED, cli.EXIT_OK]
+    assert codes == [cli.EXIT_FAILED, cli.EXIT_FAILED, cli.EXIT_OK, cli.EXIT_USAGE]
     out, err = capsys.readouterr()
     running = f"error: Unavailable: no replica of {APP} is running (start one with rsm run)\n"
-    assert err == running * 2
+    missing = "error: NoSuchApplication: there is no application 'nosuchapp' in this ZooKeeper\n"
+    assert err == running * 2 + missing
     assert "\nno replica is running: start one with rsm run\n" in out
 
 
