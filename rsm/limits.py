@@ -366,6 +366,20 @@ state_hashes_kept_max = 64
 snapshot_load_attempts_max = 32
 """Snapshots a replica tries (newest first) before it gives up on snapshots."""
 
+snapshot_load_data_errors_max = 5
+"""Loads of one snapshot in a row that may fail with the same data error (no bookie could serve
+a chunk: `DigestMismatch`, only corrupt copies; `EntryNotAvailable`, every copy failed) before
+the replica loads the next older usable snapshot instead.  Those errors are retryable because
+a bookie may come back with a good copy, so a few attempts (each `retry_delay_ms` apart) are
+worth it; after that waiting could last forever (rot on every copy), whereas an older snapshot
+plus the log after it rebuilds the same state.  Small, because a skip costs only replay time.
+When no older snapshot is usable (the log was truncated past it), the replica keeps retrying."""
+
+snapshot_load_rounds_max = 10
+"""Times one load of the newest snapshot starts over because the snapshots znode changed under
+it (a newer snapshot registered, the one being read unregistered and deleted, the log
+truncated past it); each round reads the znode again and loads a strictly newer snapshot."""
+
 # --- replay and debug tools (rsm/tools) ------------------------------------------------------
 
 tool_read_ahead_reads_max = 8

@@ -127,6 +127,7 @@ from rsm.runtime.stats import ReplicaStats
 from rsm.runtime.takeover import Takeover, take_over
 from rsm.runtime.transient import is_transient
 from rsm.snapshots.inspect import manifest_plain
+from rsm.snapshots.loader import Restored
 from rsm.snapshots.store import SnapshotStore
 
 logger = logging.getLogger(__name__)
@@ -931,22 +932,50 @@ class Replica:
 
     async def _start_from_snapshot(self) -> None:
         """Load the newest valid snapshot, if any; refuse to start when the log was truncated
-        past every snapshot that could be loaded (nothing could rebuild the state)."""
-        await self._retry_transient("load_snapshot", self.snapshots.load_newest)
-        log, _version = await self._retry_transient("read_log", self._log_store.read)
-        next_index = self._applier.applied_index + 1
-        if next_index < log.first_index:
-            raise Truncated(
-                f"cannot start: the log of {self.app!r} begins at index {log.first_index} "
-                f"(truncated), and no valid snapshot reaches index {log.first_index - 1}; "
-                f"the newest usable state ends at index {next_index - 1} "
-                "(see `rsm snapshot ls` and the rsm.snapshot_skipped errors above)"
+        past every snapshot that could be loaded (nothing could rebuild the state).
+
+        A newer snapshot may be registered, and the log truncated past the one loaded,
+        while it loads: then the snapshots znode is read again and the newer one loaded
+        (`rsm.snapshot_superseded`), up to `limits.snapshot_load_rounds_max` times."""
+        for _round in range(limits.snapshot_load_rounds_max):
+            await self._load_snapshot()
+            seen = self.snapshots.value.newest
+            log, _version = await self._retry_transient("read_log", self._log_store.read)
+            next_index = self._applier.applied_index + 1
+            if next_index >= log.first_index:
+                return
+            value = await self._retry_transient("read_snapshots", self.snapshots.refresh)
+            newest = value.newest
+            if newest is None or (seen is not None and newest.index <= seen.index):
+                break  # no snapshot newer than those the load tried: nothing bridges the gap
+            emit(
+                logger,
+                logging.WARNING,
+                "rsm.snapshot_superseded",
+                applied_index=next_index - 1,
+                log_first_index=log.first_index,
+                newest_index=newest.index,
             )
+        raise Truncated(
+            f"cannot start: the log of {self.app!r} begins at index {log.first_index} "
+            f"(truncated), and no valid snapshot reaches index {log.first_index - 1}; "
+            f"the newest usable state ends at index {next_index - 1} "
+            "(see `rsm snapshot ls` and the rsm.snapshot_skipped errors above)"
+        )
+
+    async def _load_snapshot(self) -> Restored | None:
+        return await self._retry_transient(
+            "load_snapshot", functools.partial(self.snapshots.load_newest, self._log_first_index)
+        )
+
+    async def _log_first_index(self) -> int:
+        log, _version = await self._log_store.read()
+        return log.first_index
 
     async def _reload(self, cause: Truncated) -> None:
         """The log was truncated past this replica's state: load a snapshot to go on from."""
         emit(logger, logging.WARNING, "rsm.reload_snapshot", reason=str(cause))
-        restored = await self._retry_transient("load_snapshot", self.snapshots.load_newest)
+        restored = await self._load_snapshot()
         if restored is None:
             raise Truncated(
                 f"{cause}; no valid snapshot is newer than this replica's state (index "
@@ -975,8 +1004,14 @@ class Replica:
         return snapshotter(view.candidates, view.elect) == self.replica_id
 
     async def take_snapshot(self) -> dict[str, Any]:
-        """Snapshot this replica's state now (`rsm snapshot create`); the manifest as a map."""
-        return manifest_plain(await self.snapshots.take("requested"))
+        """Snapshot this replica's state now (`rsm snapshot create`); the manifest as a map.
+
+        The snapshot runs in the replica's task group (`SnapshotService.request`): it
+        completes and is registered even when the caller stops waiting."""
+        task_group = self._task_group
+        if task_group is None:
+            return manifest_plain(await self.snapshots.take("requested"))
+        return manifest_plain(await self.snapshots.request(task_group))
 
     # --- election -----------------------------------------------------------------------------
 

@@ -18,7 +18,11 @@ answers CALL and linearizable QUERY with NotLeader and the leader's address
 when it knows it (on a TLS listener beside a plain one, the leader's TLS port);
 read_your_writes waits on any replica; stale answers at once.
 STATUS is answered here from `Endpoint.status`; TRANSFER_LEADERSHIP runs in a
-task of its connection (it waits for the handover).
+task of its connection (it waits for the handover).  SNAPSHOT waits in a task of
+its connection for the snapshot, which runs in the replica's own task group (it
+completes even if the connection closes); a failed snapshot is answered as an
+error (`Unavailable` when transient, else `CommandFailed` naming the error's
+type), never raised into the replica.
 
 Bad input never crashes anything: a request with a known id but a wrong op,
 version or field is answered BAD_REQUEST; bytes that cannot be framed or a
@@ -55,7 +59,7 @@ import anyio.abc
 from anyio.abc import SocketAttribute
 
 from bookie.core.tokens import Grant, Role, TokenTable
-from bookie.errors import RemoteProtocolError
+from bookie.errors import BookieError, RemoteProtocolError
 from bookie.logs import emit
 from bookie.net.accepting import serve_listener
 from bookie.net.admission import ConnectionAdmission, peer_host
@@ -79,13 +83,16 @@ from rsm.core.protocol import (
 )
 from rsm.core.sessions import Outcome
 from rsm.errors import (
+    CommandFailed,
     Forbidden,
     NotAuthenticated,
     Overloaded,
     ProtocolViolation,
+    RsmError,
     RsmStatus,
     StatusError,
     Timeout,
+    Unavailable,
 )
 from rsm.runtime.applier import Answerer
 
@@ -407,8 +414,8 @@ class ClientConnection:
     async def _snapshot(self, request: SnapshotRequest) -> None:
         try:
             result = await self._endpoint.take_snapshot()
-        except StatusError as error:
-            self.answer(Op.SNAPSHOT, request.request_id, Outcome.failure(error), 0)
+        except (RsmError, BookieError) as error:
+            self.answer(Op.SNAPSHOT, request.request_id, Outcome.failure(_snapshot_error(error)), 0)
         else:
             self.answer(Op.SNAPSHOT, request.request_id, Outcome(RsmStatus.OK, result), 0)
 
@@ -419,6 +426,18 @@ class ClientConnection:
             task_group = self._task_group
             assert task_group is not None
             task_group.cancel_scope.cancel()
+
+
+def _snapshot_error(error: RsmError | BookieError) -> StatusError:
+    """What a client is answered when the snapshot it asked for failed: a transient cause
+    (bookies or ZooKeeper unreachable) as `Unavailable`, any other (the application's
+    `snapshot()` raised, a state the codec refuses) as `CommandFailed` with the error's type
+    name (as a command's failure is); both with its text.  The replica goes on either way."""
+    if isinstance(error, StatusError):
+        return error
+    if error.retryable:
+        return Unavailable(f"the snapshot failed: {type(error).__name__}: {error}")
+    return CommandFailed(str(error), type(error).__name__)
 
 
 _OPS: Final = {

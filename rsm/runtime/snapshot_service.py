@@ -8,14 +8,20 @@
   (rsm/snapshots/capture.py), writes it to a new ledger and registers it
   (rsm/snapshots/store.py).  One at a time per replica.  `policy_loop` calls it
   when the policy says a snapshot is due and this replica is the
-  snapshotter (rsm/core/snapshot_policy.py); `rsm snapshot create` calls it
-  through the replica's SNAPSHOT request.
+  snapshotter (rsm/core/snapshot_policy.py); a failure is logged
+  (`rsm.snapshot_failed`) and the replica goes on.  `request` runs it for
+  `rsm snapshot create` (the replica's SNAPSHOT request) in the replica's task
+  group, so that it completes even when the client stops waiting.
 * `load_newest` restores the newest valid snapshot above the replica's
   applied index (rsm/snapshots/loader.py) and installs it in the `Applier`:
   at start, and when the log was truncated past what the replica applied.
   A corrupt snapshot is skipped for the previous one, with an error logged
-  (`rsm.snapshot_skipped`).  A replica whose state is at or past the newest
-  snapshot does not reload.
+  (`rsm.snapshot_skipped`); so is one no bookie could serve
+  `limits.snapshot_load_data_errors_max` times in a row, when the log still
+  holds what follows the older state (else the replica waits for the bookies).
+  A load that fails while the snapshots znode changed starts over from the
+  newer value.  A replica whose state is at or past the newest snapshot does
+  not reload.
 * `truncation_loop` runs while the replica leads: it gives up pending
   snapshots whose writer vanished, truncates the log below the newest durable
   snapshot outside the retention window (through the `LeaderTerm`, which owns
@@ -33,12 +39,13 @@ truncated only below a registered snapshot.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.abc
 
-from bookie.errors import BookieError
+from bookie.errors import BookieError, DigestMismatch, EntryNotAvailable
 from bookie.logs import emit
 from rsm import limits
 from rsm.config import ReplicaConfig
@@ -70,6 +77,25 @@ def capture_strategy(config: ReplicaConfig) -> str:
     if config.snapshot_capture == "auto":
         return FORK if fork_available() else INLINE
     return config.snapshot_capture
+
+
+def _log_follows(first_index: int | None, index: int) -> bool:
+    """Whether a log beginning at `first_index` (None: not known, taken as 1) holds the
+    commands after `index`, so a state at `index` can be replayed forward."""
+    return first_index is None or index + 1 >= first_index
+
+
+class _Superseded:
+    """A load found the snapshots znode changed under it: read it again and start over."""
+
+
+class _Requested:
+    """One requested snapshot and the requests waiting for it."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.manifest: Manifest | None = None
+        self.error: RsmError | BookieError | None = None
 
 
 class SnapshotService:
@@ -113,6 +139,12 @@ class SnapshotService:
         self.last_taken: dict[str, Any] | None = None
         self.last_loaded: dict[str, Any] | None = None
         self.last_error: str | None = None
+        self._data_errors: dict[int, tuple[str, int]] = {}
+        """Snapshot ledger id -> (the type of the data error its loads met, how many loads in
+        a row met it): see `limits.snapshot_load_data_errors_max`."""
+        self._requested_lock = anyio.Lock()
+        self._next_requested: _Requested | None = None
+        """The requested snapshot that has not started yet: later requests join it."""
 
     def status(self) -> dict[str, Any]:
         newest = self.value.newest
@@ -189,6 +221,51 @@ class SnapshotService:
                 if isinstance(error, RsmError | BookieError):
                     raise
                 raise Unavailable(f"the snapshot could not be registered: {error}") from None
+
+    async def request(self, task_group: anyio.abc.TaskGroup) -> Manifest:
+        """A snapshot asked for from outside (`rsm snapshot create`, `Client.snapshot`): `take`
+        run in `task_group` (the replica's own), not in the asking task, so that it completes
+        and registers even when the asker stops waiting (its client's deadline passed, its
+        connection closed; logged as `rsm.snapshot_request_left`).
+
+        At most one requested snapshot runs at a time and at most one more waits to start:
+        a request made while one runs joins the next one, which captures the state after
+        every request it serves was made.  Raises what `take` raised.
+        """
+        requested = self._next_requested
+        if requested is None:
+            requested = self._next_requested = _Requested()
+            task_group.start_soon(self._run_requested, requested)
+        try:
+            await requested.done.wait()
+        except anyio.get_cancelled_exc_class():
+            if not requested.done.is_set():
+                emit(
+                    logger,
+                    logging.INFO,
+                    "rsm.snapshot_request_left",
+                    detail="the asker stopped waiting; the snapshot goes on and is registered",
+                )
+            raise
+        if requested.error is not None:
+            raise requested.error
+        assert requested.manifest is not None
+        return requested.manifest
+
+    async def _run_requested(self, requested: _Requested) -> None:
+        async with self._requested_lock:
+            if self._next_requested is requested:
+                self._next_requested = None  # later requests wait for the next one
+            try:
+                requested.manifest = await self.take("requested")
+            except (RsmError, BookieError) as error:
+                requested.error = error  # logged by `take`
+            except BaseException:
+                # The replica stopping (a cancellation), or a bug that stops it.
+                requested.error = Unavailable("the snapshot was stopped before it was done")
+                raise
+            finally:
+                requested.done.set()
 
     async def _take(self, reason: str) -> Manifest:
         applier = self._applier
@@ -293,18 +370,53 @@ class SnapshotService:
 
     # --- loading ------------------------------------------------------------------------------
 
-    async def load_newest(self) -> Restored | None:
+    async def load_newest(
+        self, log_first_index: Callable[[], Awaitable[int]] | None = None
+    ) -> Restored | None:
         """Install the newest valid snapshot above the applied index; None if there is none.
 
-        Raises what a transient error of ZooKeeper or the bookies raises (the
-        caller retries); a snapshot that fails a check, or whose ledger is
-        gone, is skipped loudly for the previous one.
+        `log_first_index` reads the first index the log still holds; without it the log is
+        taken to hold everything.
+
+        * A snapshot that fails a check, or whose ledger is gone, is skipped loudly
+          (`rsm.snapshot_skipped`) for the previous one.
+        * A failure while the snapshots znode changed (a newer snapshot registered, the
+          one being read unregistered and its ledger deleted) starts over from the
+          znode read again (`rsm.snapshot_superseded`), at most
+          `limits.snapshot_load_rounds_max` times, then `Unavailable`.
+        * A transient error is raised (the caller retries), except a data error (no
+          bookie could serve a chunk) that the same snapshot met
+          `limits.snapshot_load_data_errors_max` times in a row: that snapshot is skipped
+          for the next older one, if the log still holds the commands after it (else the
+          error is raised, and `rsm.snapshot_unreadable` says why the replica waits).
         """
-        value = await self.refresh()
+        for _round in range(limits.snapshot_load_rounds_max):
+            value = await self.refresh()
+            outcome = await self._load_from(value, log_first_index)
+            if not isinstance(outcome, _Superseded):
+                return outcome
+        raise Unavailable(
+            f"the snapshots znode changed under {limits.snapshot_load_rounds_max} loads in a row"
+        )
+
+    async def _load_from(
+        self, value: SnapshotsValue, log_first_index: Callable[[], Awaitable[int]] | None
+    ) -> Restored | _Superseded | None:
+        """`load_newest`'s work on one read of the znode."""
         applier = self._applier
-        for manifest in value.newest_first()[: limits.snapshot_load_attempts_max]:
+        registered = {manifest.ledger_id for manifest in value.snapshots}
+        for ledger_id in set(self._data_errors) - registered:
+            del self._data_errors[ledger_id]
+        unreadable: BaseException | None = None
+        """The data error of a snapshot skipped in this round while it may come back."""
+        first_index: int | None = None
+        manifests = value.newest_first()[: limits.snapshot_load_attempts_max]
+        for position, manifest in enumerate(manifests):
             if manifest.index <= applier.applied_index:
-                return None  # the state is already as current: no reload
+                break  # the state is already as current: no reload
+            if unreadable is not None and not _log_follows(first_index, manifest.index):
+                self._unreadable_wait(first_index, manifest.index)
+                raise unreadable
             started_s = anyio.current_time()
             machine = self._machine_factory()
             try:
@@ -312,19 +424,32 @@ class SnapshotService:
                     self.store, manifest, machine, self._config, threads=self._strategy != INLINE
                 )
             except Exception as error:
-                if is_transient(error) or isinstance(error, MemoryError | RecursionError):
+                if isinstance(error, MemoryError | RecursionError):
                     raise
-                self.skipped += 1
-                self.last_error = f"{type(error).__name__}: {error}"
-                emit(
-                    logger,
-                    logging.ERROR,
-                    "rsm.snapshot_skipped",
-                    index=manifest.index,
-                    ledger_id=manifest.ledger_id,
-                    error=self.last_error,
-                )
+                if (await self.refresh()).snapshots != value.snapshots:
+                    emit(
+                        logger,
+                        logging.INFO,
+                        "rsm.snapshot_superseded",
+                        index=manifest.index,
+                        ledger_id=manifest.ledger_id,
+                        error=f"{type(error).__name__}: {error}",
+                    )
+                    return _Superseded()
+                if is_transient(error):
+                    if not self._data_error_persists(manifest, error):
+                        raise
+                    unreadable = error
+                    if log_first_index is not None and first_index is None:
+                        first_index = await log_first_index()
+                    older = manifests[position + 1 : position + 2]
+                    older_index = max([applier.applied_index, *(m.index for m in older)])
+                    if not _log_follows(first_index, older_index):
+                        self._unreadable_wait(first_index, older_index)
+                        raise
+                self._skip(manifest, error)
                 continue
+            self._data_errors.clear()
             if restored.position.index <= applier.applied_index:
                 return None  # applied past it meanwhile
             applier.install(restored.machine, restored.sessions, restored.position, restored.cursor)
@@ -338,7 +463,59 @@ class SnapshotService:
             }
             emit(logger, logging.INFO, "rsm.snapshot_loaded", **self.last_loaded)
             return restored
+        if unreadable is not None and not _log_follows(first_index, applier.applied_index):
+            self._unreadable_wait(first_index, applier.applied_index)
+            raise unreadable
         return None
+
+    def _data_error_persists(self, manifest: Manifest, error: BaseException) -> bool:
+        """Count a transient failure of `manifest`'s load; whether it is a data error that
+        came `snapshot_load_data_errors_max` times in a row (then skip the snapshot)."""
+        if not isinstance(error, DigestMismatch | EntryNotAvailable):
+            self._data_errors.pop(manifest.ledger_id, None)
+            return False  # bookies or ZooKeeper unreachable: wait for them
+        name = type(error).__name__
+        seen, count = self._data_errors.get(manifest.ledger_id, (name, 0))
+        count = count + 1 if seen == name else 1
+        self._data_errors[manifest.ledger_id] = (name, count)
+        if count < limits.snapshot_load_data_errors_max:
+            emit(
+                logger,
+                logging.WARNING,
+                "rsm.snapshot_unreadable",
+                index=manifest.index,
+                ledger_id=manifest.ledger_id,
+                attempts=count,
+                error=f"{name}: {error}",
+            )
+            return False
+        return True
+
+    def _skip(self, manifest: Manifest, error: BaseException) -> None:
+        self.skipped += 1
+        self.last_error = f"{type(error).__name__}: {error}"
+        emit(
+            logger,
+            logging.ERROR,
+            "rsm.snapshot_skipped",
+            index=manifest.index,
+            ledger_id=manifest.ledger_id,
+            error=self.last_error,
+        )
+
+    def _unreadable_wait(self, first_index: int | None, older_index: int) -> None:
+        """A snapshot no bookie serves cannot be skipped: nothing older can be used."""
+        emit(
+            logger,
+            logging.ERROR,
+            "rsm.snapshot_unreadable",
+            reason=(
+                f"no bookie serves the newer snapshot, and no older state can replace it: "
+                f"the log begins at index {first_index} (truncated) and the next older state "
+                f"ends at index {older_index}; retrying until its bookies serve it (restart or "
+                "repair them)"
+            ),
+        )
 
     # --- truncation (leader) ------------------------------------------------------------------
 

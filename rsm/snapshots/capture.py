@@ -25,7 +25,10 @@ ledger while the replica goes on applying.  Two strategies:
   the write; memory holds the serialized snapshot once.
 
 Both produce exactly the same bytes (`stream_snapshot`), and end with a
-`CaptureResult`: the stream's summary and the state hash at the index.
+`CaptureResult`: the stream's summary and the state hash at the index.  Both
+turn an exception of the application's `snapshot()` or `state_hash()` into
+`BadSnapshotState` (naming its type and text), which the replica logs and
+survives.
 
 Pipe framing (child -> parent), each frame `kind u8 | length u32 | body`:
 kind 0 a chunk payload, 1 the result (CBOR `[chunk_count, size_bytes,
@@ -148,7 +151,17 @@ async def capture(
     assert strategy in (FORK, INLINE)
     if strategy == INLINE:
         started_s = anyio.current_time()
-        items = list(stream_snapshot(machine, header, sessions, chunk_bytes))
+        try:
+            items = list(stream_snapshot(machine, header, sessions, chunk_bytes))
+        except BadSnapshotState:
+            raise
+        except Exception as error:
+            # The application's snapshot() or state_hash() raised: the same error as a fork
+            # child's, so the replica logs it and goes on.
+            raise BadSnapshotState(
+                f"the application's snapshot() or state_hash() raised "
+                f"{type(error).__name__}: {error}"
+            ) from error
         yield Capture(_replay(items), (anyio.current_time() - started_s) * 1000)
         return
     async with _forked(lambda: stream_snapshot(machine, header, sessions, chunk_bytes)) as (

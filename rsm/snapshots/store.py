@@ -63,7 +63,7 @@ from rsm.core.snapshot_manifest import (
     decode_snapshots,
     encode_snapshots,
 )
-from rsm.errors import SnapshotCorrupt, Unavailable
+from rsm.errors import MalformedValue, SnapshotCorrupt, Unavailable
 from rsm.snapshots.capture import CaptureResult
 
 logger = logging.getLogger(__name__)
@@ -284,12 +284,24 @@ def manifest_of(header: SnapshotHeader, written: Written, result: CaptureResult)
 
 
 async def read_snapshots(store: MetadataStore, layout: AppLayout) -> tuple[SnapshotsValue, int]:
-    """An application's snapshots znode: its value and version (absent: empty, version -1)."""
+    """An application's snapshots znode: its value and version (absent: empty, version -1).
+
+    A value that does not decode is `MalformedValue`, naming the znode and where the
+    operator's steps are: nothing here overwrites or ignores it, since only it says which
+    snapshot ledgers hold the state below a truncated log (docs/snapshots.md, "A damaged
+    snapshots znode")."""
     try:
         versioned = await store.get(layout.snapshots)
     except NoNode:
         return SnapshotsValue(), -1
-    return decode_snapshots(versioned.value), versioned.version
+    try:
+        return decode_snapshots(versioned.value), versioned.version
+    except MalformedValue as error:
+        raise MalformedValue(
+            f"{layout.snapshots} (version {versioned.version}, {len(versioned.value)} bytes) "
+            f"cannot be read: {error}; replicas of {layout.app!r} stop rather than guess what "
+            'it named: see docs/snapshots.md, "A damaged snapshots znode"'
+        ) from None
 
 
 def _cleanup_s() -> float:
