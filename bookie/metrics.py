@@ -22,7 +22,7 @@ import bisect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, TypeVar
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -156,6 +156,15 @@ def registry(*sources: Callable[[], Iterable[Metric]]) -> CollectorRegistry:
     built = CollectorRegistry(auto_describe=False)
     for source in sources:
         built.register(FamiliesCollector(source))
+    return built
+
+
+def process_registry() -> CollectorRegistry:
+    """The process's `process_*` metrics (Prometheus's standard ones, read from /proc at each
+    scrape: CPU seconds, resident memory, open and maximum file descriptors, start time);
+    empty where /proc is not."""
+    built = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=built)
     return built
 
 

@@ -47,7 +47,7 @@ from bookie import limits
 from bookie.address import Address
 from bookie.errors import AdminUnavailable, HttpError, MethodNotAllowed
 from bookie.logs import emit
-from bookie.metrics import CONTENT_TYPE, exposition, registry
+from bookie.metrics import CONTENT_TYPE, exposition, process_registry, registry
 from bookie.net.accepting import serve_listener
 from bookie.net.admin_token import AdminGuard, admin_token_from_environment
 from bookie.net.admission import ConnectionAdmission, peer_host
@@ -138,16 +138,16 @@ class Routes:
 
 def common_routes(metrics: Callable[[], bytes], ready: Handler, openapi: Any) -> Routes:
     """Routes with what every admin server answers: `/metrics` (`metrics()`, Prometheus's
-    text format, and the admin token's refusals), `/health` (liveness: the process serves),
-    `/ready`, `/openapi.json`; POSTs need the admin token of `BOOKIE_ADMIN_TOKEN_FILE`, if
-    any (`bookie.net.admin_token`)."""
+    text format, the process's own `process_*` metrics and the admin token's refusals),
+    `/health` (liveness: the process serves), `/ready`, `/openapi.json`; POSTs need the
+    admin token of `BOOKIE_ADMIN_TOKEN_FILE`, if any (`bookie.net.admin_token`)."""
     token = admin_token_from_environment()
     guard = None if token is None else AdminGuard(token)
     routes = Routes(guard)
-    refusals = [] if guard is None else [registry(guard.families)]
+    more = [process_registry()] + ([] if guard is None else [registry(guard.families)])
 
     async def get_metrics(_: Request) -> Answer:
-        return Answer(200, metrics() + exposition(refusals), CONTENT_TYPE)
+        return Answer(200, metrics() + exposition(more), CONTENT_TYPE)
 
     async def health(_: Request) -> Answer:
         return json_answer({"status": "ok"})

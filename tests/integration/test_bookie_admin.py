@@ -10,6 +10,8 @@ a GC round run).
 
 from __future__ import annotations
 
+import os
+import resource
 from pathlib import Path
 
 import pytest
@@ -44,6 +46,10 @@ async def test_bookie_admin_api(zookeeper: LocalZooKeeper, zk_root: str, tmp_pat
 
         before = await admin.metrics()
         assert sample(before, "bookie_add_latency_seconds_count", result="ok") == 0
+        if os.path.isdir(f"/proc/{bookie.pid}/fd"):  # the process's own, from /proc
+            assert sample(before, "process_open_fds") > 0
+            soft, _ = resource.prlimit(bookie.pid, resource.RLIMIT_NOFILE)
+            assert sample(before, "process_max_fds") == soft
 
         async with ledger_client(cluster, seed=1) as client:
             handle = await client.create_ledger(1, 1, 1, password=b"admin")
