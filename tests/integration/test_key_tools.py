@@ -405,7 +405,8 @@ async def test_diff_of_bad_input_says_what_is_wrong(
         "",
         f"error: InvalidConfig: replica 'r9' has no registered snapshot of {replicas_app!r} "
         "(snapshots: r2 at 9, r3 at 7, r1 at 5); `rsm snapshot create --replica r9` takes one "
-        "(it writes a snapshot ledger)\n",
+        "(it writes a snapshot ledger) once the replica has applied a command after the newest "
+        "snapshot\n",
     )
 
 
