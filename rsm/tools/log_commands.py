@@ -27,7 +27,7 @@ from rsm.tools.options import (
 )
 from rsm.tools.output import Progress, dumps, reproduce, utc
 from rsm.tools.records import SCHEMA_VERSION, Record, record_plain, records, short_value
-from rsm.tools.source import ClusterSource, LogSource, entries, open_source
+from rsm.tools.source import ClusterSource, Continuity, LogSource, entries, open_source
 
 DUMP_HEADER: Final = ("INDEX", "EPOCH", "LEDGER:ENTRY:SLOT", "TIME", "SESSION", "COMMAND", "ARGS")
 
@@ -287,11 +287,11 @@ async def _covering_snapshot(source: LogSource, first: int, last: int) -> Manife
 async def _export_entries(
     source: LogSource, writer: ExportWriter, first: int, last: int, progress: Progress
 ) -> None:
+    continuity = Continuity(first)
     async with source.raw_entries(first, last) as raw:
         async for read in raw:
             entry = read.decode()
-            if entry.batch.first_index > last and entry.batch.items:
-                return
+            continuity.check(entry)
             writer.add(
                 ExportedEntry(
                     entry.ledger_id,

@@ -124,18 +124,50 @@ class LogSource(Protocol):
 async def entries(
     source: LogSource, first_index: int, last_index: int | None = None
 ) -> AsyncIterator[AsyncIterator[LoggedEntry]]:
-    """`source.raw_entries`, decoded, up to the entry holding `last_index`; a corrupt entry
-    raises `MalformedValue` naming it."""
+    """`source.raw_entries`, decoded, up to the entry holding `last_index`; a corrupt entry,
+    or one whose commands do not follow the previous entry's (a gap or an overlap, so that
+    indexes would be skipped or read twice), raises `MalformedValue` naming it."""
     async with source.raw_entries(first_index, last_index) as raw:
 
         async def decoded() -> AsyncIterator[LoggedEntry]:
+            continuity = Continuity(first_index)
             async for entry in raw:
                 logged = entry.decode()
+                continuity.check(logged)
                 yield logged
                 if last_index is not None and logged.last_index >= last_index:
                     return
 
         yield decoded()
+
+
+class Continuity:
+    """Checks that the entries read from `first_index` on hold every index once, in order."""
+
+    def __init__(self, first_index: int) -> None:
+        self._first_index = first_index
+        self._expected: int | None = None
+        """The index the next entry with commands must start at, once one was read."""
+
+    def check(self, logged: LoggedEntry) -> None:
+        """`MalformedValue` naming `logged` when its commands do not follow the previous
+        entry's (a gap or an overlap), or start past `first_index` (which no entry holds)."""
+        batch = logged.batch
+        if not batch.items:
+            return
+        expected = self._expected
+        where = f"ledger {logged.ledger_id} entry {logged.entry_id} starts at index"
+        if expected is None and batch.first_index > self._first_index:
+            raise MalformedValue(
+                f"{where} {batch.first_index}, past index {self._first_index}, which no "
+                "entry holds (`rsm log check` lists every such problem)"
+            )
+        if expected is not None and batch.first_index != expected:
+            raise MalformedValue(
+                f"{where} {batch.first_index}; the previous entry ended at {expected - 1} "
+                "(`rsm log check` lists every such problem)"
+            )
+        self._expected = batch.next_index
 
 
 async def check_range(source: LogSource, first_index: int) -> None:

@@ -21,12 +21,14 @@ from rsm.tools.export_format import ExportWriter
 from rsm.tools.options import EXIT_USAGE
 from tests.unit.rsm.tools.test_export_format import HEADER, entry
 
+HEADER_OF_FOUR = replace(HEADER, segments=(Segment(7, 1, 1, SegmentState.CLOSED, 4),), last_index=4)
+"""The header of a log of one segment of four commands."""
+
 
 def exported() -> bytes:
     """A log of one segment, two entries of two commands each."""
     stream = io.BytesIO()
-    segment = Segment(7, 1, 1, SegmentState.CLOSED, 4)
-    writer = ExportWriter(stream, replace(HEADER, segments=(segment,), last_index=4))
+    writer = ExportWriter(stream, HEADER_OF_FOUR)
     writer.add(entry(7, 0, 1, 2))
     writer.add(entry(7, 1, 3, 2))
     writer.finish()
@@ -183,4 +185,32 @@ def test_a_log_without_state_hashes_says_how_to_get_them(
         "notes: the log carries no state hash up to index 4, so nothing was checked (replicas "
         "log one every 100,000 commands by default; `rsm run --state-hash-every N` logs them "
         "more often)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "words",
+    [("log", "dump"), ("replay", *CLASS), ("log", "export", "--to", "copy.rsmlog")],
+    ids=" ".join,
+)
+def test_an_entry_that_does_not_follow_the_previous_one_is_a_problem(
+    words: tuple[str, ...],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second entry's batch says it starts at index 5 (its frame in the file says 3, as the
+    ledger's position would): the tools stop there with an error, never reading past."""
+    stream = io.BytesIO()
+    writer = ExportWriter(stream, HEADER_OF_FOUR)
+    writer.add(entry(7, 0, 1, 2))
+    writer.add(replace(entry(7, 1, 3, 2), payload=entry(7, 1, 5, 2).payload))
+    writer.finish()
+    gapped = tmp_path / "gapped.rsmlog"
+    gapped.write_bytes(stream.getvalue())
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([*words, "--log", str(gapped)]) == 1
+    assert capsys.readouterr().err == (
+        "error: MalformedValue: ledger 7 entry 1 starts at index 5; the previous entry ended "
+        "at 2 (`rsm log check` lists every such problem)\n"
     )
