@@ -20,7 +20,11 @@ An `apply` that raises a `MetadataError` (ZooKeeper unreachable) is retried at
 the next check, so the registration catches up with the state once it can.
 
 Disk usage is measured per file system, not per directory: directories on
-one disk count once in the bookie's free and total bytes.
+one disk count once in the bookie's free and total bytes.  A file system's
+usage is reckoned as `df` reckons it, used / (used + available to unprivileged
+users): blocks reserved for root (5% by default on ext4) count neither as used
+nor as available, so the fraction reaches 1.0 when a write by the bookie (not
+root) fails with ENOSPC, and `disk_usage_threshold` = 0.95 means `df`'s 95%.
 """
 
 from __future__ import annotations
@@ -44,25 +48,31 @@ class DiskUsage:
     """The data disks at one moment."""
 
     used_fraction: float
-    """Usage of the fullest file system (used / total)."""
+    """Usage of the fullest file system, as `df` reports it: used / (used + available)."""
     fullest_dir: Path
     free_bytes: int
     """Available bytes, summed over the distinct file systems."""
     total_bytes: int
 
 
-def measure(dirs: Iterable[Path]) -> DiskUsage:
-    """Usage of the file systems holding `dirs` (which must exist); raises OSError."""
+def measure(
+    dirs: Iterable[Path], *, statvfs: Callable[[Path], os.statvfs_result] = os.statvfs
+) -> DiskUsage:
+    """Usage of the file systems holding `dirs` (which must exist); raises OSError.
+
+    `statvfs` is `os.statvfs` but for tests."""
     seen: set[int] = set()
     fullest: tuple[float, Path] | None = None
     free_bytes = 0
     total_bytes = 0
     for path in dirs:
-        status = os.statvfs(path)
+        status = statvfs(path)
         device = os.stat(path).st_dev
         total = status.f_blocks * status.f_frsize
-        used = total - status.f_bfree * status.f_frsize
-        fraction = used / total if total else 1.0
+        used = (status.f_blocks - status.f_bfree) * status.f_frsize
+        available = status.f_bavail * status.f_frsize
+        # As df: root's reserve (f_bfree - f_bavail) is neither used nor available.
+        fraction = used / (used + available) if used + available else 1.0
         if fullest is None or fraction > fullest[0]:
             fullest = (fraction, path)
         if device not in seen:
@@ -147,6 +157,8 @@ class DiskMonitor:
         self._applied = False
         self._wakeup = anyio.Event()
         self._usage: DiskUsage | None = None
+        self._logged: tuple[bool, list[str]] = (False, [])
+        """The read-only flag and reasons of the last event (or of the initial state)."""
 
     @property
     def state(self) -> ReadOnlyState:
@@ -161,6 +173,7 @@ class DiskMonitor:
         """The state to start the bookie in: checked now, and taken as applied."""
         state = self.check()
         self._applied = state.read_only
+        self._logged = (state.read_only, state.reasons)
         return state
 
     def check(self) -> ReadOnlyState:
@@ -197,23 +210,42 @@ class DiskMonitor:
         )
 
     async def run(self, apply: Apply) -> None:
-        """Check every interval (or when woken) and apply each change; never returns."""
+        """Check every interval (or when woken) and apply each change; never returns.
+
+        A change of the read-only flag is applied (and logged once applied); a change
+        of the reasons alone (a bookie read-only for `disk_full` whose storage then
+        fails, or whose disk is then freed) needs no switch but is logged as well, so
+        the last `bookie.read_only` / `bookie.writable` event always gives the reasons
+        in force."""
         while True:
             state = self.check()
             if state.read_only != self._applied:
                 await self._apply(apply, state)
+            elif state.reasons != self._logged[1]:
+                self._log(state)
             with anyio.move_on_after(self._interval_s):
                 await self._wakeup.wait()
             self._wakeup = anyio.Event()
 
-    async def _apply(self, apply: Apply, state: ReadOnlyState) -> None:
+    def _fields(self, state: ReadOnlyState) -> dict[str, object]:
         usage = self._usage
-        fields: dict[str, object] = {"read_only": state.read_only, "reasons": state.reasons}
+        fields: dict[str, object] = {
+            "read_only": state.read_only,
+            "reasons": state.reasons,
+            "previous_reasons": self._logged[1],
+        }
         if usage is not None:
             fields["disk_usage"] = round(usage.used_fraction, 4)
             fields["fullest_dir"] = str(usage.fullest_dir)
         if state.storage_failed:
             fields["storage_failure"] = str(self._storage_failure())
+            fields["hint"] = (
+                "storage takes no writes until the bookie restarts: fix the cause "
+                "(free space, replace the disk), then restart it"
+            )
+        return fields
+
+    async def _apply(self, apply: Apply, state: ReadOnlyState) -> None:
         try:
             await apply(state.read_only)
         except MetadataError as error:
@@ -222,10 +254,16 @@ class DiskMonitor:
                 logging.WARNING,
                 "bookie.read_only_change_delayed",
                 error=str(error),
-                **fields,
+                **self._fields(state),
             )
             return
         self._applied = state.read_only
+        self._log(state)
+
+    def _log(self, state: ReadOnlyState) -> None:
+        """The event for the state now in force, with its reasons."""
+        fields = self._fields(state)
+        self._logged = (state.read_only, state.reasons)
         level = logging.ERROR if state.storage_failed else logging.WARNING
         if not state.read_only:
             level = logging.INFO

@@ -23,8 +23,8 @@ half-done); then storage syncs, checkpoints and closes; then the ZooKeeper
 session ends.  A second SIGTERM/SIGINT during the drain stops at once (what
 was not synced is answered by the connection closing).  SIGHUP re-reads the
 configuration file and applies what can change while running (read-only
-switch, disk thresholds, log level); other changed keys are logged as needing
-a restart.
+switch, disk thresholds, log level); other keys that differ from the running
+configuration are logged as needing a restart (until a restart applies them).
 
 Exit status: 0 after a signal-initiated stop, `EXIT_REFUSED` when the
 identity check refuses, `EXIT_FAILED` for any other failure; each failure is
@@ -34,6 +34,7 @@ one `bookie.refused` / `bookie.failed` event with a `reason` saying what to do.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import logging
 import signal
@@ -64,7 +65,7 @@ from bookie.meta.zk import ZkMetadataStore
 from bookie.metrics import registry
 from bookie.net.http_server import serve_http
 from bookie.server.admin import BookieParts, bookie_routes
-from bookie.server.config import BookieConfig, restart_needed
+from bookie.server.config import RELOADABLE, BookieConfig, restart_needed
 from bookie.server.disk_monitor import DiskMonitor, measure
 from bookie.server.gc import GarbageCollector
 from bookie.server.identity import establish_identity
@@ -205,6 +206,13 @@ class BookieNode:
                 self._stop_scope.cancel()
 
     def _reload_config(self) -> None:
+        """SIGHUP: apply the reloadable keys of the file; name the others that differ.
+
+        The running configuration keeps its values of the keys that need a restart
+        (they are what the process runs with), so each reload is compared with what
+        runs, not with the file last read: a change reported once is reported again
+        until a restart applies it, and a change reverted in the file is no longer
+        reported."""
         if self._reload is None:
             emit(logger, logging.WARNING, "bookie.reload_ignored", reason="no config file")
             return
@@ -213,16 +221,18 @@ class BookieNode:
         except InvalidConfig as error:
             emit(logger, logging.ERROR, "bookie.reload_failed", reason=str(error))
             return
-        old = self._config
-        ignored = restart_needed(old, new)
-        configure(new.log_level, old.log_format)
+        running = self._config
+        ignored = restart_needed(running, new)
+        configure(new.log_level, running.log_format)
         if self._monitor is not None:
             self._monitor.reconfigure(
                 threshold=new.disk_usage_threshold,
                 low_water_mark=new.disk_usage_low_water_mark,
                 forced=new.read_only,
             )
-        self._config = new
+        self._config = dataclasses.replace(
+            running, **{name: getattr(new, name) for name in sorted(RELOADABLE)}
+        )
         emit(
             logger,
             logging.INFO,

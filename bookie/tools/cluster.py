@@ -31,8 +31,10 @@ answer.  Only `simpletest`, `autorecovery`, `triggeraudit`, `recover`,
   bookie no ledger names must be a member (have a cookie), as for
   `decommission`: anything else is a mistyped id;
 * `decommission BOOKIE`: for a bookie that is stopped: `recover`, wait until no
-  ledger names it (or `--timeout-s` passes: the ledgers still naming it are
-  problems), then delete its cookie, so it is no longer a member;
+  ledger names it (or `--timeout-s` passes: the ledgers still naming it are one
+  problem, with their ids and, when the metadata tells, why: no spare
+  writable bookie outside an ensemble, autorecovery disabled), then delete its
+  cookie, so it is no longer a member;
 * `setacls [PATH ...]`: give the cluster's root znode, the PATHs (`/rsm`,
   say) and every znode below them the ACL this session creates znodes with
   (`bookie.meta.zk_digest`: all permissions to the credentials of
@@ -556,15 +558,22 @@ def set_acls(cluster: Cluster, extra_paths: Sequence[str]) -> Result:
 
 
 async def _ledgers_naming(store: MetadataStore, root: str, bookie_id: str) -> list[int]:
+    return list(await _metadata_naming(store, root, bookie_id))
+
+
+async def _metadata_naming(
+    store: MetadataStore, root: str, bookie_id: str
+) -> dict[int, LedgerMetadata]:
+    """The metadata of every ledger that names `bookie_id`, by ledger id (ascending)."""
     ledgers = LedgerManager(store, root)
-    naming: list[int] = []
+    naming: dict[int, LedgerMetadata] = {}
     for ledger_id in await ledgers.list_ledgers():
         try:
             metadata, _ = await ledgers.read(ledger_id)
         except NoSuchLedgerError:
             continue
         if missing_bookies(metadata, {bookie_id}):
-            naming.append(ledger_id)
+            naming[ledger_id] = metadata
     return naming
 
 
@@ -614,10 +623,10 @@ def decommission(cluster: Cluster, bookie_id: str, timeout_s: float) -> Result:
                 while naming:
                     await anyio.sleep(limits.shell_decommission_poll_interval_ms / 1000)
                     naming = await _ledgers_naming(store, cluster.zk_root, bookie_id)
-            problems: list[Result] = [
-                {"step": "recover", "problem": f"ledger {ledger_id} still names the bookie"}
-                for ledger_id in naming
-            ]
+            problems: list[Result] = []
+            if naming:
+                problem = await _still_named(store, cluster.zk_root, bookie_id, timeout_s)
+                problems += [] if problem is None else [problem]
             if not problems:
                 await delete_cookie(store, bookie_id, cookie[1], cluster.zk_root)
             return {
@@ -628,6 +637,77 @@ def decommission(cluster: Cluster, bookie_id: str, timeout_s: float) -> Result:
             }
 
     return _run(ask)
+
+
+_LEDGER_IDS_SHOWN = 10
+"""How many ids of the ledgers still naming a bookie the problem's text lists."""
+
+
+async def _still_named(
+    store: MetadataStore, root: str, bookie_id: str, timeout_s: float
+) -> Result | None:
+    """The one problem of a decommission whose time ran out: the ledgers that still name
+    the bookie (read again now: None if none does), and why they do when the metadata
+    tells."""
+    naming = await _metadata_naming(store, root, bookie_id)
+    if not naming:
+        return None
+    registered = await list_bookies(store, root)
+    enabled = await UnderReplication(store, root).is_enabled()
+    ids = list(naming)
+    shown = ", ".join(str(ledger_id) for ledger_id in ids[:_LEDGER_IDS_SHOWN])
+    if len(ids) > _LEDGER_IDS_SHOWN:
+        shown += f", ... ({len(ids) - _LEDGER_IDS_SHOWN} more)"
+    count = "1 ledger still names" if len(ids) == 1 else f"{len(ids)} ledgers still name"
+    return {
+        "step": "recover",
+        "problem": f"{count} the bookie after {timeout_s:g} s: {shown}",
+        "ledger_ids": ids,
+        "reason": _still_named_reason(
+            bookie_id, naming, sorted(registered.writable), autorecovery_enabled=enabled
+        ),
+    }
+
+
+def _still_named_reason(
+    bookie_id: str,
+    naming: Mapping[int, LedgerMetadata],
+    writable: Sequence[str],
+    *,
+    autorecovery_enabled: bool,
+) -> str | None:
+    """Why ledgers still name `bookie_id`, as far as the metadata and the registrations
+    tell (None: only the workers' `autorecovery.repair_failed` events say).
+
+    A segment naming the bookie moves to a writable bookie that it does not name: with
+    none left for some segment, no worker can repair that ledger (what a worker logs as
+    "no spare bookie")."""
+    reasons: list[str] = []
+    if not autorecovery_enabled:
+        reasons.append(
+            "autorecovery is disabled: workers take no ledger (bookie shell autorecovery enable)"
+        )
+    stuck = [
+        ledger_id
+        for ledger_id, metadata in naming.items()
+        if any(
+            bookie_id in ensemble
+            and sum(1 for other in writable if other not in ensemble)
+            < sum(1 for member in ensemble if member == bookie_id)
+            for _, ensemble in metadata.ensembles
+        )
+    ]
+    if stuck:
+        sizes = sorted({naming[ledger_id].ensemble_size for ledger_id in stuck})
+        reasons.append(
+            f"no spare bookie to move to: {len(stuck)} of the {len(naming)} ledgers have an "
+            f"ensemble (of {' or '.join(map(str, sizes))} bookies) that already names every "
+            f"other writable bookie ({len(writable)} writable: {', '.join(writable) or 'none'});"
+            " start or add a bookie, then decommission again"
+        )
+    if not reasons:
+        return None
+    return "; ".join(reasons)
 
 
 # --- output -----------------------------------------------------------------------------------
@@ -760,6 +840,13 @@ def _human_decommission(result: Result) -> Iterator[str]:
     yield from _human_recover(result)
     if result["cookie_removed"]:
         yield f"bookie {result['bookie_id']} decommissioned: no ledger names it, cookie removed"
+    for problem in result["problems"]:
+        if "ledger_ids" in problem:
+            reason = problem["reason"] or (
+                "not known here: the workers' autorecovery.repair_failed events say (e.g. "
+                "a ledger password autorecovery_password does not give)"
+            )
+            yield f"not decommissioned, cookie kept: why: {reason}"
     yield from _human_problems(result)
 
 
