@@ -69,7 +69,8 @@ from typing import Any, Final, NamedTuple
 from kvstore import limits
 from kvstore.state_machine import KVStore
 from kvstore.store.reduction import EVERY_ARGUMENT, command_keys, gives_ttl
-from rsm.errors import NotReducible
+from rsm import StateMachine
+from rsm.errors import InvalidConfig, NotReducible
 from rsm.spark import (
     CombineRequest,
     LoggedCommand,
@@ -159,7 +160,35 @@ class Summary:
     """Keys a command of the task may have given a TTL."""
 
 
-def _blind_args(name: str, args: list[Any], kwargs: dict[str, Any]) -> bool:
+Settings = tuple[int, int]
+"""The store's `key_bytes_max` and `value_bytes_max`: they decide results (a SET of a longer
+value fails), so the reducer takes those of the machine it reduces for."""
+
+DEFAULT_SETTINGS: Final[Settings] = (limits.key_bytes_max_default, limits.value_bytes_max_default)
+
+
+def settings(machine: StateMachine) -> Settings:
+    """The bounds of `machine`, the machine reduced for (docs/spark.md, "Settings"): those
+    the reduced commands are checked against, as its replicas check them."""
+    if not isinstance(machine, KVStore):
+        raise InvalidConfig(
+            f"kvstore.spark_reducer reduces for KVStore and its subclasses, not for "
+            f"{type(machine).__qualname__}"
+        )
+    return machine.key_bytes_max, machine.value_bytes_max
+
+
+def _settings(given: Any) -> Settings:
+    """`PartCommands.settings` or `CombineRequest.settings`: the defaults when not given."""
+    if given is None:
+        return DEFAULT_SETTINGS
+    key_max, value_max = given
+    return key_max, value_max
+
+
+def _blind_args(
+    name: str, args: list[Any], kwargs: dict[str, Any], key_max: int, value_max: int
+) -> bool:
     """Whether a command not open is blind (see the module docstring)."""
     if kwargs or not args or len(args) >= (1 << POSITION_BITS) - TICK_SLOTS:
         return False
@@ -175,15 +204,15 @@ def _blind_args(name: str, args: list[Any], kwargs: dict[str, Any]) -> bool:
         return False
     return (
         pairs
-        and all(len(key) <= limits.key_bytes_max_default for key in args[::2])
-        and all(len(value) <= limits.value_bytes_max_default for value in args[1::2])
+        and all(len(key) <= key_max for key in args[::2])
+        and all(len(value) <= value_max for value in args[1::2])
     )
 
 
 def summarize(part: PartCommands) -> Summary:
     """One task's summary (see the module docstring)."""
     open_indexes = part.open
-    key_max, value_max = limits.key_bytes_max_default, limits.value_bytes_max_default
+    key_max, value_max = _settings(part.settings)
     runs: dict[bytes, list[Any]] = {}
     outcomes: dict[int, Outcome] = {}
     kept_keys: set[bytes] = set()
@@ -216,7 +245,9 @@ def summarize(part: PartCommands) -> Summary:
                 outcomes[index] = _alone(LoggedCommand.of(index, batch, item))
             continue
         deleting = name in EVERY_ARGUMENT
-        if not _blind_args(name, args, item.kwargs) or (deleting and index in open_indexes):
+        if not _blind_args(name, args, item.kwargs, key_max, value_max) or (
+            deleting and index in open_indexes
+        ):
             named = command_keys(name, args, index)
             kept_keys.update(named)
             kept_indexes.add(index)
@@ -333,8 +364,8 @@ class _Tracked(KVStore):
     """A store noting, in order, the keys it deletes (and their expiry time, for an expired
     one) and the keys it gives a TTL."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, bounds: Settings) -> None:
+        super().__init__(key_bytes_max=bounds[0], value_bytes_max=bounds[1])
         self._deleted: list[tuple[bytes, int | None]] = []
         self._timed: list[bytes] = []
 
@@ -348,16 +379,14 @@ class _Tracked(KVStore):
             self._timed.append(key)
 
 
-_NO_KEY: Final = b"\0" * (limits.key_bytes_max_default + 1)
-"""A key no store holds (every write checks the bound): PERSIST of it only runs active
-expiry."""
-
-
 class _Applied:
     """The kept keys, reduced by applying commands to one store."""
 
-    def __init__(self, wanted: frozenset[int]) -> None:
-        self.machine = _Tracked()
+    def __init__(self, wanted: frozenset[int], bounds: Settings) -> None:
+        self.machine = _Tracked(bounds)
+        self._no_key = b"\0" * (bounds[0] + 1)
+        """A key the store cannot hold (every write checks the bound): PERSIST of it only
+        runs active expiry."""
         self.wanted = wanted
         self.records: dict[bytes, Record] = {}
         """What each kept key holds, with its creation, TTL and tombstone."""
@@ -413,7 +442,7 @@ class _Applied:
         if not machine.expire_at_ms:
             return
         machine._deleted.clear()
-        apply_logged(machine, LoggedCommand(index, time_ms, 0, "persist", [_NO_KEY], {}))
+        apply_logged(machine, LoggedCommand(index, time_ms, 0, "persist", [self._no_key], {}))
         self._buried(index)
 
     def _buried(self, index: int) -> set[bytes]:
@@ -459,14 +488,16 @@ class _Applied:
 def combine(request: CombineRequest) -> Reduced | Rerun:
     """The state after `request.last_index` (see the module docstring)."""
     summaries: list[Summary] = list(request.summaries)
-    start = KVStore() if request.start is None else request.start
+    bounds = _settings(request.settings)
+    fresh = request.machine_class or KVStore
+    start = fresh() if request.start is None else request.start
     assert isinstance(start, KVStore)
     ttl_keys = frozenset(start.expire_at_ms).union(*(summary.ttl_keys for summary in summaries))
     if ttl_keys and any(key in ttl_keys for summary in summaries for key in summary.runs.keys):
         return Rerun(request.keep | ttl_keys)
     kept_keys = frozenset[bytes]().union(*(summary.kept_keys for summary in summaries))
     wanted = request.wanted
-    applied = _Applied(wanted)
+    applied = _Applied(wanted, bounds)
     outcomes: dict[int, Outcome] = {}
     records = _records(start)
     for key in kept_keys & records.keys():
@@ -510,7 +541,10 @@ def combine(request: CombineRequest) -> Reduced | Rerun:
         )
     records.update(applied.records)
     outcomes.update(applied.outcomes)
-    return Reduced(_machine(records.items(), start), outcomes)
+    machine = fresh()
+    assert isinstance(machine, KVStore)
+    machine.key_bytes_max, machine.value_bytes_max = bounds
+    return Reduced(_machine(records.items(), start, machine), outcomes)
 
 
 def _records(start: KVStore) -> dict[bytes, Record]:
@@ -536,8 +570,10 @@ def _records(start: KVStore) -> dict[bytes, Record]:
     return records
 
 
-def _machine(records: Collection[tuple[bytes, Record]], start: KVStore) -> KVStore:
-    """A store holding `records` over `start`, in replay's insertion orders."""
+def _machine(
+    records: Collection[tuple[bytes, Record]], start: KVStore, machine: KVStore
+) -> KVStore:
+    """`machine` (fresh) made to hold `records` over `start`, in replay's insertion orders."""
     values = sorted(
         [
             (record.created, key, value, record.version)
@@ -559,7 +595,6 @@ def _machine(records: Collection[tuple[bytes, Record]], start: KVStore) -> KVSto
             if record.tombstone != NOWHERE
         ]
     )
-    machine = KVStore()
     machine.values = {key: value for _created, key, value, _version in values}
     machine.versions = {key: version for _created, key, _value, version in values}
     machine.expire_at_ms = {key: expire_at for _at, key, expire_at in timed}
@@ -574,4 +609,4 @@ def _machine(records: Collection[tuple[bytes, Record]], start: KVStore) -> KVSto
     return machine
 
 
-REDUCER: Final = SparkReducer(summarize, combine)
+REDUCER: Final = SparkReducer(summarize, combine, settings)

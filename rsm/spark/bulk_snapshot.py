@@ -56,7 +56,7 @@ from rsm.core.log_format import Batch
 from rsm.core.snapshot_format import CODEC_CUSTOM, CODEC_DEFAULT, SnapshotHeader
 from rsm.core.state_machine import StateMachine
 from rsm.errors import InvalidConfig, NotReducible, Truncated
-from rsm.snapshots.loader import machine_name
+from rsm.snapshots.loader import Restored, machine_name
 from rsm.spark.cluster import Cluster, LogPartition
 from rsm.spark.options import ClusterOptions, SplitOptions, cluster_options
 from rsm.spark.part_pass import PartPass, Position, part_pass
@@ -100,6 +100,10 @@ class SnapshotReport:
     tasks_cpu_s: float
     """CPU seconds of the tasks' Python (reads and reruns, all tasks together), as each
     measured its own."""
+    registered: bool = True
+    """False when nothing was logged after the snapshot a truncated log goes on from: that
+    snapshot (the fields above describe it) already holds the state at the readable end,
+    and none was written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,8 @@ class _Task:
     skipped: frozenset[int]
     keep: frozenset[Any]
     """`PartCommands.keep`."""
+    settings: Any = None
+    """`PartCommands.settings`."""
 
 
 def bulk_snapshot(
@@ -160,9 +166,13 @@ def bulk_snapshot(
             if restored is None:
                 raise _truncated(app, log.first_index)
         start = 1 if restored is None else restored.manifest.index + 1
+        if restored is not None and end <= start:
+            # Nothing new: that snapshot is the state at the readable end, as a rerun on an
+            # untruncated log finds the snapshot it registered before.
+            stage("plan")
+            return _unchanged(app, restored, time.perf_counter() - started, stages, driver_cpu)
         if end <= start:
-            after = "" if restored is None else f" after the snapshot at index {start - 1}"
-            raise InvalidConfig(f"{app!r} has logged nothing readable{after} yet")
+            raise InvalidConfig(f"{app!r} has logged nothing readable yet")
         plan = cluster.plan_log(
             app,
             Bounds(index=Interval(start, end)),
@@ -172,9 +182,15 @@ def bulk_snapshot(
                 arrow=True,
             ),
         )
+    # The reducer's settings come from the machine it reduces for: the starting snapshot's
+    # state (what replicas run with once they load it), else the class built with its
+    # defaults (offline jobs know no other settings).
+    settings = None
+    if reducer.settings is not None:
+        settings = reducer.settings(machine_class() if restored is None else restored.machine)
     stage("plan")
     tasks = [
-        _Task(options, target, start, end, group, frozenset(), frozenset())
+        _Task(options, target, start, end, group, frozenset(), frozenset(), settings)
         for group in _deal(plan, parallelism)
     ]
     tasks_cpu_s = 0.0
@@ -198,6 +214,8 @@ def bulk_snapshot(
             last_index=end - 1,
             start=None if restored is None else (restored.machine, restored.sessions),
             on_step=stage,
+            machine_class=machine_class,
+            settings=settings,
         )
     passed, reduced = reduction.passed, reduction.reduced
     position = next((part.position for part in reversed(reduction.passes) if part.position), None)
@@ -228,6 +246,34 @@ def bulk_snapshot(
         stages_s=stages,
         driver_cpu_s=driver_cpu,
         tasks_cpu_s=round(tasks_cpu_s, 3),
+    )
+
+
+def _unchanged(
+    app: str,
+    restored: Restored,
+    seconds: float,
+    stages: dict[str, float],
+    driver_cpu: dict[str, float],
+) -> SnapshotReport:
+    """The report of a run that found nothing logged after the snapshot `restored`."""
+    manifest = restored.manifest
+    return SnapshotReport(
+        app=app,
+        index=manifest.index,
+        ledger_id=manifest.ledger_id,
+        state_hash=manifest.state_hash.hex(),
+        size_bytes=manifest.size_bytes,
+        sessions=len(restored.sessions),
+        skipped=0,
+        from_snapshot=manifest.index,
+        tasks=0,
+        rerun_tasks=0,
+        seconds=round(seconds, 3),
+        stages_s=stages,
+        driver_cpu_s=driver_cpu,
+        tasks_cpu_s=0.0,
+        registered=False,
     )
 
 
@@ -278,6 +324,7 @@ def _read_task(task: _Task) -> PartPass:
             reducer.summarize,
             task.skipped,
             keep=task.keep,
+            settings=task.settings,
         )
     return dataclasses.replace(part, cpu_s=time.process_time() - cpu_before)
 

@@ -1,6 +1,6 @@
 """`rsm spark`: an application's log in Apache Spark (also `python -m rsm.spark.cli`).
 
-    rsm spark export --app NAME --zk HOSTS --to PATH [--since-last]
+    rsm spark export --app NAME --zk HOSTS --to PATH [--since-last] [--on-data-loss fail|snapshot]
                      [--block-commands 100000] [--ledger-root /ledgers] [--master local[*]] [--json]
     rsm spark audit  --app NAME --zk HOSTS --sql QUERY [--limit 1000]
                      [--ledger-root /ledgers] [--master local[*]] [--json]
@@ -136,6 +136,13 @@ def _parser() -> argparse.ArgumentParser:
         "--since-last", action="store_true", help="only what the last export did not hold"
     )
     export.add_argument(
+        "--on-data-loss",
+        choices=("fail", "snapshot"),
+        default="fail",
+        help="indexes to export the log truncated away: fail, or go on from its first index "
+        "when a registered snapshot covers them (the source's onDataLoss)",
+    )
+    export.add_argument(
         "--block-commands",
         type=int,
         default=limits.spark_export_block_commands_default,
@@ -215,6 +222,12 @@ def _snapshot(jobs: Any, bulk_snapshot: Any, arguments: argparse.Namespace) -> i
     )
     if arguments.json:
         print(json.dumps(vars_of(report), sort_keys=True))
+    elif not report.registered:
+        print(
+            f"nothing logged after the snapshot of {report.app} at index {report.index} (ledger "
+            f"{report.ledger_id}, state hash {report.state_hash}): it is the state at the "
+            "log's readable end; no snapshot written"
+        )
     else:
         start = (
             "" if report.from_snapshot is None else f" on top of the one at {report.from_snapshot}"
@@ -242,6 +255,7 @@ def _run(jobs: Any, arguments: argparse.Namespace) -> int:
             since_last=arguments.since_last,
             block_commands=arguments.block_commands,
             ledger_root=arguments.ledger_root,
+            onDataLoss=arguments.on_data_loss,
             **tls_options,
         )
         if arguments.json:

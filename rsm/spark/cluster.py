@@ -235,9 +235,18 @@ class Cluster:
         self, partition: LogPartition, *, permissive: bool = False
     ) -> Iterator[list[tuple[int, Batch, int] | CorruptEntry]]:
         """The partition's entries as (entry id, batch, payload bytes), one list per chunk;
-        with `permissive` an entry that cannot be read or decoded is a `CorruptEntry`."""
+        with `permissive` an entry that cannot be read or decoded is a `CorruptEntry`.
+
+        Each batch must go on from the one before it (the entry before the partition's
+        first is read for that) and stay within its segment's indexes; a closed segment's
+        last entry must end at the segment's last index.  An entry that does not (a gap,
+        an overlap, indexes outside its segment) is unreadable as a corrupt one is: it
+        raises `EntryUnreadable` naming it, or is a `CorruptEntry` with `permissive` (the
+        next one must then go on from the last entry that fitted)."""
         segment = partition.segment
         handle = self._portal.call(functools.partial(self._reader.open, segment, recovery=False))
+        expected = self._index_at(handle, segment, partition.first_entry)
+        fitted = -1  # the last entry that decoded and fitted
         for entries in self._chunks(
             handle, partition.first_entry, partition.last_entry, permissive
         ):
@@ -245,17 +254,52 @@ class Cluster:
             for entry in entries:
                 if isinstance(entry, CorruptEntry):
                     decoded.append(entry)
+                    expected = None  # what the next entry should start at is unknown
                     continue
                 try:
                     batch = decode_entry(segment, entry.entry_id, entry.payload)
+                    _check_place(segment, batch, expected)
                 except MalformedValue as error:
                     unreadable = _unreadable(handle, entry.entry_id, str(error))
                     if not permissive:
                         raise unreadable from None
                     decoded.append(CorruptEntry(entry.entry_id, DIGEST_VERIFIED, str(unreadable)))
                     continue
+                if batch.items:
+                    expected = batch.next_index
+                fitted = entry.entry_id
                 decoded.append((entry.entry_id, batch, len(entry.payload)))
             yield decoded
+        if (
+            not segment.is_open
+            and partition.last_entry == handle.last_add_confirmed
+            and fitted == partition.last_entry
+            and expected is not None
+            and expected != segment.last_index + 1
+        ):
+            why = (
+                f"the segment ends at index {segment.last_index}, but its last entry ends "
+                f"at {expected - 1}"
+            )
+            unreadable = _unreadable(handle, partition.last_entry, why)
+            if not permissive:
+                raise unreadable
+            yield [CorruptEntry(partition.last_entry, DIGEST_VERIFIED, str(unreadable))]
+
+    def _index_at(self, handle: ReadHandle, segment: Segment, entry_id: int) -> int | None:
+        """The index the entry `entry_id` of `segment` must start at: the segment's first for
+        its first entry, else where the entry before it ends (None when that entry cannot be
+        read or decoded: the partition holding it says so)."""
+        for before in range(entry_id - 1, -1, -1):  # back over entries without items
+            try:
+                [(_entry_id, batch)] = self._portal.call(
+                    self._reader.read, segment, handle, before, before
+                )
+            except (BookieError, MalformedValue):
+                return None
+            if batch.items:
+                return batch.next_index
+        return segment.first_index
 
     def ledger_entries(
         self, partition: LedgerPartition, *, permissive: bool = False
@@ -473,6 +517,26 @@ def _truncated(app: str, start: int, first_index: int, covering: int | None) -> 
         else "no registered snapshot covers it"
     )
     return Truncated(f"indexes [{start}, {first_index}) of {app!r} were truncated away; {where}")
+
+
+def _check_place(segment: Segment, batch: Batch, expected: int | None) -> None:
+    """`MalformedValue` unless `batch` starts at `expected` (when known) and its indexes lie
+    within `segment`'s."""
+    if not batch.items:
+        return
+    if expected is not None and batch.first_index != expected:
+        raise MalformedValue(
+            f"it starts at index {batch.first_index}; the previous entry ended at {expected - 1}"
+        )
+    last = batch.next_index - 1
+    if batch.first_index < segment.first_index or (
+        not segment.is_open and last > segment.last_index
+    ):
+        end = "" if segment.is_open else f" .. {segment.last_index}"
+        raise MalformedValue(
+            f"it holds indexes {batch.first_index} .. {last}, outside its segment's "
+            f"{segment.first_index}{end}"
+        )
 
 
 def write_set(handle: ReadHandle, entry_id: int) -> tuple[str, ...]:

@@ -10,12 +10,18 @@ starting with `_`) records how far the export goes, one JSON object:
     {"v": 1, "app": text, "block_commands": N, "next_index": uint}
 
 `next_index` is one past the highest index exported.  A full export
-replaces the whole dataset.  An incremental one (`since_last`) reads from
-the start of the block holding `next_index` and replaces exactly the blocks
-it writes (Spark's dynamic partition overwrite), so rerunning it, even after
-a run that died before recording `next_index`, gives the same dataset:
-every index once.  The record is written after the data, atomically (write
-then rename), on the local filesystem (so `to` is a local or mounted path).
+replaces the whole dataset (Spark deletes `to` first).  An incremental one
+(`since_last`, with a record) only adds or rewrites blocks, with Spark's
+dynamic partition overwrite, which replaces each block it writes when the
+job commits: a run that fails leaves the export and its record as they
+were.  It rewrites the block holding `next_index` whole: from the block's
+start, or, for the rows of that block the log no longer has (truncated
+since they were exported), from the export itself (`_carried`, checked to
+hold every index once up to where the log now starts), and from there on
+from the log.  So rerunning it, even after truncation or after a run that
+died before recording `next_index`, gives the same dataset: every index
+once.  The record is written after the data, atomically (write then
+rename), on the local filesystem (so `to` is a local or mounted path).
 
 Spark's overwrite deletes whatever is at `to`, so `export` first refuses
 (`InvalidConfig` naming `to` and what is there) a `to` that is not absent,
@@ -32,15 +38,18 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from bookie import limits as bookie_limits
 from rsm import limits
+from rsm.core.log_state import Log
 from rsm.errors import InvalidConfig
 from rsm.spark.cluster import Cluster
 from rsm.spark.options import log_options
@@ -67,7 +76,7 @@ class ExportReport:
     app: str
     path: str
     first_index: int
-    """The first index this run read (the start of a block when incremental)."""
+    """The first index of the blocks this run wrote (1 for a full export)."""
     next_index: int
     """One past the highest index exported so far."""
     rows: int
@@ -89,9 +98,7 @@ def read_log(
     The options and the application are checked now, so that a mistake is
     named before Spark plans anything.
     """
-    checked = log_options({"zk": zk, "app": app, "ledgerRoot": ledger_root, **options})
-    with Cluster.open(checked.cluster) as cluster:
-        cluster.log(app)
+    _checked_log(zk, app, ledger_root, options)
     reader = spark.read.format(LOG_FORMAT).option("zk", zk).option("app", app)
     reader = reader.option("ledgerRoot", ledger_root)
     for key, value in options.items():
@@ -116,23 +123,40 @@ def export(
         raise InvalidConfig(f"--block-commands {block_commands} must be at least 1")
     check_export_path(to)
     path = Path(to)
-    start = 1
-    if since_last:
-        state = _read_state(path)
-        if state is not None:
-            if state["app"] != app:
-                raise InvalidConfig(f"{to} holds an export of {state['app']!r}, not of {app!r}")
-            block_commands = state["block_commands"]
-            start = _block_start(state["next_index"], block_commands)
-    if start != 1:
-        options = {**options, "startingIndex": str(start)}
-    frame = read_log(spark, zk, app, ledger_root=ledger_root, **options).withColumn(
-        BLOCK_COLUMN, F.expr(f"(index - 1) div {block_commands} * {block_commands} + 1")
-    )
-    writer = frame.write.partitionBy(BLOCK_COLUMN).mode("overwrite")
-    if start != 1:
-        writer = writer.option("partitionOverwriteMode", "dynamic")
-    writer.parquet(str(path))
+    state = _read_state(path) if since_last else None
+    if state is not None and state["app"] != app:
+        raise InvalidConfig(f"{to} holds an export of {state['app']!r}, not of {app!r}")
+    log = _checked_log(zk, app, ledger_root, options)
+    if state is None:
+        # A new export, or a full one: the whole dataset is replaced (Spark deletes `to` first).
+        start = 1
+        frame = _blocks(
+            read_log(spark, zk, app, ledger_root=ledger_root, **options), block_commands
+        )
+        frame.write.partitionBy(BLOCK_COLUMN).mode("overwrite").parquet(str(path))
+    else:
+        block_commands = state["block_commands"]
+        next_index = state["next_index"]
+        start = _block_start(next_index, block_commands)
+        # The log's first index may have passed the block's start (truncated behind a
+        # snapshot): the block's rows below it are taken from the export, not read again.
+        read_from = max(start, min(log.first_index, next_index))
+        frame = _blocks(
+            read_log(
+                spark,
+                zk,
+                app,
+                ledger_root=ledger_root,
+                **{**options, "startingIndex": str(read_from)},
+            ),
+            block_commands,
+        )
+        if read_from > start:
+            frame = _carried(spark, path, frame.schema, start, read_from).unionByName(frame)
+        # Only the blocks written are replaced, when the job commits: a failed run leaves
+        # the export (and its record) as it was.
+        writer = frame.write.partitionBy(BLOCK_COLUMN).mode("overwrite")
+        writer.option("partitionOverwriteMode", "dynamic").parquet(str(path))
     written = (
         spark.read.schema(frame.schema)
         .parquet(str(path))
@@ -184,6 +208,50 @@ def audit(
     """The answer of `sql`, run with `app`'s log as the view `log` (read with `options`)."""
     read_log(spark, zk, app, ledger_root=ledger_root, **options).createOrReplaceTempView(VIEW)
     return spark.sql(sql)
+
+
+def _checked_log(zk: str, app: str, ledger_root: str, options: Mapping[str, str]) -> Log:
+    """`app`'s log as its znode holds it now, once the options are checked."""
+    checked = log_options({"zk": zk, "app": app, "ledgerRoot": ledger_root, **options})
+    with Cluster.open(checked.cluster) as cluster:
+        return cluster.log(app)
+
+
+def _blocks(frame: DataFrame, block_commands: int) -> DataFrame:
+    """`frame` with the column `index_from`, the first index of each row's block."""
+    return frame.withColumn(
+        BLOCK_COLUMN, F.expr(f"(index - 1) div {block_commands} * {block_commands} + 1")
+    )
+
+
+def _carried(
+    spark: SparkSession, path: Path, schema: StructType, start: int, end: int
+) -> DataFrame:
+    """The rows of indexes `[start, end)` the export at `path` holds, all in the block of
+    `start`: an incremental run writes them back with that block.  They are checked first:
+    every index from the lowest one held to `end - 1`, once each (`InvalidConfig`, naming
+    the block, when the export lost some: only a full export can write them again)."""
+    rows = (
+        spark.read.schema(schema)
+        .parquet(str(path))
+        .where((F.col(BLOCK_COLUMN) == start) & (F.col("index") < end))
+    )
+    held = rows.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.countDistinct("index").alias("indexes"),
+        F.min("index").alias("low"),
+        F.max("index").alias("high"),
+    ).first()
+    assert held is not None
+    count, low, high = held["rows"], held["low"], held["high"]
+    if count and (high != end - 1 or count != held["indexes"] or count != high - low + 1):
+        raise InvalidConfig(
+            f"{path}/{BLOCK_COLUMN}={start} should hold every index from its lowest up to "
+            f"{end - 1}, once each, but holds {count} rows of indexes {low} .. {high}: the "
+            "log no longer has the rest, so an incremental export cannot write the block "
+            "again (a full export, without --since-last, writes what the log holds)"
+        )
+    return rows
 
 
 def _block_start(index: int, block_commands: int) -> int:

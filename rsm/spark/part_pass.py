@@ -128,9 +128,11 @@ def part_pass(
     skipped: frozenset[int],
     *,
     keep: frozenset[Any] = frozenset(),
+    settings: Any = None,
 ) -> PartPass:
     """The task's pass over `entries`, `(ledger_id, entry_id, batch)` in log order, keeping
-    indexes `[start, end)` (see the module docstring); `keep` is `PartCommands.keep`."""
+    indexes `[start, end)` (see the module docstring); `keep` and `settings` are
+    `PartCommands`'."""
     columns = SessionColumns()
     codes: dict[Any, int] = {None: NO_SESSION, MARKER: MARKER}
     batches: list[Batch] = []
@@ -162,6 +164,7 @@ def part_pass(
         skipped,
         open_indexes(columns),
         keep,
+        settings,
     )
     try:
         return PartPass(columns, position, summarize(part), None)

@@ -61,8 +61,11 @@ def reduce_tasks(
     last_index: int,
     start: tuple[StateMachine, SessionTable] | None,
     on_step: Callable[[str], None],
+    machine_class: type[StateMachine] | None = None,
+    settings: Any = None,
 ) -> Reduction:
-    """Steps 1 to 4 (see the module docstring)."""
+    """Steps 1 to 4 (see the module docstring); `machine_class` and `settings` go to the
+    reducer's `combine` (`CombineRequest`)."""
     passes = run([TaskRun(number, frozenset(), frozenset()) for number in range(count)])
     on_step("read")
     passed = session_pass(
@@ -92,6 +95,8 @@ def reduce_tasks(
                 None if start is None else start[0],
                 [part.sessions.clock(skipped) for part in passes],
                 keep,
+                machine_class,
+                settings,
             )
         )
         if isinstance(result, Reduced):

@@ -16,6 +16,12 @@ A reducer is a `SparkReducer`, two functions:
   `Rerun`, when the summaries lack something only the whole log shows
   (what to keep), to have every task summarized again.
 
+A reducer whose results depend on the machine's settings (a key-value
+store's bounds on keys and values) also gives `settings(machine)`: it runs on
+the driver with the machine reduced for (the starting snapshot's restored
+state, else a fresh instance of the class, built with its defaults), and
+what it returns reaches every `summarize` and `combine` as `settings`.
+
 The framework does the rest (rsm/spark/bulk_snapshot.py): reading and
 decoding, the session table, leaving out the commands it did not let
 through, writing the snapshot, registering it.
@@ -87,6 +93,8 @@ class PartCommands:
     open: frozenset[int]
     keep: frozenset[Any] = frozenset()
     """What the reducer's `combine` asked the tasks to keep (`Rerun.keep`); empty at first."""
+    settings: Any = None
+    """What the reducer's `settings` took from the machine reduced for (None without it)."""
 
     def commands(self) -> Iterator[tuple[int, Batch, CommandItem]]:
         """`(index, its batch, the command)` of each command, in index order (leader-start
@@ -117,6 +125,10 @@ class CombineRequest:
     order."""
     keep: frozenset[Any] = frozenset()
     """What the summaries were made keeping (`Rerun.keep`)."""
+    machine_class: type[StateMachine] | None = None
+    """The class reduced for: `Reduced.machine` is an instance of exactly it."""
+    settings: Any = None
+    """As `PartCommands.settings`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +152,11 @@ class Reduced:
 class SparkReducer:
     summarize: Callable[[PartCommands], Any]
     combine: Callable[[CombineRequest], Reduced | Rerun]
+    settings: Callable[[StateMachine], Any] | None = None
+    """On the driver, before any task: what the reducer needs of the machine it reduces for
+    (the starting snapshot's restored state, else a fresh instance of the class), a
+    picklable value given to every `summarize` and `combine` as `settings`: an
+    application's settings that decide results (a bound on values, say)."""
 
 
 def load_reducer(machine_class: type[StateMachine]) -> SparkReducer:

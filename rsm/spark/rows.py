@@ -17,7 +17,8 @@
     arguments      string     JSON {"args": [...]} plus "kwargs": {...} when it has any;
                               for a marker {"leader_start": replica_id}.  Byte strings are
                               text when they are UTF-8, else {"hex": "..."} (as the
-                              `rsm` investigation tools write them)
+                              `rsm` investigation tools write them); the floats JSON has
+                              no number for are the strings "NaN", "Infinity", "-Infinity"
     payload_bytes  bigint     the size of the whole entry (the batch) holding it
 
 `ledger`, one row per entry:
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring
@@ -127,7 +129,9 @@ def _permissive(schema: StructType) -> StructType:
 
 
 _COMPACT: Final = (",", ":")
-_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=_COMPACT)
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=_COMPACT, allow_nan=False)
+"""Strict JSON: `_jsonable` writes the floats JSON has no number for as strings."""
+_NON_FINITE: Final = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 _string: Final = encode_basestring
 """A str as a JSON string (C-accelerated), as `_ENCODER` writes it."""
 _ARGS_OPEN: Final = '{"args":['
@@ -169,6 +173,8 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(item) for item in value]
     if isinstance(value, dict):
         return {str(key): _jsonable(item) for key, item in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NON_FINITE[repr(value)]
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return repr(value)

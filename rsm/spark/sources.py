@@ -190,7 +190,8 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     holds a micro-batch back until that many are readable or
     `maxTriggerDelay` passed since the last one (`rsm/spark/admission.py`);
     `Trigger.AvailableNow` reads up to the end readable when the query
-    starts, without waiting for a minimum.  A start below the
+    starts, without waiting for a minimum.  With `endingIndex` the stream ends there: no
+    offset passes it.  A start below the
     log's first index (truncated away) fails the query, naming the range.
     """
 
@@ -202,8 +203,11 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """When the last micro-batch was admitted (the driver's monotonic clock)."""
 
     def _readable_end(self) -> int:
+        """One past the last index readable now, capped at `endingIndex`."""
         with Cluster.open(self._options.cluster) as cluster:
-            return cluster.readable_end(self._options.app)
+            readable = cluster.readable_end(self._options.app)
+        ending = self._options.bounds.index.end
+        return readable if ending is None else min(readable, ending)
 
     def initialOffset(self) -> dict[str, int]:
         start = self._options.bounds.index.start
@@ -255,10 +259,13 @@ class LogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {OFFSET_KEY: self._readable_end()}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        options = self._options
         first, stop = start[OFFSET_KEY], end[OFFSET_KEY]
+        ending = options.bounds.index.end
+        if ending is not None:
+            stop = min(stop, ending)
         if first >= stop:
             return []
-        options = self._options
         bounds = Bounds(index=Interval(first, stop), time_ms=options.bounds.time_ms)
         with Cluster.open(options.cluster) as cluster:
             planned = cluster.plan_log(
