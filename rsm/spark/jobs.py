@@ -10,7 +10,12 @@ starting with `_`) records how far the export goes, one JSON object:
     {"v": 1, "app": text, "block_commands": N, "next_index": uint}
 
 `next_index` is one past the highest index exported.  A full export
-replaces the whole dataset (Spark deletes `to` first).  An incremental one
+replaces the whole dataset: over an earlier export it writes a new one
+beside it, in the hidden sibling `.NAME.rsm-export-new`, record included,
+and only then swaps it in (`to` renamed to `.NAME.rsm-export-old`, the new
+one renamed to `to`, the old one deleted), so a run that fails leaves the
+earlier export as it was; a run killed between the two renames is finished
+by the next `export` to `to` (`_finish_swap`).  An incremental one
 (`since_last`, with a record) only adds or rewrites blocks, with Spark's
 dynamic partition overwrite, which replaces each block it writes when the
 job commits: a run that fails leaves the export and its record as they
@@ -38,6 +43,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,19 +127,25 @@ def export(
     `rsm-log` options (the `tls*` ones, say)."""
     if block_commands < 1:
         raise InvalidConfig(f"--block-commands {block_commands} must be at least 1")
-    check_export_path(to)
     path = Path(to)
+    _finish_swap(path)
+    check_export_path(to)
     state = _read_state(path) if since_last else None
     if state is not None and state["app"] != app:
         raise InvalidConfig(f"{to} holds an export of {state['app']!r}, not of {app!r}")
     log = _checked_log(zk, app, ledger_root, options)
+    out = path
     if state is None:
-        # A new export, or a full one: the whole dataset is replaced (Spark deletes `to` first).
+        # A new export, or a full one: the whole dataset is replaced, written beside an
+        # earlier export and swapped in at the end (the module docstring).
         start = 1
+        if path.is_dir() and any(path.iterdir()):
+            out = _sibling(path, _NEW)
+            shutil.rmtree(out, ignore_errors=True)  # what a failed run left
         frame = _blocks(
             read_log(spark, zk, app, ledger_root=ledger_root, **options), block_commands
         )
-        frame.write.partitionBy(BLOCK_COLUMN).mode("overwrite").parquet(str(path))
+        frame.write.partitionBy(BLOCK_COLUMN).mode("overwrite").parquet(str(out))
     else:
         block_commands = state["block_commands"]
         next_index = state["next_index"]
@@ -159,7 +171,7 @@ def export(
         writer.option("partitionOverwriteMode", "dynamic").parquet(str(path))
     written = (
         spark.read.schema(frame.schema)
-        .parquet(str(path))
+        .parquet(str(out))
         .where(F.col(BLOCK_COLUMN) >= start)
         .agg(
             F.count(F.lit(1)).alias("rows"),
@@ -171,7 +183,9 @@ def export(
     assert written is not None
     last = written["last"]
     next_index = start if last is None else last + 1
-    _write_state(path, {"app": app, "block_commands": block_commands, "next_index": next_index})
+    _write_state(out, {"app": app, "block_commands": block_commands, "next_index": next_index})
+    if out != path:
+        _swap_in(out, path)
     return ExportReport(app, str(path), start, next_index, written["rows"], written["blocks"])
 
 
@@ -252,6 +266,40 @@ def _carried(
             "again (a full export, without --since-last, writes what the log holds)"
         )
     return rows
+
+
+_NEW: Final = "new"
+_OLD: Final = "old"
+
+
+def _sibling(path: Path, kind: str) -> Path:
+    """The hidden sibling of export `path` where a full export stages (`_NEW`) or sets the
+    one it replaces aside (`_OLD`)."""
+    return path.with_name(f".{path.name}.rsm-export-{kind}")
+
+
+def _swap_in(new: Path, path: Path) -> None:
+    """Replace the export at `path` with the complete one at `new` (same file system)."""
+    old = _sibling(path, _OLD)
+    shutil.rmtree(old, ignore_errors=True)
+    os.rename(path, old)
+    os.rename(new, path)
+    shutil.rmtree(old)
+
+
+def _finish_swap(path: Path) -> None:
+    """Finish a swap that a killed run left between its renames (`path` absent, the earlier
+    export set aside): the new export when it is complete (it has its record), else the
+    earlier one, goes back to `path`."""
+    old = _sibling(path, _OLD)
+    if os.path.lexists(path) or not old.is_dir():
+        return
+    new = _sibling(path, _NEW)
+    if (new / STATE_FILE).is_file():
+        os.rename(new, path)
+        shutil.rmtree(old)
+    else:
+        os.rename(old, path)
 
 
 def _block_start(index: int, block_commands: int) -> int:

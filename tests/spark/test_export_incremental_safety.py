@@ -94,22 +94,31 @@ def test_an_incremental_export_after_truncation_keeps_every_exported_index(
     assert parquet_rows(spark, path) == expected
 
 
-def test_a_failed_incremental_export_leaves_the_export_and_its_record(
+@pytest.mark.parametrize("since_last", [True, False], ids=["incremental", "full"])
+def test_a_failed_export_leaves_the_export_and_its_record(
     spark: SparkSession,
     known: KnownCluster,
     portal: BlockingPortal,
     writer: KvLogWriter,
     tmp_path: Path,
+    *,
+    since_last: bool,
 ) -> None:
     path = tmp_path / "export"
     portal.call(writer.segment, kv_commands(30, seed=3))
     _export(spark, known, writer, path, since_last=True)
+    if not since_last:  # a full export over it, written beside it and swapped in
+        portal.call(writer.segment, kv_commands(5, seed=4))
+        report = _export(spark, known, writer, path, since_last=False)
+        assert (report.first_index, report.next_index) == (1, writer.index)
+        assert sorted(child.name for child in tmp_path.iterdir()) == ["export"]
     before, rows = _files(path), parquet_rows(spark, path)
     assert STATE_FILE in before
+    assert len(rows) == writer.index - 1
 
     portal.call(_append_unreadable_segment, writer)
     with pytest.raises(PySparkException, match=r"entry 0 \(on bookies [^)]+\) is unreadable"):
-        _export(spark, known, writer, path, since_last=True)
+        _export(spark, known, writer, path, since_last=since_last)
 
     assert _files(path) == before
     assert parquet_rows(spark, path) == rows

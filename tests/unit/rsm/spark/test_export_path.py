@@ -87,3 +87,42 @@ def test_the_command_refuses_before_spark_starts_and_deletes_nothing(
     assert err.startswith(f"error: InvalidConfig: {path} ")
     assert len(err.splitlines()) == 1
     assert kept.read_text() == "keep me"
+
+
+def _export_dir(path: Path, marker: str, *, record: bool = True) -> None:
+    (path / f"{BLOCK_COLUMN}=1").mkdir(parents=True)
+    (path / f"{BLOCK_COLUMN}=1" / "part-0.parquet").write_text(marker)
+    if record:
+        (path / STATE_FILE).write_text("{}")
+
+
+def _marker(path: Path) -> str:
+    return (path / f"{BLOCK_COLUMN}=1" / "part-0.parquet").read_text()
+
+
+@pytest.mark.parametrize("complete", [True, False], ids=["new one complete", "new one partial"])
+def test_a_full_export_killed_between_its_renames_is_finished_by_the_next(
+    tmp_path: Path, complete: bool
+) -> None:
+    """`to` renamed aside, the new export not yet renamed in: the next export puts the new
+    one in place if it has its record, else the earlier one back."""
+    to = tmp_path / "export"
+    _export_dir(tmp_path / ".export.rsm-export-old", "earlier")
+    _export_dir(tmp_path / ".export.rsm-export-new", "new", record=complete)
+    jobs._finish_swap(to)
+    assert _marker(to) == ("new" if complete else "earlier")
+    assert not (tmp_path / ".export.rsm-export-old").exists()
+    check_export_path(str(to))
+
+
+def test_a_swap_replaces_the_export_whole(tmp_path: Path) -> None:
+    to, new = tmp_path / "export", tmp_path / ".export.rsm-export-new"
+    _export_dir(to, "earlier")
+    (to / f"{BLOCK_COLUMN}=9").mkdir()  # a block the new export does not have
+    _export_dir(new, "new")
+    jobs._swap_in(new, to)
+    assert _marker(to) == "new"
+    assert sorted(child.name for child in to.iterdir()) == [STATE_FILE, f"{BLOCK_COLUMN}=1"]
+    assert sorted(child.name for child in tmp_path.iterdir()) == ["export"]
+    jobs._finish_swap(to)  # nothing to finish
+    assert _marker(to) == "new"
