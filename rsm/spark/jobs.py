@@ -139,8 +139,9 @@ def export(
         # A new export, or a full one: the whole dataset is replaced, written beside an
         # earlier export and swapped in at the end (the module docstring).
         start = 1
-        if path.is_dir() and any(path.iterdir()):
-            out = _sibling(path, _NEW)
+        staging = _sibling(path, _NEW)
+        if staging is not None and path.is_dir() and any(path.iterdir()):
+            out = staging
             shutil.rmtree(out, ignore_errors=True)  # what a failed run left
         frame = _blocks(
             read_log(spark, zk, app, ledger_root=ledger_root, **options), block_commands
@@ -272,15 +273,17 @@ _NEW: Final = "new"
 _OLD: Final = "old"
 
 
-def _sibling(path: Path, kind: str) -> Path:
+def _sibling(path: Path, kind: str) -> Path | None:
     """The hidden sibling of export `path` where a full export stages (`_NEW`) or sets the
-    one it replaces aside (`_OLD`)."""
-    return path.with_name(f".{path.name}.rsm-export-{kind}")
+    one it replaces aside (`_OLD`); None for a path without a name (`/`)."""
+    absolute = path.absolute()
+    return absolute.with_name(f".{absolute.name}.rsm-export-{kind}") if absolute.name else None
 
 
 def _swap_in(new: Path, path: Path) -> None:
     """Replace the export at `path` with the complete one at `new` (same file system)."""
     old = _sibling(path, _OLD)
+    assert old is not None, "a path with a staged export has a name"
     shutil.rmtree(old, ignore_errors=True)
     os.rename(path, old)
     os.rename(new, path)
@@ -291,10 +294,9 @@ def _finish_swap(path: Path) -> None:
     """Finish a swap that a killed run left between its renames (`path` absent, the earlier
     export set aside): the new export when it is complete (it has its record), else the
     earlier one, goes back to `path`."""
-    old = _sibling(path, _OLD)
-    if os.path.lexists(path) or not old.is_dir():
+    old, new = _sibling(path, _OLD), _sibling(path, _NEW)
+    if old is None or new is None or os.path.lexists(path) or not old.is_dir():
         return
-    new = _sibling(path, _NEW)
     if (new / STATE_FILE).is_file():
         os.rename(new, path)
         shutil.rmtree(old)

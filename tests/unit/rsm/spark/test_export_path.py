@@ -126,3 +126,14 @@ def test_a_swap_replaces_the_export_whole(tmp_path: Path) -> None:
     assert sorted(child.name for child in tmp_path.iterdir()) == ["export"]
     jobs._finish_swap(to)  # nothing to finish
     assert _marker(to) == "new"
+
+
+def test_a_path_without_a_name_is_refused_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`/` has no sibling to stage in; `.` stages beside the current directory."""
+    jobs._finish_swap(Path("/"))  # nothing to finish, nothing raised
+    with pytest.raises(InvalidConfig, match="is not an earlier export"):
+        check_export_path("/")
+    monkeypatch.chdir(tmp_path)
+    assert jobs._sibling(Path("."), "new") == tmp_path.with_name(f".{tmp_path.name}.rsm-export-new")
