@@ -29,6 +29,7 @@ from rsm.core.state_machine import StateMachine, command, query
 from rsm.runtime.log import LogStore
 from rsm.runtime.replica import Replica
 from rsm.snapshots.store import SnapshotStore
+from tests.unit.bookie.server.support import eventually
 from tests.unit.rsm.runtime.harness import APP, Replicas, ledger_config, replica_config
 
 
@@ -92,6 +93,14 @@ class AppView:
 
     async def ledger_ids(self) -> set[int]:
         return set(await self.ledgers.list_ledgers())
+
+    async def wait_truncated_past(self, index: int, timeout_s: float = 10.0) -> None:
+        """Until the log no longer holds `index` (truncated behind a snapshot)."""
+
+        async def truncated() -> bool:
+            return (await self.log()).first_index > index
+
+        await eventually(truncated, poll_s=0.005, timeout_s=timeout_s)
 
 
 @asynccontextmanager

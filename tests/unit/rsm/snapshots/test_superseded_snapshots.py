@@ -51,12 +51,7 @@ async def test_a_replica_loading_a_superseded_snapshot_loads_the_newer_one(
                 await leader.call("add", 1)
             newer = await leader.take_snapshot()
 
-            async def truncated_past_older() -> None:
-                while (await view.log()).first_index <= older["index"] + 1:
-                    await anyio.sleep(0.005)
-
-            with anyio.fail_after(10):
-                await truncated_past_older()
+            await view.wait_truncated_past(older["index"] + 1)
             if kept == 1:
                 await wait_until(lambda: not leader.snapshots.value.garbage)
                 assert older["ledger_id"] not in await view.ledger_ids()

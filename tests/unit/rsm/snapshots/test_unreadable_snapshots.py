@@ -93,12 +93,7 @@ async def test_an_unreadable_snapshot_is_waited_for_when_the_log_behind_older_on
             await leader.call("add", 1)
         newer = await leader.take_snapshot()
 
-        async def truncated_past_older() -> None:
-            while (await view.log()).first_index <= older["index"] + 1:
-                await anyio.sleep(0.005)
-
-        with anyio.fail_after(10):
-            await truncated_past_older()
+        await view.wait_truncated_past(older["index"] + 1)
         good = corrupt_every_copy(replicas, newer["ledger_id"], 0)
 
         async with anyio.create_task_group() as task_group:
