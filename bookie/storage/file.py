@@ -320,7 +320,8 @@ class FileLedgerStorage:
             self._writer = JournalWriter(
                 config.journal_dir, next_file_id, config.journal_file_size_bytes_max
             )
-            self._writer.create()
+            previous = dict(files).get(next_file_id - 1)
+            self._writer.create(None if previous is None else previous.stat().st_size)
         except BaseException:
             self._close_files()
             raise

@@ -20,11 +20,17 @@ Journal record::
     0       4     length u32: bytes from offset 8 to the end of the record (17 + n)
     4       4     crc32c u32 of bytes [8, 8 + length)
     8       1     kind u8 (JournalKind)
-    9       8     ledger_id i64
+    9       8     ledger_id i64; PREVIOUS_FILE: the previous journal file's id
     17      8     argument i64: entry_id (ENTRY), lac (EXPLICIT_LAC),
-                  1 if a fenced tombstone is kept else 0 (DELETE), 0 (MASTER_KEY, FENCE)
+                  1 if a fenced tombstone is kept else 0 (DELETE), 0 (MASTER_KEY, FENCE),
+                  the previous journal file's length in bytes (PREVIOUS_FILE)
     25      n     payload: entry packet (ENTRY), master key (MASTER_KEY),
-                  explicit-LAC packet (EXPLICIT_LAC), empty (FENCE, DELETE)
+                  explicit-LAC packet (EXPLICIT_LAC), empty (FENCE, DELETE, PREVIOUS_FILE)
+
+A journal file whose predecessor (id one less) exists when it is started has a
+PREVIOUS_FILE record first, written and synced with the header: where that
+file ended, so that replay can tell a predecessor that lost its end on a record
+boundary from one that ended there.  It changes no ledger.
 
 A record is *valid at offset p* when its length lies in
 [RECORD_BODY_MIN_BYTES, RECORD_BODY_MAX_BYTES], the record ends inside the
@@ -107,6 +113,7 @@ class JournalKind(enum.IntEnum):
     FENCE = 3
     EXPLICIT_LAC = 4
     DELETE = 5
+    PREVIOUS_FILE = 6
 
 
 _RECORD_PREFIX: Final = struct.Struct(">II")

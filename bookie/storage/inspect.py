@@ -41,8 +41,10 @@ class JournalRecordInfo:
     offset: int
     kind: JournalKind
     ledger_id: int
+    """The ledger; for PREVIOUS_FILE, the id of the journal file before this one."""
     argument: int
-    """The entry id (ENTRY), the LAC (EXPLICIT_LAC), the tombstone flag (DELETE), else 0."""
+    """The entry id (ENTRY), the LAC (EXPLICIT_LAC), the tombstone flag (DELETE), the
+    previous journal file's length in bytes (PREVIOUS_FILE), else 0."""
     size_bytes: int
     """The whole record, prefix included."""
     payload_bytes: int

@@ -42,6 +42,9 @@ Invariants:
   size limit; a file's header is durable (file and directory fsynced) before
   any record is written to it.  Hence every file except the newest ends on a
   record boundary, and only the newest may have a torn tail.
+* A file started while its predecessor exists begins with a PREVIOUS_FILE
+  record, durable with its header, saying where the predecessor ended; a
+  predecessor shorter or longer than that has been damaged.
 
 Each group's write-and-sync time, records and bytes are observed in the
 journal's histograms (`sync_seconds`, `group_records`, `group_bytes`), on the
@@ -53,8 +56,11 @@ part; if a valid record can still be found after it in the same file, the
 damage is *before* the tail and `JournalCorrupt` is raised, naming the file
 and offset; otherwise it is a torn or junk tail of the newest file, which is
 truncated with a warning.  A file replay needs that is missing (the mark's
-own, or one between it and the newest: ids are consecutive) is `JournalCorrupt`
-too, never a replay that starts later or skips a file.  Scanning happens in
+own, or one between it and the newest: ids are consecutive), or that does not
+end where its successor's PREVIOUS_FILE record says (cut on a record boundary,
+which no record check can see), is `JournalCorrupt` too, never a replay that
+starts later or skips records.  Files written before PREVIOUS_FILE existed
+have no such record, and their predecessors are not checked.  Scanning happens in
 full before anything is changed, so an open that fails on corruption leaves
 the files as they were.
 """
@@ -150,6 +156,9 @@ class JournalFileScan:
     zero_tail: bool
     """Every byte after `valid_end` is zero: space allocated ahead and never written
     (or a torn tail that the disk left zeroed), rather than junk."""
+    previous_bytes: int | None = None
+    """Where the predecessor ended, by this file's PREVIOUS_FILE record (None: no
+    record was scanned: none written, or the file is the mark's own)."""
 
 
 def scan_journal(journal_dir: Path, mark: JournalMark) -> list[JournalFileScan]:
@@ -180,7 +189,14 @@ def scan_journal(journal_dir: Path, mark: JournalMark) -> list[JournalFileScan]:
         if file_id == mark.file_id:
             start = min(max(start, mark.offset), len(data))
         valid_end = start
+        previous_bytes = None
         for record in iter_journal_records(data, start):
+            if record.kind is JournalKind.PREVIOUS_FILE and record.offset == FILE_HEADER_BYTES:
+                if record.ledger_id != file_id - 1:
+                    raise JournalCorrupt(
+                        f"{path}: names journal file {record.ledger_id:016x} as its predecessor"
+                    )
+                previous_bytes = record.argument
             valid_end = record.end
         if valid_end < len(data):
             later = find_journal_record(data, valid_end + 1)
@@ -195,9 +211,31 @@ def scan_journal(journal_dir: Path, mark: JournalMark) -> list[JournalFileScan]:
                     " that a newer file follows (only the newest file may end torn)"
                 )
         scans.append(
-            JournalFileScan(path, file_id, start, valid_end, len(data), is_zeros(data, valid_end))
+            JournalFileScan(
+                path,
+                file_id,
+                start,
+                valid_end,
+                len(data),
+                is_zeros(data, valid_end),
+                previous_bytes,
+            )
         )
+    _check_lengths(scans)
     return scans
+
+
+def _check_lengths(scans: list[JournalFileScan]) -> None:
+    """Raise `JournalCorrupt` when a file does not end where its successor's
+    PREVIOUS_FILE record says it did."""
+    for previous, scan in itertools.pairwise(scans):
+        if scan.previous_bytes is None or scan.previous_bytes == previous.valid_end:
+            continue
+        what = "lost its end" if previous.valid_end < scan.previous_bytes else "grew"
+        raise JournalCorrupt(
+            f"{previous.path}: {what}: its records end at byte {previous.valid_end}, but"
+            f" {scan.path.name} was started when it ended at byte {scan.previous_bytes}"
+        )
 
 
 def _check_complete(journal_dir: Path, mark: JournalMark, file_ids: list[int]) -> None:
@@ -264,6 +302,8 @@ def replay_journal(
             continue
         data = memoryview(scan.path.read_bytes())[: scan.valid_end]
         for record in iter_journal_records(data, scan.start):
+            if record.kind is JournalKind.PREVIOUS_FILE:
+                continue
             apply(record.kind, record.ledger_id, record.argument, bytes(record.payload))
             applied += 1
     return applied
@@ -318,20 +358,28 @@ class JournalWriter:
         self.file_id = file_id
         self.end = 0
 
-    def create(self) -> JournalMark:
-        """Start file `file_id`: header written and durable, file and directory fsynced."""
+    def create(self, previous_bytes: int | None) -> JournalMark:
+        """Start file `file_id`: header written and durable, file and directory fsynced.
+
+        `previous_bytes` is the length of file `file_id - 1`, when it exists: it
+        goes into the file's PREVIOUS_FILE record, with the header."""
         assert self._fd < 0
         path = journal_file_path(self._journal_dir, self.file_id)
+        start = bytearray(encode_file_header(JOURNAL_MAGIC, self.file_id))
+        if previous_bytes is not None:
+            append_journal_record(
+                start, JournalKind.PREVIOUS_FILE, self.file_id - 1, previous_bytes, b""
+            )
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
-            _write_all(fd, encode_file_header(JOURNAL_MAGIC, self.file_id))
+            _write_all(fd, start)
             os.fdatasync(fd)
             fsync_directory(self._journal_dir)
         except BaseException:
             os.close(fd)
             raise
         self._fd = fd
-        self.end = self._allocated_end = FILE_HEADER_BYTES
+        self.end = self._allocated_end = len(start)
         return JournalMark(self.file_id, self.end)
 
     def is_plain(self, group_bytes: int) -> bool:
@@ -344,9 +392,10 @@ class JournalWriter:
         assert self._fd >= 0
         assert group
         if self.end >= self._file_size_bytes_max:
+            ended = self.end
             self.close()
             self.file_id += 1
-            self.create()
+            self.create(ended)
         group_end = self.end + len(group)
         if group_end > self._allocated_end:
             self._allocate(group_end)

@@ -82,7 +82,7 @@ def test_unwritten_extents_are_seen(tmp_path: Path) -> None:
 
 def test_groups_go_into_zeros_written_ahead(tmp_path: Path) -> None:
     writer = JournalWriter(tmp_path, 1, 1 << 30, preallocation_bytes=STEP)
-    writer.create()
+    writer.create(None)
     path = journal_file_path(tmp_path, 1)
     writer.write_group(group_of(0, 1))
     first_size = writer.end + STEP
@@ -107,7 +107,7 @@ def test_groups_go_into_zeros_written_ahead(tmp_path: Path) -> None:
 
 def test_a_rolled_file_ends_at_its_last_record(tmp_path: Path) -> None:
     writer = JournalWriter(tmp_path, 1, FILE_HEADER_BYTES + 1000, preallocation_bytes=STEP)
-    writer.create()
+    writer.create(None)
     writer.write_group(group_of(0, 1, 2, 3, 4, 5, 6, 7, 8, 9))
     first_end = writer.end
     writer.write_group(group_of(10))
@@ -126,7 +126,7 @@ def test_a_crash_leaves_zeros_that_replay_trims_quietly(
     live = tmp_path / "live"
     live.mkdir()
     writer = JournalWriter(live, 1, 1 << 30, preallocation_bytes=STEP)
-    writer.create()
+    writer.create(None)
     writer.write_group(group_of(0, 1, 2))
     # What the disk holds if the process dies now (no close).
     crashed = tmp_path / "crashed"
@@ -150,7 +150,7 @@ def test_a_refused_allocation_only_costs_speed(
 
     monkeypatch.setattr(os, "pwrite", refuse)
     writer = JournalWriter(tmp_path, 1, 1 << 30, preallocation_bytes=STEP)
-    writer.create()
+    writer.create(None)
     writer.write_group(group_of(0))
     writer.write_group(group_of(1))
     path = journal_file_path(tmp_path, 1)
@@ -171,7 +171,7 @@ def test_an_allocation_that_fails_after_growing_the_file_is_still_cut_back(
 
     monkeypatch.setattr(os, "pwrite", grow_then_fail)
     writer = JournalWriter(tmp_path, 1, 1 << 30, preallocation_bytes=STEP)
-    writer.create()
+    writer.create(None)
     writer.write_group(group_of(0, 1))
     path = journal_file_path(tmp_path, 1)
     assert path.stat().st_size > writer.end

@@ -12,6 +12,7 @@ from bookie.errors import JournalCorrupt
 from bookie.storage.file import FileLedgerStorage
 from bookie.storage.format import FILE_HEADER_BYTES, JournalKind, append_journal_record
 from bookie.storage.index import read_checkpoint_mark
+from bookie.storage.inspect import JournalRecordInfo, journal_records
 from bookie.storage.journal import (
     JournalMark,
     JournalWriter,
@@ -36,11 +37,13 @@ def write_journal(directory: Path, file_id: int, records: list[Record]) -> list[
     """A journal file holding `records`; returns the offset of each."""
     directory.mkdir(parents=True, exist_ok=True)
     writer = JournalWriter(directory, file_id, 1 << 30)
-    writer.create()
+    previous = journal_file_path(directory, file_id - 1)
+    writer.create(previous.stat().st_size if previous.exists() else None)
+    start = writer.end
     group = bytearray()
     offsets = []
     for record in records:
-        offsets.append(FILE_HEADER_BYTES + len(group))
+        offsets.append(start + len(group))
         append_journal_record(group, *record)
     if group:
         writer.write_group(group)
@@ -168,6 +171,68 @@ def test_a_bad_header_in_an_older_file_is_corruption(tmp_path: Path) -> None:
         replay(tmp_path)
 
 
+def test_an_older_file_cut_on_a_record_boundary_is_corruption_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    offsets = write_journal(tmp_path, 1, RECORDS[:3])
+    write_journal(tmp_path, 2, RECORDS[3:])
+    path = journal_file_path(tmp_path, 1)
+    ended = path.stat().st_size
+    # Every record left is whole: without file 2's PREVIOUS_FILE record, nothing shows
+    # that the third record is gone.
+    with path.open("r+b") as file:
+        file.truncate(offsets[2])
+    before = snapshot_tree(tmp_path)
+    with pytest.raises(
+        JournalCorrupt,
+        match=rf"{path.name}: lost its end: its records end at byte {offsets[2]}, but"
+        rf" 0000000000000002\.journal was started when it ended at byte {ended}",
+    ):
+        replay(tmp_path)
+    assert snapshot_tree(tmp_path) == before
+
+
+def test_an_older_file_that_grew_after_its_successor_started_is_corruption(
+    tmp_path: Path,
+) -> None:
+    write_journal(tmp_path, 1, RECORDS[:3])
+    write_journal(tmp_path, 2, RECORDS[3:])
+    record = bytearray()
+    append_journal_record(record, JournalKind.FENCE, 1, 0, b"")
+    append_bytes(journal_file_path(tmp_path, 1), bytes(record))
+    with pytest.raises(JournalCorrupt, match=r"0000000000000001\.journal: grew"):
+        replay(tmp_path)
+
+
+def test_a_file_naming_another_predecessor_is_corruption(tmp_path: Path) -> None:
+    write_journal(tmp_path, 1, RECORDS[:3])
+    write_journal(tmp_path, 2, RECORDS[3:])
+    second = journal_file_path(tmp_path, 2)
+    start = bytearray()
+    append_journal_record(
+        start, JournalKind.PREVIOUS_FILE, 7, journal_file_path(tmp_path, 1).stat().st_size, b""
+    )
+    data = bytearray(second.read_bytes())
+    data[FILE_HEADER_BYTES : FILE_HEADER_BYTES + len(start)] = start
+    second.write_bytes(bytes(data))
+    with pytest.raises(JournalCorrupt, match="names journal file 0000000000000007"):
+        replay(tmp_path)
+
+
+def test_files_without_a_previous_file_record_replay_unchecked(tmp_path: Path) -> None:
+    # Journal files written before the record existed: the predecessor cannot be checked,
+    # and replay goes on as it did.
+    for file_id, records in ((1, RECORDS[:3]), (2, RECORDS[3:])):
+        writer = JournalWriter(tmp_path, file_id, 1 << 30)
+        writer.create(None)
+        group = bytearray()
+        for record in records:
+            append_journal_record(group, *record)
+        writer.write_group(group)
+        writer.close()
+    assert replay(tmp_path) == RECORDS
+
+
 # --- through FileLedgerStorage ----------------------------------------------------------------
 
 
@@ -209,6 +274,50 @@ async def test_storage_refuses_to_open_over_corruption_and_changes_nothing(
         async with FileLedgerStorage.open(make_config(image)):
             pass
     assert snapshot_tree(image) == before
+
+
+@pytest.mark.anyio
+async def test_storage_refuses_an_older_journal_file_cut_on_a_record_boundary(
+    tmp_path: Path,
+) -> None:
+    config = make_config(tmp_path / "bookie", journal_file_size_bytes_max=4096)
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        for entry_id in range(30):
+            storage.add_entry(1, entry_id, make_packet(1, entry_id))
+            await wait_synced(storage)
+        image = crash_image(tmp_path / "bookie", tmp_path / "image")
+    files = journal_files(image / "journal")
+    assert len(files) >= 2
+    older = files[0][1]
+    last = list(journal_records(older))[-1]
+    assert isinstance(last, JournalRecordInfo)
+    assert last.kind is JournalKind.ENTRY
+    with older.open("r+b") as file:
+        file.truncate(last.offset)
+    before = snapshot_tree(image)
+    with pytest.raises(JournalCorrupt, match=f"{older.name}: lost its end"):
+        async with FileLedgerStorage.open(make_config(image)):
+            pass
+    assert snapshot_tree(image) == before
+
+
+@pytest.mark.anyio
+async def test_a_start_records_where_the_crashed_file_ended(tmp_path: Path) -> None:
+    config = make_config(tmp_path / "bookie")
+    async with FileLedgerStorage.open(config) as storage:
+        storage.set_master_key(1, KEY)
+        storage.add_entry(1, 0, make_packet(1, 0))
+        await wait_synced(storage)
+        image = crash_image(tmp_path / "bookie", tmp_path / "image")
+    async with FileLedgerStorage.open(make_config(image)):
+        (crashed_id, crashed), (started_id, started) = journal_files(image / "journal")[-2:]
+        first = next(iter(journal_records(started)))
+    assert isinstance(first, JournalRecordInfo)
+    assert (first.kind, first.ledger_id) == (JournalKind.PREVIOUS_FILE, crashed_id)
+    assert started_id == crashed_id + 1
+    # The crashed file's space allocated ahead was trimmed before the new file began.
+    assert first.argument == crashed.stat().st_size
 
 
 # --- missing files ----------------------------------------------------------------------------
