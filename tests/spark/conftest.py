@@ -12,6 +12,7 @@ calls are synchronous.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -45,11 +46,18 @@ def portal() -> Iterator[BlockingPortal]:
         yield running
 
 
+_setups = itertools.count(1)
+"""Numbers each setup of `known`: pytest sets a package's fixtures up again when the
+package's tests are run apart (other files named between them), and a second
+cluster must not meet the first one's znodes."""
+
+
 @pytest.fixture(scope="package")
 def known(
     zookeeper: LocalZooKeeper, tmp_path_factory: pytest.TempPathFactory, portal: BlockingPortal
 ) -> Iterator[KnownCluster]:
     directory = tmp_path_factory.mktemp("spark-bookies")
-    manager: Any = known_cluster(zookeeper, directory, f"/spark{os.getpid()}", str(os.getpid()))
+    suffix = f"{os.getpid()}-{next(_setups)}"
+    manager: Any = known_cluster(zookeeper, directory, f"/spark{suffix}", suffix)
     with portal.wrap_async_context_manager(manager) as cluster:
         yield cluster
