@@ -16,10 +16,14 @@ and only then swaps it in (`to` renamed to `.NAME.rsm-export-old`, the new
 one renamed to `to`, the old one deleted), so a run that fails leaves the
 earlier export as it was; a run killed between the two renames is finished
 by the next `export` to `to` (`_finish_swap`).  An incremental one
-(`since_last`, with a record) only adds or rewrites blocks, with Spark's
-dynamic partition overwrite, which replaces each block it writes when the
-job commits: a run that fails leaves the export and its record as they
-were.  It rewrites the block holding `next_index` whole: from the block's
+(`since_last`, with a record) only adds or rewrites blocks: it writes them,
+with their record, in the hidden sibling `.NAME.rsm-export-blocks`, then moves
+each into `to` (a block it replaces set aside first, as `.BLOCK.rsm-old`,
+which Spark does not read), then the record, then deletes what it set aside
+and the sibling (`_move_blocks`).  A run that fails before the moves leaves
+the export and its record as they were; one killed among them is finished by
+the next `export` to `to` (`_finish_blocks`: the staged blocks are complete
+once their record is there).  It rewrites the block holding `next_index` whole: from the block's
 start, or, for the rows of that block the log no longer has (truncated
 since they were exported), from the export itself (`_carried`, checked to
 hold every index once up to where the log now starts), and from there on
@@ -68,11 +72,12 @@ BLOCK_COLUMN: Final = "index_from"
 VIEW: Final = "log"
 EXPORT_ENTRIES: Final = re.compile(
     rf"{re.escape(STATE_FILE)}(\.tmp)?|\._SUCCESS\.crc|_SUCCESS|_temporary|\.spark-staging-.+"
-    rf"|{BLOCK_COLUMN}=.+"
+    rf"|\.?{BLOCK_COLUMN}=.+"
 )
 """The names an export writes in its directory, ended or not: the record (and its partial
-copy), the blocks, and Spark's own (its success marker and its checksum, the committer's
-`_temporary` and dynamic partition overwrite's staging directory, both left by a run that died)."""
+copy), the blocks (and those an incremental run sets aside), and Spark's own (its success
+marker and its checksum, the committer's `_temporary` and dynamic partition overwrite's staging
+directory, both left by a run that died)."""
 
 __all__ = ["audit", "check_export_path", "export", "read_log", "register", "session"]
 
@@ -129,6 +134,7 @@ def export(
         raise InvalidConfig(f"--block-commands {block_commands} must be at least 1")
     path = Path(to)
     _finish_swap(path)
+    _finish_blocks(path)
     check_export_path(to)
     state = _read_state(path) if since_last else None
     if state is not None and state["app"] != app:
@@ -166,10 +172,13 @@ def export(
         )
         if read_from > start:
             frame = _carried(spark, path, frame.schema, start, read_from).unionByName(frame)
-        # Only the blocks written are replaced, when the job commits: a failed run leaves
+        # The blocks are staged, then moved in (the module docstring): a failed run leaves
         # the export (and its record) as it was.
-        writer = frame.write.partitionBy(BLOCK_COLUMN).mode("overwrite")
-        writer.option("partitionOverwriteMode", "dynamic").parquet(str(path))
+        staged = _sibling(path, _BLOCKS)
+        if staged is None:
+            raise InvalidConfig(f"{to} has no name to stage an incremental export beside")
+        out = staged
+        frame.write.partitionBy(BLOCK_COLUMN).mode("overwrite").parquet(str(out))
     written = (
         spark.read.schema(frame.schema)
         .parquet(str(out))
@@ -185,7 +194,9 @@ def export(
     last = written["last"]
     next_index = start if last is None else last + 1
     _write_state(out, {"app": app, "block_commands": block_commands, "next_index": next_index})
-    if out != path:
+    if state is not None:
+        _move_blocks(out, path)
+    elif out != path:
         _swap_in(out, path)
     return ExportReport(app, str(path), start, next_index, written["rows"], written["blocks"])
 
@@ -271,11 +282,14 @@ def _carried(
 
 _NEW: Final = "new"
 _OLD: Final = "old"
+_BLOCKS: Final = "blocks"
+_SET_ASIDE: Final = ".rsm-old"
 
 
 def _sibling(path: Path, kind: str) -> Path | None:
     """The hidden sibling of export `path` where a full export stages (`_NEW`) or sets the
-    one it replaces aside (`_OLD`); None for a path without a name (`/`)."""
+    one it replaces aside (`_OLD`), or an incremental one stages its blocks (`_BLOCKS`); None
+    for a path without a name (`/`)."""
     absolute = path.absolute()
     return absolute.with_name(f".{absolute.name}.rsm-export-{kind}") if absolute.name else None
 
@@ -302,6 +316,46 @@ def _finish_swap(path: Path) -> None:
         shutil.rmtree(old)
     else:
         os.rename(old, path)
+
+
+def _move_blocks(staged: Path, path: Path) -> None:
+    """Move the complete incremental run staged at `staged` (its record written) into the
+    export at `path`: each block, replacing the block of its name, then the record; then
+    delete what was replaced and `staged`.  Each step leaves what `_finish_blocks` finishes,
+    and running this again over what a killed run left goes on from where it stopped."""
+    for block in sorted(staged.iterdir()):
+        if not block.name.startswith(f"{BLOCK_COLUMN}="):
+            continue
+        target, aside = path / block.name, path / f".{block.name}{_SET_ASIDE}"
+        if target.exists():
+            shutil.rmtree(aside, ignore_errors=True)  # set aside by a run that ended
+            os.rename(target, aside)
+        os.rename(block, target)
+    os.replace(staged / STATE_FILE, path / STATE_FILE)
+    _drop_set_aside(path)
+    shutil.rmtree(staged)
+
+
+def _finish_blocks(path: Path) -> None:
+    """Finish what an incremental run killed in `_move_blocks` left: its staged blocks, when
+    complete (their record is there), go on into the export; else they are dropped (the run
+    died before its moves, or after its record was moved in), and so is what it set aside."""
+    staged = _sibling(path, _BLOCKS)
+    if staged is None or not staged.is_dir():
+        return
+    if (staged / STATE_FILE).is_file() and path.is_dir():
+        _move_blocks(staged, path)
+        return
+    _drop_set_aside(path)
+    shutil.rmtree(staged)
+
+
+def _drop_set_aside(path: Path) -> None:
+    if not path.is_dir():
+        return
+    for child in path.iterdir():
+        if child.name.startswith(f".{BLOCK_COLUMN}=") and child.name.endswith(_SET_ASIDE):
+            shutil.rmtree(child)
 
 
 def _block_start(index: int, block_commands: int) -> int:

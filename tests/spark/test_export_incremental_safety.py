@@ -5,6 +5,7 @@ fails (the export and its record stay as they were)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,3 +138,60 @@ async def _append_unreadable_segment(writer: KvLogWriter) -> None:
     await writer.store.set(
         layout.log, encode_log(Log(epoch, tuple(writer.segments))), versioned.version
     )
+
+
+class _Killed(BaseException):
+    """A kill -9 as the code after it sees it: nothing more runs (no handler catches it)."""
+
+
+@pytest.mark.parametrize("point", ["rename-0", "rename-1", "rename-2", "rename-3", "record"])
+def test_an_incremental_export_killed_among_its_moves_is_finished_by_the_next(
+    spark: SparkSession,
+    known: KnownCluster,
+    portal: BlockingPortal,
+    writer: KvLogWriter,
+    tmp_path: Path,
+    *,
+    monkeypatch: pytest.MonkeyPatch,
+    point: str,
+) -> None:
+    path, whole = tmp_path / "export", tmp_path / "whole"
+    portal.call(writer.segment, kv_commands(25, seed=5))
+    first = _export(spark, known, writer, path, since_last=True, block_commands=10)
+    # The next run rewrites block 21 (set aside, then replaced) and adds 31 and 41: four
+    # renames, then the record.
+    portal.call(writer.segment, kv_commands(20, seed=6))
+    if point == "record":
+        monkeypatch.setattr(jobs, "_drop_set_aside", _die)
+    else:
+        monkeypatch.setattr(jobs.os, "rename", _dying_rename(int(point.removeprefix("rename-"))))
+    with pytest.raises(_Killed):
+        _export(spark, known, writer, path, since_last=True)
+    monkeypatch.undo()
+    recorded = json.loads((path / STATE_FILE).read_text())["next_index"]
+    assert recorded == (writer.index if point == "record" else first.next_index)
+
+    report = _export(spark, known, writer, path, since_last=True)
+
+    assert report.next_index == writer.index
+    _export(spark, known, writer, whole, block_commands=10)
+    assert parquet_rows(spark, path) == parquet_rows(spark, whole)
+    assert sorted(child.name for child in tmp_path.iterdir()) == ["export", "whole"]
+    assert not [child.name for child in path.iterdir() if child.name.startswith(".index_from")]
+
+
+def _die(*_: object) -> None:
+    raise _Killed
+
+
+def _dying_rename(renames: int) -> Any:
+    """`os.rename` that dies at its call number `renames` (counted from 0)."""
+    real, done = os.rename, [0]
+
+    def rename(source: Any, target: Any) -> None:
+        if done[0] == renames:
+            raise _Killed
+        done[0] += 1
+        real(source, target)
+
+    return rename
