@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import Metric
 
 from bookie.metrics import counter, gauge, histogram
+from bookie.server.disk_monitor import measure
 from bookie.server.gc import GarbageCollector
 from bookie.server.server import BookieServer
 from bookie.storage.file import FileLedgerStorage
@@ -111,6 +112,17 @@ def bookie_metrics(
         "bookie_disk_total_bytes",
         "Size of the file system of each data directory.",
         {(str(path),): total for path, (_, total) in usage.items()},
+        ["directory"],
+    )
+    # The fraction the disk monitor compares with `disk_usage_threshold`: used / (used +
+    # available), as df reports it.  Not used / total: root's reserve (and on some file
+    # systems much more) is neither, so that ratio can stay far below the threshold while
+    # the bookie turns read-only.
+    yield gauge(
+        "bookie_disk_usage_ratio",
+        "Used fraction of the file system of each data directory, as df and the read-only "
+        "threshold (disk_usage_threshold) count it: used / (used + available).",
+        {(str(path),): measure([path]).used_fraction for path in usage},
         ["directory"],
     )
     gc = collector.metrics
