@@ -221,6 +221,13 @@ zk_reconnect_delay_ms_min = 50
 zk_reconnect_delay_ms_max = 1_000
 """Longest pause between reconnect attempts, so a ZooKeeper outage ends without a long wait."""
 
+zk_reconnects_per_session_timeout = 3
+"""Reconnect attempts a client makes at least within one session timeout: a restarted server
+gives the sessions it restores their timeout afresh, so one that tries within it keeps its own."""
+
+zk_reconnect_jitter = 0.4
+"""kazoo's pause between reconnect attempts is its delay times a random factor within 1 +- this."""
+
 zk_digest_file_bytes_max = 4 * KiB
 """Largest ZooKeeper credentials file (`user:password`) a process reads; larger: a config error."""
 
@@ -410,6 +417,8 @@ assert entry_log_write_buffer_bytes + frame_size_bytes_max <= entry_log_unwritte
 assert 0.0 < disk_usage_low_water_mark_default < disk_usage_threshold_default < 1.0
 assert speculative_read_timeout_ms_default < read_timeout_ms_default
 assert 0 < zk_reconnect_delay_ms_min <= zk_reconnect_delay_ms_max < zk_session_timeout_ms_default
+assert zk_reconnects_per_session_timeout >= 1
+assert 0.0 <= zk_reconnect_jitter < 1.0
 assert outstanding_adds_max_default <= bookie_connection_inflight_max
 assert long_poll_waiters_max <= pending_requests_total_max
 assert long_poll_timeout_ms_default <= long_poll_timeout_ms_max

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, fields
 
 import anyio
@@ -303,12 +303,19 @@ class Registration:
         version = await self._store.exists(path)
         return NO_NODE_VERSION if version is None else version
 
-    async def _keep_registered(self, events: AsyncIterator[SessionState]) -> None:
-        """Re-create the znode after every session loss, once the new session is up."""
+    async def _keep_registered(
+        self,
+        events: AsyncIterator[SessionState],
+        on_reregistered: Callable[[Registration], None] | None,
+    ) -> None:
+        """Re-create the znode after every session loss, once the new session is up, and
+        tell `on_reregistered` each time."""
         async for state in events:
             while state is SessionState.CONNECTED and not self.registered:
                 try:
                     await self._register()
+                    if on_reregistered is not None:
+                        on_reregistered(self)
                 except (MetadataUnavailable, SessionExpired):
                     # Retried while the session stays connected; if it does not,
                     # the next CONNECTED brings us back here.
@@ -332,8 +339,10 @@ async def register(
     read_only: bool = False,
     root: str = limits.metadata_root_default,
     stale_wait_ms: int = limits.bookie_registration_stale_wait_ms_default,
+    on_reregistered: Callable[[Registration], None] | None = None,
 ) -> AsyncIterator[Registration]:
-    """Register bookie `bookie_id` for the duration of the block (see the module docstring).
+    """Register bookie `bookie_id` for the duration of the block (see the module docstring);
+    `on_reregistered` is called after each re-registration that follows a session loss.
 
     The cluster must be initialised (`init_cluster`).  Before the block
     starts, raises `NodeExists` if a znode of another session still holds
@@ -356,7 +365,7 @@ async def register(
     await registration._register()
     try:
         async with anyio.create_task_group() as task_group:
-            task_group.start_soon(registration._keep_registered, events)
+            task_group.start_soon(registration._keep_registered, events, on_reregistered)
             yield registration
             task_group.cancel_scope.cancel()
     finally:

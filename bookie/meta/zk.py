@@ -32,6 +32,14 @@ optional `root` is created if missing and every path the caller passes is
 below it (a chroot done here rather than by kazoo, so it can be created over
 the same connection).  When the session expires kazoo opens a new one by
 itself: the store reports LOST, then CONNECTED with a new `session_id`.
+Reconnect attempts back off from `limits.zk_reconnect_delay_ms_min` to a
+pause short enough that several fit in one session timeout
+(`_reconnect_delay_ms_max`): a restarted ZooKeeper server gives the sessions it
+restores their timeout afresh from its start, so a client that comes back
+within it keeps its session, however long the server was down.  kazoo warns
+at each failed attempt; per outage the first warning of each kind is logged
+and its repeats go to debug level (`_ConnectionLog`), so an outage is a few
+lines in a process's log, not one a second.
 
 Credentials: a session given a `ZkDigest` (by default the one
 `BOOKIE_ZK_DIGEST_FILE` names, `bookie.meta.zk_digest`) authenticates with
@@ -57,6 +65,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import queue
 import threading
 import time
@@ -195,6 +204,55 @@ def _run_all(actions: list[Callable[[], None]]) -> None:
         action()
 
 
+def _reconnect_delay_ms_max(session_timeout_ms: int) -> float:
+    """The longest delay between reconnect attempts for a session of `session_timeout_ms`.
+
+    A ZooKeeper server that restarts gives every session it restores the whole
+    timeout again from the moment it has loaded them, however long it was down; a
+    client that tries again only after that long finds its session expired.  So the
+    pause, jitter included, stays under a `limits.zk_reconnects_per_session_timeout`-th of
+    the timeout (for short sessions such as the replicas' 1 s), and under
+    `limits.zk_reconnect_delay_ms_max` for long ones.
+    """
+    within_session = (
+        session_timeout_ms
+        / limits.zk_reconnects_per_session_timeout
+        / (1 + limits.zk_reconnect_jitter)
+    )
+    return max(
+        limits.zk_reconnect_delay_ms_min, min(limits.zk_reconnect_delay_ms_max, within_session)
+    )
+
+
+class _ConnectionLog(logging.LoggerAdapter[logging.Logger]):
+    """kazoo's logger for one store.  kazoo warns at every failed reconnect attempt,
+    several times a second for as long as ZooKeeper is away; the first warning of each
+    kind per outage is logged as it is, the repeats (until the session is connected
+    again, `connected`) at debug level."""
+
+    REPEATED: Final = frozenset({"Connection dropped: %s", "Connection time-out: %s"})
+    """The templates of kazoo's per-attempt warnings."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("kazoo.client"), {})
+        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if level == logging.WARNING and msg in self.REPEATED:
+            text = str(msg) % args
+            with self._lock:
+                if text in self._seen:
+                    level = logging.DEBUG
+                self._seen.add(text)
+        super().log(level, msg, *args, **kwargs)
+
+    def connected(self) -> None:
+        """The outage is over: the next warnings are news again."""
+        with self._lock:
+            self._seen.clear()
+
+
 class _ReconnectGate:
     """kazoo's sleep between reconnect attempts, which `expire_session` can hold closed."""
 
@@ -275,10 +333,12 @@ class ZkMetadataStore:
         operation_timeout_ms: int,
         bridge: _LoopBridge,
         gate: _ReconnectGate,
+        connection_log: _ConnectionLog,
         digest: ZkDigest | None = None,
         tls: ZkTls | None = None,
     ) -> None:
         self._client = client
+        self._connection_log = connection_log
         self._digest = digest
         self._tls = tls
         self._hosts = hosts
@@ -326,6 +386,7 @@ class ZkMetadataStore:
         root = paths.ROOT if root is None else root
         paths.check_path(root)
         gate = _ReconnectGate()
+        connection_log = _ConnectionLog()
         handler = SequentialThreadingHandler() if tls is None else tls.handler()
         # kazoo requires the handler and the retry policies to share one sleep function.
         handler.sleep_func = gate.sleep
@@ -337,12 +398,14 @@ class ZkMetadataStore:
                 max_tries=-1,
                 delay=limits.zk_reconnect_delay_ms_min / 1000,
                 backoff=2,
-                max_delay=limits.zk_reconnect_delay_ms_max / 1000,
+                max_delay=_reconnect_delay_ms_max(session_timeout_ms) / 1000,
+                max_jitter=limits.zk_reconnect_jitter,
                 sleep_func=gate.sleep,
             ),
             auth_data=None if digest is None else digest.auth_data(),
             default_acl=None if digest is None else digest.acl(),
             use_ssl=tls is not None,
+            logger=connection_log,
         )
         bridge = _LoopBridge(anyio.lowlevel.current_token())
         # A thread rather than a task: a task group here would wrap every
@@ -357,6 +420,7 @@ class ZkMetadataStore:
             operation_timeout_ms=operation_timeout_ms,
             bridge=bridge,
             gate=gate,
+            connection_log=connection_log,
             digest=digest,
             tls=tls,
         )
@@ -631,6 +695,8 @@ class ZkMetadataStore:
 
     def _on_kazoo_state(self, state: str) -> None:
         """Called by kazoo on its connection thread: must not block."""
+        if state == KazooState.CONNECTED:
+            self._connection_log.connected()
         self._bridge.post(functools.partial(self._publish, _STATES[state]))
 
     def _publish(self, state: SessionState) -> None:

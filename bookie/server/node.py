@@ -59,8 +59,8 @@ from bookie.errors import (
     leaf_error,
 )
 from bookie.logs import configure, emit
-from bookie.meta.api import MetadataStore
-from bookie.meta.bookies import BookieInfo, Cookie, init_cluster, register
+from bookie.meta.api import MetadataStore, SessionState
+from bookie.meta.bookies import BookieInfo, Cookie, Registration, init_cluster, register
 from bookie.meta.zk import ZkMetadataStore
 from bookie.metrics import registry
 from bookie.net.http_server import serve_http
@@ -91,6 +91,22 @@ HostedService = Callable[[MetadataStore], Coroutine[Any, Any, None]]
 
 _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 _LISTEN_ERRNOS: Final = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
+async def _log_session(store: MetadataStore) -> None:
+    """Log the ZooKeeper session's transitions while registered: `bookie.session`, a
+    warning when it is suspended or lost, one info line with `down_ms` once connected
+    again (a lost session is followed by `bookie.reregistered`)."""
+    down_since_s: float | None = None
+    async for state in store.session_events():
+        if state is not SessionState.CONNECTED:
+            emit(logger, logging.WARNING, "bookie.session", state=state.value)
+            if down_since_s is None:
+                down_since_s = anyio.current_time()
+        elif down_since_s is not None:
+            down_ms = round((anyio.current_time() - down_since_s) * 1000)
+            emit(logger, logging.INFO, "bookie.session", state=state.value, down_ms=down_ms)
+            down_since_s = None
 
 
 def _check_can_listen(address: Address) -> None:
@@ -353,6 +369,15 @@ class BookieNode:
         ):
             yield
 
+    def _reregistered(self, registration: Registration) -> None:
+        emit(
+            logger,
+            logging.INFO,
+            "bookie.reregistered",
+            bookie_id=self._config.bookie_id,
+            registration=registration.path,
+        )
+
     async def _registered(
         self,
         store: ZkMetadataStore,
@@ -379,6 +404,7 @@ class BookieNode:
                 read_only=read_only,
                 root=config.zk_root,
                 stale_wait_ms=2 * config.zk_session_timeout_ms,
+                on_reregistered=self._reregistered,
             ) as registration:
                 self._is_registered = True
                 emit(
@@ -398,6 +424,7 @@ class BookieNode:
                     await registration.set_read_only(value)
 
                 async with anyio.create_task_group() as hosted:
+                    hosted.start_soon(_log_session, store)
                     if self._hosted is not None:
                         hosted.start_soon(self._hosted, store)
                     try:

@@ -1063,12 +1063,27 @@ class Replica:
     # --- ZooKeeper session --------------------------------------------------------------------
 
     async def _session_loop(self) -> None:
+        """Log each session transition (`rsm.session`: a warning when the session is
+        suspended or lost, one info line with `down_ms` when it is connected again) and
+        act on it."""
+        down_since_s: float | None = None
         async for state in self._store.session_events():
+            role = self._roles.role.value
             if state is not SessionState.CONNECTED:
-                roles = self._roles
+                emit(logger, logging.WARNING, "rsm.session", state=state.value, role=role)
+                if down_since_s is None:
+                    down_since_s = anyio.current_time()
+            elif down_since_s is not None:
+                down_ms = round((anyio.current_time() - down_since_s) * 1000)
                 emit(
-                    logger, logging.WARNING, "rsm.session", state=state.value, role=roles.role.value
+                    logger,
+                    logging.INFO,
+                    "rsm.session",
+                    state=state.value,
+                    role=role,
+                    down_ms=down_ms,
                 )
+                down_since_s = None
             if state is SessionState.LOST:
                 self._apply(self._roles.session_lost(self._term is not None))
             self._wake_election()
