@@ -221,6 +221,10 @@ zk_reconnect_delay_ms_min = 50
 zk_reconnect_delay_ms_max = 1_000
 """Longest pause between reconnect attempts, so a ZooKeeper outage ends without a long wait."""
 
+zk_probe_connect_timeout_ms = 1_000
+"""How long a failed session start waits for a TCP connection to each ZooKeeper host, to say
+whether anything listens there."""
+
 zk_reconnects_per_session_timeout = 3
 """Reconnect attempts a client makes at least within one session timeout: a restarted server
 gives the sessions it restores their timeout afresh, so one that tries within it keeps its own."""

@@ -67,6 +67,7 @@ import contextlib
 import functools
 import logging
 import queue
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -251,6 +252,25 @@ class _ConnectionLog(logging.LoggerAdapter[logging.Logger]):
         """The outage is over: the next warnings are news again."""
         with self._lock:
             self._seen.clear()
+
+
+def _any_accepts(hosts: str) -> bool:
+    """Whether a TCP connection to any of `hosts` ("host:port,...") is accepted now: tells a
+    ZooKeeper that is not there from one that does not make a session (blocking)."""
+    for host_port in hosts.split(","):
+        host, _, port = host_port.strip().rpartition(":")
+        try:
+            address = (host.strip("[]"), int(port))
+        except ValueError:
+            continue
+        try:
+            with socket.create_connection(
+                address, timeout=limits.zk_probe_connect_timeout_ms / 1000
+            ):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 class _ReconnectGate:
@@ -440,13 +460,17 @@ class ZkMetadataStore:
         try:
             await anyio.to_thread.run_sync(self._client.start, timeout_ms / 1000)
         except KazooTimeoutError as error:
-            how = (
-                f"over TLS ({ZK_TLS_CA_FILE_ENV} is set): does the server serve TLS there, "
-                "with a certificate from that CA for this host name?"
-                if self._tls is not None
-                else f"without TLS ({ZK_TLS_CA_FILE_ENV} is not set): is it the server's "
-                "plain port?"
-            )
+            if not await anyio.to_thread.run_sync(_any_accepts, self._hosts):
+                how = "nothing accepts connections there: is ZooKeeper running at that address?"
+            elif self._tls is not None:
+                how = (
+                    f"over TLS ({ZK_TLS_CA_FILE_ENV} is set): does the server serve TLS there, "
+                    "with a certificate from that CA for this host name?"
+                )
+            else:
+                how = (
+                    f"without TLS ({ZK_TLS_CA_FILE_ENV} is not set): is it the server's plain port?"
+                )
             raise MetadataUnavailable(
                 f"no ZooKeeper session with {self._hosts} within {timeout_ms} ms, {how}"
             ) from error
