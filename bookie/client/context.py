@@ -18,6 +18,7 @@ from bookie.client.connections import ConnectionPool
 from bookie.client.registry import BookieRegistry
 from bookie.client.stats import ClientStats
 from bookie.meta.ledgers import LedgerManager
+from bookie.meta.underreplication import UnderReplication
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,3 +32,6 @@ class ClientContext:
     task_group: anyio.abc.TaskGroup
     stats: ClientStats
     """What the client counts for its metrics (bookie/client/stats.py)."""
+    marks: UnderReplication
+    """Autorecovery's marks: a writer that closes a ledger some bookie of which missed
+    entries marks it, so that autorecovery copies them back (bookie/client/write_handle.py)."""

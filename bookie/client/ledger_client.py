@@ -54,6 +54,7 @@ from bookie.errors import BookieError, ClientClosed, NoNode, UnauthorizedLedgerA
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import read_instance_id
 from bookie.meta.ledgers import LedgerManager
+from bookie.meta.underreplication import UnderReplication
 from bookie.wire.messages import GetBookieInfoRequest, GetBookieInfoResponse, Response
 from bookie.wire.packet import DigestType
 
@@ -121,6 +122,7 @@ class LedgerClient:
                     rng=rng,
                     task_group=task_group,
                     stats=ClientStats(),
+                    marks=UnderReplication(store, root),
                 )
                 client = cls(context, wall_clock_ms)
                 try:

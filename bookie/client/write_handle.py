@@ -17,8 +17,24 @@ carries out its effects and feeds back what happened:
   asked for again).  A bookie that failed is never taken back; the handle
   notes the registry's join count when it failed, and `failed_bookie_returned`
   says when it has registered anew since (a new ledger may use it again).
+* Probing a failed bookie: while a change is deferred, each retry (every
+  `limits.ensemble_change_retry_interval_ms_default`) sends every failed
+  bookie not known to be back a WRITE_LAC of the LAC, which a bookie answers
+  only after its journal synced it, as an add.  A bookie that only stalled (a
+  long GC, SIGSTOP, a disk frozen for less than its ZooKeeper session
+  timeout) never registers anew, so without this the handle would take it
+  for gone while it is writable again.  An EOK within `add_timeout_ms` makes
+  `failed_bookie_returned` true as a new registration does; a read-only
+  bookie (EREADONLY) or one whose disk is still too slow for the add timeout
+  does not.  (Sending a failed bookie the LAC is nothing new: the explicit
+  LAC goes to every bookie of the ensemble.)
 * `CloseLedger`: the CAS loop with `writer_close_transform`, then `on_closed` /
-  `on_close_failed`.
+  `on_close_failed`.  A ledger closed with a bookie in its last ensemble that
+  the handle gave up on (a deferred change never carried out) lacks on that
+  bookie every entry written since; nothing else would tell autorecovery
+  before its presence check (hourly), since the bookie was never lost.  So
+  the handle marks the ledger under-replicated, missing that bookie
+  (`ledger.marked`), and autorecovery copies the entries back.
 * `AddsConfirmed` / `AddsFailed` / `CloseFailed`: wake whoever waits.
 
 A writer that fails while it has nothing to append (the last add's slow
@@ -102,6 +118,7 @@ from bookie.wire.messages import (
     LedgerStateResponse,
     Response,
     WriteLacRequest,
+    WriteLacResponse,
 )
 from bookie.wire.packet import Digest, master_key
 
@@ -135,9 +152,10 @@ class WriteHandle:
         self._metadata = metadata
         self._ledger_id = metadata.ledger_id
         self._master_key = master_key(password)
+        self._digest = Digest(metadata.digest_type, password)
         self._writer = Writer(
             metadata,
-            Digest(metadata.digest_type, password),
+            self._digest,
             outstanding_adds_max=config.outstanding_adds_max,
             explicit_lac_interval_ms=config.explicit_lac_interval_ms,
             ensemble_changes_max=config.ensemble_changes_max,
@@ -146,6 +164,10 @@ class WriteHandle:
         """Bookies that failed this handle: never chosen again as its replacements."""
         self._failed_at: dict[str, int] = {}
         """Each bookie that failed this handle -> the registry's join count when it first did."""
+        self._answered: set[str] = set()
+        """Failed bookies that stored a probe since they failed, in time: writable again."""
+        self._probing: set[str] = set()
+        """Failed bookies with a probe in flight."""
         self._error: BookieError | None = None
         """Why pending adds failed (the first reason); set once, never cleared."""
         self._client_closed: ClientClosed | None = None
@@ -188,11 +210,13 @@ class WriteHandle:
     @property
     def failed_bookie_returned(self) -> bool:
         """Whether a bookie that failed this handle has become writable again since (restarted,
-        or registered anew).  The handle never takes it back; a new ledger may."""
+        registered anew, or answered a probe: it had only stalled).  The handle never takes it
+        back; a new ledger may."""
         registry = self._context.registry
         writable = registry.writable
         return any(
-            bookie_id in writable and registry.joined(bookie_id) > failed_at
+            bookie_id in writable
+            and (registry.joined(bookie_id) > failed_at or bookie_id in self._answered)
             for bookie_id, failed_at in self._failed_at.items()
         )
 
@@ -567,12 +591,39 @@ class WriteHandle:
                 if wakeup is not None:
                     self._tick_wakeup = None
                     wakeup.set()
+                self._probe(effect.failed.values())
         else:
             self._metadata = metadata
             context.stats.ensemble_changes += 1
             self._writer.on_ensemble_changed(metadata)
             self._deferral_logged = False
         self._process()
+
+    def _probe(self, bookie_ids: Iterable[str]) -> None:
+        """Ask each failed bookie not known to be back to store the LAC, as an add is stored
+        (see the module docstring); one probe in flight per bookie."""
+        lac = self._writer.last_add_confirmed
+        if lac < 0:
+            return  # nothing to publish yet: the next retry probes
+        context = self._context
+        request = WriteLacRequest(
+            0, self._ledger_id, self._master_key, lac, self._digest.build_lac(self._ledger_id, lac)
+        )
+        for bookie_id in bookie_ids:
+            if bookie_id in self._answered or bookie_id in self._probing:
+                continue
+            self._probing.add(bookie_id)
+            context.pool.submit(
+                bookie_id,
+                request,
+                functools.partial(self._on_probe_answer, bookie_id),
+                context.config.add_timeout_ms,
+            )
+
+    def _on_probe_answer(self, bookie_id: str, outcome: Response | BookieError) -> None:
+        self._probing.discard(bookie_id)
+        if isinstance(outcome, WriteLacResponse) and outcome.status == Status.EOK:
+            self._answered.add(bookie_id)
 
     async def _close_metadata(self, effect: CloseLedger) -> None:
         try:
@@ -589,9 +640,31 @@ class WriteHandle:
         else:
             self._metadata = metadata
             self._writer.on_closed(metadata)
+            missed = sorted(set(self._failed_at).intersection(metadata.current_ensemble))
+            if missed:
+                self._context.task_group.start_soon(self._mark_missed, missed)
         done = self._close_done
         assert done is not None, "the core closes only after close()"
         done.set()
+
+    async def _mark_missed(self, bookie_ids: list[str]) -> None:
+        """Mark the closed ledger under-replicated, missing `bookie_ids`: bookies of its last
+        ensemble this handle gave up on and never replaced, which lack the entries written
+        since (see the module docstring).  Best effort: a mark that cannot be written is
+        left to autorecovery's presence check."""
+        try:
+            await self._context.marks.mark(self._ledger_id, bookie_ids)
+        except BookieError as error:
+            emit(
+                logger,
+                logging.WARNING,
+                "ledger.mark_failed",
+                ledger_id=self._ledger_id,
+                missing=bookie_ids,
+                error=repr(error),
+            )
+            return
+        emit(logger, logging.INFO, "ledger.marked", ledger_id=self._ledger_id, missing=bookie_ids)
 
     async def _tick(self) -> None:
         """Call the core's `tick` when it says it is due, until it never will be."""
