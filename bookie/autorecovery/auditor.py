@@ -34,12 +34,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 import anyio
 
 from bookie.autorecovery.connect import client_addresses, cluster_instance_id, connect_checked
 from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.autorecovery.stats import AutoRecoveryStats
 from bookie.client.bookie_conn import BookieConnection
 from bookie.client.connections import Connector
 from bookie.clock import loop_clock_ms
@@ -64,11 +65,13 @@ class AuditorService:
         settings: AutoRecoverySettings,
         rng: random.Random | None = None,
         connector: Connector | None = None,
+        stats: AutoRecoveryStats | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
         self._connector = connector
         """Opens the streams to bookies (None: TCP)."""
+        self._stats = AutoRecoveryStats() if stats is None else stats
         self._rng = rng or random.Random()
         """Draws the entries a sampled presence check compares."""
         self._marks = UnderReplication(store, settings.root)
@@ -96,7 +99,13 @@ class AuditorService:
                 emit(
                     logger, logging.INFO, "autorecovery.auditor_elected", owner=self._settings.owner
                 )
-                await self._audit_while_elected(mine)
+                stats = self._stats
+                stats.auditor = True
+                try:
+                    await self._audit_while_elected(mine)
+                finally:
+                    stats.auditor = False
+                    stats.lost_bookies = 0
                 continue
             await self._marks.watch_candidates(candidates)
 
@@ -116,6 +125,7 @@ class AuditorService:
             now_ms = loop_clock_ms()
             core.observe(known, registered, now_ms)
             lost = core.lost(now_ms)
+            self._stats.lost_bookies = len(lost)
             for bookie_id in sorted(lost - reported):
                 emit(logger, logging.WARNING, "autorecovery.bookie_lost", bookie_id=bookie_id)
             reported = lost
@@ -123,6 +133,7 @@ class AuditorService:
             if core.audit_due(now_ms, triggered=trigger is not None):
                 marked = await self.audit(lost)
                 core.audited(lost, now_ms)
+                self._stats.audits += 1
                 emit(
                     logger,
                     logging.INFO,
@@ -155,7 +166,7 @@ class AuditorService:
                 continue
             missing = missing_bookies(metadata, lost)
             if missing:
-                await self._marks.mark(ledger_id, missing)
+                await self._mark(ledger_id, missing)
                 marked += 1
         return marked
 
@@ -231,7 +242,7 @@ class AuditorService:
                         marked=confirmed,
                     )
                     if confirmed:
-                        await self._marks.mark(ledger_id, [bookie_id])
+                        await self._mark(ledger_id, [bookie_id])
                         marked += 1
         emit(
             logger,
@@ -241,3 +252,7 @@ class AuditorService:
             ledgers_marked=marked,
         )
         return marked
+
+    async def _mark(self, ledger_id: int, missing: Collection[str]) -> None:
+        if await self._marks.mark(ledger_id, missing):
+            self._stats.ledgers_marked += 1

@@ -15,6 +15,7 @@ import anyio
 
 from bookie.autorecovery.auditor import AuditorService
 from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.autorecovery.stats import AutoRecoveryStats
 from bookie.autorecovery.worker import ReplicationWorker
 from bookie.client.connections import Connector
 from bookie.logs import emit
@@ -28,9 +29,11 @@ async def run_autorecovery(
     settings: AutoRecoverySettings,
     rng: random.Random | None = None,
     connector: Connector | None = None,
+    stats: AutoRecoveryStats | None = None,
 ) -> None:
     """Audit (when elected) and repair, until cancelled; bookies are reached over TCP, or
-    through `connector` (the simulated network)."""
+    through `connector` (the simulated network).  Both count into `stats` (its metrics)."""
+    stats = AutoRecoveryStats() if stats is None else stats
     emit(
         logger,
         logging.INFO,
@@ -41,5 +44,5 @@ async def run_autorecovery(
     )
     async with anyio.create_task_group() as task_group:
         rng = rng or random.Random()
-        task_group.start_soon(AuditorService(store, settings, rng, connector).run)
-        task_group.start_soon(ReplicationWorker(store, settings, rng, connector).run)
+        task_group.start_soon(AuditorService(store, settings, rng, connector, stats).run)
+        task_group.start_soon(ReplicationWorker(store, settings, rng, connector, stats).run)

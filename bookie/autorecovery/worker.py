@@ -66,6 +66,7 @@ import anyio
 from bookie import limits
 from bookie.autorecovery.connect import client_addresses, cluster_instance_id, connect_checked
 from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.autorecovery.stats import AutoRecoveryStats
 from bookie.client.bookie_conn import BookieConnection
 from bookie.client.config import ClientConfig
 from bookie.client.connections import Connector
@@ -120,9 +121,11 @@ class ReplicationWorker:
         settings: AutoRecoverySettings,
         rng: random.Random,
         connector: Connector | None = None,
+        stats: AutoRecoveryStats | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
+        self._stats = AutoRecoveryStats() if stats is None else stats
         self._rng = rng
         self._connector = connector
         """Opens the streams to bookies (None: TCP)."""
@@ -147,9 +150,12 @@ class ReplicationWorker:
 
     async def run_once(self) -> int:
         """One round; return how many ledgers it brought back to full replication."""
-        if not await self._marks.is_enabled():
-            return 0
+        enabled = await self._marks.is_enabled()
         marked = await self._marks.list_marks()
+        self._stats.enabled = enabled
+        self._stats.marked_ledgers = len(marked)
+        if not enabled:
+            return 0
         self._stalled.retain(marked)
         ready = self._schedule.ready(marked, loop_clock_ms())
         self._rng.shuffle(ready)
@@ -179,9 +185,13 @@ class ReplicationWorker:
                 reason=f"{type(error).__name__}: {error}",
                 retry_in_ms=delay_ms,
             )
+            self._stats.repairs_failed += 1
             return 0
         self._schedule.succeeded(ledger_id)
-        return 1 if segments is not None else 0
+        if segments is None:
+            return 0
+        self._stats.ledgers_repaired += 1
+        return 1
 
     async def repair(self, ledger_id: int) -> int | None:
         """Repair one ledger (its lock held); return the segments repaired, None when the
@@ -225,6 +235,7 @@ class ReplicationWorker:
             segments=segments,
             entries_copied=copied,
         )
+        self._stats.entries_copied += copied
         return segments
 
     async def _repair_sealed(

@@ -39,12 +39,13 @@ import errno
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from functools import partial
 from typing import Any, Final
 
 import anyio
 import anyio.abc
+from prometheus_client.metrics_core import Metric
 
 from bookie.address import Address
 from bookie.core.bookie_handler import BookieIdentity
@@ -86,6 +87,7 @@ Reload = Callable[[], BookieConfig]
 """Re-reads the configuration (file and the same flags); raises `InvalidConfig`."""
 
 HostedService = Callable[[MetadataStore], Coroutine[Any, Any, None]]
+MetricSource = Callable[[], Iterable[Metric]]
 """Work a bookie process hosts over its ZooKeeper session while it is registered
 (autorecovery); cancelled at shutdown, and it must not raise for operating errors."""
 
@@ -127,12 +129,15 @@ class BookieNode:
         reload: Reload | None = None,
         hosted: HostedService | None = None,
         tokens: TokenTable | None = None,
+        hosted_metrics: MetricSource | None = None,
     ) -> None:
-        """`tokens`: the clients it serves, when it requires client tokens."""
+        """`tokens`: the clients it serves, when it requires client tokens;
+        `hosted_metrics`: the hosted service's metric families, for `/metrics`."""
         self._config = config
         self._tokens = tokens
         self._reload = reload
         self._hosted = hosted
+        self._hosted_metrics = hosted_metrics
         self._stop_scope: anyio.CancelScope | None = None
         """What a stop signal cancels: everything until serving, then only the serving part."""
         self._stopping = False
@@ -359,9 +364,12 @@ class BookieNode:
         if address is None:
             yield
             return
-        parts.registries.append(
-            registry(partial(bookie_metrics, parts.server, parts.storage, parts.collector))
-        )
+        sources: list[MetricSource] = [
+            partial(bookie_metrics, parts.server, parts.storage, parts.collector)
+        ]
+        if self._hosted_metrics is not None:
+            sources.append(self._hosted_metrics)
+        parts.registries.append(registry(*sources))
         config = self._config
         tls = config.tls_context() if config.tls_admin else None
         async with serve_http(

@@ -59,6 +59,7 @@ from bookie import limits
 from bookie.address import Address
 from bookie.autorecovery.service import run_autorecovery
 from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.autorecovery.stats import AutoRecoveryStats, autorecovery_metrics
 from bookie.errors import InvalidConfig, MetadataUnavailable
 from bookie.logs import FORMATS, configure, emit
 from bookie.meta import paths
@@ -367,8 +368,12 @@ def _serve(arguments: argparse.Namespace) -> int:
             passwords=_passwords((config.autorecovery_password or "").encode()),
             tls=peers_tls,
         )
-        hosted = functools.partial(run_autorecovery, settings=settings)
-    node = BookieNode(config, reload if config_file is not None else None, hosted, tokens)
+        stats = AutoRecoveryStats()
+        hosted = functools.partial(run_autorecovery, settings=settings, stats=stats)
+        hosted_metrics = functools.partial(autorecovery_metrics, stats)
+    node = BookieNode(
+        config, reload if config_file is not None else None, hosted, tokens, hosted_metrics
+    )
     tune_for_throughput()
     use_uvloop = config.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is not None
     code: int = anyio.run(node.run, backend="asyncio", backend_options={"use_uvloop": use_uvloop})

@@ -5,6 +5,7 @@ sample."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 
 import anyio
@@ -13,6 +14,8 @@ import pytest
 from bookie.autorecovery.auditor import AuditorService
 from bookie.autorecovery.service import run_autorecovery
 from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.autorecovery.stats import AutoRecoveryStats
+from bookie.core.quorum import Quorum
 from bookie.core.rereplication import repaired_segment_transform
 from bookie.meta.ledgers import LedgerManager
 from bookie.meta.underreplication import UnderReplication
@@ -80,18 +83,27 @@ async def test_a_successor_audits_and_workers_repair_when_the_auditor_leaves() -
         await cluster.add_bookie()
         async with cluster.store_factory() as store, anyio.create_task_group() as group:
             marks = UnderReplication(store, ROOT)
+            first, second = AutoRecoveryStats(), AutoRecoveryStats()
             async with (
                 cluster.store_factory() as first_store,
                 anyio.create_task_group() as first_group,
             ):
-                first_group.start_soon(run_autorecovery, first_store, settings("p1"))
+                first_group.start_soon(
+                    functools.partial(run_autorecovery, first_store, settings("p1"), stats=first)
+                )
                 await eventually(lambda: _is_auditor(marks, "p1"))
-                group.start_soon(run_autorecovery, store, settings("p2"))
+                group.start_soon(
+                    functools.partial(run_autorecovery, store, settings("p2"), stats=second)
+                )
                 await eventually(lambda: _candidates(marks, 2))
+                assert (first.auditor, second.auditor) == (True, False)
                 first_group.cancel_scope.cancel()
+            assert not first.auditor
             # The first process's session ended with its block: its candidacy is gone.
             await eventually(lambda: _is_auditor(marks, "p2"))
             lost = (await client.ledger_metadata(ledger.ledger_id)).ensembles[0][1][0]
+            quorum = Quorum(3, 2, 2)
+            held = sum(0 in quorum.write_set(entry_id) for entry_id in range(10))
             await cluster.stop_bookie(lost)
 
             async def repaired() -> bool:
@@ -99,7 +111,21 @@ async def test_a_successor_audits_and_workers_repair_when_the_auditor_leaves() -
                 return lost not in metadata.ensembles[0][1] and not await marks.list_marks()
 
             await eventually(repaired)
+            await wait_eventually(
+                lambda: _true(second.marked_ledgers == 0), poll_s=POLL_S, timeout_s=WAIT_S
+            )
+            assert (second.auditor, second.lost_bookies) == (True, 1)
             group.cancel_scope.cancel()
+        assert (second.auditor, second.lost_bookies) == (False, 0), "no longer elected"
+        assert second.ledgers_marked == 1
+        assert second.audits >= 1
+        assert (second.ledgers_repaired, second.repairs_failed) == (1, 0)
+        assert second.entries_copied == held
+        assert second.enabled
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 async def _is_auditor(marks: UnderReplication, owner: str) -> bool:

@@ -17,6 +17,7 @@ import pytest
 from bookie.autorecovery.auditor import AuditorService
 from bookie.autorecovery.service import run_autorecovery
 from bookie.autorecovery.settings import AutoRecoverySettings
+from bookie.autorecovery.stats import AutoRecoveryStats
 from bookie.autorecovery.worker import ReplicationWorker
 from bookie.client.ledger_client import LedgerClient
 from bookie.core.auditor import PresenceCheck
@@ -287,7 +288,8 @@ async def test_without_a_spare_the_mark_stays_and_retries_back_off_with_a_clear_
         async with cluster.store_factory() as store:
             marks = UnderReplication(store, ROOT)
             await marks.mark(metadata.ledger_id, [lost])
-            worker = ReplicationWorker(store, settings("w1"), random.Random(1))
+            stats = AutoRecoveryStats()
+            worker = ReplicationWorker(store, settings("w1"), random.Random(1), stats=stats)
 
             async def failed_five_times() -> bool:
                 assert await worker.run_once() == 0
@@ -300,6 +302,8 @@ async def test_without_a_spare_the_mark_stays_and_retries_back_off_with_a_clear_
             assert all(f["ledger_id"] == metadata.ledger_id for f in failures)
             assert await marks.list_marks() == [metadata.ledger_id]
             assert await client.ledger_metadata(metadata.ledger_id) == metadata
+            assert stats.repairs_failed == len(failures)
+            assert (stats.marked_ledgers, stats.ledgers_repaired) == (1, 0)
 
 
 async def _is_auditor(marks: UnderReplication, owner: str) -> bool:
