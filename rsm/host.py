@@ -18,6 +18,8 @@ takes from here, and from nowhere else inside the framework:
 * `--follower-nice` and the priority it sets (`add_follower_nice`,
   `FollowerPriority`: a follower without clients lowers its CPU priority,
   docs/operations.md);
+* the log's knobs: segments, snapshots, retention, orphan ledgers
+  (`add_log_knobs`, `log_knobs_of`);
 * `--ledger-digest`, what the ledgers a replica creates are checked with
   (`add_ledger_digest`, `ledger_digest_of`; the password comes from
   `RSM_LEDGER_PASSWORD_FILE`, `rsm.config`);
@@ -61,6 +63,7 @@ from bookie.runtime_tuning import tune_for_throughput
 from bookie.wire.packet import DigestType
 from rsm import limits
 from rsm.client import Client
+from rsm.config import SNAPSHOT_CAPTURES
 from rsm.core.layout import RSM_ROOT, AppLayout, check_name, check_replica_id
 from rsm.core.log_format import decode_leader
 from rsm.core.orphans import APP_KEY
@@ -164,6 +167,63 @@ def add_follower_nice(run: argparse.ArgumentParser) -> None:
         help="CPU priority while following without clients, when the replica leads its"
         " session (0: leave it)",
     )
+
+
+def add_log_knobs(run: argparse.ArgumentParser) -> None:
+    """The log's segments, snapshots, retention and orphan ledgers, for every command that
+    runs a replica (`log_knobs_of` gives them to `ReplicaConfig`)."""
+    run.add_argument("--segment-entries-max", type=int, default=limits.segment_entries_max_default)
+    run.add_argument(
+        "--snapshot-every-commands", type=int, default=limits.snapshot_every_commands_default
+    )
+    run.add_argument(
+        "--snapshot-every-bytes", type=int, default=limits.snapshot_every_log_bytes_default
+    )
+    run.add_argument(
+        "--snapshot-every-seconds", type=int, default=limits.snapshot_every_ms_default // 1000
+    )
+    run.add_argument(
+        "--snapshot-log-growth-percent",
+        type=int,
+        default=limits.snapshot_log_growth_percent_default,
+    )
+    run.add_argument("--snapshots-kept", type=int, default=limits.snapshots_kept_default)
+    run.add_argument("--snapshot-capture", choices=SNAPSHOT_CAPTURES, default="auto")
+    run.add_argument("--retention-commands", type=int, default=limits.retention_commands_default)
+    run.add_argument("--retention-seconds", type=int, default=limits.retention_ms_default // 1000)
+    run.add_argument(
+        "--no-truncation", action="store_true", help="never truncate the log below snapshots"
+    )
+    run.add_argument(
+        "--orphan-safe-age-seconds",
+        type=int,
+        default=limits.orphan_safe_age_ms_default // 1000,
+        help="the leader deletes the application's ledgers nothing names once this old",
+    )
+    run.add_argument(
+        "--orphan-check-interval-seconds",
+        type=int,
+        default=limits.orphan_check_interval_ms_default // 1000,
+        help="how often the leader looks for such orphan ledgers",
+    )
+
+
+def log_knobs_of(arguments: argparse.Namespace) -> dict[str, Any]:
+    """`add_log_knobs`'s flags as `ReplicaConfig` fields."""
+    return {
+        "segment_entries_max": arguments.segment_entries_max,
+        "snapshot_every_commands": arguments.snapshot_every_commands,
+        "snapshot_every_log_bytes": arguments.snapshot_every_bytes,
+        "snapshot_every_ms": arguments.snapshot_every_seconds * 1000,
+        "snapshot_log_growth_percent": arguments.snapshot_log_growth_percent,
+        "snapshots_kept": arguments.snapshots_kept,
+        "snapshot_capture": arguments.snapshot_capture,
+        "retention_commands": arguments.retention_commands,
+        "retention_ms": arguments.retention_seconds * 1000,
+        "truncation": not arguments.no_truncation,
+        "orphan_safe_age_ms": arguments.orphan_safe_age_seconds * 1000,
+        "orphan_check_interval_ms": arguments.orphan_check_interval_seconds * 1000,
+    }
 
 
 def add_ledger_digest(run: argparse.ArgumentParser) -> None:

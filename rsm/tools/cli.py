@@ -102,7 +102,7 @@ from bookie.tools.stdout import program_main
 from rsm import limits
 from rsm.admin import add_admin_argument, admin_server
 from rsm.client import Client, ClientConfig, connect
-from rsm.config import SNAPSHOT_CAPTURES, ReplicaConfig
+from rsm.config import ReplicaConfig
 from rsm.core.layout import AppLayout
 from rsm.core.protocol import Consistency
 from rsm.core.state_machine import StateMachine
@@ -112,10 +112,12 @@ from rsm.host import (
     add_client_tokens_file,
     add_follower_nice,
     add_ledger_digest,
+    add_log_knobs,
     aligned,
     application_status,
     command_zk_store,
     ledger_digest_of,
+    log_knobs_of,
     quiet_kazoo,
     read_client_tokens,
     replica_metadata,
@@ -212,7 +214,6 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--ensemble", type=int, default=3, help="ensemble size E")
     run.add_argument("--write-quorum", type=int, default=3, help="write quorum Qw")
     run.add_argument("--ack-quorum", type=int, default=2, help="ack quorum Qa")
-    run.add_argument("--segment-entries-max", type=int, default=limits.segment_entries_max_default)
     run.add_argument(
         "--session-timeout-ms",
         type=int,
@@ -224,7 +225,13 @@ def _parser() -> argparse.ArgumentParser:
         default=".",
         help="directory put first on the import path to find MODULE (default: here)",
     )
-    _snapshot_knobs(run)
+    add_log_knobs(run)
+    run.add_argument(
+        "--state-hash-every",
+        type=int,
+        default=limits.state_hash_every_commands_default,
+        help="record a state hash every N commands (equal on every replica; 0: never)",
+    )
     add_follower_nice(run)
     add_ledger_digest(run)
     add_client_tokens_file(run)
@@ -278,48 +285,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _snapshot_knobs(run: argparse.ArgumentParser) -> None:
-    run.add_argument(
-        "--snapshot-every-commands", type=int, default=limits.snapshot_every_commands_default
-    )
-    run.add_argument(
-        "--snapshot-every-bytes", type=int, default=limits.snapshot_every_log_bytes_default
-    )
-    run.add_argument(
-        "--snapshot-every-seconds", type=int, default=limits.snapshot_every_ms_default // 1000
-    )
-    run.add_argument(
-        "--snapshot-log-growth-percent",
-        type=int,
-        default=limits.snapshot_log_growth_percent_default,
-    )
-    run.add_argument("--snapshots-kept", type=int, default=limits.snapshots_kept_default)
-    run.add_argument("--snapshot-capture", choices=SNAPSHOT_CAPTURES, default="auto")
-    run.add_argument("--retention-commands", type=int, default=limits.retention_commands_default)
-    run.add_argument("--retention-seconds", type=int, default=limits.retention_ms_default // 1000)
-    run.add_argument(
-        "--no-truncation", action="store_true", help="never truncate the log below snapshots"
-    )
-    run.add_argument(
-        "--orphan-safe-age-seconds",
-        type=int,
-        default=limits.orphan_safe_age_ms_default // 1000,
-        help="the leader deletes the application's ledgers nothing names once this old",
-    )
-    run.add_argument(
-        "--orphan-check-interval-seconds",
-        type=int,
-        default=limits.orphan_check_interval_ms_default // 1000,
-        help="how often the leader looks for such orphan ledgers",
-    )
-    run.add_argument(
-        "--state-hash-every",
-        type=int,
-        default=limits.state_hash_every_commands_default,
-        help="record a state hash every N commands (equal on every replica; 0: never)",
-    )
-
-
 def _common(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
     parser.add_argument("--app", required=True, help="the application's name")
     parser.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,...][/chroot]")
@@ -352,18 +317,7 @@ def _run(arguments: argparse.Namespace) -> int:
         ensemble_size=arguments.ensemble,
         write_quorum=arguments.write_quorum,
         ack_quorum=arguments.ack_quorum,
-        segment_entries_max=arguments.segment_entries_max,
-        snapshot_every_commands=arguments.snapshot_every_commands,
-        snapshot_every_log_bytes=arguments.snapshot_every_bytes,
-        snapshot_every_ms=arguments.snapshot_every_seconds * 1000,
-        snapshot_log_growth_percent=arguments.snapshot_log_growth_percent,
-        snapshots_kept=arguments.snapshots_kept,
-        snapshot_capture=arguments.snapshot_capture,
-        retention_commands=arguments.retention_commands,
-        retention_ms=arguments.retention_seconds * 1000,
-        truncation=not arguments.no_truncation,
-        orphan_safe_age_ms=arguments.orphan_safe_age_seconds * 1000,
-        orphan_check_interval_ms=arguments.orphan_check_interval_seconds * 1000,
+        **log_knobs_of(arguments),
         state_hash_every_commands=arguments.state_hash_every,
         ledger_digest=ledger_digest_of(arguments),
     )

@@ -1,9 +1,9 @@
 """A follower replica stalled (SIGSTOP) while the leader snapshots and truncates the log
 past what the follower had applied, then resumed, under writes of a redis client.
 
-The replicas run `kvstore serve` with a snapshot every few hundred commands and
-no retention (`support/quick_snapshots.py`), so the ledgers the follower was
-reading are deleted while it is stopped.  Once resumed it must not answer a
+The replicas run `kvstore serve` with a snapshot every few hundred commands, short
+segments and no retention (its log flags), so the ledgers the follower was reading
+are deleted while it is stopped.  Once resumed it must not answer a
 (default, linearizable) read with data older than a write acknowledged before the
 read was sent, it must load a snapshot (the log no longer holds what it lacks),
 catch up with the leader, and then hold every acknowledged write.
@@ -15,20 +15,27 @@ import json
 import os
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kvstore.tools import launcher
 
 from bookie.local.zookeeper import LocalZooKeeper
-from tests.integration.support.quick_snapshots import SNAPSHOT_EVERY_COMMANDS
 from tests.integration.support.stalls import stopped
 from tests.unit.kvstore.local_store import WAIT_S, Store, command, running_store, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
 
-REPOSITORY = Path(__file__).resolve().parents[2]
 WRITES_PER_LOOK = 50
+
+
+SNAPSHOT_EVERY_COMMANDS = 300
+QUICK_SNAPSHOTS = (
+    f"--snapshot-every-commands={SNAPSHOT_EVERY_COMMANDS}",
+    "--snapshot-log-growth-percent=0",
+    "--segment-entries-max=50",
+    "--retention-commands=0",
+    "--retention-seconds=0",
+)
 
 
 @pytest.fixture
@@ -41,13 +48,9 @@ def store(
     serve_command = launcher.serve_command
 
     def quick_snapshots_command(*args: object, **kwargs: object) -> list[str]:
-        words = serve_command(*args, **kwargs)  # type: ignore[arg-type]
-        assert words[2] == "kvstore.tools.cli"
-        words[2] = "tests.integration.support.quick_snapshots"
-        return words
+        return [*serve_command(*args, **kwargs), *QUICK_SNAPSHOTS]  # type: ignore[arg-type]
 
     monkeypatch.setattr(launcher, "serve_command", quick_snapshots_command)
-    monkeypatch.setenv("PYTHONPATH", str(REPOSITORY))
     with running_store(zookeeper, zk_root, tmp_path) as running:  # type: ignore[arg-type]
         yield running
 

@@ -119,10 +119,12 @@ from rsm.host import (
     add_client_tokens_file,
     add_follower_nice,
     add_ledger_digest,
+    add_log_knobs,
     aligned,
     application_status,
     command_zk_store,
     ledger_digest_of,
+    log_knobs_of,
     quiet_kazoo,
     read_client_tokens,
     replica_metadata,
@@ -236,6 +238,7 @@ def _parser() -> argparse.ArgumentParser:
         default=limits.read_lease_ms_default,
         help="the leader's read lease (0: a bookie round per read); equal on every replica",
     )
+    add_log_knobs(serve)
     add_follower_nice(serve)
     add_ledger_digest(serve)
     add_client_tokens_file(serve)
@@ -311,6 +314,7 @@ def _serve(arguments: argparse.Namespace) -> int:
         write_quorum=arguments.write_quorum,
         ack_quorum=arguments.ack_quorum,
         read_lease_ms=arguments.read_lease_ms,
+        **log_knobs_of(arguments),
         # KVStore keeps its state hash up to date change by change, so checking
         # replicas against the leader often costs nothing.
         state_hash_every_commands=limits.state_hash_every_commands,
