@@ -70,6 +70,7 @@ LAYERS: dict[str, list[list[str]]] = {
             "bookie.clock",
             "bookie.metrics",
             "bookie.secret_file",
+            "bookie.tls_keys",
         ],
         ["bookie.wire", "bookie.storage.api", "bookie.address"],
         ["bookie.core"],

@@ -82,10 +82,10 @@ def development_certificates(directory: Path) -> DevelopmentCertificates:
         )
         .sign(ca_key, hashes.SHA256())
     )
-    _write(paths.ca_key, _key_pem(ca_key), private=True)
-    _write(paths.ca, ca.public_bytes(serialization.Encoding.PEM), private=False)
-    _write(paths.node, _leaf(ca, ca_key, NODE_NAME, now, loopback=True), private=True)
-    _write(paths.client, _leaf(ca, ca_key, CLIENT_NAME, now, loopback=False), private=True)
+    write_file(paths.ca_key, _key_pem(ca_key), private=True)
+    write_file(paths.ca, ca.public_bytes(serialization.Encoding.PEM), private=False)
+    write_file(paths.node, _leaf(ca, ca_key, NODE_NAME, now, loopback=True), private=True)
+    write_file(paths.client, _leaf(ca, ca_key, CLIENT_NAME, now, loopback=False), private=True)
     return paths
 
 
@@ -145,9 +145,11 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _write(path: Path, data: bytes, *, private: bool) -> None:
-    """Write `data` to a new file (readable by its owner only when `private`)."""
+def write_file(path: Path, data: bytes, *, private: bool) -> None:
+    """Write `data` to `path`, readable by its owner only when `private` (an existing file
+    too: the mode `open` is given applies only to a file it creates)."""
     mode = _PRIVATE_MODE if private else 0o644
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(descriptor, "wb") as handle:
+        os.fchmod(handle.fileno(), mode)
         handle.write(data)

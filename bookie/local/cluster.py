@@ -62,7 +62,12 @@ import anyio.abc
 import anyio.to_thread
 
 from bookie import limits
-from bookie.local.certificates import CLIENT_NAME, NODE_NAME, DevelopmentCertificates
+from bookie.local.certificates import (
+    CLIENT_NAME,
+    NODE_NAME,
+    DevelopmentCertificates,
+    write_file,
+)
 from bookie.local.zookeeper import (
     LocalZooKeeper,
     ZooKeeperTls,
@@ -376,7 +381,9 @@ class LocalCluster:
                 "tls_allowed_clients": f"{NODE_NAME},{CLIENT_NAME}",
             }
         directory.mkdir(parents=True, exist_ok=True)
-        config_file.write_text(
+        # Private: the configuration may hold the autorecovery password (the ledgers').
+        write_file(
+            config_file,
             render_toml(
                 {
                     "listen_address": f"{HOST}:{port}",
@@ -386,7 +393,8 @@ class LocalCluster:
                     **self._bookie_config,
                     **tls_keys,
                 }
-            )
+            ).encode(),
+            private=True,
         )
         return LocalBookie(f"bookie-{number}", directory, port, tls_port=tls_port)
 

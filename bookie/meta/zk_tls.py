@@ -41,6 +41,7 @@ from typing import Any, Final
 from kazoo.handlers.threading import SequentialThreadingHandler
 
 from bookie.errors import InvalidConfig
+from bookie.tls_keys import EncryptedKey, encrypted_key_message, refuse_passphrase
 
 ZK_TLS_CA_FILE_ENV: Final = "BOOKIE_ZK_TLS_CA_FILE"
 ZK_TLS_CERT_FILE_ENV: Final = "BOOKIE_ZK_TLS_CERT_FILE"
@@ -68,7 +69,10 @@ class ZkTls:
         if self.cert_file is not None:
             key_file = self.key_file or self.cert_file
             try:
-                context.load_cert_chain(self.cert_file, key_file)
+                context.load_cert_chain(self.cert_file, key_file, password=refuse_passphrase)
+            except EncryptedKey:
+                variable = ZK_TLS_KEY_FILE_ENV if self.key_file else ZK_TLS_CERT_FILE_ENV
+                raise InvalidConfig(f"{variable}: {encrypted_key_message(key_file)}") from None
             except (ssl.SSLError, OSError) as error:
                 raise InvalidConfig(
                     f"{ZK_TLS_CERT_FILE_ENV}={self.cert_file} with key {key_file}:"

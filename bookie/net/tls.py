@@ -4,7 +4,8 @@ for asyncio protocols that counts what it refuses, and errors in words.
 Contexts.  `server_context` and `client_context` build `ssl.SSLContext`s from
 PEM files (a certificate chain, its private key, the CA certificates that
 verify the peer); every problem with the files (missing, unreadable, not PEM,
-a key that is not the certificate's) is an `InvalidConfig` naming the file,
+a key that is not the certificate's, a key encrypted with a passphrase, which
+nothing asks for) is an `InvalidConfig` naming the file,
 raised at start-up.  Both require TLS 1.2 or later; a client verifies the
 server's certificate and host name, a server with `require_client_cert`
 verifies the client's.
@@ -56,6 +57,7 @@ from bookie.errors import InvalidConfig
 from bookie.logs import emit
 from bookie.net.accepting import AcceptRetry, accept_with_retry, serve_listener
 from bookie.net.admission import peer_host
+from bookie.tls_keys import EncryptedKey, encrypted_key_message, refuse_passphrase
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +124,9 @@ def _load_chain(context: ssl.SSLContext, cert_file: Path, key_file: Path | None)
     if key_file is not None:
         _check_readable(key_file, "key file")
     try:
-        context.load_cert_chain(cert_file, key_file)
+        context.load_cert_chain(cert_file, key_file, password=refuse_passphrase)
+    except EncryptedKey:
+        raise InvalidConfig(f"TLS: {encrypted_key_message(key_file or cert_file)}") from None
     except ssl.SSLError as error:
         if error.reason == "KEY_VALUES_MISMATCH":
             raise InvalidConfig(
@@ -133,6 +137,11 @@ def _load_chain(context: ssl.SSLContext, cert_file: Path, key_file: Path | None)
             f"TLS: cannot load the certificate {cert_file} and its key "
             f"{key_file or cert_file}: not a PEM certificate chain and private key "
             f"({error.reason or error})"
+        ) from error
+    except OSError as error:
+        raise InvalidConfig(
+            f"TLS: cannot load the certificate {cert_file} and its key "
+            f"{key_file or cert_file}: {error.strerror or error}"
         ) from error
 
 

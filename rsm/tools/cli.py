@@ -334,6 +334,7 @@ async def _serve(
     priority: FollowerPriority,
 ) -> int:
     tls: ReplicaTls = arguments.replica_tls
+    client_tokens = read_client_tokens(arguments.client_tokens_file)  # before ZooKeeper
     async with (
         replica_metadata(
             arguments.zk,
@@ -352,7 +353,7 @@ async def _serve(
             advertise=arguments.advertise,
             config=config,
             on_role=priority.on_role,
-            client_tokens=read_client_tokens(arguments.client_tokens_file),
+            client_tokens=client_tokens,
             tls=tls.server,
             tls_allowed_names=tls.allowed_names,
             tls_listen=tls.listen,

@@ -41,7 +41,8 @@ everyone, logged in or not, whatever the user's rules.  A connection starts
 logged in as `default` when that user is on and `nopass`, else logged out;
 logged out, every other command is refused with NOAUTH.  A user's refusals:
 "NOPERM User <name> has no permissions to run the '<command>' command", and
-"NOPERM No permissions to access a key" for a key outside its patterns.
+"NOPERM No permissions to access a key" for a key outside its patterns (the keys of
+DEBUG DIGEST-VALUE too, which Redis does not check).
 
 Invariants: a `Restriction` of None means every command and every key (the
 connection's hot path tests only that); passwords exist only as SHA-256
@@ -368,10 +369,19 @@ def refusal(
             f"NOPERM User {restriction.user} has no permissions to run the '{name}' command"
         )
     patterns = restriction.key_patterns
-    if patterns is not None and not _keys_allowed(spec.keys(args), patterns):
+    if patterns is not None and not _keys_allowed(_named_keys(spec, args), patterns):
         access.keys_denied += 1
         return RedisError(NOPERM_KEY)
     return None
+
+
+def _named_keys(spec: CommandSpec, args: Sequence[bytes]) -> Sequence[bytes]:
+    """The keys a call names: its spec's, and the keys of DEBUG DIGEST-VALUE, whose digests
+    would otherwise tell a user about keys outside its patterns (Redis's DEBUG has no key
+    positions, but is off unless `enable-debug-command` turns it on)."""
+    if spec.name == "debug" and len(args) > 2 and args[1].lower() == b"digest-value":
+        return args[2:]
+    return spec.keys(args)
 
 
 def _keys_allowed(keys: Iterable[bytes], patterns: Sequence[GlobPattern]) -> bool:

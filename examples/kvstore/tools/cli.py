@@ -340,6 +340,7 @@ async def _serve_node(
     access: AccessControl | None,
 ) -> int:
     tls: NodeTls = arguments.node_tls
+    client_tokens = read_client_tokens(arguments.client_tokens_file)  # before ZooKeeper
     async with (
         replica_metadata(
             arguments.zk,
@@ -367,7 +368,7 @@ async def _serve_node(
             config=config,
             on_role=priority.on_role,
             access=access,
-            client_tokens=read_client_tokens(arguments.client_tokens_file),
+            client_tokens=client_tokens,
         ) as node,
         admin_server(
             node.replica,
