@@ -118,7 +118,10 @@ def test_reading_never_fences_the_open_ledger(
 
 
 def test_a_truncated_range_names_what_is_missing(spark: SparkSession, known: KnownCluster) -> None:
-    message = r"indexes \[3, 50\) of 'truncated-\d+-\d+' were truncated away; the snapshot at index 49"
+    message = (
+        r"indexes \[3, 50\) of 'truncated-\d+-\d+' were truncated away;"
+        r" the snapshot at index 49"
+    )
     with pytest.raises(PySparkException, match=message):
         _log(spark, known, "truncated", startingIndex=3).collect()
     expected = known.expected["truncated"].rows
