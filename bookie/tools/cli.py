@@ -353,7 +353,7 @@ def _serve(arguments: argparse.Namespace) -> int:
     def reload() -> BookieConfig:
         return load_config(config_file, flags)
 
-    hosted = None
+    hosted = hosted_metrics = None
     if config.autorecovery:
         settings = AutoRecoverySettings(
             owner=config.bookie_id,
