@@ -25,7 +25,6 @@ import pytest
 import redis
 import redis.exceptions
 from kvstore.runtime.node import DEFAULT_APP
-from kvstore.tools import launcher
 
 from bookie.client.copies import CopyReader
 from bookie.client.ledger_client import LedgerClient
@@ -51,25 +50,8 @@ BOOKIE_SESSION_TIMEOUT_MS = 60_000
 """Far longer than any stall here: a stalled bookie keeps its registration throughout."""
 
 
-COMMAND_TIMEOUT_MS = 8_000
-"""The replicas' command timeout (30 s by default): how long a write waits for bookies that
-cannot acknowledge before it is answered TRYAGAIN or TIMEOUT."""
-
-
 @pytest.fixture
-def store(
-    zookeeper: LocalZooKeeper,
-    zk_root: str,
-    tmp_path: os.PathLike[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> Iterator[Store]:
-    serve_command = launcher.serve_command
-
-    def short_timeout_command(*args: object, **kwargs: object) -> list[str]:
-        words = serve_command(*args, **kwargs)  # type: ignore[arg-type]
-        return [*words, f"--command-timeout-ms={COMMAND_TIMEOUT_MS}"]
-
-    monkeypatch.setattr(launcher, "serve_command", short_timeout_command)
+def store(zookeeper: LocalZooKeeper, zk_root: str, tmp_path: os.PathLike[str]) -> Iterator[Store]:
     with running_store(
         zookeeper,
         zk_root,
