@@ -112,3 +112,25 @@ class SessionEventFeed:
         for reader in list(self._readers):
             reader._end()
         self._readers.clear()
+
+
+class SessionDowntime:
+    """How long a session was away, for the line that says it is back: fed each transition
+    with the loop's time, `observe` returns the milliseconds since the first transition
+    away from CONNECTED when the session is connected again, else None."""
+
+    __slots__ = ("_down_since_s",)
+
+    def __init__(self) -> None:
+        self._down_since_s: float | None = None
+
+    def observe(self, state: SessionState, now_s: float) -> int | None:
+        if state is not SessionState.CONNECTED:
+            if self._down_since_s is None:
+                self._down_since_s = now_s
+            return None
+        if self._down_since_s is None:
+            return None
+        down_ms = round((now_s - self._down_since_s) * 1000)
+        self._down_since_s = None
+        return down_ms

@@ -94,6 +94,7 @@ from kazoo.exceptions import (
     SessionMovedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
+from kazoo.hosts import collect_hosts
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from kazoo.retry import KazooRetry
 
@@ -255,14 +256,11 @@ class _ConnectionLog(logging.LoggerAdapter[logging.Logger]):
 
 
 def _any_accepts(hosts: str) -> bool:
-    """Whether a TCP connection to any of `hosts` ("host:port,...") is accepted now: tells a
-    ZooKeeper that is not there from one that does not make a session (blocking)."""
-    for host_port in hosts.split(","):
-        host, _, port = host_port.strip().rpartition(":")
-        try:
-            address = (host.strip("[]"), int(port))
-        except ValueError:
-            continue
+    """Whether a TCP connection to any of `hosts` (as kazoo reads them: "host[:port],...")
+    is accepted now: tells a ZooKeeper that is not there from one that does not make a
+    session (blocking)."""
+    addresses, _chroot = collect_hosts(hosts)
+    for address in addresses:
         try:
             with socket.create_connection(
                 address, timeout=limits.zk_probe_connect_timeout_ms / 1000

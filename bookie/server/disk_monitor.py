@@ -55,6 +55,13 @@ class DiskUsage:
     total_bytes: int
 
 
+def used_fraction(used_bytes: int, available_bytes: int) -> float:
+    """The fraction of a file system `disk_usage_threshold` is compared with, as df counts
+    it: root's reserve (free but not available) is neither used nor available."""
+    total = used_bytes + available_bytes
+    return used_bytes / total if total else 1.0
+
+
 def measure(
     dirs: Iterable[Path], *, statvfs: Callable[[Path], os.statvfs_result] = os.statvfs
 ) -> DiskUsage:
@@ -71,8 +78,7 @@ def measure(
         total = status.f_blocks * status.f_frsize
         used = (status.f_blocks - status.f_bfree) * status.f_frsize
         available = status.f_bavail * status.f_frsize
-        # As df: root's reserve (f_bfree - f_bavail) is neither used nor available.
-        fraction = used / (used + available) if used + available else 1.0
+        fraction = used_fraction(used, available)
         if fullest is None or fraction > fullest[0]:
             fullest = (fraction, path)
         if device not in seen:

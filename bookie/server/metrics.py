@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from prometheus_client.metrics_core import Metric
 
 from bookie.metrics import counter, gauge, histogram
-from bookie.server.disk_monitor import measure
+from bookie.server.disk_monitor import used_fraction
 from bookie.server.gc import GarbageCollector
 from bookie.server.server import BookieServer
 from bookie.storage.file import FileLedgerStorage
@@ -105,13 +105,13 @@ def bookie_metrics(
     yield gauge(
         "bookie_disk_used_bytes",
         "Used bytes of the file system of each data directory.",
-        {(str(path),): used for path, (used, _) in usage.items()},
+        {(str(path),): used for path, (used, _, _) in usage.items()},
         ["directory"],
     )
     yield gauge(
         "bookie_disk_total_bytes",
         "Size of the file system of each data directory.",
-        {(str(path),): total for path, (_, total) in usage.items()},
+        {(str(path),): total for path, (_, total, _) in usage.items()},
         ["directory"],
     )
     # The fraction the disk monitor compares with `disk_usage_threshold`: used / (used +
@@ -122,7 +122,10 @@ def bookie_metrics(
         "bookie_disk_usage_ratio",
         "Used fraction of the file system of each data directory, as df and the read-only "
         "threshold (disk_usage_threshold) count it: used / (used + available).",
-        {(str(path),): measure([path]).used_fraction for path in usage},
+        {
+            (str(path),): used_fraction(used, available)
+            for path, (used, _, available) in usage.items()
+        },
         ["directory"],
     )
     gc = collector.metrics

@@ -62,6 +62,7 @@ from bookie.errors import (
 from bookie.logs import configure, emit
 from bookie.meta.api import MetadataStore, SessionState
 from bookie.meta.bookies import BookieInfo, Cookie, Registration, init_cluster, register
+from bookie.meta.session_events import SessionDowntime
 from bookie.meta.zk import ZkMetadataStore
 from bookie.metrics import registry
 from bookie.net.http_server import serve_http
@@ -99,16 +100,13 @@ async def _log_session(store: MetadataStore) -> None:
     """Log the ZooKeeper session's transitions while registered: `bookie.session`, a
     warning when it is suspended or lost, one info line with `down_ms` once connected
     again (a lost session is followed by `bookie.reregistered`)."""
-    down_since_s: float | None = None
+    downtime = SessionDowntime()
     async for state in store.session_events():
+        down_ms = downtime.observe(state, anyio.current_time())
         if state is not SessionState.CONNECTED:
             emit(logger, logging.WARNING, "bookie.session", state=state.value)
-            if down_since_s is None:
-                down_since_s = anyio.current_time()
-        elif down_since_s is not None:
-            down_ms = round((anyio.current_time() - down_since_s) * 1000)
+        elif down_ms is not None:
             emit(logger, logging.INFO, "bookie.session", state=state.value, down_ms=down_ms)
-            down_since_s = None
 
 
 def _check_can_listen(address: Address) -> None:

@@ -607,12 +607,13 @@ class FileLedgerStorage:
                             kinds["index" if index else kind] += size
         return kinds
 
-    def disk_usage(self) -> dict[Path, tuple[int, int]]:
-        """(used_bytes, total_bytes) of the file system of each data directory."""
+    def disk_usage(self) -> dict[Path, tuple[int, int, int]]:
+        """(used_bytes, total_bytes, available_bytes) of the file system of each data
+        directory (available: free to any user, root's reserve left out)."""
         usage = {}
         for path in (self.config.journal_dir, *self.config.ledger_dirs):
-            total, used, _ = shutil.disk_usage(path)
-            usage[path] = (used, total)
+            total, used, available = shutil.disk_usage(path)
+            usage[path] = (used, total, available)
         return usage
 
     # --- compaction ---------------------------------------------------------------------------

@@ -82,6 +82,7 @@ from bookie.meta.api import (
 from bookie.meta.api import (
     Op as MetadataOp,
 )
+from bookie.meta.session_events import SessionDowntime
 from bookie.net.tls import TlsStreamListener
 from rsm import limits
 from rsm.config import ReplicaConfig
@@ -1066,15 +1067,13 @@ class Replica:
         """Log each session transition (`rsm.session`: a warning when the session is
         suspended or lost, one info line with `down_ms` when it is connected again) and
         act on it."""
-        down_since_s: float | None = None
+        downtime = SessionDowntime()
         async for state in self._store.session_events():
             role = self._roles.role.value
+            down_ms = downtime.observe(state, anyio.current_time())
             if state is not SessionState.CONNECTED:
                 emit(logger, logging.WARNING, "rsm.session", state=state.value, role=role)
-                if down_since_s is None:
-                    down_since_s = anyio.current_time()
-            elif down_since_s is not None:
-                down_ms = round((anyio.current_time() - down_since_s) * 1000)
+            elif down_ms is not None:
                 emit(
                     logger,
                     logging.INFO,
@@ -1083,7 +1082,6 @@ class Replica:
                     role=role,
                     down_ms=down_ms,
                 )
-                down_since_s = None
             if state is SessionState.LOST:
                 self._apply(self._roles.session_lost(self._term is not None))
             self._wake_election()

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from bookie import limits
 from bookie.meta.api import SessionState
-from bookie.meta.session_events import SessionEventFeed, SessionEvents
+from bookie.meta.session_events import SessionDowntime, SessionEventFeed, SessionEvents
 
 pytestmark = pytest.mark.anyio
 
@@ -91,3 +91,14 @@ def test_slow_reader_keeps_order_every_loss_and_the_last_state(
     # What was kept is a subsequence of what was published (LOSTs may merge).
     remaining = iter(states)
     assert all(any(state == published for published in remaining) for state in received)
+
+
+def test_downtime_counts_from_the_first_transition_away_until_connected() -> None:
+    downtime = SessionDowntime()
+    assert downtime.observe(SessionState.CONNECTED, 1.0) is None, "never away"
+    assert downtime.observe(SessionState.SUSPENDED, 2.0) is None
+    assert downtime.observe(SessionState.LOST, 3.5) is None
+    assert downtime.observe(SessionState.CONNECTED, 4.25) == 2250
+    assert downtime.observe(SessionState.CONNECTED, 5.0) is None, "counted once"
+    assert downtime.observe(SessionState.SUSPENDED, 6.0) is None
+    assert downtime.observe(SessionState.CONNECTED, 6.5) == 500
