@@ -4,7 +4,9 @@ Any replica's server accepts any command.  The `Router` of a server sends:
 
 * writes (`KVStore` commands, EXEC) with the connection's session seq, and
   linearizable reads (queries, WATCH's position read) to the leader: the
-  local replica when it leads (in process, no network), else the leader's
+  local replica when it leads (in process, no network; it cuts its batch
+  once the turn of the event loop that handed it calls is over, whether they
+  came from a connection, a retry or an answer), else the leader's
   framework port over a shared `rsm.link.Link` (one per leader address);
 * stale reads (READONLY connections) to the local replica, answered at once
   from its state.
@@ -145,7 +147,9 @@ class LocalReplica(Protocol):
     @property
     def applied_index(self) -> int: ...
 
-    def flush(self) -> None: ...
+    def flush(self) -> None:
+        """Cut a batch of the calls taken since the last one (a leader takes none before)."""
+        ...
 
 
 class Receiver(Protocol):
@@ -345,9 +349,8 @@ class Router:
         self._wakeup = anyio.Event()
         self._task_group: anyio.abc.TaskGroup | None = None
         self._call_soon = asyncio.get_running_loop().call_soon
-        self._calls_unflushed = False
-        """A call went to the local replica since the last `flush`."""
         self._flush_scheduled = False
+        """A call went to the local replica this turn: the leader cuts its batch after it."""
         self._index_waiting: list[_Attempt] = []
         """Linearizable reads at a follower waiting for the next position round."""
         self._index_gets: list[_IndexGet] = []
@@ -460,23 +463,9 @@ class Router:
         once, never changed."""
         return cast(KVStore, self._replica.machine)
 
-    def flush(self) -> None:
-        """A run of commands was handed over: let the local leader cut its batch once this
-        turn of the event loop is over (if any of them was a call it took: reads and
-        forwarded calls leave it nothing to cut).
-
-        Not at once: the connections that have commands in this turn all hand them over
-        first, and the leader looks at its queue once for all of them rather than once per
-        connection, which with many clients shows in a leader's CPU per SET."""
-        if self._calls_unflushed and not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._call_soon(self._flush_now)
-
     def _flush_now(self) -> None:
         self._flush_scheduled = False
-        if self._calls_unflushed:
-            self._calls_unflushed = False
-            self._replica.flush()
+        self._replica.flush()
 
     def close_lane(self, lane: Lane) -> None:
         """The lane's connection closed: drop what waits for a retry."""
@@ -516,7 +505,6 @@ class Router:
                 _, _, lane = heapq.heappop(schedule)
                 lane.scheduled = False
                 self._release(lane)
-            self.flush()
 
     def leader_changed(self, leader: str | None) -> None:
         """The local replica saw the published leader change to `leader` (its framework
@@ -592,7 +580,15 @@ class Router:
             )
             if local:
                 replica.handle_call(request, attempt)
-                self._calls_unflushed = True
+                if not self._flush_scheduled:
+                    # The leader cuts its batch once this turn of the event loop is
+                    # over, not at once: the connections with commands in this turn all
+                    # hand them over first, and the leader looks at its queue once for
+                    # all of them (with many clients, once per connection shows in its
+                    # CPU per SET).  Asked here, for every call it takes, so that a call
+                    # sent from an answer or a retry is cut as one from a connection is.
+                    self._flush_scheduled = True
+                    self._call_soon(self._flush_now)
                 return
         else:
             if not local and not attempt.indexed:

@@ -14,8 +14,8 @@ Either way:
 * `data_received` feeds the parser (`kvstore.protocol.resp`) at most `room_bytes` at a
   time, hands every complete command to `kvstore.connection.dispatch.plan` and carries
   out the action: an immediate reply, or a write, read or transaction
-  through the `Router`; after each chunk it calls `Router.flush` once, so the
-  leader cuts one batch for everything that chunk carried;
+  through the `Router` (which lets the local leader cut its batch once the turn
+  of the event loop is over: one batch for everything the turn's chunks carried);
 * a chunk that arrives while nothing is owed is answered on the spot for as
   long as each of its commands is known at once (server commands, and reads
   the local leader answers under its read lease, `Router.read_now`), in one
@@ -179,8 +179,6 @@ class Router(Protocol):
 
     @property
     def state(self) -> KVStore: ...
-
-    def flush(self) -> None: ...
 
     def close_lane(self, lane: Lane) -> None: ...
 
@@ -637,7 +635,6 @@ class RespConnection(FramedProtocol):
             return
         parser = self._parser
         unfed = self._unfed
-        dispatched = False
         self._taking = True
         try:
             while not self._blocked():
@@ -655,7 +652,6 @@ class RespConnection(FramedProtocol):
                         del unfed[:room]
                     continue
                 self._dispatch(args)
-                dispatched = True
                 if self.client.close_after_reply:
                     self._draining = True
                     break
@@ -666,8 +662,6 @@ class RespConnection(FramedProtocol):
             self._draining = True
         finally:
             self._taking = False
-            if dispatched:
-                self._router.flush()
 
     def _answer_at_once(self) -> None:
         """The common case of a chunk that arrives with nothing owed: answer its commands
@@ -736,14 +730,14 @@ class RespConnection(FramedProtocol):
             # A chunk that was one command to hand over (a client without pipelining):
             # the service would find nothing to take and nothing ready to write.
             self._carry_out(action)
-            self._handed_over()
+            if self._blocked():
+                self._settle()
             return
         if out:
             self._replies.append(bytes(out))
             self._reply_bytes += len(out)
         if action is not None:
             self._carry_out(action)
-            router.flush()
         self._service()
 
     def _get_at_once(self, key: bytes) -> bool:
@@ -788,15 +782,9 @@ class RespConnection(FramedProtocol):
         ticket = self._owe()
         self._commands[ticket] = "set"
         self._router.call(lane, "set", [key, value], self, ticket)
-        self._handed_over()
-        return True
-
-    def _handed_over(self) -> None:
-        """A chunk's one command went to the router and the chunk held nothing else: let
-        the leader cut its batch, and pause reading if its reply reached a bound."""
-        self._router.flush()
         if self._blocked():
-            self._settle()
+            self._settle()  # its reply reached a bound: pause reading
+        return True
 
     def _dispatch(self, args: list[bytes]) -> None:
         self._carry_out(plan(args, self.client, self._view))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -54,7 +54,11 @@ class Values:
 
 
 class FakeReplica:
-    """Leads or not; answers calls from `script` (default: OK with the seq), queries OK."""
+    """Leads or not; answers calls from `script` (default: OK with the seq), queries OK.
+
+    As a leader it holds the calls it takes until `flush`, as a real leader cuts its batch
+    only when asked (`LocalReplica.flush`): a call the router hands over without asking
+    for the cut is never answered."""
 
     def __init__(self, address: str = "127.0.0.1:1", *, leader: bool = False) -> None:
         self.address = address
@@ -79,6 +83,10 @@ class FakeReplica:
         self.rounds_to_cut = 0
         """How many of the next `position` queries end their connection instead of answering
         (served by `ReplicaServer`: the link is lost under the round)."""
+        self.held: list[tuple[CallRequest, Answerer]] = []
+        """Calls taken as a leader, answered at the next `flush`."""
+        self.on_call: Callable[[CallRequest], None] | None = None
+        """Called with each call before it is answered or held."""
 
     @property
     def is_leader(self) -> bool:
@@ -86,15 +94,15 @@ class FakeReplica:
 
     def handle_call(self, request: CallRequest, answerer: Answerer) -> None:
         self.calls.append(request)
+        if self.on_call is not None:
+            self.on_call(request)
         if self.stalled:
             return
         if not self.leader:
             outcome = Outcome.failure(NotLeader("not me", self.hint))
-        elif self.script:
-            outcome = Outcome.failure(self.script.popleft())
-        else:
-            outcome = Outcome(RsmStatus.OK, [request.name, request.seq])
-        answerer.answer(Op.CALL, request.request_id, outcome, 7)
+            answerer.answer(Op.CALL, request.request_id, outcome, 7)
+            return
+        self.held.append((request, answerer))
 
     def handle_query(self, request: QueryRequest, answerer: Answerer) -> int | None:
         self.queries.append(request)
@@ -133,6 +141,13 @@ class FakeReplica:
 
     def flush(self) -> None:
         self.flushes += 1
+        held, self.held = self.held, []
+        for request, answerer in held:
+            if self.script:
+                outcome = Outcome.failure(self.script.popleft())
+            else:
+                outcome = Outcome(RsmStatus.OK, [request.name, request.seq])
+            answerer.answer(Op.CALL, request.request_id, outcome, 7)
 
     def status(self) -> dict[str, Any]:
         return {}
@@ -224,6 +239,7 @@ async def test_the_local_leader_takes_writes_with_the_connections_session() -> N
     async with running(router_of(local)) as router:
         lane = router.lane()
         router.call(lane, "set", [b"k", b"v"], inbox, 0)
+        await inbox.wait(1)
         router.call(lane, "incr", [b"n"], inbox, 1)
         await inbox.wait(2)
     first, second = local.calls
@@ -242,17 +258,34 @@ async def test_the_local_leader_is_asked_to_cut_a_batch_only_after_calls_it_took
         lane = router.lane()
         router.read(lane, "get", [b"k"], inbox, 0, stale=False)
         router.read(lane, "get", [b"k"], inbox, 1, stale=True)
-        router.flush()
         await next_turn()
         assert local.flushes == 0, "reads leave the leader nothing to cut"
         router.call(lane, "set", [b"k", b"v"], inbox, 2)
-        router.flush()
-        router.call(lane, "set", [b"k", b"w"], inbox, 3)
-        router.flush()
+        router.call(router.lane(), "set", [b"k", b"w"], inbox, 3)
         assert local.flushes == 0, "the leader cuts once the turn's connections are through"
         await next_turn()
         assert local.flushes == 1, "once for the turn's calls"
         await inbox.wait(4)
+
+
+async def test_a_write_sent_back_to_the_local_replica_by_an_answer_is_cut_all_the_same() -> None:
+    """The router hands a write to the local replica from an answer, with no connection
+    handing over anything then: here the leader it forwarded to has just handed over to
+    the local replica and answers NotLeader naming it.  The cut is asked for all the same,
+    or the write would wait until some other command came (for ever, on an idle store)."""
+    inbox = Inbox()
+    async with forwarding() as (router, local, remote):
+        await learn_the_leader(router, inbox)
+
+        def hand_over(request: CallRequest) -> None:
+            remote.leader, remote.hint, local.leader = False, local.address, True
+
+        remote.on_call = hand_over
+        router.call(router.lane(), "set", [b"k", b"v"], inbox, 1)
+        [_, (ticket, outcome)] = await inbox.wait(2)
+    assert (ticket, outcome.value) == (1, ["set", 1])
+    assert [call.name for call in remote.calls] == ["set", "set"]
+    assert [call.name for call in local.calls] == ["set", "set"], "asked who leads, then led"
 
 
 async def test_a_follower_forwards_to_the_leader_it_is_told_of() -> None:
@@ -476,12 +509,14 @@ async def test_commands_after_a_parked_one_wait_behind_it() -> None:
     async with running(router_of(local)) as router:
         lane = router.lane()
         router.call(lane, "set", [b"a", b"1"], inbox, 0)
+        await next_turn()  # the leader's cut, which answers it Overloaded
         assert len(lane.parked) == 1
         router.call(lane, "set", [b"b", b"2"], inbox, 1)
         router.read(lane, "get", [b"a"], inbox, 2, stale=False)
         assert [call.seq for call in local.calls] == [1], "the later ones were not sent"
         other = router.lane()
         router.call(other, "set", [b"c", b"3"], inbox, 9)
+        await inbox.wait(1)
         assert [ticket for ticket, _ in inbox.delivered] == [9], "other connections go on"
         await inbox.wait(4)
     assert [call.seq for call in local.calls] == [1, 1, 1, 2], "a, c (another lane), a again, b"
@@ -494,11 +529,9 @@ class HoldingLeader(FakeReplica):
     def __init__(self) -> None:
         super().__init__(leader=True)
         self.lease = True
-        self.held: list[tuple[CallRequest, Answerer]] = []
 
-    def handle_call(self, request: CallRequest, answerer: Answerer) -> None:
-        self.calls.append(request)
-        self.held.append((request, answerer))
+    def flush(self) -> None:
+        self.flushes += 1
 
     def answer_call(self, position: int = 0) -> None:
         request, answerer = self.held.pop(position)

@@ -52,7 +52,6 @@ class StoreRouter:
         self.replica = Replica()
         self.held: list[tuple[Receiver, int, Outcome]] | None = None
         self.requests: list[tuple[str, list[Any]]] = []
-        self.flushes = 0
         self.lanes: list[Lane] = []
         self.reads_at_once = False
         self.reads_now = 0
@@ -118,9 +117,6 @@ class StoreRouter:
     @property
     def state(self) -> KVStore:
         return self.replica.store
-
-    def flush(self) -> None:
-        self.flushes += 1
 
     def close_lane(self, lane: Lane) -> None:
         lane.closed = True
@@ -647,7 +643,6 @@ async def test_a_lone_set_goes_to_the_router_and_its_reply_keeps_its_place() -> 
         router.hold()
         connection.data_received(set_a)
         assert router.requests == [("set", [b"a", b"10"])]
-        assert router.flushes == 1, "the leader may cut its batch"
         connection.data_received(b"PING\r\n")  # waits behind the SET's reply
         assert transport.writes == []
         router.release()
