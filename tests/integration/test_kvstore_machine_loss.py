@@ -68,8 +68,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
 CLIENTS_PER_REPLICA = 2
 OPERATIONS_PER_PHASE = 100
 WRITES = frozenset({"set", "incr", "del"})
-AUTORECOVERY = {"autorecovery_grace_ms": 1_000, "autorecovery_poll_interval_ms": 100}
-"""A second's grace before a bookie gone from ZooKeeper counts as lost (default 30 s)."""
+AUTORECOVERY = {
+    "autorecovery_grace_ms": 1_000,
+    "autorecovery_poll_interval_ms": 100,
+    "zk_session_timeout_ms": 3_000,
+}
+"""A second's grace before a bookie gone from ZooKeeper counts as lost (default 30 s), and a
+killed bookie gone from ZooKeeper 3 s after its last heartbeat (default 10 s)."""
 CLOSED_LEDGERS = 3
 CLOSED_ENTRIES = 40
 
@@ -116,6 +121,26 @@ class Load:
     def check_linearizable(self) -> None:
         result = check_per_key(self.log.recorder.history(), KvModel(), kv_key)
         assert result.linearizable, result.explain()
+
+
+COMMAND_TIMEOUT_MS = 8_000
+"""The replicas' command timeout where a test waits for writes to be refused (30 s by
+default): how long a write waits for bookies that cannot acknowledge it before it is
+answered TRYAGAIN or TIMEOUT."""
+
+
+@pytest.fixture
+def impatient_store(
+    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: os.PathLike[str]
+) -> Iterator[Store]:
+    """`store` whose replicas give up on a command after `COMMAND_TIMEOUT_MS`."""
+    with running_store(
+        zookeeper,
+        zk_root,
+        tmp_path,  # type: ignore[arg-type]
+        command_timeout_ms=COMMAND_TIMEOUT_MS,
+    ) as running:
+        yield running
 
 
 @pytest.fixture(params=[False, True], ids=["plain", "tls"])
@@ -283,7 +308,8 @@ def test_a_bookie_and_a_follower_killed_together(store: Store) -> None:
     assert store.leader() == leader, "losing a follower and a bookie moves no leadership"
 
 
-def test_two_bookies_lost_refuse_writes_and_lose_nothing(store: Store) -> None:
+def test_two_bookies_lost_refuse_writes_and_lose_nothing(impatient_store: Store) -> None:
+    store = impatient_store
     leader = store.leader()
     client = store.client(leader, socket_timeout=WAIT_S)
     for number in range(50):

@@ -11,8 +11,12 @@ E = Qw = 3, Qa = 2).
   failed bookies, the store stayed under-replicated until the segment aged out, an hour
   by default.)
 * Two bookies stalled: nothing can be acknowledged; a write through the leader gets an
-  error within the client's timeout instead of hanging, writes resume by themselves
-  once the bookies do, and every write acknowledged before the stall is still there.
+  error (TRYAGAIN or TIMEOUT, once the replicas' command timeout ran out: 8 s here)
+  instead of hanging, writes resume by themselves once the bookies do, and every write
+  acknowledged before the stall is still there.
+
+The replicas run with that shorter command timeout (30 s by default); the leader's
+writer gives up on a stalled bookie after its add timeout (5 s), well within it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from rsm.host import split_zk
 from rsm.runtime.log import LogStore
 from tests.integration.support.stalls import stopped
 from tests.integration.test_kvstore_machine_loss import (
+    COMMAND_TIMEOUT_MS,
     check_fully_replicated,
     fully_replicated,
     load_on,
@@ -57,6 +62,7 @@ def store(zookeeper: LocalZooKeeper, zk_root: str, tmp_path: os.PathLike[str]) -
         zk_root,
         tmp_path,  # type: ignore[arg-type]
         bookie_config={"zk_session_timeout_ms": BOOKIE_SESSION_TIMEOUT_MS},
+        command_timeout_ms=COMMAND_TIMEOUT_MS,
     ) as running:
         yield running
 

@@ -57,7 +57,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -248,9 +248,12 @@ class LocalKvCluster:
         zk: str | None = None,
         settings: KvSettings | None = None,
         bookie_config: Mapping[str, object] | None = None,
+        replica_options: Sequence[str] = (),
     ) -> None:
         """`bookie_config` adds keys to every bookie's configuration (`bookie serve --help`
-        lists them), e.g. a shorter autorecovery grace period."""
+        lists them), e.g. a shorter autorecovery grace period; `replica_options` adds flags
+        to every replica's command line (`kvstore serve --help`), e.g. a shorter command
+        timeout."""
         self.data_dir = data_dir.absolute()
         self._requested = settings or KvSettings()
         self._zk = zk
@@ -258,6 +261,7 @@ class LocalKvCluster:
         self._zk_hosts = hosts
         self._chroot = chroot
         self.settings = self._requested
+        self._replica_options = tuple(replica_options)
         saved_tls = _saved_tls(self.data_dir)
         if self._requested.tls and saved_tls is False:
             raise ClusterError(
@@ -430,7 +434,10 @@ class LocalKvCluster:
         if replica.log is None:
             replica.log = replica.log_file.open("ab")
         replica.process = await anyio.open_process(
-            serve_command(replica, self.zk, self.ledger_root, self.settings, self.tls),
+            [
+                *serve_command(replica, self.zk, self.ledger_root, self.settings, self.tls),
+                *self._replica_options,
+            ],
             stdin=None,
             stdout=replica.log,
             stderr=replica.log,

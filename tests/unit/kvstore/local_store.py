@@ -138,11 +138,14 @@ def running_store(
     acl_file: Path | None = None,
     ledger_digest: str = "crc32c",
     tls: bool = False,
+    command_timeout_ms: int | None = None,
 ) -> Iterator[Store]:
     """A store of `replicas` replica processes and `bookies` bookies (with `bookie_config`
     added to their configuration) under `data_dir`, for the block (its Redis clients
     logging in as `acl_file`'s users, if given; its ledgers checked with `ledger_digest`;
-    with `tls`, on TLS as `kvstore up --tls` runs it)."""
+    with `tls`, on TLS as `kvstore up --tls` runs it; its replicas answering a command
+    they cannot carry out TRYAGAIN or TIMEOUT after `command_timeout_ms`, if given, not
+    their default 30 s)."""
     settings = KvSettings(
         replicas=replicas,
         bookies=bookies,
@@ -156,6 +159,9 @@ def running_store(
         zk=zookeeper.connect_string + zk_root,
         settings=settings,
         bookie_config=bookie_config,
+        replica_options=(
+            [] if command_timeout_ms is None else [f"--command-timeout-ms={command_timeout_ms}"]
+        ),
     )
     with (
         anyio.from_thread.start_blocking_portal() as portal,
