@@ -213,7 +213,8 @@ leader_publish_attempts_max = 10
 """Tries to write the `leader` znode before a new leader gives up and steps down."""
 
 election_snapshot_attempts_max = 10
-"""Tries to read the handoff and the log as one snapshot before an evaluation gives up."""
+"""Tries to read the candidates, the handoff and the log as one snapshot before an evaluation
+gives up."""
 
 transfer_wait_ms_max_default = 10_000
 """How long a leadership transfer waits to see its successor publish itself."""

@@ -146,35 +146,27 @@ class Leadership:
     async def evaluate(self) -> ElectionView:
         """Read candidates, handoff and log epoch; who should lead now.
 
-        The handoff and the log are read as one snapshot: every write of the
-        handoff that matters comes with a change of the log in the same
-        multi-operation (a takeover, a handover), so the handoff is read between
-        two reads of the log's version, and again if that version moved.
+        The candidates, the handoff and the log are read as one snapshot: every
+        write of the handoff that matters comes with a change of the log in the
+        same multi-operation (a takeover, a handover, which also deletes the old
+        leader's candidacy), so the candidates and the handoff are read between
+        two reads of the log's version, and again if that version moved.  Read
+        before the first of them, the candidates could predate a handover whose
+        handoff is read after it: its target, standing since before the handover,
+        would be missing, and another candidate elected under a fresh handoff.
         """
         store = self._store
         layout = self._layout
-        children = await store.children(layout.election)
-        known = self._candidates
-        infos: dict[str, CandidateInfo] = {}
-        for name in children:
-            info = known.get(name)
-            if info is None:
-                try:
-                    info = decode_candidate((await store.get(layout.candidate(name))).value)
-                except NoNode:
-                    continue  # the candidate went away meanwhile
-                except MalformedValue as error:
-                    emit(logger, logging.WARNING, "rsm.bad_candidacy", name=name, error=str(error))
-                    continue
-            infos[name] = info
-        self._candidates = infos
         for _attempt in range(limits.election_snapshot_attempts_max):
             log, log_version = await self._log_store.read()
+            children = await store.children(layout.election)
+            infos = await self._candidate_infos(children)
             handoff_node = await store.get(layout.handoff)
             if await store.exists(layout.log) == log_version:
                 break
         else:
             raise Unavailable("the log keeps changing; the election is evaluated again later")
+        self._candidates = infos
         handoff: Handoff | None = None
         if handoff_node.value:
             try:
@@ -189,6 +181,24 @@ class Leadership:
             log_epoch=log.epoch,
             log_version=log_version,
         )
+
+    async def _candidate_infos(self, children: list[str]) -> dict[str, CandidateInfo]:
+        """The data of the candidacies `children` (those still there and decodable)."""
+        store = self._store
+        known = self._candidates
+        infos: dict[str, CandidateInfo] = {}
+        for name in children:
+            info = known.get(name)
+            if info is None:
+                try:
+                    info = decode_candidate((await store.get(self._layout.candidate(name))).value)
+                except NoNode:
+                    continue  # the candidate went away meanwhile
+                except MalformedValue as error:
+                    emit(logger, logging.WARNING, "rsm.bad_candidacy", name=name, error=str(error))
+                    continue
+            infos[name] = info
+        return infos
 
     async def wait_for_change(self, view: ElectionView, wakeup: anyio.Event) -> None:
         """Return once the candidates, the handoff or the log changed since `view`, or `wakeup`
