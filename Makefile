@@ -57,6 +57,8 @@ soak: bootstrap
 	@$(PY) -m rsm.testing.rsm_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS) \
 		--faults bookie-loss,replica-crash,bookie-crash
 	@$(PY) -m kvstore.testing.kv_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
+	@$(PY) -m kvstore.testing.kv_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS) \
+		--faults stall,replica-crash,bookie-crash,partition
 
 # The long fuzz run of every decoder (`make test` runs a short one): Hypothesis with
 # FUZZ_EXAMPLES examples per fuzz test, then atheris, coverage-guided, for FUZZ_SECONDS per

@@ -369,6 +369,7 @@ class SimCluster:
         reach its disk anyway (random when None)."""
         bookie = self.bookies[bookie_id]
         assert bookie.up, f"{bookie_id} is already down"
+        assert not self.network.is_stalled(bookie_id), f"{bookie_id} is stalled: resume it first"
         assert bookie.scope is not None
         store = bookie.store
         stopped = bookie.stopped

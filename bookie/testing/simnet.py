@@ -15,6 +15,12 @@ What it models, and why that is the right model:
   crashes, or the nemesis resets connections) and everything in flight on it is
   gone; each side sees the stream break.  `reset_connections` is the "drop"
   fault.
+* A stalled host (`stall`: its process stopped by SIGSTOP) clogs every link
+  it has, both ways, as a partition does: what it would send and what is sent
+  to it are held, and `resume` delivers them.  Its kernel still completes
+  handshakes, so connects to it succeed (their bytes are held); partitions and
+  `heal` leave a stall as it is.  That the process itself makes no progress
+  meanwhile is the caller's business (nothing it sends leaves).
 * A crashed host's listeners stop and its connections reset; restarting it is
   the caller's business (start new servers on the same host name).
 
@@ -66,7 +72,7 @@ class _Pipe:
     def transmit(self, data: bytes | None) -> None:
         if self.broken:
             return
-        if self.held or self.network.is_partitioned(self.source, self.target):
+        if self.held or self.network.is_clogged(self.source, self.target):
             self.held.append(data)
             return
         now = asyncio.get_running_loop().time()
@@ -229,6 +235,8 @@ class SimNetwork:
         self._listeners: dict[str, SimListener] = {}
         self._down: set[str] = set()
         self._cuts: set[tuple[str, str]] = set()
+        self._stalled: dict[str, None] = {}
+        """The stalled hosts (a dict as an ordered set)."""
         self._streams: dict[int, tuple[SimStream, _Pipe]] = {}
 
     # --- faults -------------------------------------------------------------------------------
@@ -239,6 +247,24 @@ class SimNetwork:
     def is_partitioned(self, source: str, target: str) -> bool:
         return (source, target) in self._cuts
 
+    def is_clogged(self, source: str, target: str) -> bool:
+        """Whether bytes from `source` to `target` are held: a partition or a stall."""
+        return (source, target) in self._cuts or source in self._stalled or target in self._stalled
+
+    def stall(self, host: str) -> None:
+        """Clog every link of `host`, both ways, until `resume` (see the module docstring)."""
+        self._stalled[host] = None
+
+    def resume(self, host: str) -> None:
+        """End `host`'s stall and deliver what it held (unless a partition still holds it)."""
+        del self._stalled[host]
+        for stream, pipe in list(self._streams.values()):
+            if host in (stream.local_host, pipe.target):
+                pipe.release_held()
+
+    def is_stalled(self, host: str) -> bool:
+        return host in self._stalled
+
     def partition(self, side_a: list[str], side_b: list[str]) -> None:
         """Clog every link between a host of `side_a` and a host of `side_b`, both ways."""
         for a in side_a:
@@ -247,7 +273,7 @@ class SimNetwork:
                 self._cuts.add((b, a))
 
     def heal(self) -> None:
-        """Remove every partition and deliver what they held."""
+        """Remove every partition and deliver what they held (stalls go on holding theirs)."""
         self._cuts.clear()
         for _, pipe in list(self._streams.values()):
             pipe.release_held()

@@ -23,6 +23,17 @@ sessions), so a nemesis can break them and the checks can watch:
   is suspended, and expires if the cut lasts longer than the session timeout;
   `reconnect` ends the cut (after an expiry the host hears LOST, then gets a
   new session).  `expire` expires a session at once.
+* `stall` is SIGSTOP of a group of hosts (replicas or bookies) for a while:
+  every link of each is clogged both ways, its metadata session included
+  (held, not dropped: `SimNetwork.stall`), so nothing it receives is
+  answered and nothing it sends leaves; its session is suspended without its
+  hearing of it, and expires if the stall outlasts the session timeout (the
+  replicas' `session_timeout_ms`, the bookies' `bookie_session_timeout_ms`).
+  When the stall ends (after its length, or at `resume`) the held bytes
+  arrive and the host hears, at once, what happened to its session
+  meanwhile.  What the model leaves out: a stalled process's own timers
+  still fire, so it behaves as a process whose every peer fell silent.  A
+  stalled host is not crashed (callers end the stall first).
 * `transfer` asks a replica for a graceful handover, in a task of that
   incarnation (a crash cancels it).
 * Log events of the framework (`rsm.takeover`, `rsm.step_down`, ...) become
@@ -52,7 +63,7 @@ import functools
 import itertools
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,6 +131,16 @@ command they apply to the observer, and every restore from a snapshot to the cal
 
 Beside = Callable[["RsmCluster", SimReplica, Replica], AbstractAsyncContextManager[object]]
 """What runs beside one replica incarnation of the cluster, for as long as it runs."""
+
+
+@dataclass(eq=False)
+class Stall:
+    """Hosts stopped together (`RsmCluster.stall`), until they resume together."""
+
+    hosts: tuple[str, ...]
+    length_ms: float
+    suspended: dict[str, MemoryMetadataStore]
+    """Host -> the metadata session this stall suspended (those that were connected)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +241,7 @@ class RsmCluster:
     their workload adds: partitions and resets may pick them."""
     failures: list[str] = field(init=False)
     _cuts: dict[str, tuple[MemoryMetadataStore, int]] = field(init=False)
+    _stalls: list[Stall] = field(init=False)
     _cut_numbers: Iterator[int] = field(init=False)
     _task_group: anyio.abc.TaskGroup | None = field(init=False, default=None)
 
@@ -236,6 +258,7 @@ class RsmCluster:
         self.client_hosts = []
         self.failures = []
         self._cuts = {}
+        self._stalls = []
         self._cut_numbers = itertools.count(1)
 
     def loaded_snapshot(self, label: str) -> bool:
@@ -289,6 +312,7 @@ class RsmCluster:
         assert sim.up
         assert sim.scope is not None
         assert sim.store is not None
+        assert not self.world.network.is_stalled(name), f"{name} is stalled: resume it first"
         store = sim.store
         self.world.network.crash(name)
         self._cuts.pop(name, None)
@@ -485,6 +509,81 @@ class RsmCluster:
             store.expire_session()
             self.world.stats["session-expired-while-cut"] += 1
             self.trace.record(host, "session expired while cut off")
+
+    # --- stalls -------------------------------------------------------------------------------
+
+    @property
+    def stalls(self) -> list[Stall]:
+        return list(self._stalls)
+
+    @property
+    def stalled_hosts(self) -> list[str]:
+        return [host for stall in self._stalls for host in stall.hosts]
+
+    def stall(self, hosts: Sequence[str], length_ms: float) -> Stall:
+        """SIGSTOP `hosts` together for `length_ms` (see the module docstring)."""
+        assert hosts
+        assert length_ms > 0
+        assert not set(hosts) & set(self.stalled_hosts), "a host is stalled already"
+        suspended: dict[str, MemoryMetadataStore] = {}
+        for host in hosts:
+            self.world.network.stall(host)
+            store = self._session_of(host)
+            if store is not None and store.session_state is SessionState.CONNECTED:
+                store.hold_session_events()
+                store.suspend()
+                suspended[host] = store
+        stall = Stall(tuple(hosts), length_ms, suspended)
+        self._stalls.append(stall)
+        assert self._task_group is not None
+        self._task_group.start_soon(self._run_stall, stall)
+        return stall
+
+    def resume(self, stall: Stall) -> None:
+        """SIGCONT: end `stall` now (nothing if it ended already)."""
+        if stall not in self._stalls:
+            return
+        self._stalls.remove(stall)
+        for host in stall.hosts:
+            self.world.network.resume(host)
+            store = stall.suspended.get(host)
+            if store is None:
+                continue
+            if store is self._session_of(host) and store.session_state is SessionState.SUSPENDED:
+                store.resume()
+            store.release_session_events()
+        self.trace.record("world", f"{list(stall.hosts)} resumed")
+
+    async def _run_stall(self, stall: Stall) -> None:
+        """Expire the sessions the stall outlasts, when it does; then end it."""
+        ends = [(self._session_timeout_ms(host), host) for host in stall.suspended]
+        waited_ms = 0.0
+        for timeout_ms, host in sorted(ends):
+            if timeout_ms >= stall.length_ms:
+                break
+            await anyio.sleep((timeout_ms - waited_ms) / 1000)
+            waited_ms = timeout_ms
+            if stall not in self._stalls:
+                return
+            store = stall.suspended[host]
+            if store is self._session_of(host):
+                store.expire_session()
+                self.world.stats["session-expired-while-stalled"] += 1
+                self.trace.record(host, "session expired while stalled")
+        await anyio.sleep((stall.length_ms - waited_ms) / 1000)
+        self.resume(stall)
+
+    def _session_of(self, host: str) -> MemoryMetadataStore | None:
+        """The open metadata session of a bookie, replica or client host."""
+        bookie = self.world.bookies.get(host)
+        if bookie is not None:
+            return bookie.store
+        return self.store_of(host)
+
+    def _session_timeout_ms(self, host: str) -> int:
+        if host in self.world.bookies:
+            return self.world.config.bookie_session_timeout_ms
+        return self.session_timeout_ms
 
     # --- clients ------------------------------------------------------------------------------
 

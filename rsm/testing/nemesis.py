@@ -20,6 +20,20 @@ injects a new one of the kinds it was given:
   `bookies_down_max` to the end and `quiesce` leaves it down.  Not in
   `ALL_FAULTS` either: the runs that ask for it also run autorecovery, which
   must copy its share elsewhere (`rsm.testing.rsm_sim`, invariant 8).
+* STALL, one of three shapes: one bookie (`bookie`), two bookies at once
+  (`bookies`: more than Qw - Qa when both are in a write set, as with three
+  bookies and E = Qw = 3, Qa = 2, so that nothing can be acknowledged
+  meanwhile), or the leader (`leader`): the process is stopped (SIGSTOP) and
+  resumes (SIGCONT) after a length drawn from three bands (`STALL_LENGTHS`):
+  shorter than both the ledgers' add timeout and the host's session timeout,
+  between the two, or longer than both (its session expires meanwhile).  Its
+  sockets stay open; every link of it, the metadata service's included, is
+  clogged both ways, held and not dropped (`RsmCluster.stall`).  It ends by
+  itself, or earlier as a repair.  A stalled bookie counts against
+  `bookies_down_max` and a stalled replica against `replicas_down_max`; a
+  stalled host is not crashed while it is stalled.  Counted as "stall",
+  "stall-<shape>" and "stall-<band>"; an early end as "stall-end".  Not in
+  `ALL_FAULTS`: runs ask for it by name (as for MACHINE_CRASH).
 * PARTITION, one of four shapes: a replica cut from the metadata service
   only (`zk`); a replica cut from every bookie only (`bookies`); the leader
   isolated from everything, network and metadata (`leader`); or a random
@@ -36,11 +50,12 @@ injects a new one of the kinds it was given:
 * SLOW_DISK: one bookie's syncs take much longer for a while.
 
 Bounds: at most `replicas_down_max` replicas and `bookies_down_max` bookies
-are down at once.  `quiesce()` ends every fault at once (heal, reconnect,
-restart everything that is down, normal latency and disks) and stops the
-nemesis.  Every action is one trace line and one count in the world's
-`stats`, named after the fault and its shape ("partition-leader",
-"session-expiry-follower", ...), so tests can assert that it really happened.
+are down (or stalled) at once.  `quiesce()` ends every fault at once (resume
+what is stalled, heal, reconnect, restart everything that is down, normal
+latency and disks) and stops the nemesis.  Every action is one trace line and
+one count in the world's `stats`, named after the fault and its shape
+("partition-leader", "session-expiry-follower", "stall-bookies", ...), so
+tests can assert that it really happened.
 
 Determinism: every choice comes from the `Random` given; hosts are taken from
 lists in a fixed order.
@@ -55,7 +70,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import anyio
 
-from rsm.testing.cluster import RsmCluster, SimReplica
+from rsm.testing.cluster import RsmCluster, SimReplica, Stall
 
 
 class RsmFault(enum.Enum):
@@ -69,15 +84,22 @@ class RsmFault(enum.Enum):
     TRANSFER = "transfer"
     LATENCY_SPIKE = "latency-spike"
     SLOW_DISK = "slow-disk"
+    STALL = "stall"
 
 
 ALL_FAULTS = tuple(
-    kind for kind in RsmFault if kind not in (RsmFault.MACHINE_CRASH, RsmFault.BOOKIE_LOSS)
+    kind
+    for kind in RsmFault
+    if kind not in (RsmFault.MACHINE_CRASH, RsmFault.BOOKIE_LOSS, RsmFault.STALL)
 )
-"""The default set of fault kinds (see MACHINE_CRASH and BOOKIE_LOSS in the module
+"""The default set of fault kinds (see MACHINE_CRASH, BOOKIE_LOSS and STALL in the module
 docstring)."""
 
 PARTITION_SHAPES = ("zk", "bookies", "leader", "split")
+
+STALL_LENGTHS = ("short", "middle", "long")
+"""The bands of a stall's length: below both the add and the session timeout, between
+them, above both."""
 
 _REPAIR_PROBABILITY = 0.4
 """Chance that a step repairs a standing fault rather than injecting a new one."""
@@ -152,6 +174,8 @@ class RsmNemesis:
     def quiesce(self) -> None:
         """End every fault now, and inject none after."""
         self._quiesced = True
+        while self._cluster.stalls:
+            self._resume(self._cluster.stalls[0])
         if self._partitioned or self._cluster.cut_hosts:
             self._heal()
         if self._spiked:
@@ -178,19 +202,26 @@ class RsmNemesis:
             repairs.append(self._end_spike)
         if self._slow:
             repairs.append(lambda: self._speed_up(rng.choice(self._slow)))
+        if self._cluster.stalls:
+            repairs.append(lambda: self._resume(rng.choice(self._cluster.stalls)))
         return repairs
 
     def _injections(self) -> list[Callable[[], None]]:
         cluster = self._cluster
         world = self._world
         rng = self._rng
-        replicas_up = [replica.name for replica in cluster.up()]
-        bookies_up = [bookie_id for bookie_id, bookie in world.bookies.items() if bookie.up]
+        stalled = cluster.stalled_hosts
+        replicas_up = [replica.name for replica in self._running()]
+        bookies_up = [
+            bookie_id
+            for bookie_id, bookie in world.bookies.items()
+            if bookie.up and bookie_id not in stalled
+        ]
         injections: list[Callable[[], None]] = []
         for kind, weight in self._kinds.items():
             before = len(injections)
             if kind is RsmFault.REPLICA_CRASH:
-                if replicas_up and len(self._replicas_down) < self._replicas_down_max:
+                if replicas_up and self._replicas_out < self._replicas_down_max:
                     injections.append(self._crash_replica)
             elif kind is RsmFault.BOOKIE_CRASH:
                 if bookies_up and self._bookies_out < self._bookies_down_max:
@@ -206,7 +237,7 @@ class RsmNemesis:
                 machines = [name for name in replicas_up if machine_bookie(name) in bookies_up]
                 if (
                     machines
-                    and len(self._replicas_down) < self._replicas_down_max
+                    and self._replicas_out < self._replicas_down_max
                     and self._bookies_out < self._bookies_down_max
                 ):
                     injections.append(functools.partial(self._crash_machine, machines))
@@ -228,6 +259,10 @@ class RsmNemesis:
                 fast = [bookie_id for bookie_id in bookies_up if bookie_id not in self._slow]
                 if fast:
                     injections.append(functools.partial(self._slow_down_one_of, fast))
+            elif kind is RsmFault.STALL:
+                shapes = self._stall_shapes(bookies_up)
+                if shapes:
+                    injections.append(functools.partial(self._stall, shapes, bookies_up))
             # A kind of weight w is w times as likely to be picked as one of weight 1.
             injections += injections[before:] * (weight - 1)
         return injections
@@ -243,10 +278,26 @@ class RsmNemesis:
 
     @property
     def _bookies_out(self) -> int:
-        return len(self._bookies_down) + len(self._bookies_lost)
+        """Bookies down, lost or stalled."""
+        stalled = [host for host in self._cluster.stalled_hosts if host in self._world.bookies]
+        return len(self._bookies_down) + len(self._bookies_lost) + len(stalled)
+
+    @property
+    def _replicas_out(self) -> int:
+        """Replicas down or stalled."""
+        stalled = [host for host in self._cluster.stalled_hosts if host in self._cluster.replicas]
+        return len(self._replicas_down) + len(stalled)
+
+    def _running(self) -> list[SimReplica]:
+        """The replicas up and not stalled."""
+        stalled = self._cluster.stalled_hosts
+        return [replica for replica in self._cluster.up() if replica.name not in stalled]
 
     def end_transient_faults(self) -> None:
-        """End every fault but crashes: heal partitions, normal latency and disks."""
+        """End every fault but crashes: resume stalls, heal partitions, normal latency and
+        disks."""
+        while self._cluster.stalls:
+            self._resume(self._cluster.stalls[0])
         if self._partitioned or self._cluster.cut_hosts:
             self._heal()
         if self._spiked:
@@ -255,11 +306,13 @@ class RsmNemesis:
             self._speed_up(self._slow[0])
 
     def _pick_replica(self) -> SimReplica:
-        """A running replica: the leader more often than not."""
+        """A running replica, not stalled: the leader more often than not."""
+        running = self._running()
         leader = self._cluster.leader()
-        if leader is not None and self._rng.random() < _LEADER_PROBABILITY:
+        if leader in running and self._rng.random() < _LEADER_PROBABILITY:
+            assert leader is not None
             return leader
-        return self._rng.choice(self._cluster.up())
+        return self._rng.choice(running)
 
     def _record(self, kind: str, event: str) -> None:
         self._world.stats[kind] += 1
@@ -329,7 +382,7 @@ class RsmNemesis:
     def _partition(self) -> None:
         cluster = self._cluster
         network = self._world.network
-        shape = self._rng.choice(PARTITION_SHAPES) if cluster.up() else "split"
+        shape = self._rng.choice(PARTITION_SHAPES) if self._running() else "split"
         if shape == "split":
             hosts = cluster.hosts
             minority_size = self._rng.randint(1, max(1, (len(hosts) - 1) // 2))
@@ -428,3 +481,49 @@ class RsmNemesis:
         self._world.bookies[bookie_id].disk_delay_ms = 0.0
         self._slow.remove(bookie_id)
         self._record("speed-up", f"disk of {bookie_id} fast again")
+
+    def _stall_shapes(self, bookies_up: Sequence[str]) -> list[str]:
+        """The shapes of stall the bounds allow now (`bookies_up`: up and not stalled)."""
+        shapes: list[str] = []
+        room = self._bookies_down_max - self._bookies_out
+        if bookies_up and room >= 1:
+            shapes.append("bookie")
+        if len(bookies_up) >= 2 and room >= 2:
+            shapes.append("bookies")
+        leader = self._cluster.leader()
+        if leader in self._running() and self._replicas_out < self._replicas_down_max:
+            shapes.append("leader")
+        return shapes
+
+    def _stall(self, shapes: Sequence[str], bookies_up: Sequence[str]) -> None:
+        cluster = self._cluster
+        shape = self._rng.choice(shapes)
+        if shape == "leader":
+            leader = cluster.leader()
+            assert leader is not None
+            hosts = [leader.name]
+            session_timeout_ms = cluster.session_timeout_ms
+        else:
+            chosen = self._rng.sample(list(bookies_up), 1 if shape == "bookie" else 2)
+            hosts = sorted(chosen, key=list(bookies_up).index)
+            session_timeout_ms = self._world.config.bookie_session_timeout_ms
+        band, length_ms = self._stall_length_ms(session_timeout_ms)
+        cluster.stall(hosts, length_ms)
+        self._record(RsmFault.STALL.value, f"stall {hosts} for {length_ms:.0f} ms ({band})")
+        self._world.stats[f"stall-{shape}"] += 1
+        self._world.stats[f"stall-{band}"] += 1
+
+    def _stall_length_ms(self, session_timeout_ms: int) -> tuple[str, float]:
+        """A band of `STALL_LENGTHS` and a length in it, against the ledgers' add timeout
+        and `session_timeout_ms`."""
+        low, high = sorted((float(self._cluster.ledger_config.add_timeout_ms), session_timeout_ms))
+        band = self._rng.choice(STALL_LENGTHS)
+        if band == "short":
+            return band, self._rng.uniform(0.1, 0.9) * low
+        if band == "middle":
+            return band, self._rng.uniform(low, high)
+        return band, self._rng.uniform(1.1, 3.0) * high
+
+    def _resume(self, stall: Stall) -> None:
+        self._cluster.resume(stall)
+        self._record("stall-end", f"resume {list(stall.hosts)}")

@@ -69,6 +69,13 @@ as `Applied` records whose `op` is unique per command (a retry logged twice
 and applied once counts once), and its clients' history must be key-value
 operations (`KvModel`).
 
+Some fault kinds are asked for by name only (`--faults KIND,...`; the default
+set is `ALL_FAULTS`, so that every seed recorded before them replays as it
+did): machine crashes (invariant 7), a bookie lost for good (invariant 8), and
+stalls (`--faults stall`: one bookie, two bookies at once or the leader
+stopped by SIGSTOP and resumed, `rsm.testing.nemesis`), which every invariant
+above covers as it is.
+
 A run is a pure function of (seed, options): two runs of one seed give equal
 traces, which is how a failure is replayed.  `python -m rsm.testing.rsm_sim
 --seeds N [--first S]` runs seeds in a row and prints a summary, and for each
@@ -90,6 +97,7 @@ from typing import Protocol
 
 import anyio
 
+from bookie import limits as bookie_limits
 from bookie.autorecovery.settings import AutoRecoverySettings
 from bookie.client.config import ClientConfig as LedgerConfig
 from bookie.core.rereplication import segment_ranges
@@ -160,6 +168,11 @@ bookie's share elsewhere (invariant 8)."""
 
 RE_REPLICATED_POLL_S = 0.5
 """How often (virtual time) invariant 8 looks at the ledgers again."""
+
+STALL_BOOKIE_SESSION_TIMEOUTS_MS = (bookie_limits.zk_session_timeout_ms_default, 60_000)
+"""In runs with stalls, the bookies' session timeout is one of these or the one drawn for every
+run: stalls of two bookies then last as long as a client's deadline and more, and the bookies
+stay registered throughout."""
 
 RUN_MS_MAX = 3_600_000
 """Virtual time after which a run is stuck (a bug)."""
@@ -365,6 +378,17 @@ def draw_scenario(rng: random.Random, options: SimOptions) -> Scenario:
             [limits.session_results_max_default, client_config.outstanding_commands_max]
         ),
     )
+    if RsmFault.STALL in options.faults:
+        # Bookies whose registration outlives a stall as long as a client's deadline, as
+        # with the bookies' default session timeout or tests/integration/test_stalled_bookies.py's
+        # (in some runs): drawn from a generator of its own, as the bounds above are.
+        stalls = random.Random(repr(rng.getstate()) + " stalls")
+        world = dataclasses.replace(
+            world,
+            bookie_session_timeout_ms=stalls.choice(
+                [world.bookie_session_timeout_ms, *STALL_BOOKIE_SESSION_TIMEOUTS_MS]
+            ),
+        )
     return Scenario(
         world=world,
         replica_config=replica_config,

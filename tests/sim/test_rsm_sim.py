@@ -1,7 +1,8 @@
 """The seeded whole-cluster simulation of the framework (rsm/testing/rsm_sim.py): many seeds
 hold every invariant, every kind of fault really happens among them, a bookie lost for good
-is re-replicated, a seed replays exactly, and a replica whose terms keep failing backs off
-instead of spinning."""
+is re-replicated, stalled bookies and leaders (SIGSTOP) resume without breaking anything, a
+seed replays exactly, and a replica whose terms keep failing backs off instead of
+spinning."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from rsm.core.layout import AppLayout
 from rsm.core.log_format import decode_log
 from rsm.errors import RsmError
 from rsm.testing.cluster import APP, RsmCluster
-from rsm.testing.nemesis import RsmFault
-from rsm.testing.rsm_sim import SimOptions, main, run_seed, run_seeds
+from rsm.testing.nemesis import ALL_FAULTS, RsmFault
+from rsm.testing.rsm_sim import SimOptions, main, replay_command, run_seed, run_seeds
 from tests.unit.rsm.runtime.harness import wait_until
 
 CI_SEEDS = 100
@@ -118,6 +119,56 @@ def test_the_re_replication_invariant_fails_without_autorecovery(
     monkeypatch.setattr(SimCluster, "run_autorecovery", idle)
     with pytest.raises(InvariantViolation, match="re-replicated"):
         run_seed(60_003, SimOptions(faults=LOSS_FAULTS))  # loses a bookie
+
+
+STALL_SEEDS = 15
+"""Runs of stalls only: a few seconds."""
+
+STALL_EVENTS = (
+    "stall",
+    "stall-bookie",
+    "stall-bookies",
+    "stall-leader",
+    "stall-short",
+    "stall-middle",
+    "stall-long",
+    "stall-end",
+    "session-expired-while-stalled",
+)
+"""Every shape and every band of length of a stall, one repaired early, and one that
+outlasted its host's session."""
+
+
+def test_stalled_bookies_and_leaders_keep_every_invariant() -> None:
+    """A bookie, two bookies at once (nothing can be acknowledged then, with E = Qw = 3 and
+    Qa = 2) or the leader stopped (SIGSTOP: sockets open, nothing answered) and resumed
+    after less than the add timeout, up to the session timeout, or past it: every
+    invariant holds, and every shape and length really happened."""
+    summary = run_seeds(range(70_000, 70_000 + STALL_SEEDS), SimOptions(faults=(RsmFault.STALL,)))
+    assert not summary.failures, "\n\n".join(str(failure) for failure in summary.failures)
+    missing = [event for event in STALL_EVENTS if summary.stats[event] == 0]
+    assert not missing, f"never happened in {STALL_SEEDS} seeds: {missing}; {summary.lines()}"
+
+
+STALL_AMONG_ALL_SEEDS = 10
+"""Runs of stalls among every default fault: a few seconds."""
+
+
+def test_stalls_among_every_other_fault_keep_every_invariant() -> None:
+    options = SimOptions(faults=(*ALL_FAULTS, RsmFault.STALL))
+    summary = run_seeds(range(71_000, 71_000 + STALL_AMONG_ALL_SEEDS), options)
+    assert not summary.failures, "\n\n".join(str(failure) for failure in summary.failures)
+    assert summary.stats["stall"] >= STALL_AMONG_ALL_SEEDS, summary.lines()
+
+
+def test_a_stall_is_asked_for_by_name_on_the_command_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert "--faults stall,bookie-crash " in replay_command(
+        70_000, SimOptions(faults=(RsmFault.STALL, RsmFault.BOOKIE_CRASH))
+    )
+    assert main(["--seeds", "1", "--first", "70000", "--steps", "3", "--faults", "stall"]) == 0
+    assert "stall=" in capsys.readouterr().out
 
 
 def test_a_seed_replays_exactly() -> None:

@@ -1,6 +1,7 @@
 """The simulated world: disks that group-commit and lose unsynced data in a crash, bookies
 that restart from their disk, registrations that outlive a crash until the session
-expires, partitions that hold for hosts that join later, and traces that compare."""
+expires, partitions that hold for hosts that join later, stalled hosts whose bytes are held
+both ways until they resume, and traces that compare."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import random
 from collections.abc import Awaitable, Callable
 
 import anyio
+from anyio.abc import ByteStream
 
 from bookie.client.config import ClientConfig
 from bookie.meta.bookies import list_bookies
 from bookie.testing.nemesis import FaultKind, Nemesis
 from bookie.testing.simcluster import SimCluster, Trace, WorldConfig, trace_difference
 from bookie.testing.simloop import run_simulation
+from bookie.testing.simnet import SimNetwork
 
 WORLD = WorldConfig(bookie_count=3, bookie_session_timeout_ms=1_000)
 CONFIG = ClientConfig(add_timeout_ms=500, read_timeout_ms=500, speculative_read_timeout_ms=100)
@@ -130,6 +133,42 @@ def test_a_client_opened_during_a_partition_joins_a_side_of_it() -> None:
         assert not cluster.network.is_partitioned("newcomer", "bookie-1")
 
     simulate(body)
+
+
+def test_a_stalled_host_holds_its_bytes_both_ways_until_it_resumes() -> None:
+    """SIGSTOP: a connect to the stalled host still succeeds (its kernel accepts), what is
+    sent to it and what it sends are held, a heal of partitions leaves the stall as it is,
+    and resuming delivers everything, in order."""
+
+    async def main() -> tuple[list[bytes], bytes]:
+        network = SimNetwork(random.Random(1))
+        received: list[bytes] = []
+
+        async def serve(stream: ByteStream) -> None:
+            await stream.send(b"hello")
+            while True:
+                received.append(await stream.receive())
+
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(network.listen("server:1").serve, serve)
+            await anyio.sleep(0.01)
+            network.stall("server")
+            client = await network.connect("client", "server:1")
+            await client.send(b"one")
+            await client.send(b"two")
+            network.heal()
+            with anyio.move_on_after(10):
+                await client.receive()
+                raise AssertionError("a stalled host's bytes left it")
+            assert received == []
+            network.resume("server")
+            greeting = await client.receive()
+            await wait_until(lambda: b"".join(received) == b"onetwo")
+            task_group.cancel_scope.cancel()
+        return received, greeting
+
+    received, greeting = run_simulation(main)
+    assert (b"".join(received), greeting) == (b"onetwo", b"hello")
 
 
 def test_the_same_seed_gives_the_same_world() -> None:

@@ -33,7 +33,11 @@ sessions refuses a new connection's commands, Overloaded, until then, and
 the router's deadline runs out first: TRYAGAIN).
 
 `python -m kvstore.testing.kv_sim --seeds N [--first S]` runs seeds in a row,
-as rsm_sim's command line does.
+as rsm_sim's command line does, with the same `--faults` (`--faults
+stall,replica-crash` stops bookies and leaders with SIGSTOP and resumes them,
+as tests/integration/test_stalled_bookies.py does with real processes; the
+workload counts a final write that got no answer at all,
+`final-write-no-answer`).
 """
 
 from __future__ import annotations

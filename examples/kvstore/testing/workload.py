@@ -15,7 +15,11 @@
   DEL on a few keys with random think times.  Outcomes: an answer is OK; an
   error reply TRYAGAIN means "not applied" (FAIL); TIMEOUT, a lost connection
   or no answer within `command_timeout_ms` is indeterminate (INFO), and the
-  process then reconnects, to a replica chosen again.  Any other error reply
+  process then reconnects, to a replica chosen again.  No answer at all is
+  also counted (`redis-no-answer`), and in the final round, after every fault
+  ended, apart (`final-write-no-answer`): a server must answer within its
+  deadline once its links and its leader's work (what a stalled bookie's
+  resumption leaves a client hanging on shows there).  Any other error reply
   is recorded as the answer `KV_ERROR`, which the model accepts only where
   Redis answers an error.  Acknowledged SETs are kept (`acknowledged`) for
   the check that each is in the log exactly once.
@@ -252,6 +256,7 @@ class RedisWorkload(Processes):
         self._values = itertools.count(1)
         self._ops_left = plan.ops_max
         self._processes: list[_Process] = []
+        self._final = False
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -277,6 +282,7 @@ class RedisWorkload(Processes):
         """One acknowledged SET per process, after the faults: the processes that got none
         in `FINAL_ATTEMPTS_MAX` attempts (liveness wants none)."""
         failed: list[str] = []
+        self._final = True
         for process in self._processes:
             for _attempt in range(FINAL_ATTEMPTS_MAX):
                 key = f"k{process.rng.randrange(self.plan.keys)}"
@@ -323,6 +329,10 @@ class RedisWorkload(Processes):
                     reply = await connection.command([word.encode() for word in words])
             except _CONNECTION_ERRORS as error:
                 call.info()
+                if isinstance(error, TimeoutError):
+                    self.stats["redis-no-answer"] += 1
+                    if self._final:
+                        self.stats["final-write-no-answer"] += 1
                 self._note(process, what, f"? {type(error).__name__}", "lost")
                 await self._disconnect(process)
                 return Result.INFO
