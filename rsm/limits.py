@@ -139,6 +139,13 @@ session_results_max_default = 1_024
 linearizable_read_waiters_max = 10_000
 """Linearizable reads waiting for a confirmation round on one leader; over it: Overloaded."""
 
+read_rounds_failing_ms_max = 5_000
+"""How long a leader's confirmation rounds may keep failing (too few bookies answer) before
+the linearizable reads waiting for them are answered `Unavailable` (not applied: a client
+sends them again).  The add timeout's default: a write waits that long for a bookie before
+the leader gives up on it, and a read with nothing to write would otherwise wait for as long
+as the bookies do."""
+
 read_lease_ms_default = 0
 """How long after a confirmation round started a leader answers linearizable reads without
 another round.  Off by default (0), so that no safety property depends on a clock; with a

@@ -110,7 +110,8 @@ class LinearizableReads(Generic[T]):
         self._round = None
 
     def abandon(self) -> list[T]:
-        """On step-down: every waiting read (answer NotLeader); none is left afterwards."""
+        """Every waiting read, none left afterwards: to answer NotLeader on step-down, or
+        Unavailable between rounds when they keep failing."""
         reads = list(self._round[1]) if self._round is not None else []
         reads.extend(self._unattached)
         self._round = None

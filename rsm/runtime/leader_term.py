@@ -29,7 +29,12 @@ command or per batch:
   (`WriteHandle.confirm_writer`, no entry appended, no fsync) and answers
   every read that arrived before it started, from the state as applied
   then, at the leader's clock (rsm/core/reads.py).  A round on a handle that
-  a rollover replaced meanwhile proves nothing about the log and is redone.
+  a rollover replaced meanwhile proves nothing about the log and is redone;
+  one that fails (too few bookies answer) is retried, and once rounds have
+  failed in a row for `limits.read_rounds_failing_ms_max` the waiting reads
+  are answered Unavailable (stalled bookies would otherwise hold them for as
+  long as the stall lasts when nothing is written, since only a write's
+  failure ends the term).
   A round that confirms also gives the term a read lease (`ReadLease`):
   until `read_lease_ms` after the round started, by the replica's lease
   clock, `read_now` and `submit_read` answer at once from the applied state;
@@ -119,7 +124,7 @@ from rsm.core.logged_time import LoggedTime
 from rsm.core.protocol import CallRequest, Op
 from rsm.core.reads import LEASE_HELD_RENEW, LEASE_NOT_HELD, LinearizableReads, ReadLease
 from rsm.core.sessions import Outcome
-from rsm.errors import NotLeader, OutcomeUnknown, StatusError
+from rsm.errors import NotLeader, OutcomeUnknown, StatusError, Unavailable
 from rsm.runtime.applier import Answerer, Applier, Read
 from rsm.runtime.log import LogStore, decode_entry, discard_ledger
 from rsm.runtime.segment_ledger import (
@@ -549,6 +554,9 @@ class LeaderTerm:
         """Confirmation rounds, one at a time, while reads wait (see the module docstring)."""
         reads = self._reads
         retry_delay_s = self._config.retry_delay_ms / 1000
+        failing_since_s: float | None = (
+            None  # when the first of the rounds failing in a row started
+        )
         for sequence in itertools.count():
             while not (reads.needs_round or self._renew_lease) or self._paused or not self._started:
                 wakeup = self._reads_wakeup = anyio.Event()
@@ -557,6 +565,7 @@ class LeaderTerm:
             reads.start_round(sequence)
             self._renew_lease = False
             started_s = self._lease_clock_s()
+            round_started_s = self._loop_time_s()
             try:
                 await handle.confirm_writer()
             except LedgerFenced as error:
@@ -564,14 +573,22 @@ class LeaderTerm:
                 return
             except BookieError as error:
                 # Too few answers, an ensemble change, a closing handle: the
-                # reads wait for the next round.
+                # reads wait for the next round, unless rounds have failed for
+                # too long (the bookies may not answer for as long as a stall
+                # lasts, and with nothing to write the term would not end).
                 reads.round_failed(sequence)
                 emit(logger, logging.WARNING, "rsm.read_round_failed", error=repr(error))
+                if failing_since_s is None:
+                    failing_since_s = round_started_s
+                failing_ms = round((self._loop_time_s() - failing_since_s) * 1000)
+                if failing_ms >= limits.read_rounds_failing_ms_max:
+                    self._refuse_reads(f"no read round confirmed the ledger for {failing_ms} ms")
                 await anyio.sleep(retry_delay_s)
                 continue
             if handle is not self._handle or self._paused:
                 reads.round_failed(sequence)
                 continue
+            failing_since_s = None
             self.read_rounds += 1
             self._lease.confirmed(started_s)
             time_ms = self._batcher.advance_time(self._logged_now_ms())
@@ -579,6 +596,15 @@ class LeaderTerm:
             for read in reads.confirmed(sequence):
                 applier.answer_read(read, time_ms=time_ms)
             self._notify_progress()
+
+    def _refuse_reads(self, reason: str) -> None:
+        """Answer every waiting linearizable read `Unavailable` (they change nothing: their
+        clients send them again)."""
+        refused = self._reads.abandon()
+        unavailable = Outcome.failure(Unavailable(f"{reason}; retry"))
+        for read in refused:
+            read.answerer.answer(Op.QUERY, read.request_id, unavailable, 0)
+        emit(logger, logging.WARNING, "rsm.reads_refused", reads=len(refused), reason=reason)
 
     def _wake_reads(self) -> None:
         wakeup = self._reads_wakeup
