@@ -140,11 +140,11 @@ linearizable_read_waiters_max = 10_000
 """Linearizable reads waiting for a confirmation round on one leader; over it: Overloaded."""
 
 read_rounds_failing_ms_max = 5_000
-"""How long a leader's confirmation rounds may keep failing (too few bookies answer) before
-the linearizable reads waiting for them are answered `Unavailable` (not applied: a client
-sends them again).  The add timeout's default: a write waits that long for a bookie before
-the leader gives up on it, and a read with nothing to write would otherwise wait for as long
-as the bookies do."""
+"""How long a leader's confirmation rounds may keep failing in a row (too few bookies answer)
+while linearizable reads wait for them; then the waiting reads are answered `Unavailable`
+(not applied: a client sends them again).  Without a bound, reads with nothing written
+meanwhile would wait for as long as the bookies do not answer.  The ledger client's add and
+read timeouts by default (a round that gets no answers fails after the read timeout)."""
 
 read_lease_ms_default = 0
 """How long after a confirmation round started a leader answers linearizable reads without

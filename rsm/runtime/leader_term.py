@@ -554,11 +554,12 @@ class LeaderTerm:
         """Confirmation rounds, one at a time, while reads wait (see the module docstring)."""
         reads = self._reads
         retry_delay_s = self._config.retry_delay_ms / 1000
-        failing_since_s: float | None = (
-            None  # when the first of the rounds failing in a row started
-        )
+        # When the first of the rounds failing in a row started, while reads wait through
+        # them: a read waits at most `limits.read_rounds_failing_ms_max` plus one round.
+        failing_since_s: float | None = None
         for sequence in itertools.count():
             while not (reads.needs_round or self._renew_lease) or self._paused or not self._started:
+                failing_since_s = None
                 wakeup = self._reads_wakeup = anyio.Event()
                 await wakeup.wait()
             handle = self._handle
@@ -583,12 +584,13 @@ class LeaderTerm:
                 failing_ms = round((self._loop_time_s() - failing_since_s) * 1000)
                 if failing_ms >= limits.read_rounds_failing_ms_max:
                     self._refuse_reads(f"no read round confirmed the ledger for {failing_ms} ms")
+                    failing_since_s = None  # reads that come now wait their own time
                 await anyio.sleep(retry_delay_s)
                 continue
+            failing_since_s = None
             if handle is not self._handle or self._paused:
                 reads.round_failed(sequence)
                 continue
-            failing_since_s = None
             self.read_rounds += 1
             self._lease.confirmed(started_s)
             time_ms = self._batcher.advance_time(self._logged_now_ms())
@@ -601,6 +603,8 @@ class LeaderTerm:
         """Answer every waiting linearizable read `Unavailable` (they change nothing: their
         clients send them again)."""
         refused = self._reads.abandon()
+        if not refused:
+            return  # the round was a lease renewal's
         unavailable = Outcome.failure(Unavailable(f"{reason}; retry"))
         for read in refused:
             read.answerer.answer(Op.QUERY, read.request_id, unavailable, 0)

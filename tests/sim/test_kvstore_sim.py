@@ -82,9 +82,15 @@ def test_stalled_bookies_and_leaders_keep_every_invariant() -> None:
     assert stats["final-write-no-answer"] == 0, summary.lines()
 
 
-def test_a_seed_replays_exactly() -> None:
-    first = run_seed(2, OPTIONS)
-    second = run_seed(2, OPTIONS)
+@pytest.mark.parametrize(
+    ("seed", "faults"),
+    [(2, OPTIONS.faults), (70_001, (RsmFault.STALL, RsmFault.REPLICA_CRASH, RsmFault.PARTITION))],
+    ids=["default", "stalls"],
+)
+def test_a_seed_replays_exactly(seed: int, faults: tuple[RsmFault, ...]) -> None:
+    options = dataclasses.replace(OPTIONS, faults=faults)
+    first = run_seed(seed, options)
+    second = run_seed(seed, options)
     assert trace_difference(first.trace, second.trace) is None
     assert first.stats == second.stats
     assert first.acknowledged > 0

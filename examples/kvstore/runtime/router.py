@@ -148,7 +148,8 @@ class LocalReplica(Protocol):
     def applied_index(self) -> int: ...
 
     def flush(self) -> None:
-        """Cut a batch of the calls taken since the last one (a leader takes none before)."""
+        """Let the leader cut a batch of the calls it took: while none is in flight, it
+        cuts none on its own."""
         ...
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from rsm import limits
 from rsm.config import ReplicaConfig
-from rsm.errors import NotLeader, Timeout
+from rsm.errors import NotLeader, Timeout, Unavailable
 from rsm.runtime.replica import Replica
 from tests.unit.rsm.runtime.harness import (
     WAIT_S,
@@ -222,6 +222,41 @@ async def test_a_failed_renewal_does_not_extend_the_lease() -> None:
             assert await leader.query("get") == 1
         assert term.read_rounds > rounds
         assert term.status()["read_lease_held"] is True
+
+
+async def test_reads_waiting_through_failing_rounds_are_refused_each_after_its_own_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two of three bookies stop and nothing is written: every round fails, and only a
+    write's failure would end the term.  A read waits through `read_rounds_failing_ms_max`
+    of failing rounds, then is answered Unavailable (not applied: clients send it again);
+    the next read waits its own time, not counted from the first failure.  Once the bookies
+    are back, reads are answered."""
+    failing_ms_max = 300
+    monkeypatch.setattr(limits, "read_rounds_failing_ms_max", failing_ms_max)
+    async with replica_cluster() as replicas:
+        leader = await start_three(replicas, replica_config(read_lease_ms=0))
+        term = leader.term
+        assert term is not None
+        assert await leader.call("add", 1) == 1
+        stopped = term.handle.metadata.current_ensemble[1:]
+        for bookie_id in stopped:
+            await replicas.cluster.stop_bookie(bookie_id)
+        for _ in range(2):
+            started_s = anyio.current_time()
+            with anyio.fail_after(WAIT_S), pytest.raises(Unavailable):
+                await leader.query("get")
+            assert anyio.current_time() - started_s >= failing_ms_max / 1000
+        assert leader.term is term, "reads alone do not end the term"
+        for bookie_id in stopped:
+            await replicas.cluster.restart_bookie(bookie_id)
+        with anyio.fail_after(WAIT_S):
+            while True:
+                try:
+                    assert await leader.query("get") == 1
+                    break
+                except Unavailable:
+                    continue  # refused before the bookies answered again
 
 
 async def test_a_handover_ends_the_lease_and_its_successor_serves_without_waiting() -> None:
