@@ -24,6 +24,7 @@ from bookie.autorecovery.worker import ReplicationWorker
 from bookie.client.bookie_conn import BookieConnection
 from bookie.client.ledger_client import LedgerClient
 from bookie.client.write_handle import WriteHandle
+from bookie.clock import loop_clock_ms
 from bookie.core.metadata import LedgerMetadata, LedgerState
 from bookie.core.open_ledgers import WRITER_KEY
 from bookie.core.rereplication import position_entries, segment_ranges
@@ -112,10 +113,14 @@ async def test_without_a_spare_bookie_the_mark_stays_and_nothing_changes() -> No
             await marks.mark(metadata.ledger_id, [lost])
             worker = ReplicationWorker(store, settings(), random.Random(1))
             assert await worker.run_once() == 0
+            failed_ms = loop_clock_ms()
             assert await marks.list_marks() == [metadata.ledger_id]
             assert await marks.lock_owner(metadata.ledger_id) is None, "the lock was released"
             assert await client.ledger_metadata(metadata.ledger_id) == metadata
             spare = await cluster.add_bookie()
+            # The failed repair is tried again once its retry delay (1 ms here) ran out,
+            # which what came since may not have taken.
+            await wait_for(lambda: loop_clock_ms() >= failed_ms + 1)
             assert await worker.run_once() == 1, "retried once a spare registered"
             after = await client.ledger_metadata(metadata.ledger_id)
             assert spare in after.ensembles[0][1]
