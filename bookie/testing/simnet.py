@@ -196,6 +196,11 @@ class SimListener(Listener[ByteStream]):
                 self._handler = None
                 self._unbind()
 
+    @property
+    def serving(self) -> bool:
+        """Whether connections are accepted (`serve` is running)."""
+        return self._handler is not None
+
     def _accept(self, stream: SimStream) -> bool:
         if self._handler is None or self._task_group is None:
             return False

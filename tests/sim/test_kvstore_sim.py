@@ -30,6 +30,7 @@ from rsm.config import ReplicaConfig
 from rsm.testing.cluster import RsmCluster, SimReplica
 from rsm.testing.nemesis import RsmFault
 from rsm.testing.rsm_sim import run_seed, run_seeds
+from tests.sim.test_simcluster import wait_until
 
 SEEDS = 40
 """As many seeds as run in about ten seconds on a 2-core machine."""
@@ -143,8 +144,9 @@ def test_a_read_at_the_leader_is_answered_while_two_bookies_stall() -> None:
             )
             async with cluster.running():
                 with anyio.fail_after(30):
-                    while (leader := cluster.leader()) is None:
-                        await anyio.sleep(0.01)
+                    await wait_until(lambda: cluster.leader() is not None)
+                leader = cluster.leader()
+                assert leader is not None
                 stream = await world.network.connect("client", f"{leader.name}:{RESP_PORT}")
                 connection = RedisConnection(stream, leader.name, leader.name)
                 assert await connection.command([b"SET", b"k", b"v"]) == "OK"

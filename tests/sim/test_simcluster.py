@@ -149,9 +149,11 @@ def test_a_stalled_host_holds_its_bytes_both_ways_until_it_resumes() -> None:
             while True:
                 received.append(await stream.receive())
 
+        listener = network.listen("server:1")
         async with anyio.create_task_group() as task_group:
-            task_group.start_soon(network.listen("server:1").serve, serve)
-            await anyio.sleep(0.01)
+            task_group.start_soon(listener.serve, serve)
+            with anyio.fail_after(10):
+                await wait_until(lambda: listener.serving)
             network.stall("server")
             client = await network.connect("client", "server:1")
             await client.send(b"one")
