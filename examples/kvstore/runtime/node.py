@@ -314,13 +314,21 @@ async def _retry_on_new_leaders(replica: Replica, router: Router) -> None:
 
 
 def replica_info(replica: Replica) -> ReplicaInfo:
-    """What INFO says about `replica`, a replica of a `KVStore`."""
+    """What INFO says about `replica`, a replica of a `KVStore`.
+
+    Its role is `leader` only while it serves as leader: a replica that won the
+    log waits out its predecessor's read lease and publishes itself before it
+    takes commands, and says `taking_over` until then, so a client that looks
+    for the leader in INFO finds one that answers."""
     status = replica.status()
     machine = replica.machine
     assert isinstance(machine, KVStore)
     newest = replica.snapshots.value.newest
+    role = status["role"]
+    if role == "leader" and not status["serving"]:
+        role = "taking_over"
     return ReplicaInfo(
-        role=status["role"],
+        role=role,
         leader_address=status["leader_address"],
         epoch=status["epoch"],
         applied_index=status["applied_index"],

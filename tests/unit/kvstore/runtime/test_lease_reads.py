@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -16,6 +17,8 @@ from kvstore.runtime.node import KvNode, StoreSettings
 from bookie.address import parse_address
 from bookie.client.ledger_client import LedgerClient
 from bookie.meta.memory import MemoryMetadataStore
+from rsm.config import ReplicaConfig
+from rsm.core.roles import Role
 from tests.unit.bookie.client.cluster import WAIT_S, memory_cluster
 from tests.unit.rsm.runtime.harness import ledger_config, replica_config, wait_until
 
@@ -27,12 +30,11 @@ def redis_client(node: KvNode) -> aredis.Redis:
     return aredis.Redis(host=address.host, port=address.port)
 
 
-async def test_a_get_under_a_lease_that_a_successor_outlived_is_refused() -> None:
-    """The old leader is cut off from ZooKeeper and told nothing, so it still believes it
-    leads; its lease (500 ms) ran out before the successor acknowledged a write, so a GET
-    on the old leader's open connection must not answer the value from before that write."""
-    config = replica_config(read_lease_ms=500)
-    settings = StoreSettings(command_deadline_ms=2_000)
+@contextlib.asynccontextmanager
+async def three_nodes(
+    config: ReplicaConfig, settings: StoreSettings
+) -> AsyncIterator[tuple[list[KvNode], dict[str, MemoryMetadataStore]]]:
+    """Three `KvNode`s on in-process bookies, each with a metadata store of its own."""
     async with memory_cluster(3) as cluster, contextlib.AsyncExitStack() as stack:
         nodes: list[KvNode] = []
         stores: dict[str, MemoryMetadataStore] = {}
@@ -57,14 +59,27 @@ async def test_a_get_under_a_lease_that_a_successor_outlived_is_refused() -> Non
                     )
                 )
             )
+        yield nodes, stores
 
-        def serving_leader(candidates: list[KvNode]) -> KvNode | None:
-            for node in candidates:
-                term = node.replica.term
-                if node.replica.is_leader and term is not None and term.accepting:
-                    return node
-            return None
 
+def serving_leader(candidates: list[KvNode]) -> KvNode | None:
+    for node in candidates:
+        term = node.replica.term
+        if node.replica.is_leader and term is not None and term.accepting:
+            return node
+    return None
+
+
+async def test_a_get_under_a_lease_that_a_successor_outlived_is_refused() -> None:
+    """The old leader is cut off from ZooKeeper and told nothing, so it still believes it
+    leads; its lease (500 ms) ran out before the successor acknowledged a write, so a GET
+    on the old leader's open connection must not answer the value from before that write."""
+    config = replica_config(read_lease_ms=500)
+    settings = StoreSettings(command_deadline_ms=2_000)
+    async with (
+        three_nodes(config, settings) as (nodes, stores),
+        contextlib.AsyncExitStack() as stack,
+    ):
         old = await wait_until(lambda: serving_leader(nodes))
         old_client = await stack.enter_async_context(redis_client(old))
         assert await old_client.set("k", "1")
@@ -90,4 +105,33 @@ async def test_a_get_under_a_lease_that_a_successor_outlived_is_refused() -> Non
                 answer = None
         assert answer != b"1", "answered under a lease the successor had waited out"
         assert answer in (None, b"2")
+        store.release_session_events()
+
+
+async def test_info_names_a_successor_the_leader_only_once_it_serves() -> None:
+    """A replica that won the log waits out its cut-off predecessor's read lease (2 s here)
+    before it serves; INFO says `taking_over` meanwhile, so a client looking for the leader
+    there does not send its commands to one that forwards them."""
+    config = replica_config(read_lease_ms=2_000)
+    async with three_nodes(config, StoreSettings()) as (nodes, stores):
+        old = await wait_until(lambda: serving_leader(nodes))
+        store = stores[old.replica.replica_id]
+        store.hold_session_events()
+        store.suspend()
+        store.expire_session()
+        others = [node for node in nodes if node is not old]
+
+        def won_not_serving() -> KvNode | None:
+            for node in others:
+                if node.replica.role is Role.LEADER and not node.replica.is_leader:
+                    return node
+            return None
+
+        new = await wait_until(won_not_serving)
+        async with redis_client(new) as client:
+            info = await client.info("replication")
+            assert not new.replica.is_leader, "the lease wait outlasted the INFO"
+            assert info["rsm_role"] == "taking_over"
+            await wait_until(lambda: serving_leader([new]))
+            assert (await client.info("replication"))["rsm_role"] == "leader"
         store.release_session_events()
