@@ -53,6 +53,7 @@ class DigestCommands(KVState):
     @query
     def debug(self, subcommand: bytes, *args: bytes) -> str | list[str]:
         """DEBUG DIGEST | DIGEST-VALUE key [key ...] | HELP (see the module docstring)."""
+        self._check_words((subcommand, *args))
         name = subcommand.lower()
         if name == b"digest" and not args:
             self._settle_hash()

@@ -24,6 +24,7 @@ class KeyspaceCommands(KVState):
     @query
     def keys(self, pattern: bytes) -> list[bytes]:
         """KEYS pattern: every key matching the glob pattern, in key order."""
+        self._check_words((pattern,))
         now_ms = self._query_time_ms()
         glob = GlobPattern(pattern)
         everything = glob.matches_everything
@@ -41,6 +42,7 @@ class KeyspaceCommands(KVState):
 
         A full iteration starts and ends with cursor "0" (see `kvstore.protocol.glob`).
         """
+        self._check_words((cursor, *options))
         request = ScanRequest.parse(cursor, options)
         now_ms = self._query_time_ms()
         next_cursor, found = request.page(self._scan_order())

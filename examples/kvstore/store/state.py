@@ -182,7 +182,11 @@ class KVState:
 
     def value_at(self, key: bytes, now_ms: int) -> bytes | None:
         """The live value of `key` at `now_ms` (an expired key reads as absent); changes
-        nothing: queries read through it, and the server's GETs under the read lease."""
+        nothing: queries read through it, and the server's GETs under the read lease.  A key
+        that is not bytes is a `TypeError`, not a key that is absent (a query's caller may
+        pass text: `rsm query` without `--bytes`)."""
+        if type(key) is not bytes:
+            raise TypeError(f"keys are bytes, not {type(key).__name__}")
         expire_at_ms = self.expire_at_ms.get(key)
         if expire_at_ms is not None and expire_at_ms <= now_ms:
             return None
@@ -279,6 +283,13 @@ class KVState:
             raise TypeError(f"keys are bytes, not {type(key).__name__}")
         if len(key) > self.key_bytes_max:
             raise RedisError(errors.KEY_TOO_LONG)
+
+    @staticmethod
+    def _check_words(words: tuple[bytes, ...]) -> None:
+        """A query's arguments other than keys are bytes too, as a Redis client sends them."""
+        for word in words:
+            if type(word) is not bytes:
+                raise TypeError(f"arguments are bytes, not {type(word).__name__}")
 
     def _check_value(self, value: bytes) -> None:
         if type(value) is not bytes:

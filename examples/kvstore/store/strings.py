@@ -187,6 +187,7 @@ class StringCommands(KVState):
         Negative indexes count from the end (-1 is the last byte); the range
         is clipped to the value; a missing key reads as empty.
         """
+        self._check_words((start, end))
         first = numbers.require_int(start)
         last = numbers.require_int(end)
         value = self.value_at(key, self._query_time_ms()) or b""

@@ -275,3 +275,32 @@ def test_keys_present_throughout_are_returned_once_despite_writes(
             break
     for key in kept:
         assert found.count(key) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "message"),
+    [
+        ("get", ["k"], "keys are bytes, not str"),
+        ("mget", [b"k", "k"], "keys are bytes, not str"),
+        ("strlen", ["k"], "keys are bytes, not str"),
+        ("getrange", [b"k", "0", b"1"], "arguments are bytes, not str"),
+        ("getrange", ["k", b"0", b"1"], "keys are bytes, not str"),
+        ("ttl", ["k"], "keys are bytes, not str"),
+        ("pexpiretime", ["k"], "keys are bytes, not str"),
+        ("exists", ["k"], "keys are bytes, not str"),
+        ("touch", [b"k", 5], "keys are bytes, not int"),
+        ("type", ["k"], "keys are bytes, not str"),
+        ("keys", ["*"], "arguments are bytes, not str"),
+        ("scan", [b"0", "count", b"1"], "arguments are bytes, not str"),
+        ("debug", [b"digest-value", "k"], "arguments are bytes, not str"),
+    ],
+)
+def test_a_query_given_text_for_bytes_says_so(
+    kv: Replica, name: str, args: list[object], message: str
+) -> None:
+    """A caller other than a Redis client (`rsm query` without `--bytes`) may pass text:
+    the query fails with a TypeError instead of answering for a key no store holds."""
+    kv.run("SET", "k", "v")
+    outcome = kv.query(name, *args)
+    assert not outcome.ok
+    assert (outcome.detail, outcome.message) == ("TypeError", message)
