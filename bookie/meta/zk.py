@@ -25,7 +25,10 @@ table `_ERRORS`.  Watches: one kazoo watcher (`_Trigger`) per watched path,
 shared by every task waiting on that path.  kazoo fires all watchers when the
 connection drops or the session expires, so waiting tasks wake, wait until the
 session is CONNECTED again and re-check: watches survive reconnects and
-session expiry, and being level-triggered they miss nothing.
+session expiry, and being level-triggered they miss nothing.  The re-check
+compares the zxid of the node's (or its children's) last change too, not the
+version (or names) alone: a node deleted and created again while no watch was
+registered (a new leader's ephemeral `leader` znode) is back at version 0.
 
 Lifetime: `async with ZkMetadataStore.connect(hosts, ...) as store:`.  The
 optional `root` is created if missing and every path the caller passes is
@@ -70,7 +73,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final, assert_never
 
 import anyio
@@ -597,6 +600,8 @@ class ZkMetadataStore:
         full = self._full(path)
         trigger = self._trigger("data", full)
         trigger.waiters += 1
+        first_zxid: int | None = None
+        """The zxid of the node's last change, as this wait first read it (see below)."""
         try:
             while True:
                 firing = trigger.firing
@@ -606,6 +611,16 @@ class ZkMetadataStore:
                 )
                 current = NO_NODE_VERSION if stat is None else stat.version
                 if current != version:
+                    return
+                # A watch lost with the connection (kazoo forgets its watchers then) is
+                # registered again by this read, but changes made meanwhile fired nothing:
+                # a node deleted and created again (a new leader's znode replacing its
+                # predecessor's) is back at the version it had.  Its last change's zxid
+                # is not.
+                zxid = -1 if stat is None else stat.mzxid
+                if first_zxid is None:
+                    first_zxid = zxid
+                elif zxid != first_zxid:
                     return
                 await firing.event.wait()
                 # Any change ends the wait, even one that leaves the version where
@@ -620,18 +635,28 @@ class ZkMetadataStore:
         expected = sorted(children)
         trigger = self._trigger("children", full)
         trigger.waiters += 1
+        first_zxid: int | None = None
+        """The zxid of the last change of the node's children, as this wait first read it."""
         try:
             while True:
                 firing = trigger.firing
                 trigger.armed = True
                 try:
-                    names = await self._read_when_connected(
+                    names, stat = await self._read_when_connected(
                         f"watch children of {path}",
-                        lambda: self._client.get_children_async(full, watch=trigger),
+                        lambda: self._client.get_children_async(
+                            full, watch=trigger, include_data=True
+                        ),
                     )
                 except NoNode:
                     return
                 if sorted(names) != expected:
+                    return
+                # As in `watch`: children removed and added again while the watch was lost
+                # (a bookie's registration, say) leave the names as they were, not the zxid.
+                if first_zxid is None:
+                    first_zxid = stat.pzxid
+                elif stat.pzxid != first_zxid:
                     return
                 await firing.event.wait()
                 # Any change ends the wait, even a child removed and added again.
@@ -673,39 +698,44 @@ class ZkMetadataStore:
     def session_id(self) -> int:
         return self._session_id
 
-    async def expire_session(self) -> None:
+    async def expire_session(
+        self, meanwhile: Callable[[], Awaitable[object]] | None = None
+    ) -> None:
         """Test hook: have the ZooKeeper server expire this store's session, for real.
 
         Returns once the store is CONNECTED again with a new session (after
         LOST); raises `MetadataUnavailable` if that takes longer than the
         operation timeout.  Holds back the store's reconnection meanwhile,
         which assumes a single-server `hosts` (kazoo tries the next server of
-        a list without pausing).
+        a list without pausing).  `meanwhile()`, if given, runs once the session
+        is gone and before the store may reconnect: what it changes happens
+        while this store's watches are lost.
         """
         client_id = self._client.client_id
         assert client_id is not None, "no session to expire"
         old_session_id = self._session_id
 
         def expire() -> None:
-            self._gate.close()
-            try:
-                intruder = KazooClient(
-                    hosts=self._hosts,
-                    client_id=client_id,
-                    timeout=self._session_timeout_ms / 1000,
-                    handler=None if self._tls is None else self._tls.handler(),
-                    use_ssl=self._tls is not None,
-                )
-                intruder.start(self._operation_timeout_s)
-                intruder.stop()
-                intruder.close()
-            finally:
-                self._gate.open()
+            intruder = KazooClient(
+                hosts=self._hosts,
+                client_id=client_id,
+                timeout=self._session_timeout_ms / 1000,
+                handler=None if self._tls is None else self._tls.handler(),
+                use_ssl=self._tls is not None,
+            )
+            intruder.start(self._operation_timeout_s)
+            intruder.stop()
+            intruder.close()
 
+        self._gate.close()
         try:
             await anyio.to_thread.run_sync(expire)
+            if meanwhile is not None:
+                await meanwhile()
         except KazooTimeoutError as error:
             raise MetadataUnavailable("could not take over the session to expire it") from error
+        finally:
+            self._gate.open()
         try:
             with anyio.fail_after(self._operation_timeout_s):
                 while not (

@@ -72,12 +72,16 @@ async def store(connect: Connect) -> AsyncIterator[Store]:
         yield opened
 
 
-async def expire(store: Store) -> None:
-    """Have the service expire `store`'s session (returns once a new session is up)."""
+async def expire(store: Store, meanwhile: Callable[[], Awaitable[object]] | None = None) -> None:
+    """Have the service expire `store`'s session (returns once a new session is up), and
+    run `meanwhile()`, if given, while the old session is gone and no new one is up yet
+    (the memory store has no such time: it runs right after the expiry)."""
     if isinstance(store, MemoryMetadataStore):
         store.expire_session()
+        if meanwhile is not None:
+            await meanwhile()
     else:
-        await store.expire_session()
+        await store.expire_session(meanwhile)
 
 
 async def settle(store: Store) -> None:
@@ -418,6 +422,42 @@ async def test_watch_survives_session_expiry(connect: Connect, store: Store) -> 
                 assert not woke.is_set()
                 await writer.set("/w", b"after expiry", 0)
         assert woke.is_set()
+
+
+async def test_a_watch_lost_with_the_session_wakes_for_a_node_created_again_meanwhile(
+    connect: Connect, store: Store
+) -> None:
+    """While the session is gone the server fires no watch; the node deleted and created
+    again then (a new leader's `leader` znode replacing the old leader's) is back at the
+    version the watch waits on, and the watch must still return once it sees the node."""
+    await store.create("/w", b"old leader")
+    async with connect() as writer:
+
+        async def replace() -> None:
+            await writer.commit([Delete("/w", 0), Create("/w", b"new leader")])
+
+        await assert_woken_by(store, lambda: store.watch("/w", 0), lambda: expire(store, replace))
+    got = await store.get("/w")
+    assert (got.value, got.version) == (b"new leader", 0)
+
+
+async def test_a_children_watch_lost_with_the_session_wakes_for_a_child_created_again(
+    connect: Connect, store: Store
+) -> None:
+    """The same for children: a child removed and added again while the session is gone (a
+    bookie's registration) leaves the names as the watch last saw them."""
+    await store.create("/d", b"")
+    await store.create("/d/bookie-1", b"")
+    async with connect() as writer:
+
+        async def replace() -> None:
+            await writer.commit([Delete("/d/bookie-1", 0), Create("/d/bookie-1", b"again")])
+
+        await assert_woken_by(
+            store,
+            lambda: store.watch_children("/d", ["bookie-1"]),
+            lambda: expire(store, replace),
+        )
 
 
 async def test_session_events_start_from_the_subscription(store: Store) -> None:
