@@ -4,7 +4,7 @@
 PY := .venv/bin/python
 PYTEST := $(PY) -m pytest
 
-.PHONY: bootstrap run cluster test test-fast lint typecheck docs bench soak fuzz clean
+.PHONY: bootstrap run cluster test test-fast lint typecheck docs bench soak chaos fuzz clean
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -59,6 +59,16 @@ soak: bootstrap
 	@$(PY) -m kvstore.testing.kv_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS)
 	@$(PY) -m kvstore.testing.kv_sim --seeds $(SEEDS) --first $(FIRST) --steps $(STEPS) \
 		--faults stall,replica-crash,bookie-crash,partition
+
+# Faults on the real processes of a local store under Redis clients, one after another,
+# for CHAOS_SECONDS (`make test` runs 30 s), the history checked for linearizability
+# (docs/operations.md, "Chaos on real processes").
+CHAOS_SECONDS ?= 600
+CHAOS_SEED ?= 1
+chaos: bootstrap
+	@KV_CHAOS_SECONDS=$(CHAOS_SECONDS) KV_CHAOS_SEED=$(CHAOS_SEED) $(PYTEST) -q -s \
+		-p no:cacheprovider --timeout=$$(( $(CHAOS_SECONDS) + 600 )) \
+		tests/integration/test_kvstore_chaos.py
 
 # The long fuzz run of every decoder (`make test` runs a short one): Hypothesis with
 # FUZZ_EXAMPLES examples per fuzz test, then atheris, coverage-guided, for FUZZ_SECONDS per

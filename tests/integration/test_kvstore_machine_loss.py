@@ -123,26 +123,6 @@ class Load:
         assert result.linearizable, result.explain()
 
 
-COMMAND_TIMEOUT_MS = 8_000
-"""The replicas' command timeout where a test waits for writes to be refused (30 s by
-default): how long a write waits for bookies that cannot acknowledge it before it is
-answered TRYAGAIN or TIMEOUT."""
-
-
-@pytest.fixture
-def impatient_store(
-    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: os.PathLike[str]
-) -> Iterator[Store]:
-    """`store` whose replicas give up on a command after `COMMAND_TIMEOUT_MS`."""
-    with running_store(
-        zookeeper,
-        zk_root,
-        tmp_path,  # type: ignore[arg-type]
-        command_timeout_ms=COMMAND_TIMEOUT_MS,
-    ) as running:
-        yield running
-
-
 @pytest.fixture(params=[False, True], ids=["plain", "tls"])
 def store_with_spare(
     request: pytest.FixtureRequest,

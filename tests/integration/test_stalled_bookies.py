@@ -39,9 +39,9 @@ from rsm.config import ReplicaConfig
 from rsm.core.layout import AppLayout
 from rsm.host import split_zk
 from rsm.runtime.log import LogStore
+from tests.integration.conftest import COMMAND_TIMEOUT_MS
 from tests.integration.support.stalls import stopped
 from tests.integration.test_kvstore_machine_loss import (
-    COMMAND_TIMEOUT_MS,
     check_fully_replicated,
     fully_replicated,
     load_on,

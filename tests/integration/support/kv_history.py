@@ -1,7 +1,7 @@
 """Concurrent redis-py clients of a real key-value store recording one history, for the
 linearizability checker (rsm.testing's, with its key-value model).
 
-`client_loop` runs GET, SET, INCR and DEL on a few shared keys (`KEYS`)
+`client_loop` runs GET, SET, INCR and DEL on a few shared keys (`KEYS` by default)
 through one replica until told to stop, recording each call in a
 `LockedRecorder` (a `HistoryRecorder` shared by threads).  TRYAGAIN means "not
 applied" (a FAIL operation); anything else that is not an answer (TIMEOUT, a
@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -77,7 +77,13 @@ def set_ok(client: redis.Redis, key: str, value: str) -> str | None:
 
 
 def client_loop(
-    store: Store, name: str, number: int, stop: threading.Event, log: LockedRecorder
+    store: Store,
+    name: str,
+    number: int,
+    stop: threading.Event,
+    log: LockedRecorder,
+    *,
+    keys: Sequence[str] = KEYS,
 ) -> None:
     rng = random.Random(f"{name}-{number}")
     process = f"{name}/{number}"
@@ -85,7 +91,7 @@ def client_loop(
     try:
         counter = 0
         while not stop.is_set():
-            key = rng.choice(KEYS)
+            key = rng.choice(keys)
             kind = rng.choice(("get", "get", "set", "incr", "del"))
             try:
                 if kind == "set":

@@ -1,0 +1,210 @@
+"""Faults on real processes under load, one after another, and the history checked.
+
+Redis clients (redis-py, two per replica) run GET, SET, INCR and DEL on
+shared keys through every replica and record what they saw
+(`support.kv_history`), while a nemesis, seeded, injects one fault at a
+time into the store's real processes:
+
+    kill-replica   kill -9 of a replica (the leader half the time), restarted
+                   after 0-2 s
+    kill-bookie    kill -9 of a bookie (its unsynced writes are lost), restarted
+                   after 0-3 s
+    pause-replica  SIGSTOP of a replica (the leader half the time) for 0.2-3 s,
+                   then SIGCONT: past its 1 s ZooKeeper session, a successor
+                   takes over while it is frozen and it must step down when it
+                   thaws, answering nothing from its old lease
+    pause-bookie   SIGSTOP of a bookie for 0.2-3 s, then SIGCONT
+
+After each fault the store must be whole again (every replica caught up, a
+leader serving) and the clients must complete more operations: the store
+recovers by itself, each time.  At the end every key is read through the
+leader, the whole history is checked for linearizability with the checker's
+key-value model (an acknowledged write lost or applied twice, or a stale
+read, fails it), and every replica's DEBUG DIGEST must be the same (they
+hold the same state).
+
+The suite runs it for `CHAOS_S_DEFAULT` seconds; `make chaos` runs it longer
+(`KV_CHAOS_SECONDS`, `KV_CHAOS_SEED`), docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+import redis
+
+from rsm.testing import KvModel, check_per_key, kv_key
+from rsm.testing.history import Outcome
+from tests.integration.support.kv_history import LockedRecorder, client_loop
+from tests.unit.kvstore.local_store import WAIT_S, Store, command, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
+
+CHAOS_S_DEFAULT = 30.0
+"""Seconds of faults in the suite's run."""
+CLIENTS_PER_REPLICA = 2
+KEYS = tuple(f"key-{number}" for number in range(12))
+"""Few enough that clients contend on each key, enough that no key's history grows
+beyond what the checker decides quickly."""
+PROGRESS_OPERATIONS = 20
+"""Operations the clients must complete after each fault healed."""
+
+
+def progressed(log: LockedRecorder, operations: int) -> bool:
+    return log.completed >= operations
+
+
+def reachable(store: Store, name: str) -> bool:
+    if store.cluster.replica(name).process is None:
+        return False
+    try:
+        with store.client(name, socket_timeout=1.0) as client:
+            return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def client_through_restarts(
+    store: Store, name: str, number: int, stop: threading.Event, log: LockedRecorder
+) -> None:
+    """`client_loop` through replica `name`, again under a new process label each time the
+    replica comes back after a kill."""
+    generation = 0
+    while not stop.is_set():
+        client_loop(store, name, number + CLIENTS_PER_REPLICA * generation, stop, log, keys=KEYS)
+        generation += 1
+        while not stop.is_set() and not reachable(store, name):
+            stop.wait(0.05)
+
+
+class Nemesis:
+    """One fault at a time on the store's processes, chosen by a seeded generator."""
+
+    def __init__(self, store: Store, rng: random.Random) -> None:
+        self.store = store
+        self.rng = rng
+        self.done: Counter[str] = Counter()
+
+    def victim_replica(self) -> str:
+        if self.rng.random() < 0.5:
+            return self.store.leader()
+        return self.rng.choice(self.store.names)
+
+    def kill_replica(self) -> None:
+        name = self.victim_replica()
+        self.store.kill(name)
+        self.hold(0.0, 2.0)
+        self.store.start(name)
+
+    def kill_bookie(self) -> None:
+        bookies = self.store.cluster.bookies
+        name = self.rng.choice([bookie.name for bookie in bookies.bookies])
+        bookies.kill(name)
+        self.hold(0.0, 3.0)
+        self.store.portal.call(bookies.restart, name)
+
+    def pause_replica(self) -> None:
+        process = self.store.cluster.replica(self.victim_replica()).process
+        assert process is not None
+        self.pause(process.pid)
+
+    def pause_bookie(self) -> None:
+        bookie = self.rng.choice(self.store.cluster.bookies.bookies)
+        assert bookie.process is not None
+        self.pause(bookie.process.pid)
+
+    def pause(self, pid: int) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            self.hold(0.2, 3.0)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    def hold(self, low_s: float, high_s: float) -> None:
+        """Keep the fault on for a random time: its length, not a wait for anything."""
+        time.sleep(self.rng.uniform(low_s, high_s))
+
+    def run(self, log: LockedRecorder, seconds: float) -> None:
+        faults: dict[str, Callable[[], None]] = {
+            "kill-replica": self.kill_replica,
+            "kill-bookie": self.kill_bookie,
+            "pause-replica": self.pause_replica,
+            "pause-bookie": self.pause_bookie,
+        }
+        ends_s = time.monotonic() + seconds
+        while time.monotonic() < ends_s:
+            kind = self.rng.choice(sorted(faults))
+            faults[kind]()
+            self.done[kind] += 1
+            # Whole again by itself: every replica caught up, a leader serving, and the
+            # clients getting answers.
+            self.store.wait_ready()
+            wait_for(functools.partial(progressed, log, log.completed + PROGRESS_OPERATIONS))
+            self.hold(0.2, 1.5)
+
+
+def test_faults_one_after_another_leave_a_linearizable_history_and_equal_replicas(
+    impatient_store: Store,
+) -> None:
+    store = impatient_store
+    seconds = float(os.environ.get("KV_CHAOS_SECONDS", CHAOS_S_DEFAULT))
+    seed = int(os.environ.get("KV_CHAOS_SEED", "1"))
+    log = LockedRecorder()
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=client_through_restarts, args=(store, name, number, stop, log))
+        for name in store.names
+        for number in range(CLIENTS_PER_REPLICA)
+    ]
+    for thread in threads:
+        thread.start()
+    nemesis = Nemesis(store, random.Random(seed))
+    try:
+        wait_for(lambda: log.completed >= PROGRESS_OPERATIONS)
+        nemesis.run(log, seconds)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(WAIT_S)
+    assert not any(thread.is_alive() for thread in threads)
+
+    leader = store.leader()
+    with store.client(leader, decode_responses=True) as client:
+        for key in KEYS:
+            log.run("final", "get", (key,), lambda key=key: client.get(key))
+    history = log.recorder.history()
+    result = check_per_key(history, KvModel(), kv_key)
+    outcomes = Counter(operation.outcome for operation in history)
+    print(
+        json.dumps(
+            {
+                "test": "kvstore-chaos",
+                "seed": seed,
+                "seconds": seconds,
+                "faults": dict(sorted(nemesis.done.items())),
+                "operations": len(history),
+                "ok": outcomes[Outcome.OK],
+                "fail": outcomes[Outcome.FAIL],
+                "info": outcomes[Outcome.INFO],
+                "verdict": result.verdict.value,
+            }
+        )
+    )
+    assert result.linearizable, result.explain()
+    assert sum(nemesis.done.values()) >= 1
+
+    wait_for(lambda: len({store.applied(name) for name in store.names}) == 1)
+    digests = {}
+    for name in store.names:
+        with store.client(name, decode_responses=True) as client:
+            digests[name] = command(client, "DEBUG", "DIGEST")
+    assert len(set(digests.values())) == 1, digests
