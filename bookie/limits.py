@@ -191,6 +191,15 @@ process_start_timeout_ms = 60_000
 process_stop_timeout_ms = shutdown_drain_ms_max + 10_000
 """How long a launcher waits for a bookie to exit after SIGTERM before it sends SIGKILL."""
 
+local_free_port_low = 20_000
+"""A local cluster's free ports (the tests', or `kvstore up`'s when its defaults are taken)
+are chosen from here up to just below the system's ephemeral range, the source ports of
+outgoing connections: a process restarted on its recorded port must not find a client's
+connection holding it."""
+
+local_free_port_attempts_max = 1_000
+"""Random ports tried below the ephemeral range before taking any free one."""
+
 # --- metadata ---------------------------------------------------------------------------------
 
 metadata_root_default = "/ledgers"

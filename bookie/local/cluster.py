@@ -48,7 +48,6 @@ import json
 import os
 import shlex
 import signal
-import socket
 import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -73,6 +72,7 @@ from bookie.local.zookeeper import (
     ZooKeeperTls,
     ZooKeeperUnavailable,
     free_port,
+    port_is_free,
 )
 from bookie.meta.bookies import list_bookies, watch_bookies
 from bookie.meta.zk import ZkMetadataStore
@@ -128,16 +128,6 @@ def last_failure(log_file: Path) -> str | None:
             if isinstance(event, dict) and event.get("event") in _FAILURE_EVENTS:
                 return str(event.get("reason"))
     return None
-
-
-def port_is_free(port: int, host: str = HOST) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-        return True
 
 
 def pick_port(preferred: int, taken: set[int]) -> int:

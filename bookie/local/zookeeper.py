@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from bookie import limits
+
 ZOOKEEPER_JARS = (
     Path("/usr/share/java/zookeeper.jar"),
     Path("/usr/share/zookeeper/lib/zookeeper.jar"),
@@ -40,6 +43,8 @@ NETTY_CODEC_JAR = Path("/usr/share/java/netty-codec.jar")
 """What the Netty connection factory (TLS) needs beyond the jar's own class path."""
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 10.0
+EPHEMERAL_PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+EPHEMERAL_PORTS_LOW_DEFAULT = 32_768
 
 
 class ZooKeeperUnavailable(RuntimeError):
@@ -47,15 +52,46 @@ class ZooKeeperUnavailable(RuntimeError):
 
 
 def free_port(host: str = "127.0.0.1", *, taken: Container[int] = ()) -> int:
-    """A TCP port nobody listens on right now (the caller binds it soon after), and not in
-    `taken`: ports handed out for servers not yet listening, which the system may give
-    out again meanwhile."""
+    """A TCP port nobody uses right now (the caller binds it soon after), and not in
+    `taken`: ports handed out for servers not yet listening.
+
+    Chosen below the system's ephemeral port range (`limits.local_free_port_low` up),
+    where the system never puts an outgoing connection: a server killed and started
+    again on the same port (the local clusters record theirs) would otherwise, now and
+    then, find a client's connection holding it.  Any free port when that range is
+    empty or full."""
+    rng = random.Random()
+    high = ephemeral_ports_low() - 1
+    if high > limits.local_free_port_low:
+        for _attempt in range(limits.local_free_port_attempts_max):
+            port = rng.randint(limits.local_free_port_low, high)
+            if port not in taken and port_is_free(port, host):
+                return port
     while True:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind((host, 0))
             port = int(probe.getsockname()[1])
         if port not in taken:
             return port
+
+
+def ephemeral_ports_low() -> int:
+    """The lowest port the system gives outgoing connections (Linux's default if unknown)."""
+    try:
+        return int(EPHEMERAL_PORT_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return EPHEMERAL_PORTS_LOW_DEFAULT
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on `port` now (as the servers bind: SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,9 +80,9 @@ from bookie.local.cluster import (
     ClusterError,
     LocalCluster,
     pick_port,
-    port_is_free,
     read_saved_toml,
 )
+from bookie.local.zookeeper import port_is_free
 from bookie.meta.zk import ZkMetadataStore
 from bookie.meta.zk_tls import ZkTls
 from bookie.net.tls import client_context

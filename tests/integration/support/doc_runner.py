@@ -36,8 +36,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
-from bookie.local.cluster import port_is_free
-from bookie.local.zookeeper import free_port
+from bookie.local.zookeeper import free_port, port_is_free
 
 from .doc_blocks import Block, Matcher, mismatch
 from .rsm_processes import ReplicaProcess

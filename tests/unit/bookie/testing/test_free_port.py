@@ -1,5 +1,6 @@
 """`free_port`: a port nobody listens on, and never one already handed out (`taken`); and
-`pick_port`, which prefers a given port.
+`pick_port`, which prefers a given port.  Free ports are chosen below the system's
+ephemeral range, which outgoing connections take their source ports from.
 
 Servers get their ports before they bind them, so the system may hand the same port
 out twice meanwhile; a bookie then starts with another bookie's address (seen in CI:
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from bookie import limits
 from bookie.local import zookeeper
 from bookie.local.cluster import pick_port
 from bookie.local.zookeeper import free_port
@@ -38,8 +40,21 @@ class RepeatingSockets:
 def test_a_port_handed_out_already_is_not_handed_out_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # No room below the ephemeral range: the system's free ports, one of them taken.
+    monkeypatch.setattr(zookeeper, "ephemeral_ports_low", lambda: limits.local_free_port_low)
     monkeypatch.setattr(zookeeper.socket, "socket", RepeatingSockets([5000, 5000, 5000, 5001]))
     assert free_port(taken={5000}) == 5001
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_skip_taken_ones() -> None:
+    """Outgoing connections take their source ports from the ephemeral range: a server
+    restarted on a port from there could find a client's connection holding it."""
+    taken: set[int] = set()
+    for _ in range(50):
+        port = free_port(taken=taken)
+        assert limits.local_free_port_low <= port < zookeeper.ephemeral_ports_low()
+        assert port not in taken
+        taken.add(port)
 
 
 def test_a_free_port_can_be_bound() -> None:
