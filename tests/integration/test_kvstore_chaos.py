@@ -9,11 +9,15 @@ time into the store's real processes:
                    after 0-2 s
     kill-bookie    kill -9 of a bookie (its unsynced writes are lost), restarted
                    after 0-3 s
+    kill-machine   both at once, as when the machine running them is lost
     pause-replica  SIGSTOP of a replica (the leader half the time) for 0.2-3 s,
                    then SIGCONT: past its 1 s ZooKeeper session, a successor
                    takes over while it is frozen and it must step down when it
                    thaws, answering nothing from its old lease
     pause-bookie   SIGSTOP of a bookie for 0.2-3 s, then SIGCONT
+    pause-bookies  the same for two bookies at once: with E = Qw = 3 and Qa = 2
+                   nothing can be acknowledged meanwhile
+    transfer       the leader hands over to another replica (admin API)
 
 After each fault the store must be whole again (every replica caught up, a
 leader serving) and the clients must complete more operations: the store
@@ -45,6 +49,7 @@ import redis
 from rsm.testing import KvModel, check_per_key, kv_key
 from rsm.testing.history import Outcome
 from tests.integration.support.kv_history import LockedRecorder, client_loop
+from tests.integration.test_kvstore_failover import transfer
 from tests.unit.kvstore.local_store import WAIT_S, Store, command, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
@@ -112,22 +117,45 @@ class Nemesis:
         self.hold(0.0, 3.0)
         self.store.portal.call(bookies.restart, name)
 
+    def kill_machine(self) -> None:
+        """A replica and a bookie at once, as when the machine running both is lost."""
+        name = self.victim_replica()
+        bookies = self.store.cluster.bookies
+        bookie = self.rng.choice([bookie.name for bookie in bookies.bookies])
+        self.store.kill(name)
+        bookies.kill(bookie)
+        self.hold(0.0, 3.0)
+        self.store.portal.call(bookies.restart, bookie)
+        self.store.start(name)
+
     def pause_replica(self) -> None:
         process = self.store.cluster.replica(self.victim_replica()).process
         assert process is not None
-        self.pause(process.pid)
+        self.pause([process.pid])
 
-    def pause_bookie(self) -> None:
-        bookie = self.rng.choice(self.store.cluster.bookies.bookies)
-        assert bookie.process is not None
-        self.pause(bookie.process.pid)
+    def pause_bookies(self, count: int) -> None:
+        """`count` bookies at once; with two of three nothing can be acknowledged meanwhile."""
+        chosen = self.rng.sample(self.store.cluster.bookies.bookies, count)
+        pids = []
+        for bookie in chosen:
+            assert bookie.process is not None
+            pids.append(bookie.process.pid)
+        self.pause(pids)
 
-    def pause(self, pid: int) -> None:
-        os.kill(pid, signal.SIGSTOP)
+    def pause(self, pids: list[int]) -> None:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
         try:
             self.hold(0.2, 3.0)
         finally:
-            os.kill(pid, signal.SIGCONT)
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+
+    def transfer(self) -> None:
+        """The leader hands over to another replica (refused until that one caught up)."""
+        leader = self.store.leader()
+        target = self.rng.choice([name for name in self.store.names if name != leader])
+        wait_for(functools.partial(transfer, self.store, leader, target))
 
     def hold(self, low_s: float, high_s: float) -> None:
         """Keep the fault on for a random time: its length, not a wait for anything."""
@@ -137,8 +165,11 @@ class Nemesis:
         faults: dict[str, Callable[[], None]] = {
             "kill-replica": self.kill_replica,
             "kill-bookie": self.kill_bookie,
+            "kill-machine": self.kill_machine,
             "pause-replica": self.pause_replica,
-            "pause-bookie": self.pause_bookie,
+            "pause-bookie": functools.partial(self.pause_bookies, 1),
+            "pause-bookies": functools.partial(self.pause_bookies, 2),
+            "transfer": self.transfer,
         }
         ends_s = time.monotonic() + seconds
         while time.monotonic() < ends_s:
