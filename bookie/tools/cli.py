@@ -64,6 +64,7 @@ from bookie.errors import InvalidConfig, MetadataUnavailable
 from bookie.logs import FORMATS, configure, emit
 from bookie.meta import paths
 from bookie.meta.zk import ZkMetadataStore
+from bookie.net.admin_token import admin_token_from_environment
 from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
 from bookie.runtime_tuning import tune_for_throughput
 from bookie.server.config import (
@@ -343,6 +344,9 @@ def _serve(arguments: argparse.Namespace) -> int:
         config = load_config(config_file, flags)
         tokens = read_client_tokens(config)
         peers_tls = config.peer_tls()
+        # Read again by the admin server; checked here so a bad file is a usage error,
+        # said before the bookie registers.
+        admin_token_from_environment()
     except InvalidConfig as error:
         log_format = flags.get("log_format")
         configure("info", log_format if log_format in ("json", "text") else "json")

@@ -97,6 +97,7 @@ from bookie.errors import BookieError
 from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
+from bookie.net.admin_token import admin_token_from_environment
 from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
 from bookie.tools.stdout import program_main
 from rsm import limits
@@ -322,6 +323,9 @@ def _run(arguments: argparse.Namespace) -> int:
         ledger_digest=ledger_digest_of(arguments),
     )
     arguments.replica_tls = replica_tls(arguments)
+    # Read again by the admin server; checked here so a bad file is a usage error, said
+    # before the replica joins anything.
+    admin_token_from_environment()
     return run_replica_main(
         _serve, arguments, machine, config, priority, logger=logger, failed_event="rsm.failed"
     )

@@ -443,6 +443,47 @@ def test_admin_posts_need_the_token(secured: Secured) -> None:
             assert page.status == 200, "GETs stay open"
 
 
+UNREACHABLE_ZK = "127.0.0.1:9"
+"""Nothing listens there: a process that got as far as connecting would wait, not exit."""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bookie.tools.cli", "serve", "--journal-dir", "j", "--ledger-dirs", "l"],
+        ["kvstore.tools.cli", "serve", "--listen", "127.0.0.1:0", "--resp", "127.0.0.1:0"],
+        [
+            "rsm.tools.cli",
+            "run",
+            "kvstore.state_machine:KVStore",
+            "--app",
+            "kv",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    ],
+    ids=["bookie", "kvstore", "rsm"],
+)
+def test_an_unreadable_admin_token_file_is_a_usage_error_said_at_once(
+    command: list[str], tmp_path: Path
+) -> None:
+    """Exit status 2 (a configuration error, as for any other) before the process
+    connects to anything: not 1 once it has registered and started its admin server."""
+    zk = ["--zk-servers" if command[0].startswith("bookie") else "--zk", UNREACHABLE_ZK]
+    environment = {**os.environ, ADMIN_TOKEN_FILE_ENV: str(tmp_path / "missing")}
+    done = subprocess.run(
+        [sys.executable, "-m", *command, *zk],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"{ADMIN_TOKEN_FILE_ENV}={tmp_path / 'missing'}: cannot be read" in done.stderr
+
+
 async def ledgers_naming(hosts: str, root: str, bookie_id: str) -> list[int] | None:
     """The ledgers whose ensembles name `bookie_id` (None while any ledger is marked
     under-replicated), read with this process's ZooKeeper credentials."""

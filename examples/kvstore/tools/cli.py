@@ -87,6 +87,7 @@ from bookie.local.cluster import ClusterError, LocalBookie, admin_heading, admin
 from bookie.logs import FORMATS, LEVELS, configure, emit
 from bookie.meta.api import MetadataStore
 from bookie.meta.bookies import list_bookies, list_cookies
+from bookie.net.admin_token import admin_token_from_environment
 from bookie.net.tls import client_context
 from bookie.net.tls_flags import add_bookie_tls_arguments, bookie_tls_context
 from bookie.tools.stdout import program_main
@@ -300,7 +301,10 @@ def _serve(arguments: argparse.Namespace) -> int:
     configure(arguments.log_level, arguments.log_format)
     try:
         arguments.node_tls = node_tls(arguments)
-    except InvalidConfig as error:
+        # Read again by the admin server; checked here so a bad file is a usage error,
+        # said before the replica joins anything.
+        admin_token_from_environment()
+    except (InvalidConfig, BookieInvalidConfig) as error:
         print(f"kvstore serve: {error}", file=sys.stderr)
         return EXIT_USAGE
     settings = StoreSettings(
