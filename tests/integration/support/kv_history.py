@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 import redis.exceptions
@@ -28,6 +28,13 @@ from rsm.testing.models import KV_ERROR
 from tests.unit.kvstore.local_store import WAIT_S, Store
 
 KEYS = ("x", "y", "z")
+
+
+class Log(Protocol):
+    """Where `client_loop` records its calls."""
+
+    def run(self, process: str, kind: str, arguments: tuple[Any, ...], action: Any) -> None:
+        """Record the call of `action()`, its answer or error (the error raised on)."""
 
 
 class LockedRecorder:
@@ -81,17 +88,19 @@ def client_loop(
     name: str,
     number: int,
     stop: threading.Event,
-    log: LockedRecorder,
+    log: Log,
     *,
-    keys: Sequence[str] = KEYS,
+    keys: Callable[[], Sequence[str]] | None = None,
 ) -> None:
+    """Calls through replica `name` until `stop`, each on a key of `keys()` (`KEYS` by
+    default), recorded in `log`."""
     rng = random.Random(f"{name}-{number}")
     process = f"{name}/{number}"
     client = store.client(name, decode_responses=True, socket_timeout=WAIT_S)
     try:
         counter = 0
         while not stop.is_set():
-            key = rng.choice(keys)
+            key = rng.choice(KEYS if keys is None else keys())
             kind = rng.choice(("get", "get", "set", "incr", "del"))
             try:
                 if kind == "set":
