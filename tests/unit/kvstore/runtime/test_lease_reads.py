@@ -109,10 +109,10 @@ async def test_a_get_under_a_lease_that_a_successor_outlived_is_refused() -> Non
 
 
 async def test_info_names_a_successor_the_leader_only_once_it_serves() -> None:
-    """A replica that won the log waits out its cut-off predecessor's read lease (2 s here)
+    """A replica that won the log waits out its cut-off predecessor's read lease (4 s here)
     before it serves; INFO says `taking_over` meanwhile, so a client looking for the leader
     there does not send its commands to one that forwards them."""
-    config = replica_config(read_lease_ms=2_000)
+    config = replica_config(read_lease_ms=4_000)
     async with three_nodes(config, StoreSettings()) as (nodes, stores):
         old = await wait_until(lambda: serving_leader(nodes))
         store = stores[old.replica.replica_id]
