@@ -249,11 +249,13 @@ class LocalKvCluster:
         settings: KvSettings | None = None,
         bookie_config: Mapping[str, object] | None = None,
         replica_options: Sequence[str] = (),
+        replica_zk: Mapping[str, str] | None = None,
     ) -> None:
         """`bookie_config` adds keys to every bookie's configuration (`bookie serve --help`
         lists them), e.g. a shorter autorecovery grace period; `replica_options` adds flags
         to every replica's command line (`kvstore serve --help`), e.g. a shorter command
-        timeout."""
+        timeout; `replica_zk` gives the named replicas a ZooKeeper connect string of their
+        own (with the chroot), e.g. through a proxy a test can cut."""
         self.data_dir = data_dir.absolute()
         self._requested = settings or KvSettings()
         self._zk = zk
@@ -262,6 +264,7 @@ class LocalKvCluster:
         self._chroot = chroot
         self.settings = self._requested
         self._replica_options = tuple(replica_options)
+        self._replica_zk = dict(replica_zk or {})
         saved_tls = _saved_tls(self.data_dir)
         if self._requested.tls and saved_tls is False:
             raise ClusterError(
@@ -435,7 +438,13 @@ class LocalKvCluster:
             replica.log = replica.log_file.open("ab")
         replica.process = await anyio.open_process(
             [
-                *serve_command(replica, self.zk, self.ledger_root, self.settings, self.tls),
+                *serve_command(
+                    replica,
+                    self._replica_zk.get(name, self.zk),
+                    self.ledger_root,
+                    self.settings,
+                    self.tls,
+                ),
                 *self._replica_options,
             ],
             stdin=None,

@@ -139,13 +139,15 @@ def running_store(
     ledger_digest: str = "crc32c",
     tls: bool = False,
     command_timeout_ms: int | None = None,
+    replica_zk: Mapping[str, str] | None = None,
 ) -> Iterator[Store]:
     """A store of `replicas` replica processes and `bookies` bookies (with `bookie_config`
     added to their configuration) under `data_dir`, for the block (its Redis clients
     logging in as `acl_file`'s users, if given; its ledgers checked with `ledger_digest`;
     with `tls`, on TLS as `kvstore up --tls` runs it; its replicas answering a command
     they cannot carry out TRYAGAIN or TIMEOUT after `command_timeout_ms`, if given, not
-    their default 30 s)."""
+    their default 30 s; the replicas named in `replica_zk` reaching ZooKeeper at the
+    address given there, a proxy's say, with `zk_root`)."""
     settings = KvSettings(
         replicas=replicas,
         bookies=bookies,
@@ -162,6 +164,7 @@ def running_store(
         replica_options=(
             [] if command_timeout_ms is None else [f"--command-timeout-ms={command_timeout_ms}"]
         ),
+        replica_zk=replica_zk,
     )
     with (
         anyio.from_thread.start_blocking_portal() as portal,
