@@ -62,11 +62,14 @@ soak: bootstrap
 
 # Faults on the real processes of a local store under Redis clients, one after another,
 # for CHAOS_SECONDS (`make test` runs 30 s), the history checked for linearizability
-# (docs/operations.md, "Chaos on real processes").
+# (docs/operations.md, "Chaos on real processes"); CHAOS_FAULTS=kill-replica,... keeps
+# to those faults.
 CHAOS_SECONDS ?= 600
 CHAOS_SEED ?= 1
+CHAOS_FAULTS ?=
 chaos: bootstrap
-	@KV_CHAOS_SECONDS=$(CHAOS_SECONDS) KV_CHAOS_SEED=$(CHAOS_SEED) $(PYTEST) -q -s \
+	@KV_CHAOS_SECONDS=$(CHAOS_SECONDS) KV_CHAOS_SEED=$(CHAOS_SEED) \
+		KV_CHAOS_FAULTS=$(CHAOS_FAULTS) $(PYTEST) -q -s \
 		-p no:cacheprovider --timeout=$$(( $(CHAOS_SECONDS) + 600 )) \
 		tests/integration/test_kvstore_chaos.py
 

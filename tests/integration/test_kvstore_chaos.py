@@ -17,6 +17,16 @@ time into the store's real processes:
     pause-bookie   SIGSTOP of a bookie for 0.2-3 s, then SIGCONT
     pause-bookies  the same for two bookies at once: with E = Qw = 3 and Qa = 2
                    nothing can be acknowledged meanwhile
+    cut-zookeeper  a replica's connection to ZooKeeper (through a proxy) cut
+                   for 0.2-3 s, the leader half the time: it goes on running
+                   and reaching the bookies and the other replicas; past its
+                   session a successor fences its ledger
+    cut-zookeepers the same for every replica at once: ZooKeeper gone, as the
+                   replicas see it, while the bookies still reach it
+    kill-zookeeper kill -9 of ZooKeeper (a server of the test's own),
+                   restarted after 0-3 s on its data: every session may expire
+    pause-zookeeper
+                   SIGSTOP of ZooKeeper for 0.2-3 s, then SIGCONT
     transfer       the leader hands over to another replica (admin API)
 
 After each fault the store must be whole again (every replica caught up, a
@@ -30,11 +40,13 @@ the end the last phase's keys are read through the leader before its check,
 and every replica's DEBUG DIGEST must be the same (they hold the same state).
 
 The suite runs it for `CHAOS_S_DEFAULT` seconds; `make chaos` runs it longer
-(`KV_CHAOS_SECONDS`, `KV_CHAOS_SEED`), docs/operations.md.
+(`KV_CHAOS_SECONDS`, `KV_CHAOS_SEED`; `KV_CHAOS_FAULTS`, a comma-separated list,
+keeps to those faults), docs/operations.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -43,17 +55,28 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import anyio.from_thread
 import pytest
 import redis
 
+from bookie.local.zookeeper import LocalZooKeeper
 from rsm.testing import KvModel, check_per_key, kv_key
 from rsm.testing.history import History
+from tests.integration.conftest import COMMAND_TIMEOUT_MS
 from tests.integration.support.kv_history import LockedRecorder, client_loop
+from tests.integration.support.rsm_processes import ZkProxy
+from tests.integration.support.zookeeper_outage import (
+    kill_zookeeper,
+    own_zookeeper,
+    pause_zookeeper,
+    restart_zookeeper,
+)
 from tests.integration.test_kvstore_failover import transfer
-from tests.unit.kvstore.local_store import WAIT_S, Store, command, wait_for
+from tests.unit.kvstore.local_store import WAIT_S, Store, command, running_store, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
 
@@ -67,6 +90,59 @@ PHASE_S = 60.0
 """How long the clients stay on one phase's keys."""
 PROGRESS_OPERATIONS = 20
 """Operations the clients must complete after each fault healed."""
+
+
+REPLICAS = ("kv-1", "kv-2", "kv-3")
+"""The replicas' names, as the launcher gives them."""
+
+
+class CuttableStore:
+    """A store on a ZooKeeper of its own, each replica reaching it through its own proxy."""
+
+    def __init__(
+        self,
+        store: Store,
+        zookeeper: LocalZooKeeper,
+        proxies: dict[str, ZkProxy],
+        portal: anyio.from_thread.BlockingPortal,
+    ) -> None:
+        self.store = store
+        self.zookeeper = zookeeper
+        self.proxies = proxies
+        self.portal = portal
+
+    def cut(self, names: list[str]) -> None:
+        for name in names:
+            self.portal.call(self.proxies[name].cut)
+
+    def heal(self, names: list[str]) -> None:
+        for name in names:
+            self.portal.call(self.proxies[name].heal)
+
+
+@pytest.fixture
+def cuttable_store(zk_root: str, tmp_path: Path) -> Iterator[CuttableStore]:
+    """`impatient_store`'s store on a ZooKeeper of its own, each replica reaching it through
+    its own proxy."""
+    with contextlib.ExitStack() as stack:
+        zookeeper = stack.enter_context(own_zookeeper(tmp_path / "zookeeper"))
+        proxies = {name: ZkProxy(zookeeper) for name in REPLICAS}
+        portal = stack.enter_context(anyio.from_thread.start_blocking_portal())
+        for proxy in proxies.values():
+            stack.enter_context(portal.wrap_async_context_manager(proxy.running()))
+        store = stack.enter_context(
+            running_store(
+                zookeeper,
+                zk_root,
+                tmp_path / "store",
+                replicas=len(REPLICAS),
+                command_timeout_ms=COMMAND_TIMEOUT_MS,
+                replica_zk={name: proxy.address + zk_root for name, proxy in proxies.items()},
+            )
+        )
+        assert store.names == list(REPLICAS)
+        assert all(proxy.forwarded for proxy in proxies.values()), "a replica bypassed its proxy"
+        yield CuttableStore(store, zookeeper, proxies, portal)
 
 
 def phase_keys(phase: int) -> tuple[str, ...]:
@@ -160,8 +236,9 @@ def client_through_restarts(
 class Nemesis:
     """One fault at a time on the store's processes, chosen by a seeded generator."""
 
-    def __init__(self, store: Store, rng: random.Random) -> None:
-        self.store = store
+    def __init__(self, cuttable: CuttableStore, rng: random.Random) -> None:
+        self.cuttable = cuttable
+        self.store = cuttable.store
         self.rng = rng
         self.done: Counter[str] = Counter()
 
@@ -217,6 +294,25 @@ class Nemesis:
             for pid in pids:
                 os.kill(pid, signal.SIGCONT)
 
+    def cut_zookeeper(self, every_replica: bool) -> None:
+        """Cut replicas from ZooKeeper (one, the leader half the time, or all of them)."""
+        names = list(self.store.names) if every_replica else [self.victim_replica()]
+        self.cuttable.cut(names)
+        try:
+            self.hold(0.2, 3.0)
+        finally:
+            self.cuttable.heal(names)
+
+    def kill_zookeeper(self) -> None:
+        zookeeper = self.cuttable.zookeeper
+        kill_zookeeper(zookeeper)
+        self.hold(0.0, 3.0)
+        restart_zookeeper(zookeeper)
+
+    def pause_zookeeper(self) -> None:
+        with pause_zookeeper(self.cuttable.zookeeper):
+            self.hold(0.2, 3.0)
+
     def transfer(self) -> None:
         """The leader hands over to another replica (refused until that one caught up)."""
         leader = self.store.leader()
@@ -227,23 +323,30 @@ class Nemesis:
         """Keep the fault on for a random time: its length, not a wait for anything."""
         time.sleep(self.rng.uniform(low_s, high_s))
 
-    def run(self, log: PhasedLog, checks: Checks, seconds: float) -> None:
-        faults: dict[str, Callable[[], None]] = {
+    def faults(self) -> dict[str, Callable[[], None]]:
+        return {
             "kill-replica": self.kill_replica,
             "kill-bookie": self.kill_bookie,
             "kill-machine": self.kill_machine,
             "pause-replica": self.pause_replica,
             "pause-bookie": functools.partial(self.pause_bookies, 1),
             "pause-bookies": functools.partial(self.pause_bookies, 2),
+            "cut-zookeeper": functools.partial(self.cut_zookeeper, False),
+            "cut-zookeepers": functools.partial(self.cut_zookeeper, True),
+            "kill-zookeeper": self.kill_zookeeper,
+            "pause-zookeeper": self.pause_zookeeper,
             "transfer": self.transfer,
         }
+
+    def run(self, log: PhasedLog, checks: Checks, seconds: float, kinds: list[str]) -> None:
+        faults = self.faults()
         ends_s = time.monotonic() + seconds
         phase_ends_s = time.monotonic() + PHASE_S
         while time.monotonic() < ends_s:
             if time.monotonic() >= phase_ends_s:
                 checks.check(log.next_phase())
                 phase_ends_s = time.monotonic() + PHASE_S
-            kind = self.rng.choice(sorted(faults))
+            kind = self.rng.choice(kinds)
             faults[kind]()
             self.done[kind] += 1
             # Whole again by itself: every replica caught up, a leader serving, and the
@@ -254,11 +357,18 @@ class Nemesis:
 
 
 def test_faults_one_after_another_leave_a_linearizable_history_and_equal_replicas(
-    impatient_store: Store,
+    cuttable_store: CuttableStore,
 ) -> None:
-    store = impatient_store
+    store = cuttable_store.store
     seconds = float(os.environ.get("KV_CHAOS_SECONDS", CHAOS_S_DEFAULT))
     seed = int(os.environ.get("KV_CHAOS_SEED", "1"))
+    nemesis = Nemesis(cuttable_store, random.Random(seed))
+    kinds = sorted(nemesis.faults())
+    chosen = os.environ.get("KV_CHAOS_FAULTS")
+    if chosen:
+        unknown = sorted(set(chosen.split(",")) - set(kinds))
+        assert not unknown, f"KV_CHAOS_FAULTS: no fault {unknown}; the faults are {kinds}"
+        kinds = sorted(set(chosen.split(",")))
     log = PhasedLog()
     checks = Checks()
     stop = threading.Event()
@@ -269,10 +379,9 @@ def test_faults_one_after_another_leave_a_linearizable_history_and_equal_replica
     ]
     for thread in threads:
         thread.start()
-    nemesis = Nemesis(store, random.Random(seed))
     try:
         wait_for(lambda: log.completed >= PROGRESS_OPERATIONS)
-        nemesis.run(log, checks, seconds)
+        nemesis.run(log, checks, seconds, kinds)
     finally:
         stop.set()
         for thread in threads:

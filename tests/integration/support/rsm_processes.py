@@ -424,6 +424,8 @@ class ZkProxy:
         self._target = (zookeeper.host, zookeeper.port)
         self.port = free_port(HOST)
         self._cut = False
+        self.forwarded = 0
+        """Connections forwarded so far."""
         self._streams: list[anyio.abc.ByteStream] = []
         self._task_group: anyio.abc.TaskGroup | None = None
 
@@ -462,6 +464,7 @@ class ZkProxy:
                 return
             async with outbound, anyio.create_task_group() as task_group:
                 self._streams += [inbound, outbound]
+                self.forwarded += 1
 
                 async def pump(source: anyio.abc.ByteStream, sink: anyio.abc.ByteStream) -> None:
                     with contextlib.suppress(
