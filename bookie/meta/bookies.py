@@ -44,7 +44,13 @@ Invariant: while the registration's block runs and the session is CONNECTED
 registration paths exists and it was created by the current session.  The
 session id in the value is what tells our own znode (for example one created
 by a request whose answer was lost) from a stale one left by a previous
-process, which is waited out until ZooKeeper expires it.
+process, which is waited out until ZooKeeper expires it.  That wait is
+bounded (`stale_wait_ms`, twice the session timeout by default), counted from
+the last time this bookie's own session (re)connected: a ZooKeeper server
+that restarts, or an ensemble that elects a new leader, starts every old
+session's timeout again, and its clients are disconnected when it does; a
+znode that outlives the bound while this bookie was connected all along
+belongs to a live session, another bookie with the same id.
 """
 
 from __future__ import annotations
@@ -256,40 +262,59 @@ class Registration:
             self._read_only = read_only
 
     async def _register(self) -> None:
-        """Create the znode; wait out a stale one of a dead session (bounded)."""
+        """Create the znode; wait out a stale one of a dead session (bounded: see the module
+        docstring)."""
         async with self._lock:
             path = self.path
-            try:
-                with anyio.fail_after(self._stale_wait_ms / 1000):
-                    while True:
-                        session_id = self._store.session_id
-                        value = encode_registration(self._info, session_id)
-                        try:
-                            await self._store.create(path, value, ephemeral=True)
-                            break
-                        except NodeExists:
-                            if await self._is_ours(path, session_id):
-                                break
-                        # Someone else's znode, most likely our previous process's:
-                        # ZooKeeper deletes it when that session expires.  Gone
-                        # already (since the create failed): create it again now,
-                        # for a watch on an absent znode waits for its creation.
-                        version = await self._version(path)
-                        if version != NO_NODE_VERSION:
-                            await self._store.watch(path, version)
-            except TimeoutError as error:
+            wait_s = self._stale_wait_ms / 1000
+            created = False
+            failure: Exception | None = None
+            # Subscribed before the wait starts, so no reconnection goes unseen.
+            events = self._store.session_events()
+            async with anyio.create_task_group() as task_group:
+                waiting = task_group.cancel_scope
+                waiting.deadline = anyio.current_time() + wait_s
+                task_group.start_soon(_restart_on_reconnection, events, waiting, wait_s)
+                try:
+                    self._owner_session_id = await self._create(path)
+                    created = True
+                except Exception as error:  # raised as it is below: the task group would wrap it
+                    failure = error
+                waiting.cancel()
+            if failure is not None:
+                raise failure
+            if not created:
                 if self._store.session_state is not SessionState.CONNECTED:
                     # Cut off while waiting: the znode may be long gone, and its
                     # deletion is not heard until the session is back.
                     raise MetadataUnavailable(
                         f"{path}: lost the metadata session while waiting "
                         f"{self._stale_wait_ms} ms for another session's znode to go"
-                    ) from error
+                    )
                 raise NodeExists(
-                    f"{path}: held by another session for over {self._stale_wait_ms} ms; "
-                    f"is another bookie running with id {self._bookie_id!r}?"
-                ) from error
-            self._owner_session_id = session_id
+                    f"{path}: held by another session for over {self._stale_wait_ms} ms "
+                    f"while this bookie was connected; is another bookie running with id "
+                    f"{self._bookie_id!r}?"
+                )
+
+    async def _create(self, path: str) -> int:
+        """Create the znode, once no other session holds it; the id of the session that did."""
+        while True:
+            session_id = self._store.session_id
+            value = encode_registration(self._info, session_id)
+            try:
+                await self._store.create(path, value, ephemeral=True)
+                return session_id
+            except NodeExists:
+                if await self._is_ours(path, session_id):
+                    return session_id
+            # Someone else's znode, most likely our previous process's: ZooKeeper
+            # deletes it when that session expires.  Gone already (since the create
+            # failed): create it again now, for a watch on an absent znode waits for
+            # its creation.
+            version = await self._version(path)
+            if version != NO_NODE_VERSION:
+                await self._store.watch(path, version)
 
     async def _is_ours(self, path: str, session_id: int) -> bool:
         try:
@@ -330,6 +355,15 @@ class Registration:
         self._owner_session_id = None
 
 
+async def _restart_on_reconnection(
+    events: AsyncIterator[SessionState], waiting: anyio.CancelScope, wait_s: float
+) -> None:
+    """Move `waiting`'s deadline to `wait_s` from now each time the session (re)connects."""
+    async for state in events:
+        if state is SessionState.CONNECTED:
+            waiting.deadline = anyio.current_time() + wait_s
+
+
 @contextlib.asynccontextmanager
 async def register(
     store: MetadataStore,
@@ -346,7 +380,8 @@ async def register(
 
     The cluster must be initialised (`init_cluster`).  Before the block
     starts, raises `NodeExists` if a znode of another session still holds
-    the id after `stale_wait_ms` (another live bookie with the same id), and
+    the id `stale_wait_ms` after this session last (re)connected (another
+    live bookie with the same id), and
     what the store raises.  Inside the block, re-registration runs in a task
     group, so its failures (the same `NodeExists`, `BadMetadata`) and the
     block's own exceptions leave it as an `ExceptionGroup`.  On exit the znode

@@ -257,6 +257,41 @@ async def test_registration_cut_off_while_waiting_says_so_not_duplicate(
         assert registration.registered
 
 
+async def test_a_reconnection_restarts_the_wait_for_a_stale_znode(
+    server: MemoryMetadataServer, store: MemoryMetadataStore
+) -> None:
+    """A ZooKeeper server that restarts starts every old session's timeout again, and
+    disconnects its clients: the stale znode may outlive a bound counted from the bookie's
+    start, so the bound counts from its reconnection."""
+    previous_process = server.client()
+    await previous_process.create(
+        "/ledgers/available/b1",
+        encode_registration(INFO, previous_process.session_id),
+        ephemeral=True,
+    )
+    wait_s = 1.0
+    registered = anyio.Event()
+
+    async def start_bookie() -> None:
+        async with register(store, "b1", INFO, stale_wait_ms=int(wait_s * 1000)) as registration:
+            assert registration.registered
+            registered.set()
+
+    with anyio.fail_after(2 * wait_s + WAIT_S):
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(start_bookie)
+            await anyio.wait_all_tasks_blocked()
+            # The faults' timing: the server "restarts" 0.6 s into the wait, and the
+            # stale session expires 0.7 s after that, past the first bound.
+            await anyio.sleep(0.6 * wait_s)
+            store.suspend()
+            store.resume()
+            await anyio.sleep(0.7 * wait_s)
+            assert not registered.is_set()
+            previous_process.expire_session()
+    assert registered.is_set()
+
+
 async def test_registration_adopts_its_own_znode(store: MemoryMetadataStore) -> None:
     """A create whose answer was lost left our own znode: it is ours, not a duplicate."""
     await store.create(
