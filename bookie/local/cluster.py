@@ -74,7 +74,7 @@ from bookie.local.zookeeper import (
     free_port,
     port_is_free,
 )
-from bookie.meta.bookies import list_bookies, watch_bookies
+from bookie.meta.bookies import Bookies, list_bookies, watch_bookies
 from bookie.meta.zk import ZkMetadataStore
 from bookie.meta.zk_tls import ZkTls
 from bookie.server.config import address_setting, render_toml
@@ -137,6 +137,12 @@ def pick_port(preferred: int, taken: set[int]) -> int:
     port = preferred if usable else free_port(HOST, taken=taken)
     taken.add(port)
     return port
+
+
+def _registered_anew(seen: Bookies, left: Mapping[str, int], bookie_id: str) -> bool:
+    """Whether `seen` lists `bookie_id` registered by a session other than its `left` one."""
+    session = seen.sessions.get(bookie_id)
+    return session is not None and session != left.get(bookie_id)
 
 
 @dataclass(slots=True)
@@ -255,9 +261,7 @@ class LocalCluster:
         for number, bookie in enumerate(self.bookies, start=1):
             preferred = ADMIN_PORT_PREFERRED + number - 1 if self._bookie_base_port else 0
             bookie.admin_port = pick_port(preferred, taken)
-        for bookie in self.bookies:
-            await self._spawn(bookie)
-        await self._wait_registered()
+        await self._start_bookies(self.bookies)
 
     def _take_lock(self) -> None:
         lock = (self.data_dir / ".lock").open("a+")
@@ -408,11 +412,22 @@ class LocalCluster:
             start_new_session=True,
         )
 
-    async def _wait_registered(self, bookies: Sequence[LocalBookie] | None = None) -> None:
-        """Return once each of `bookies` (all by default) is registered; `ClusterError` if
-        one exits first."""
-        waited = self.bookies if bookies is None else bookies
-        expected = {bookie.bookie_id for bookie in waited}
+    async def _start_bookies(self, bookies: Sequence[LocalBookie]) -> None:
+        """Start `bookies`; return once each is registered by its new process, not by the
+        znode its previous process left (which ZooKeeper deletes only when that session
+        expires); `ClusterError` if one exits first."""
+        async with ZkMetadataStore.connect(self.zk_servers, tls=self.zk_tls) as store:
+            left = (await list_bookies(store, self.zk_root)).sessions
+        for bookie in bookies:
+            await self._spawn(bookie)
+        await self._wait_registered(bookies, left)
+
+    async def _wait_registered(
+        self, waited: Sequence[LocalBookie], left: Mapping[str, int]
+    ) -> None:
+        """Return once each of `waited` is registered by a session other than the one that
+        held its registration before (`left`, by bookie id); `ClusterError` if one exits
+        first."""
         failure: list[str] = []
         async with (
             ZkMetadataStore.connect(self.zk_servers, tls=self.zk_tls) as store,
@@ -431,7 +446,7 @@ class LocalCluster:
             with anyio.move_on_after(limits.process_start_timeout_ms / 1000) as waiting:
                 while True:
                     seen = await list_bookies(store, self.zk_root)
-                    if expected <= set(seen.writable) | set(seen.read_only):
+                    if all(_registered_anew(seen, left, bookie.bookie_id) for bookie in waited):
                         break
                     await watch_bookies(store, seen)
             tasks.cancel_scope.cancel()
@@ -493,8 +508,7 @@ class LocalCluster:
         registered, `ClusterError` if it exits first."""
         bookie = self.bookie(name)
         await self._reap(bookie)
-        await self._spawn(bookie)
-        await self._wait_registered([bookie])
+        await self._start_bookies([bookie])
 
     async def watch_exits(self, on_exit: Callable[[LocalBookie, int], None]) -> None:
         """Call `on_exit(bookie, status)` when a bookie process exits; runs until cancelled."""

@@ -15,6 +15,7 @@ import anyio
 import anyio.abc
 import pytest
 
+from bookie.local.cluster import LocalCluster
 from bookie.local.zookeeper import LocalZooKeeper
 from bookie.meta.bookies import list_bookies
 from bookie.meta.zk import ZkMetadataStore
@@ -115,3 +116,30 @@ async def test_local_cluster_runs_stops_and_resumes(
         log = (data_dir / f"bookie-{number}" / "bookie.log").read_text()
         assert log.count('"bookie.cookies_written"') == 1
         assert log.count('"bookie.stopped"') == 2
+
+
+async def test_a_restarted_bookie_counts_once_its_new_process_registered(
+    zookeeper: LocalZooKeeper, zk_root: str, tmp_path: Path
+) -> None:
+    """After kill -9 the old process's registration stays until ZooKeeper expires its session
+    (seconds): `restart` must wait for the new process's, not take the old one for it."""
+    async with (
+        ZkMetadataStore.connect(zookeeper.connect_string) as store,
+        LocalCluster(
+            tmp_path / "data",
+            bookies=1,
+            zk_servers=zookeeper.connect_string,
+            zk_root=zk_root,
+            bookie_base_port=0,
+            # Sooner gone, the old process's session: the test waits for its expiry.
+            bookie_config={"zk_session_timeout_ms": 2_000},
+        ) as cluster,
+    ):
+        bookie = cluster.bookies[0]
+        before = (await list_bookies(store, zk_root)).sessions[bookie.bookie_id]
+        cluster.kill(bookie.name)
+        with anyio.fail_after(WAIT_S):
+            await cluster.restart(bookie.name)
+        after = (await list_bookies(store, zk_root)).sessions.get(bookie.bookie_id)
+        assert after is not None
+        assert after != before
