@@ -7,7 +7,8 @@ it takes from here, and from nowhere else inside `rsm.tools`:
 * `run_command(arguments, argv)`: runs `arguments.handler` (an async function
   of the parsed arguments) with the tools' exit statuses and one-line error
   messages (`error: <Type>: <message>`, never a traceback);
-* `key_history(...)`: `rsm blame`, every command that changed one key;
+* `key_history(...)`: `rsm blame`, every command that changed one key, named
+  on the command line as `key_bytes` reads it;
 * `query_at(...)`: one of the class's queries on the state at an index, by
   replay from the newest snapshot at or below it (`QueryAt`);
 * `source_options_of(app=..., zk=..., ledger_root=..., log_file=..., tls=...,
@@ -28,6 +29,7 @@ import ssl
 from typing import Any
 
 from bookie.meta.zk_tls import ZkTls
+from rsm.tools.arguments import key_bytes
 from rsm.tools.investigate import run as run_command
 from rsm.tools.key_commands import QueryAt, key_history, query_at
 from rsm.tools.records import SCHEMA_VERSION, plain_value
@@ -35,6 +37,7 @@ from rsm.tools.records import SCHEMA_VERSION, plain_value
 __all__ = [
     "SCHEMA_VERSION",
     "QueryAt",
+    "key_bytes",
     "key_history",
     "plain_value",
     "query_at",

@@ -44,6 +44,19 @@ def parse_arguments(
     return args, kwargs
 
 
+def key_bytes(word: str) -> bytes:
+    """A key given on the command line: `{"hex": "..."}` for any bytes, else the bytes the
+    shell passed (UTF-8 or not); `InvalidConfig` for a `hex` object that is not hex."""
+    if word.startswith("{"):
+        try:
+            parsed = json.loads(word)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and parsed.keys() == {"hex"}:
+            return _hex_bytes(parsed["hex"])
+    return word.encode("utf-8", "surrogateescape")
+
+
 def _value(word: str, as_bytes: bool) -> Any:
     try:
         parsed = json.loads(word)
@@ -54,7 +67,8 @@ def _value(word: str, as_bytes: bool) -> Any:
 
 def _converted(value: Any, as_bytes: bool) -> Any:
     if isinstance(value, str):
-        return value.encode() if as_bytes else value
+        # As bytes, what the shell passed, even when it is not UTF-8.
+        return value.encode("utf-8", "surrogateescape") if as_bytes else value
     if isinstance(value, list):
         return [_converted(item, as_bytes) for item in value]
     if isinstance(value, dict):

@@ -627,7 +627,7 @@ def _jsonable(value: Any) -> Any:
         try:
             return bytes(value).decode()
         except UnicodeDecodeError:
-            return bytes(value).hex()
+            return {"hex": bytes(value).hex()}
     if isinstance(value, set | frozenset | tuple):
         return list(value)
     return repr(value)

@@ -54,16 +54,24 @@ async def digest_lines(
     machine_class: type[StateMachine],
     config: ReplicaConfig,
     *,
-    from_index: int,
+    from_index: int | None,
     to_index: int,
     per_command: bool,
 ) -> AsyncIterator[dict[str, Any]]:
     """One line per entry holding indexes `from_index..to_index` (per command with
-    `per_command`); the log before `from_index` is applied without digests."""
+    `per_command`); the log before `from_index` is applied without digests.  Without
+    `from_index`, from the start of the log, or of a truncated log's newest snapshot at or
+    below `to_index` (as `rsm bisect` starts)."""
     truncated = source.log.first_index > 1
     replay = await start(
-        source, machine_class, config, to_index=from_index - 1, from_snapshot=truncated
+        source,
+        machine_class,
+        config,
+        to_index=to_index if from_index is None else from_index - 1,
+        from_snapshot=truncated,
     )
+    if from_index is None:
+        from_index = replay.index + 1
     async with entries(source, replay.index + 1, to_index) as logged:
         async for entry in logged:
             if entry.last_index < from_index:

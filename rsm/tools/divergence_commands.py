@@ -33,6 +33,9 @@ from rsm.tools.records import SCHEMA_VERSION, record_plain
 from rsm.tools.replay import HashCheck, logged_hash_indexes, start
 from rsm.tools.source import entries, open_source
 
+_HASH_SEED_MAX: Final = 4_294_967_295
+"""The largest PYTHONHASHSEED the interpreter takes (the range its documentation gives)."""
+
 
 async def verify(arguments: argparse.Namespace) -> int:
     machine_class = load_class(arguments, arguments.target)
@@ -297,9 +300,7 @@ async def determinism(arguments: argparse.Namespace) -> int:
     config = replica_config(arguments)
     if arguments.child:
         return await _determinism_child(arguments, machine_class, config)
-    seeds = arguments.hash_seeds.split(",")
-    if len(seeds) != 2 or not all(seed.isdigit() for seed in seeds) or seeds[0] == seeds[1]:
-        raise InvalidConfig(f"--hash-seeds {arguments.hash_seeds!r} is not two different numbers")
+    seeds = _hash_seeds(arguments.hash_seeds)
     async with open_source(**source_arguments(arguments)) as source:
         end = await source.end_index()
         target = await resolve_readable(source, arguments.last, end, end)
@@ -339,6 +340,18 @@ async def determinism(arguments: argparse.Namespace) -> int:
     return EXIT_PROBLEM if mismatch is not None else EXIT_OK
 
 
+def _hash_seeds(text: str) -> list[str]:
+    """The two PYTHONHASHSEED values of `--hash-seeds`, as the interpreter reads them."""
+    words = text.split(",")
+    if len(words) == 2 and all(word.isascii() and word.isdigit() for word in words):
+        seeds = [int(word) for word in words]
+        if seeds[0] != seeds[1] and all(seed <= _HASH_SEED_MAX for seed in seeds):
+            return [str(seed) for seed in seeds]
+    raise InvalidConfig(
+        f"--hash-seeds {text!r} is not two different numbers from 0 to {_HASH_SEED_MAX}"
+    )
+
+
 def _window(lines: list[dict[str, Any]], mismatch: determinism_engine.Mismatch) -> tuple[int, int]:
     """The indexes of the first differing entry: after the previous line's, up to its own."""
     index: int = mismatch.first.get("index") or mismatch.second["index"]
@@ -368,21 +381,29 @@ def _child_words(arguments: argparse.Namespace, target: int) -> list[str]:
 
 async def _run_children(words: list[str], seeds: list[str]) -> list[list[dict[str, Any]]]:
     outputs: dict[int, bytes] = {}
+    failures: list[RsmError] = []
 
     async def child(position: int, seed: str) -> None:
         environment = {**os.environ, "PYTHONHASHSEED": seed}
         process = await anyio.run_process(words, env=environment, check=False)
         if process.returncode != 0:
-            message = process.stderr.decode(errors="replace").strip().splitlines()
-            raise RsmError(
-                f"the replay with PYTHONHASHSEED={seed} failed: "
-                + (message[-1] if message else f"status {process.returncode}")
-            )
+            lines = process.stderr.decode(errors="replace").strip().splitlines()
+            said = lines[-1].removeprefix("error: ") if lines else f"status {process.returncode}"
+            if process.returncode == EXIT_USAGE:
+                # What the replay was asked cannot be done (a truncated range, say):
+                # the same for either seed, and the caller's to fix.
+                failures.append(InvalidConfig(said))
+            else:
+                failures.append(RsmError(f"the replay with PYTHONHASHSEED={seed} failed: {said}"))
+            task_group.cancel_scope.cancel()
+            return
         outputs[position] = process.stdout
 
     async with anyio.create_task_group() as task_group:
         for position, seed in enumerate(seeds):
             task_group.start_soon(child, position, seed)
+    if failures:
+        raise failures[0]
     return [determinism_engine.parse_lines(outputs[position]) for position in range(2)]
 
 
@@ -392,7 +413,11 @@ async def _determinism_child(
     async with open_source(**source_arguments(arguments)) as source:
         end = await source.end_index()
         target = await resolve_readable(source, arguments.last, end, end)
-        first = await resolve_readable(source, arguments.first, 1, end)
+        first = (
+            None
+            if arguments.first is None
+            else await resolve_readable(source, arguments.first, 1, end)
+        )
         lines = determinism_engine.digest_lines(
             source,
             machine_class,

@@ -182,7 +182,7 @@ def add_parsers(commands: Any) -> None:
     blame = commands.add_parser("blame", help="every command that changed a key")
     source_options(blame)
     machine_options(blame, "--class", dest="target")
-    blame.add_argument("key", help="the key (its UTF-8 bytes)")
+    blame.add_argument("key", help='the key (its bytes; any bytes: {"hex": "..."})')
     blame.add_argument("--from", dest="first", help="first index (default: the log's first)")
     blame.add_argument("--to", dest="last", help="last index (default: the readable end)")
     blame.set_defaults(handler=key_commands.blame)

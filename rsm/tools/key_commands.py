@@ -27,6 +27,7 @@ from rsm.core.snapshot_manifest import Manifest
 from rsm.core.state_machine import StateMachine
 from rsm.errors import InvalidConfig, StatusError, Truncated
 from rsm.host import aligned
+from rsm.tools.arguments import key_bytes
 from rsm.tools.key_changes import KeyChange, key_changes, key_digest
 from rsm.tools.log_commands import DUMP_HEADER, record_row
 from rsm.tools.options import (
@@ -102,7 +103,7 @@ async def blame(arguments: argparse.Namespace) -> int:
         source_arguments(arguments),
         machine_class,
         replica_config(arguments),
-        key=arguments.key.encode(),
+        key=key_bytes(arguments.key),
         first=arguments.first,
         last=arguments.last,
         as_json=arguments.json,

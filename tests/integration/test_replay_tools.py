@@ -674,6 +674,44 @@ async def test_determinism_passes_on_the_real_class_and_catches_set_order(
     assert divergence["first"]["state"] != divergence["second"]["state"]
 
 
+async def test_determinism_on_a_truncated_log_starts_from_its_snapshot(
+    cluster: HistoryCluster,
+) -> None:
+    app = "detsnap-" + cluster.app
+    async with cluster.clients() as (store, ledgers):
+        writer = LogWriter(store, ledgers, app, Notes, CONFIG)
+        await writer.segment(1, leader="r1", time_ms=T0)
+        await writer.batch([Call("put", ("c", "low")), Call("incr", ("a",))], time_ms=T0 + 1)
+        assert (await writer.snapshot()).index == 3
+        await writer.segment(2, leader="r2", time_ms=T0 + 2)
+        await writer.batch([Call("incr", ("a",)), Call("put", ("c", "up"))], time_ms=T0 + 3)
+        log = await writer.finish()
+        _old, version = await LogStore(store, AppLayout.of(app)).read()
+        await store.set(AppLayout.of(app).log, encode_log(truncate(log, below_index=4)), version)
+    source = cluster.source_of(app)
+    # From the snapshot at 3: the second segment's marker (4) and its batch (5..6).
+    assert await rsm("determinism", *source, "--class", NOTES) == (
+        0,
+        f"{app}: {NOTES} replayed the same with PYTHONHASHSEED 1 and 2 (2 entries up to index 6)\n",
+        "",
+    )
+
+
+@pytest.mark.parametrize("seeds", ["01,1", "\u00b2,1", "4294967296,1", "1", "1,2,3"])
+async def test_determinism_refuses_hash_seeds_that_are_not_two_different_ones(
+    exported: Path, seeds: str
+) -> None:
+    """01 and 1 are one seed to the interpreter; it refuses the others."""
+    assert await rsm(
+        "determinism", "--log", str(exported), "--class", NOTES, "--hash-seeds", seeds
+    ) == (
+        2,
+        "",
+        f"error: InvalidConfig: --hash-seeds {seeds!r} is not two different numbers from 0 "
+        "to 4294967295\n",
+    )
+
+
 # --- bad input --------------------------------------------------------------------------------
 
 

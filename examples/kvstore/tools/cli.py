@@ -137,6 +137,7 @@ from rsm.host import (
 from rsm.tls_flags import add_client_tls_arguments, client_connector
 from rsm.tools import (
     SCHEMA_VERSION,
+    key_bytes,
     key_history,
     plain_value,
     query_at,
@@ -258,14 +259,14 @@ def _parser() -> argparse.ArgumentParser:
 
     history = commands.add_parser("history", help="every command that changed a key")
     _log_options(history)
-    history.add_argument("key", help="the key (its UTF-8 bytes)")
+    history.add_argument("key", help='the key (its bytes; any bytes: {"hex": "..."})')
     history.add_argument("--from", dest="first", help="first index (default: the log's first)")
     history.add_argument("--to", dest="last", help="last index (default: the readable end)")
     history.set_defaults(handler=_history)
 
     get = commands.add_parser("get", help="GET a key as it was at an index of the log")
     _log_options(get)
-    get.add_argument("key", help="the key (its UTF-8 bytes)")
+    get.add_argument("key", help='the key (its bytes; any bytes: {"hex": "..."})')
     get.add_argument("--at", required=True, help="the index, or LEDGER:ENTRY[:SLOT]")
     get.set_defaults(handler=_get)
     return parser
@@ -583,7 +584,7 @@ async def _history(arguments: argparse.Namespace) -> int:
         _log_of(arguments),
         KVStore,
         _tool_config(),
-        key=arguments.key.encode(),
+        key=key_bytes(arguments.key),
         first=arguments.first,
         last=arguments.last,
         as_json=arguments.json,
@@ -591,7 +592,7 @@ async def _history(arguments: argparse.Namespace) -> int:
 
 
 async def _get(arguments: argparse.Namespace) -> int:
-    key = arguments.key.encode()
+    key = key_bytes(arguments.key)
     answer = await query_at(
         _log_of(arguments), KVStore, _tool_config(), at=arguments.at, name="get", args=[key]
     )

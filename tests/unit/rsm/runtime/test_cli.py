@@ -13,7 +13,7 @@ from rsm.core.layout import AppLayout
 from rsm.core.log_format import CandidateInfo
 from rsm.errors import InvalidConfig
 from rsm.runtime.log import LogStore
-from rsm.tools import cli
+from rsm.tools import cli, key_bytes
 from tests.unit.bookie.client.cluster import memory_cluster
 from tests.unit.rsm.core.counter import Counter
 
@@ -62,6 +62,40 @@ def test_with_bytes_every_text_is_its_utf8_bytes() -> None:
     )
     assert args == [b"greeting", "é".encode(), 5, [b"a", b"\x00"]]
     assert kwargs == {"v": {"k": b"x"}}
+
+
+def test_with_bytes_a_text_that_is_not_utf8_is_the_bytes_the_shell_passed() -> None:
+    # Python hands such an argument over with surrogate escapes.
+    word = b"k\xff".decode("utf-8", "surrogateescape")
+    assert cli.parse_arguments([word], as_bytes=True) == ([b"k\xff"], {})
+
+
+@pytest.mark.parametrize(
+    ("word", "key"),
+    [
+        ("greeting", b"greeting"),
+        ('{"hex": "6bff"}', b"k\xff"),
+        (b"k\xff".decode("utf-8", "surrogateescape"), b"k\xff"),
+        ('{"x": 1}', b'{"x": 1}'),
+        ("{not json", b"{not json"),
+    ],
+)
+def test_a_key_is_its_bytes_or_a_hex_object(word: str, key: bytes) -> None:
+    assert key_bytes(word) == key
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (b"hi", '"hi"'),
+        (b"\xff\xfe", '{"hex": "fffe"}'),
+        ([b"a", b"\x80"], '["a", {"hex": "80"}]'),
+        (b"fffe", '"fffe"'),
+    ],
+)
+def test_results_show_bytes_that_are_not_utf8_as_a_hex_object(value: Any, shown: str) -> None:
+    """Not as their hex digits: b"\\xff\\xfe" and the text "fffe" must not print alike."""
+    assert cli._dumps(value) == shown
 
 
 def test_machines_are_loaded_by_module_and_class() -> None:
