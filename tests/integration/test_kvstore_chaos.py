@@ -63,6 +63,7 @@ import anyio.from_thread
 import pytest
 import redis
 
+from bookie.local.cluster import last_failure
 from bookie.local.zookeeper import LocalZooKeeper
 from rsm.testing import KvModel, check_per_key, kv_key
 from rsm.testing.history import History
@@ -210,12 +211,14 @@ def progressed(log: PhasedLog, operations: int) -> bool:
 
 
 def reachable(store: Store, name: str) -> bool:
+    """Whether replica `name` answers PING within a second (not while it is dead, or
+    paused by the next fault)."""
     if store.cluster.replica(name).process is None:
         return False
     try:
         with store.client(name, socket_timeout=1.0) as client:
             return bool(client.ping())
-    except redis.ConnectionError:
+    except (redis.ConnectionError, redis.TimeoutError):
         return False
 
 
@@ -319,6 +322,15 @@ class Nemesis:
         target = self.rng.choice([name for name in self.store.names if name != leader])
         wait_for(functools.partial(transfer, self.store, leader, target))
 
+    def check_bookies_run(self) -> None:
+        """No bookie exited by itself (a killed one was restarted and registered again)."""
+        for bookie in self.store.cluster.bookies.bookies:
+            process = bookie.process
+            assert process is not None, f"{bookie.name} was not restarted"
+            assert process.returncode is None, (
+                f"{bookie.name} exited: {last_failure(bookie.log_file)}"
+            )
+
     def hold(self, low_s: float, high_s: float) -> None:
         """Keep the fault on for a random time: its length, not a wait for anything."""
         time.sleep(self.rng.uniform(low_s, high_s))
@@ -349,8 +361,9 @@ class Nemesis:
             kind = self.rng.choice(kinds)
             faults[kind]()
             self.done[kind] += 1
-            # Whole again by itself: every replica caught up, a leader serving, and the
-            # clients getting answers.
+            # Whole again by itself: every bookie running, every replica caught up, a
+            # leader serving, and the clients getting answers.
+            self.check_bookies_run()
             self.store.wait_ready()
             wait_for(functools.partial(progressed, log, log.completed + PROGRESS_OPERATIONS))
             self.hold(0.2, 1.5)
