@@ -11,7 +11,8 @@ both coordinates:
 * `gap` / `overlap`: an entry that does not start at the index after the
   previous one's last, within a segment or across two;
 * `segment-end`: a CLOSED segment whose ledger ends at another index than
-  the log says;
+  the log says (of an export that stops inside or before a segment, only
+  the segments it holds whole);
 * `ledger-state`: a CLOSED segment whose ledger is not closed, or an OPEN
   segment whose ledger is closed (a takeover that did not finish: the
   segment is left open until the next leader records its end);
@@ -134,15 +135,20 @@ async def check_log(
         if progress is not None:
             progress(report.end_index)
     if not report.problems:
-        _check_segment_ends(log.segments, ends, problem)
+        _check_segment_ends(log.segments, ends, await source.end_index(), problem)
     return report
 
 
 def _check_segment_ends(
-    segments: tuple[Segment, ...], ends: dict[int, int], problem: Callable[[Problem], bool]
+    segments: tuple[Segment, ...],
+    ends: dict[int, int],
+    end_index: int,
+    problem: Callable[[Problem], bool],
 ) -> None:
+    """Each CLOSED segment up to `end_index` (the source's end: an export may stop inside
+    or before a segment) ends where its entries do."""
     for segment in segments:
-        if segment.is_open:
+        if segment.is_open or segment.last_index > end_index:
             continue
         end = ends.get(segment.ledger_id, segment.first_index - 1)
         if end != segment.last_index:

@@ -33,6 +33,7 @@ from rsm.tools.log_commands import DUMP_HEADER, record_row
 from rsm.tools.options import (
     EXIT_OK,
     EXIT_PROBLEM,
+    check_asked_range,
     load_class,
     outcome_plain,
     replica_config,
@@ -69,8 +70,7 @@ async def _range(source: LogSource, first: str | None, last: str | None) -> tupl
     end = await source.end_index()
     low = await resolve_readable(source, first, source.log.first_index, end)
     high = await resolve_readable(source, last, end, end)
-    if low > high:
-        raise InvalidConfig(f"--from {low} is past --to {high}")
+    check_asked_range(source, (first, last), low, high)
     return low, high
 
 

@@ -21,6 +21,7 @@ from rsm.tools.export_format import ExportedEntry, ExportHeader, ExportWriter
 from rsm.tools.options import (
     EXIT_OK,
     EXIT_PROBLEM,
+    check_asked_range,
     resolve_index,
     resolve_readable,
     source_arguments,
@@ -78,6 +79,8 @@ async def dump(arguments: argparse.Namespace) -> int:
         else:
             first = await resolve_readable(source, arguments.first, default_first, end)
         last = await resolve_readable(source, arguments.last, end, end)
+        if not arguments.follow:
+            check_asked_range(source, (arguments.first, arguments.last), first, last)
         if arguments.tail is not None:
             first = max(first, last - arguments.tail + 1)
         if arguments.follow and (arguments.last is not None or arguments.stats):
@@ -216,6 +219,9 @@ async def export(arguments: argparse.Namespace) -> int:
         end = await source.end_index()
         first = await resolve_readable(source, arguments.first, source.log.first_index, end)
         last = await resolve_readable(source, arguments.last, end, end)
+        check_asked_range(
+            source, (arguments.first, arguments.last), first, last, last_option="--through"
+        )
         snapshot = await _covering_snapshot(source, first, last)
         header = ExportHeader(
             app=source.app,

@@ -24,7 +24,7 @@ from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core.sessions import Outcome
 from rsm.core.state_machine import StateMachine
-from rsm.errors import InvalidConfig, RsmStatus
+from rsm.errors import InvalidConfig, RsmStatus, Truncated
 from rsm.machines import add_app_dir, load_machine
 from rsm.tools.records import Coordinate, plain_value
 from rsm.tools.source import LogSource
@@ -126,6 +126,28 @@ async def resolve_readable(source: LogSource, text: str | None, default: int, en
     if text is not None and index > end:
         raise InvalidConfig(f"index {index} is past the log's readable end, index {end}")
     return index
+
+
+def check_asked_range(
+    source: LogSource,
+    asked: tuple[str | None, str | None],
+    first: int,
+    last: int,
+    *,
+    last_option: str = "--to",
+) -> None:
+    """Refuse the range `first..last` that `--from`/`last_option` (`asked`, as given) made
+    empty: an end truncated away, or a start past the end.  A range empty because the log
+    is (no option given) is no error."""
+    first_text, last_text = asked
+    log_first = source.log.first_index
+    if last_text is not None and last < log_first:
+        raise Truncated(
+            f"index {last} was truncated away: the log of {source.app!r} starts at index "
+            f"{log_first}"
+        )
+    if (first_text is not None or last_text is not None) and first > last:
+        raise InvalidConfig(f"--from {first} is past {last_option} {last}")
 
 
 async def resolve_index(source: LogSource, text: str | None, default: int) -> int:

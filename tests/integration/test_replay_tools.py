@@ -159,6 +159,27 @@ async def test_export_of_a_range_reports_in_json(cluster: HistoryCluster, tmp_pa
     code, _, err = await rsm("log", "dump", "--log", str(path), "--from", "9")
     assert code == 2
     assert err == f"error: Truncated: index 9 is not in {path}: it holds indexes 10..19\n"
+    # A part of the log, whole: its segments are checked as far as it holds them.
+    code, out, _ = await rsm("log", "check", "--log", str(path))
+    assert (code, out.splitlines()[-1]) == (0, "ok up to index 19")
+
+
+async def test_a_range_asked_empty_is_refused(cluster: HistoryCluster, tmp_path: Path) -> None:
+    """Never an empty answer that looks like one: a range that is empty only because of how
+    it was asked is a usage error."""
+    path = tmp_path / "empty.rsmlog"
+    assert await rsm("log", "dump", *cluster.source, "--from", "5", "--to", "4") == (
+        2,
+        "",
+        "error: InvalidConfig: --from 5 is past --to 4\n",
+    )
+    words = ["log", "export", *cluster.source, "--to", str(path), "--from", "10"]
+    assert await rsm(*words, "--through", "5") == (
+        2,
+        "",
+        "error: InvalidConfig: --from 10 is past --through 5\n",
+    )
+    assert not path.exists()
 
 
 async def test_dump_json_is_one_record_per_line_in_its_schema(cluster: HistoryCluster) -> None:
@@ -341,6 +362,15 @@ async def test_check_finds_a_gap_and_a_corrupt_entry_and_says_how_far_the_log_is
         f"error: Truncated: index 1 was truncated away: the log of {app!r} starts at index 3; "
         "no snapshot covers what is left\n"
     )
+    for words in (
+        ["log", "dump", *source, "--to", "2"],
+        ["log", "dump", *source, "--to", "2", "--stats"],
+    ):
+        assert await rsm(*words) == (
+            2,
+            "",
+            f"error: Truncated: index 2 was truncated away: the log of {app!r} starts at index 3\n",
+        )
 
 
 async def test_check_all_bookies_names_the_bookie_whose_copy_is_corrupt(
