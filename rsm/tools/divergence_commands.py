@@ -13,7 +13,7 @@ from bookie.net.tls_flags import bookie_tls_context
 from rsm import limits
 from rsm.config import ReplicaConfig
 from rsm.core.state_machine import StateMachine
-from rsm.errors import InvalidConfig, RsmError
+from rsm.errors import InvalidConfig, MalformedValue, RsmError, Truncated
 from rsm.machines import add_app_dir, load_machine
 from rsm.tools import determinism as determinism_engine
 from rsm.tools.lockstep import Divergence, first_divergence
@@ -28,7 +28,7 @@ from rsm.tools.options import (
     source_arguments,
     with_option,
 )
-from rsm.tools.output import Progress, dumps, reproduce
+from rsm.tools.output import Progress, dumps, reproduce, unknown_command_line
 from rsm.tools.records import SCHEMA_VERSION, record_plain
 from rsm.tools.replay import HashCheck, logged_hash_indexes, start
 from rsm.tools.source import entries, open_source
@@ -222,42 +222,70 @@ async def bisect(arguments: argparse.Namespace) -> int:
     if arguments.logs and (arguments.app or arguments.zk):
         raise InvalidConfig("give either --log FILE ... or --app and --zk, not both")
     sources: list[str | None] = list(arguments.logs) if arguments.logs else [None]
-    reports: list[dict[str, Any]] = []
+    statuses: list[int] = []
     for log_file in sources:
         options = {**_source_options_bisect(arguments), "log_file": log_file}
-        async with open_source(**options) as source:
-            end = await source.end_index()
-            target = await resolve_readable(source, arguments.last, end, end)
-            progress = Progress("bisect", 0, target)
-            result = await first_divergence(
-                source,
-                old_class,
-                new_class,
-                config,
-                to_index=target,
-                compare_states=not arguments.results_only,
-                progress=progress,
-            )
-            progress.done()
-        report: dict[str, Any] = {
-            "schema": SCHEMA_VERSION,
-            "source": source.description,
-            "app": source.app,
-            "commands": result.commands,
-            "to": result.last_index,
-            "divergence": None
-            if result.divergence is None
-            else divergence_plain(result.divergence),
-        }
-        if result.divergence is not None:
-            words = _bisect_words(arguments, source.description, result.divergence.record.index)
-            report["reproduce"] = reproduce(words)
-        reports.append(report)
+        try:
+            report = await _bisect_one(arguments, options, old_class, new_class, config)
+        except (InvalidConfig, Truncated, MalformedValue) as error:
+            if len(sources) == 1:
+                raise
+            # One report per log: a log that cannot be replayed says so, the others go on.
+            report = {
+                "schema": SCHEMA_VERSION,
+                "source": f"--log {log_file}",
+                "error": f"{type(error).__name__}: {error}",
+            }
+            statuses.append(EXIT_USAGE if isinstance(error, InvalidConfig | Truncated) else 1)
+        else:
+            problem = report["divergence"] is not None or any(report["unknown_commands"].values())
+            statuses.append(EXIT_PROBLEM if problem else EXIT_OK)
         if arguments.json:
             print(dumps(report), flush=True)
         else:
             print(_render_bisect(report, arguments), flush=True)
-    return EXIT_PROBLEM if any(r["divergence"] for r in reports) else EXIT_OK
+    if EXIT_PROBLEM in statuses:
+        return EXIT_PROBLEM
+    return max(statuses)
+
+
+async def _bisect_one(
+    arguments: argparse.Namespace,
+    options: dict[str, Any],
+    old_class: type[StateMachine],
+    new_class: type[StateMachine],
+    config: ReplicaConfig,
+) -> dict[str, Any]:
+    async with open_source(**options) as source:
+        end = await source.end_index()
+        target = await resolve_readable(source, arguments.last, end, end)
+        progress = Progress("bisect", 0, target)
+        result = await first_divergence(
+            source,
+            old_class,
+            new_class,
+            config,
+            to_index=target,
+            compare_states=not arguments.results_only,
+            progress=progress,
+        )
+        progress.done()
+    old_unknown, new_unknown = result.unknown
+    report: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "source": source.description,
+        "app": source.app,
+        "commands": result.commands,
+        "to": result.last_index,
+        "divergence": None if result.divergence is None else divergence_plain(result.divergence),
+        "unknown_commands": {"old": dict(old_unknown), "new": dict(new_unknown)},
+    }
+    at = None if result.divergence is None else result.divergence.record.index
+    if at is None and (old_unknown or new_unknown):
+        at = min([*old_unknown.values(), *new_unknown.values()])
+    if at is not None:
+        report["reproduce"] = reproduce(_bisect_words(arguments, source.description, at))
+    return report
 
 
 def _source_options_bisect(arguments: argparse.Namespace) -> dict[str, Any]:
@@ -280,15 +308,28 @@ def _bisect_words(arguments: argparse.Namespace, description: str, index: int) -
 
 
 def _render_bisect(report: dict[str, Any], arguments: argparse.Namespace) -> str:
+    if "error" in report:
+        return f"{report['source']}: error: {report['error']}"
     divergence = report["divergence"]
+    unknown = report["unknown_commands"]
+    lines = [
+        unknown_command_line(arguments.old if side == "old" else arguments.new, name, index)
+        for side in ("old", "new")
+        for name, index in sorted(unknown[side].items(), key=lambda pair: pair[1])
+    ]
     if divergence is None:
-        return (
+        lines.insert(
+            0,
             f"{report['app']} ({report['source']}): {arguments.old} and {arguments.new} agree "
-            f"on all {report['commands']} commands up to index {report['to']}"
+            f"on all {report['commands']} commands up to index {report['to']}",
         )
-    lines = [f"{report['app']} ({report['source']}): {arguments.old} and {arguments.new} differ"]
-    lines += _render_divergence(divergence, f"old {arguments.old}", f"new {arguments.new}")
-    lines.append(report["reproduce"])
+    else:
+        lines.insert(
+            0, f"{report['app']} ({report['source']}): {arguments.old} and {arguments.new} differ"
+        )
+        lines[1:1] = _render_divergence(divergence, f"old {arguments.old}", f"new {arguments.new}")
+    if "reproduce" in report:
+        lines.append(report["reproduce"])
     return "\n".join(lines)
 
 

@@ -54,6 +54,9 @@ class LockstepResult:
     commands: int
     """Commands both sides applied (up to and including a divergent one)."""
     last_index: int
+    unknown: tuple[dict[str, int], dict[str, int]] = ({}, {})
+    """Per side (old, new): the command names its class does not know -> the first index
+    logged with one (`Replay.unknown`); both sides applying them as the same error agree."""
 
 
 async def first_divergence(
@@ -84,12 +87,14 @@ async def first_divergence(
                     end=end,
                 )
             if found is not None:
-                return LockstepResult(found, new.commands, found.record.index)
+                return LockstepResult(
+                    found, new.commands, found.record.index, (old.unknown, new.unknown)
+                )
             if progress is not None:
                 progress(new.index)
             if new.index >= end:
                 break
-    return LockstepResult(None, new.commands, new.index)
+    return LockstepResult(None, new.commands, new.index, (old.unknown, new.unknown))
 
 
 def _compare_entry(

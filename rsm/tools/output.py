@@ -76,3 +76,11 @@ class Progress:
         if self._drawn:
             sys.stderr.write("\n")
             sys.stderr.flush()
+
+
+def unknown_command_line(target: str, name: str, index: int) -> str:
+    """The problem line of a logged command class `target` does not know."""
+    return (
+        f"PROBLEM: {target} has no command {name!r} (first logged at index {index}): an "
+        "older log or a renamed command; applied as an UnknownCommand error"
+    )

@@ -27,7 +27,7 @@ from rsm.tools.options import (
     source_arguments,
     with_option,
 )
-from rsm.tools.output import Progress, dumps, reproduce, utc
+from rsm.tools.output import Progress, dumps, reproduce, unknown_command_line, utc
 from rsm.tools.records import SCHEMA_VERSION, Record, plain_value, records
 from rsm.tools.replay import Replay, advance, replay_to, start, verify_snapshot
 from rsm.tools.source import LogSource, entries, open_source
@@ -106,8 +106,7 @@ async def replay(arguments: argparse.Namespace) -> int:
 
 def _unknown_lines(replay: Replay, target: str) -> list[str]:
     return [
-        f"PROBLEM: {target} has no command {name!r} (first logged at index {index}): an "
-        "older log or a renamed command; applied as an UnknownCommand error"
+        unknown_command_line(target, name, index)
         for name, index in sorted(replay.unknown.items(), key=lambda pair: pair[1])
     ]
 

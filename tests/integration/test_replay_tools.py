@@ -492,6 +492,42 @@ async def test_shell_has_the_state_and_the_class_s_queries(cluster: HistoryClust
     assert "state of Notes at index 5" in err
 
 
+async def test_bisect_of_two_classes_that_both_lack_a_command_says_so(
+    cluster: HistoryCluster,
+) -> None:
+    """Both apply it as the same UnknownCommand error and agree: not a clean bill."""
+    without = APPS + "NotesWithoutTags"
+    words = ["bisect", *cluster.source, "--old", without, "--new", without]
+    code, out, _ = await rsm(*words)
+    assert code == 1
+    assert out.splitlines() == [
+        f"{cluster.app} ({' '.join(cluster.source)}): {without} and {without} agree on all 29 "
+        "commands up to index 29",
+        *2
+        * [
+            f"PROBLEM: {without} has no command 'tag' (first logged at index 6): an older log "
+            "or a renamed command; applied as an UnknownCommand error"
+        ],
+        f"reproduce: rsm bisect {' '.join(cluster.source)} --old {without} --new {without} --to 6",
+    ]
+
+
+async def test_bisect_of_many_logs_reports_on_each_even_when_one_cannot_be_read(
+    cluster: HistoryCluster, exported: Path, tmp_path: Path
+) -> None:
+    part = tmp_path / "part.rsmlog"
+    words = ["log", "export", *cluster.source, "--to", str(part), "--from", "10"]
+    assert (await rsm(*words))[0] == 0
+    new = APPS + "NotesBumped"
+    code, out, _ = await rsm(
+        "bisect", "--log", str(part), "--log", str(exported), "--old", NOTES, "--new", new
+    )
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0].startswith(f"--log {part}: error: Truncated: ")
+    assert lines[1] == f"{cluster.app} (--log {exported}): {NOTES} and {new} differ"
+
+
 async def test_a_command_unknown_to_the_class_is_a_problem_named_by_index(
     cluster: HistoryCluster,
 ) -> None:
