@@ -66,9 +66,16 @@ def _hex(digest: bytes | None) -> str | None:
 
 
 async def _range(source: LogSource, first: str | None, last: str | None) -> tuple[int, int]:
-    """The inclusive index range `--from`/`--to` name (default: the whole readable log)."""
+    """The inclusive index range `--from`/`--to` name (default: the whole log that can be
+    replayed: a truncated one from just after its oldest snapshot that covers it)."""
     end = await source.end_index()
-    low = await resolve_readable(source, first, source.log.first_index, end)
+    default = source.log.first_index
+    if first is None and default > 1:
+        value = await source.snapshots()
+        covering = [m.index for m in value.snapshots if default - 1 <= m.index <= end]
+        if covering:
+            default = min(covering) + 1
+    low = await resolve_readable(source, first, default, end)
     high = await resolve_readable(source, last, end, end)
     check_asked_range(source, (first, last), low, high)
     return low, high

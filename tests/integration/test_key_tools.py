@@ -452,6 +452,19 @@ async def test_kvstore_history_shows_each_value_as_redis_prints_it(kv_log: KvLog
     )
 
 
+async def test_history_of_a_truncated_log_starts_from_its_oldest_covering_snapshot(
+    kv_log: KvLog, tmp_path: Path
+) -> None:
+    """An export from index 4 carries the snapshot at 5 (none covers 3): by default the
+    history starts after it, where one can be rebuilt; a key given as hex bytes."""
+    part = tmp_path / "from4.rsmlog"
+    export = ["log", "export", *kv_log.words, "--to", str(part), "--from", "4"]
+    assert (await rsm(*export))[0] == 0
+    code, out, err = await kvstore("history", '{"hex": "6b"}', "--log", str(part), "--json")
+    assert (code, err) == (0, "")
+    assert [json.loads(line)["index"] for line in out.splitlines()] == [7, 8, 10]
+
+
 async def test_kvstore_get_at_an_index(kv_log: KvLog, tmp_path: Path) -> None:
     async def get(*words: str) -> tuple[int, str, str]:
         return await kvstore("get", "k", *kv_log.words, *words)
