@@ -113,9 +113,16 @@ async def load(
     _check_header(header, manifest)
     state_hash = summary.state_sha256 if uses_default_hash(machine) else machine.state_hash()
     if state_hash != manifest.state_hash:
+        taken_by = header.machine
+        restored_by = machine_name(type(machine))
+        why = (
+            "restore() did not rebuild what snapshot() saw"
+            if taken_by == restored_by
+            else f"it was taken by {taken_by}, and {restored_by} restored it"
+        )
         raise SnapshotCorrupt(
             f"the restored state's hash {state_hash.hex()[:16]}... differs from the manifest's "
-            f"{manifest.state_hash.hex()[:16]}...: restore() did not rebuild what snapshot() saw"
+            f"{manifest.state_hash.hex()[:16]}...: {why}"
         )
     try:
         sessions = SessionTable.from_plain(
@@ -126,7 +133,11 @@ async def load(
             results_max=config.session_results_max,
         )
     except MalformedValue as error:
-        raise SnapshotCorrupt(f"the snapshot's session table is not valid: {error}") from None
+        raise SnapshotCorrupt(
+            f"the snapshot's session table is not valid under sessions_max "
+            f"{config.sessions_max} and session_results_max {config.session_results_max} "
+            f"(the settings of the replicas that take it must hold it): {error}"
+        ) from None
     return Restored(
         manifest=manifest,
         header=header,

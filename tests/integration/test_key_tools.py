@@ -465,6 +465,15 @@ async def test_history_of_a_truncated_log_starts_from_its_oldest_covering_snapsh
     assert [json.loads(line)["index"] for line in out.splitlines()] == [7, 8, 10]
 
 
+async def test_a_snapshot_restored_by_another_class_names_both(kv_log: KvLog) -> None:
+    code, out, err = await rsm("replay", *kv_log.words, "--class", NOTES, "--to", "6")
+    assert (code, out) == (1, "")
+    assert err.startswith("error: SnapshotCorrupt: the restored state's hash ")
+    assert err.endswith(
+        f": it was taken by kvstore.state_machine:KVStore, and {NOTES} restored it\n"
+    )
+
+
 async def test_kvstore_get_at_an_index(kv_log: KvLog, tmp_path: Path) -> None:
     async def get(*words: str) -> tuple[int, str, str]:
         return await kvstore("get", "k", *kv_log.words, *words)
