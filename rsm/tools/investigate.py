@@ -87,7 +87,7 @@ def add_parsers(commands: Any) -> None:
     dump.add_argument("--limit", type=count_argument, help="print at most N records")
     dump.add_argument("--command", dest="command_name", help="only commands of this name")
     dump.add_argument(
-        "--session", type=client_id_argument, help="only commands of this client id (hex)"
+        "--session", type=client_id_argument, help="only commands of client ids starting so (hex)"
     )
     dump.add_argument("--follow", action="store_true", help="keep printing as the log grows")
     dump.add_argument("--stats", action="store_true", help="counts and bytes, not records")

@@ -38,7 +38,8 @@ def _matches(record: Record, arguments: argparse.Namespace) -> bool:
         return False
     if arguments.session is not None:
         client_id = record.client_id
-        return client_id is not None and client_id.hex() == arguments.session
+        # A prefix does: the table shows client ids shortened to 8 hex digits.
+        return client_id is not None and client_id.hex().startswith(arguments.session)
     return True
 
 
@@ -71,6 +72,9 @@ def _hash_line(record: Record) -> str | None:
 
 
 async def dump(arguments: argparse.Namespace) -> int:
+    if arguments.follow and arguments.log_file is not None:
+        # Before anything is printed: a file does not grow.
+        raise InvalidConfig("--follow needs a cluster (--app, --zk), not a file")
     async with open_source(**source_arguments(arguments)) as source:
         end = await source.end_index()
         default_first = source.log.first_index
@@ -139,8 +143,7 @@ async def _follow(
 ) -> None:
     """Print the commands logged from `next_index` on, until interrupted or `--limit`
     records were printed in all (a cluster only)."""
-    if not isinstance(source, ClusterSource):
-        raise InvalidConfig("--follow needs a cluster (--app, --zk), not a file")
+    assert isinstance(source, ClusterSource), "dump refuses --follow of a file"
     following = source.follow(next_index)
     async with contextlib.aclosing(following):
         async for entry in following:

@@ -14,7 +14,7 @@ from bookie.errors import leaf_error
 from rsm.config import ReplicaConfig
 from rsm.core.commands import answer_query
 from rsm.core.log_format import LeaderStart
-from rsm.core.state_machine import StateMachine
+from rsm.core.state_machine import StateMachine, commands_by_key
 from rsm.errors import InvalidConfig, StatusError
 from rsm.tools.arguments import parse_arguments
 from rsm.tools.options import (
@@ -36,6 +36,12 @@ from rsm.tools.source import LogSource, entries, open_source
 async def replay(arguments: argparse.Namespace) -> int:
     machine_class = load_class(arguments, arguments.target)
     config = replica_config(arguments)
+    known = commands_by_key(machine_class)
+    if arguments.break_on is not None and arguments.break_on not in known:
+        raise InvalidConfig(
+            f"--break-on {arguments.break_on!r}: {arguments.target} has no such command (its "
+            f"commands, as logged: {', '.join(sorted(known))})"
+        )
     began = time.monotonic()
     async with open_source(**source_arguments(arguments)) as source:
         end = await source.end_index()

@@ -227,6 +227,7 @@ async def test_dump_ranges_are_inclusive_and_take_either_coordinate(
     assert await indexes("--last", "2") == [28, 29]
     assert await indexes("--command", "tag", "--limit", "1") == [6]
     assert await indexes("--session", "C1C1C1C1") == [4, 5, 10, 19]
+    assert await indexes("--session", "c1c1") == [4, 5, 10, 19]
     assert await indexes("--command", "incr", "--from", "20") == [26, 28, 29]
 
 
@@ -803,6 +804,18 @@ async def test_bad_input_gets_a_message_and_an_exit_status(
         2,
         "",
         "error: InvalidConfig: give either --log FILE or --app and --zk, not both\n",
+    )
+    code, out, err = await rsm("replay", *cluster.source, "--class", NOTES, "--break-on", "TAG")
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        f"error: InvalidConfig: --break-on 'TAG': {NOTES} has no such command (its commands, "
+        "as logged: "
+    )
+    # Refused before a record is printed: a file does not grow.
+    assert await rsm("log", "dump", "--log", str(exported), "--follow", "--last", "2") == (
+        2,
+        "",
+        "error: InvalidConfig: --follow needs a cluster (--app, --zk), not a file\n",
     )
     damaged = tmp_path / "damaged.rsmlog"
     data = exported.read_bytes()
