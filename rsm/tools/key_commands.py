@@ -270,9 +270,10 @@ async def _of_replicas(
             by = ", ".join(f"{m.replica_id} at {m.index}" for m in value.newest_first())
             raise InvalidConfig(
                 f"replica {replica_id!r} has no registered snapshot of {source.app!r} "
-                f"(snapshots: {by or 'none'}); `rsm snapshot create --replica {replica_id}` "
-                "takes one (it writes a snapshot ledger) once the replica has applied a "
-                "command after the newest snapshot"
+                f"(snapshots: {by or 'none'}); if it is a replica of the application (`rsm "
+                f"status` lists them), `rsm snapshot create --replica {replica_id}` takes one "
+                "(it writes a snapshot ledger) once it has applied a command after the newest "
+                "snapshot"
             )
         manifests.append(manifest)
     target = max(m.index for m in manifests)

@@ -404,9 +404,9 @@ async def test_diff_of_bad_input_says_what_is_wrong(
         2,
         "",
         f"error: InvalidConfig: replica 'r9' has no registered snapshot of {replicas_app!r} "
-        "(snapshots: r2 at 9, r3 at 7, r1 at 5); `rsm snapshot create --replica r9` takes one "
-        "(it writes a snapshot ledger) once the replica has applied a command after the newest "
-        "snapshot\n",
+        "(snapshots: r2 at 9, r3 at 7, r1 at 5); if it is a replica of the application (`rsm "
+        "status` lists them), `rsm snapshot create --replica r9` takes one (it writes a "
+        "snapshot ledger) once it has applied a command after the newest snapshot\n",
     )
 
 
