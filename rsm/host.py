@@ -54,6 +54,7 @@ from bookie.errors import BookieError, NoNode, NoSuchLedgerError, leaf_error
 from bookie.errors import InvalidConfig as BookieInvalidConfig
 from bookie.logs import emit
 from bookie.meta.api import MetadataStore
+from bookie.meta.layout import MetadataLayout
 from bookie.meta.ledgers import LedgerManager
 from bookie.meta.underreplication import UnderReplication
 from bookie.meta.zk import ZkMetadataStore
@@ -333,6 +334,9 @@ async def under_replication_status(
     marks = UnderReplication(store, ledger_root)
     ledgers = LedgerManager(store, ledger_root)
     try:
+        if await store.exists(MetadataLayout(ledger_root).instance_id) is None:
+            # Not a bookie cluster's root (a wrong --ledger-root): no marks is no news.
+            return {"error": f"no bookie cluster at {ledger_root} (no INSTANCEID there)"}
         statuses = await marks.mark_statuses()
         enabled = await marks.is_enabled()
         app_ledgers = []

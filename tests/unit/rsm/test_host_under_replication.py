@@ -62,3 +62,14 @@ async def test_a_mark_that_cannot_be_read_is_reported_not_raised() -> None:
             f"under-replicated ledgers: unknown ({status['error']})"
         ]
     assert under_replication_lines({"app": "kv"}) == []
+
+
+async def test_a_root_that_is_no_bookie_cluster_is_reported_not_healthy() -> None:
+    """A wrong --ledger-root holds no marks: that is no news, not "none"."""
+    async with memory_cluster(3) as cluster, cluster.store_factory() as store:
+        status = await under_replication_status(store, "kv", "/wrong")
+        assert status == {"error": "no bookie cluster at /wrong (no INSTANCEID there)"}
+        assert under_replication_lines({"app": "kv", "under_replication": status}) == [
+            "under-replicated ledgers: unknown (no bookie cluster at /wrong (no INSTANCEID "
+            "there))"
+        ]
