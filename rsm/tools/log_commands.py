@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -27,7 +28,14 @@ from rsm.tools.options import (
     source_arguments,
 )
 from rsm.tools.output import Progress, dumps, reproduce, utc
-from rsm.tools.records import SCHEMA_VERSION, Record, record_plain, records, short_value
+from rsm.tools.records import (
+    SCHEMA_VERSION,
+    Record,
+    plain_value,
+    record_plain,
+    records,
+    short_value,
+)
 from rsm.tools.source import ClusterSource, Continuity, LogSource, entries, open_source
 
 DUMP_HEADER: Final = ("INDEX", "EPOCH", "LEDGER:ENTRY:SLOT", "TIME", "SESSION", "COMMAND", "ARGS")
@@ -50,8 +58,8 @@ def record_row(record: Record) -> tuple[str, ...]:
         session, args = "-", item.replica_id
     else:
         session = "-" if item.client_id is None else f"{item.client_id.hex()[:8]}:{item.seq}"
-        shown = [short_value(arg, 24) for arg in item.args]
-        shown += [f"{key}={short_value(value, 24)}" for key, value in item.kwargs.items()]
+        shown = [_argument_cell(arg) for arg in item.args]
+        shown += [f"{key}={_argument_cell(value)}" for key, value in item.kwargs.items()]
         args = " ".join(shown)
     return (
         str(record.index),
@@ -62,6 +70,15 @@ def record_row(record: Record) -> tuple[str, ...]:
         record.name,
         args,
     )
+
+
+def _argument_cell(value: Any) -> str:
+    """One argument in the ARGS cell: a text quoted (JSON) when it is empty or holds a space
+    or a quote, so that the arguments the cell lists can be told apart."""
+    text = short_value(value, 24)
+    if isinstance(plain_value(value), str) and (not text or " " in text or '"' in text):
+        return json.dumps(text, ensure_ascii=False)
+    return text
 
 
 def _hash_line(record: Record) -> str | None:

@@ -7,7 +7,8 @@ import pytest
 from rsm.core.log_format import Batch, CommandItem, LeaderStart, StateHash
 from rsm.errors import InvalidConfig
 from rsm.tools.determinism import first_mismatch
-from rsm.tools.records import Coordinate, LoggedEntry, record_plain, records
+from rsm.tools.log_commands import record_row
+from rsm.tools.records import Coordinate, LoggedEntry, Record, record_plain, records
 
 
 def test_every_record_carries_both_coordinates() -> None:
@@ -66,3 +67,9 @@ def test_the_first_differing_digest_line_is_found_and_a_short_run_differs_too() 
     assert short is not None
     assert short.first["index"] == 3
     assert short.second == {"index": None}
+
+
+def test_a_dump_row_quotes_the_texts_that_would_run_together() -> None:
+    item = CommandItem("set", [b"sp ace", b"v", b"", 'say "hi"', 5], {"px": b"a b"})
+    record = Record(1, 1, 0, 0, 0, 0, 0, item, None)
+    assert record_row(record)[-1] == '"sp ace" v "" "say \\"hi\\"" 5 px="a b"'
