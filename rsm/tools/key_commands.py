@@ -16,8 +16,8 @@ the class, as that replica itself would apply it; nothing is written.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from rsm.config import ReplicaConfig
@@ -41,7 +41,7 @@ from rsm.tools.options import (
     resolve_readable,
     source_arguments,
 )
-from rsm.tools.output import Progress, dumps, reproduce
+from rsm.tools.output import Progress, dumps, reproduce, unknown_command_line
 from rsm.tools.records import SCHEMA_VERSION, plain_value, record_plain, short_value
 from rsm.tools.replay import Replay, advance, start
 from rsm.tools.source import LogSource, open_source
@@ -207,6 +207,8 @@ class _Side:
     replica_id: str | None = None
     snapshot: int | None = None
     """The index of the snapshot it was loaded from (None: replayed from the start)."""
+    unknown: Mapping[str, int] = field(default_factory=dict)
+    """Commands the class does not know that its replay met (`Replay.unknown`)."""
 
     def plain(self) -> dict[str, Any]:
         return {
@@ -233,13 +235,19 @@ async def diff(arguments: argparse.Namespace) -> int:
             sides = await _of_replicas(source, machine_class, config, replicas)
     compared = diff_states(sides[0].machine, sides[1].machine)
     report = _diff_plain(source.app, sides, compared)
-    if not compared.equal:
+    unknown: dict[str, int] = {}
+    for side in sides:
+        for name, index in side.unknown.items():
+            unknown[name] = min(index, unknown.get(name, index))
+    report["unknown_commands"] = dict(sorted(unknown.items()))
+    problem = not compared.equal or bool(unknown)
+    if problem:
         report["reproduce"] = reproduce(arguments.argv)
     if arguments.json:
         print(dumps(report))
     else:
-        print(_render_diff(report))
-    return EXIT_OK if compared.equal else EXIT_PROBLEM
+        print(_render_diff(report, arguments.target))
+    return EXIT_PROBLEM if problem else EXIT_OK
 
 
 async def _at_index(
@@ -249,7 +257,11 @@ async def _at_index(
     replay = await _state_at(source, machine_class, config, index)
     origin = replay.from_snapshot
     return _Side(
-        f"index {index}", index, replay.machine, snapshot=None if origin is None else origin.index
+        f"index {index}",
+        index,
+        replay.machine,
+        snapshot=None if origin is None else origin.index,
+        unknown=replay.unknown,
     )
 
 
@@ -285,7 +297,9 @@ async def _of_replicas(
         await advance(source, replay, target)
         label = f"{replica_id} (snapshot at index {manifest.index}"
         label += f", replayed to {target})" if manifest.index < target else ")"
-        sides.append(_Side(label, target, replay.machine, replica_id, manifest.index))
+        sides.append(
+            _Side(label, target, replay.machine, replica_id, manifest.index, replay.unknown)
+        )
     return sides
 
 
@@ -321,19 +335,24 @@ def _diff_plain(app: str, sides: list[_Side], compared: StateDiff) -> dict[str, 
     }
 
 
-def _render_diff(report: dict[str, Any]) -> str:
+def _render_diff(report: dict[str, Any], target: str) -> str:
     first, second = report["first"]["label"], report["second"]["label"]
     app = report["app"]
+    problems = [
+        unknown_command_line(target, name, index)
+        for name, index in sorted(report["unknown_commands"].items(), key=lambda pair: pair[1])
+    ]
     if report["equal"]:
         what = (
             f"{report['keys_compared']} keys"
             if report["by"] == BY_KEYS
             else "snapshot streams byte for byte"
         )
-        return (
+        equal = (
             f"{app}: {first} and {second} are equal ({what}; state hash "
             f"{report['first']['state_hash']})"
         )
+        return "\n".join([equal, *problems, report["reproduce"]] if problems else [equal])
     lines: list[str] = []
     if report["by"] == BY_KEYS:
         keys = report["keys"]
@@ -372,6 +391,7 @@ def _render_diff(report: dict[str, Any]) -> str:
         ]
     lines.append(f"  state hash 1 {report['first']['state_hash']}")
     lines.append(f"  state hash 2 {report['second']['state_hash']}")
+    lines += problems
     lines.append(report["reproduce"])
     return "\n".join(lines)
 

@@ -62,8 +62,9 @@ DIFF_SCHEMA: Schema = {
     "keys_compared": (int, type(None)),
     "keys": (list,),
     "stream": (dict, type(None)),
+    "unknown_commands": (dict,),
 }
-"""`rsm diff --json`; `DIFF_OPTIONAL` when the states differ."""
+"""`rsm diff --json`; `DIFF_OPTIONAL` when the states differ or a command is unknown."""
 DIFF_OPTIONAL: Schema = {"reproduce": (str,)}
 
 
@@ -312,6 +313,25 @@ async def test_diff_of_two_indexes_key_by_key(cluster: HistoryCluster, tmp_path:
         "828a7c8708a69bcabf73ca72f2b7571ecc6d9fab9318ffd3d17ecb42b13043d5)\n",
         "",
     )
+
+
+async def test_diff_through_a_class_that_lacks_a_logged_command_says_so(
+    cluster: HistoryCluster,
+) -> None:
+    """Not "equal" alone: the states were built with a command applied as an error."""
+    without = "tests.integration.support.replay_apps:NotesWithoutTags"
+    words = ["diff", *cluster.source, "--class", without, "--at", "6", "--at", "6"]
+    code, out, _ = await rsm(*words)
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{cluster.app}: index 6 and index 6 are equal (")
+    assert lines[1:] == [
+        f"PROBLEM: {without} has no command 'tag' (first logged at index 6): an older log or "
+        "a renamed command; applied as an UnknownCommand error",
+        "reproduce: rsm " + " ".join(words),
+    ]
+    _, out, _ = await rsm(*words[:-4], "--at", "2", "--at", "3", "--json")
+    assert json.loads(out)["unknown_commands"] == {}
 
 
 async def test_diff_without_key_digests_compares_the_snapshot_streams(
