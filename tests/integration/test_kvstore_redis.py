@@ -24,7 +24,7 @@ import redis
 import redis.exceptions
 
 from bookie.local.zookeeper import LocalZooKeeper
-from tests.integration.support.tools import redis_server, required_tool
+from tests.integration.support.tools import required_tool
 from tests.unit.kvstore.local_store import WAIT_S, Store, running_store, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.zookeeper, pytest.mark.slow]
@@ -38,13 +38,6 @@ def store(zookeeper: LocalZooKeeper, tmp_path_factory: pytest.TempPathFactory) -
     root = f"/kvredis-{os.getpid()}"
     with running_store(zookeeper, root, tmp_path_factory.mktemp("store")) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def real_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A real redis-server's port, for the same calls."""
-    with redis_server(tmp_path_factory.mktemp("redis")) as port:
-        yield port
 
 
 def follower(store: Store) -> str:
