@@ -280,13 +280,15 @@ class ExportReader:
             self._check_chunks()
             head = bytes((tag,)) + self._read(_ENTRY_HEAD.size - 1, f"entry {count + 1}", count)
             _tag, ledger_id, entry_id, first_index, items, size = _ENTRY_HEAD.unpack(head)
-            where = f"entry {count + 1} (ledger {ledger_id}, entry {entry_id}) at byte {start}"
+            # Its ledger and entry ids are named once its checksum vouches for them.
+            unchecked = f"entry {count + 1} at byte {start}"
             if size > limits.batch_bytes_max + limits.batch_header_bytes_max:
-                raise ExportCorrupt(f"{self._name}: {where} claims {size} bytes; it is damaged")
-            payload = self._read(size, where, count)
-            (crc,) = _CRC.unpack(self._read(4, f"the checksum of {where}", count))
+                raise ExportCorrupt(f"{self._name}: {unchecked} claims {size} bytes; it is damaged")
+            payload = self._read(size, unchecked, count)
+            (crc,) = _CRC.unpack(self._read(4, f"the checksum of {unchecked}", count))
             if zlib.crc32(payload, zlib.crc32(head)) != crc:
-                raise ExportCorrupt(f"{self._name}: {where} fails its checksum")
+                raise ExportCorrupt(f"{self._name}: {unchecked} fails its checksum")
+            where = f"entry {count + 1} (ledger {ledger_id}, entry {entry_id}) at byte {start}"
             if next_index is not None and first_index != next_index:
                 raise ExportCorrupt(
                     f"{self._name}: {where} starts at index {first_index}, not {next_index}"

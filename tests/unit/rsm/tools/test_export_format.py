@@ -82,12 +82,15 @@ def test_a_truncation_inside_an_entry_counts_the_intact_entries_before_it() -> N
         read_all(data[:-40])
 
 
-def test_a_flipped_byte_in_a_payload_fails_that_entry_s_checksum() -> None:
+@pytest.mark.parametrize("where", [3, -30])
+def test_a_flipped_byte_in_an_entry_fails_its_checksum(where: int) -> None:
+    """In its payload (3 bytes in) or its head (30 bytes before the payload: the ledger
+    id), the entry is named by position only: its ids are not to be trusted."""
     data = bytearray(exported())
     payload = ENTRIES[1].payload
-    offset = bytes(data).index(payload) + 3
+    offset = bytes(data).index(payload) + where
     data[offset] ^= 0x40
-    with pytest.raises(ExportCorrupt, match=r"entry 2 \(ledger 7, entry 1\) at byte \d+ fails"):
+    with pytest.raises(ExportCorrupt, match=r": entry 2 at byte \d+ fails its checksum$"):
         read_all(bytes(data))
 
 
