@@ -236,7 +236,8 @@ async def bisect(arguments: argparse.Namespace) -> int:
                 "source": f"--log {log_file}",
                 "error": f"{type(error).__name__}: {error}",
             }
-            statuses.append(EXIT_USAGE if isinstance(error, InvalidConfig | Truncated) else 1)
+            usage = isinstance(error, InvalidConfig | Truncated)
+            statuses.append(EXIT_USAGE if usage else EXIT_PROBLEM)
         else:
             problem = report["divergence"] is not None or any(report["unknown_commands"].values())
             statuses.append(EXIT_PROBLEM if problem else EXIT_OK)
