@@ -29,8 +29,9 @@ time into the store's real processes:
                    SIGSTOP of ZooKeeper for 0.2-3 s, then SIGCONT
     transfer       the leader hands over to another replica (admin API)
 
-After each fault the store must be whole again (every replica caught up, a
-leader serving) and the clients must complete more operations: the store
+After each fault the store must be whole again (every bookie running, every
+replica caught up, a leader serving) and the clients must complete more
+operations: the store
 recovers by itself, each time.  The history is checked for linearizability
 with the checker's key-value model (an acknowledged write lost or applied
 twice, or a stale read, fails it) phase by phase (`PhasedLog`): every
