@@ -70,6 +70,5 @@ async def test_a_root_that_is_no_bookie_cluster_is_reported_not_healthy() -> Non
         status = await under_replication_status(store, "kv", "/wrong")
         assert status == {"error": "no bookie cluster at /wrong (no INSTANCEID there)"}
         assert under_replication_lines({"app": "kv", "under_replication": status}) == [
-            "under-replicated ledgers: unknown (no bookie cluster at /wrong (no INSTANCEID "
-            "there))"
+            "under-replicated ledgers: unknown (no bookie cluster at /wrong (no INSTANCEID there))"
         ]
