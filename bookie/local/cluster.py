@@ -418,21 +418,18 @@ class LocalCluster:
         expires); `ClusterError` if one exits first."""
         async with ZkMetadataStore.connect(self.zk_servers, tls=self.zk_tls) as store:
             left = (await list_bookies(store, self.zk_root)).sessions
-        for bookie in bookies:
-            await self._spawn(bookie)
-        await self._wait_registered(bookies, left)
+            for bookie in bookies:
+                await self._spawn(bookie)
+            await self._wait_registered(store, bookies, left)
 
     async def _wait_registered(
-        self, waited: Sequence[LocalBookie], left: Mapping[str, int]
+        self, store: ZkMetadataStore, waited: Sequence[LocalBookie], left: Mapping[str, int]
     ) -> None:
         """Return once each of `waited` is registered by a session other than the one that
         held its registration before (`left`, by bookie id); `ClusterError` if one exits
         first."""
         failure: list[str] = []
-        async with (
-            ZkMetadataStore.connect(self.zk_servers, tls=self.zk_tls) as store,
-            anyio.create_task_group() as tasks,
-        ):
+        async with anyio.create_task_group() as tasks:
 
             async def exited(bookie: LocalBookie) -> None:
                 assert bookie.process is not None

@@ -434,7 +434,8 @@ async def _run_children(words: list[str], seeds: list[str]) -> list[list[dict[st
             if process.returncode == EXIT_USAGE:
                 # What the replay was asked cannot be done (a truncated range, say):
                 # the same for either seed, and the caller's to fix.
-                failures.append(InvalidConfig(said))
+                kind, _, text = said.partition(": ")
+                failures.append(Truncated(text) if kind == "Truncated" else InvalidConfig(said))
             else:
                 failures.append(RsmError(f"the replay with PYTHONHASHSEED={seed} failed: {said}"))
             task_group.cancel_scope.cancel()

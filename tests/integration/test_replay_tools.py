@@ -372,6 +372,12 @@ async def test_check_finds_a_gap_and_a_corrupt_entry_and_says_how_far_the_log_is
             "",
             f"error: Truncated: index 2 was truncated away: the log of {app!r} starts at index 3\n",
         )
+    # No snapshot covers it: the replays determinism runs in children cannot start, and the
+    # children's error is the command's own, once.
+    code, out, err = await rsm("determinism", *source, "--class", NOTES)
+    assert (code, out) == (2, "")
+    assert err.startswith("error: Truncated: ")
+    assert "error:" not in err.removeprefix("error: ")
 
 
 async def test_check_all_bookies_names_the_bookie_whose_copy_is_corrupt(

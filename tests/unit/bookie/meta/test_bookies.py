@@ -281,8 +281,11 @@ async def test_a_reconnection_restarts_the_wait_for_a_stale_znode(
         async with anyio.create_task_group() as task_group:
             task_group.start_soon(start_bookie)
             await anyio.wait_all_tasks_blocked()
-            # The faults' timing: the server "restarts" 0.6 s into the wait, and the
-            # stale session expires 0.7 s after that, past the first bound.
+            # These sleeps are the thing under test, not a wait for a condition: the bound
+            # is a time span, so the faults must come at set times.  The server "restarts"
+            # 0.6 s into the wait, and the stale session expires 0.7 s after that: past the
+            # bound counted from the start, within the one counted from the reconnection.
+            # Timers fire in order on one loop, so a slow machine cannot swap them.
             await anyio.sleep(0.6 * wait_s)
             store.suspend()
             store.resume()
